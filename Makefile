@@ -1,0 +1,39 @@
+# Two commands on a fresh machine:  `make demo`  and  `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test bench lint clean
+
+setup: $(STAMP)
+
+# torch first: `torch==2.13.0` is the CPU build (a plain `torch` would pull
+# several GB of CUDA wheels). Skipped when the venv already has a torch.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test,bench]'
+	touch $(STAMP)
+
+# The main job, as far as the project goes today: list the runs in the store
+# and prove every run's hash chain intact.
+demo: setup
+	$(VENV)/bin/npu-deploy runs
+	$(VENV)/bin/npu-deploy verify --all
+
+# pytest exits 5 when it collected nothing: that is a failure, not a pass.
+test: setup
+	@$(PY) -m pytest -q; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; \
+	exit $$rc
+
+bench: setup
+	$(PY) benchmarks/store_bench.py
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,195 @@
+"""The event envelope, its canonical form, and the per-run hash chain.
+
+An event is an immutable record of something that happened in a deployment.
+The storage assigns `seq`; everything else is fixed when the event is built
+and covered by `hash`, which also covers the previous event's hash, so a run
+is a chain: change any byte of any event and every later link breaks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any, Final
+
+ACTORS: Final = ("agent", "harness", "human", "evaluator")
+PHASES: Final = range(8)
+
+#: prev_hash of the first event of every run.
+GENESIS_HASH: Final = "0" * 64
+
+#: Bumped only if the hashed form of the envelope ever changes.
+HASH_FORMAT: Final = "npu-deploy/event-hash/1"
+
+RUN_ID_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class InvalidEvent(ValueError):
+    """An event that may not be stored; the message names the field."""
+
+
+def canonical_json(value: Any) -> str:
+    """The one text form of a JSON value: sorted keys, no spaces, ASCII only.
+
+    ASCII-only keeps the text free of raw control characters and lone
+    surrogates, so it always encodes and always hashes the same way.
+    NaN and infinities are not JSON and are refused.
+    """
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False)
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+_uuid_lock = threading.Lock()
+_uuid_last_ms = 0
+_uuid_counter = 0
+
+
+def uuid7() -> str:
+    """A time-ordered UUID (RFC 9562 version 7) as a string.
+
+    Within one millisecond a 12-bit counter keeps ids from one process
+    strictly increasing; the remaining 62 bits are random.
+    """
+    global _uuid_last_ms, _uuid_counter
+    with _uuid_lock:
+        ms = time.time_ns() // 1_000_000
+        if ms <= _uuid_last_ms:
+            ms = _uuid_last_ms
+            _uuid_counter += 1
+            if _uuid_counter > 0xFFF:  # counter exhausted: borrow the next millisecond
+                ms += 1
+                _uuid_counter = 0
+        else:
+            _uuid_counter = int.from_bytes(os.urandom(2)) & 0x3FF  # leave headroom
+        _uuid_last_ms = ms
+        counter = _uuid_counter
+    rand = int.from_bytes(os.urandom(8)) & ((1 << 62) - 1)
+    value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | rand
+    return str(uuid.UUID(int=value))
+
+
+def utc_now() -> str:
+    """UTC timestamp with microseconds, e.g. 2026-11-21T05:12:58.123456Z."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_ts(ts: str) -> datetime:
+    return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+def new_run_id() -> str:
+    """A readable, sortable run id: UTC start time plus 6 random hex digits."""
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S-") + os.urandom(3).hex()
+
+
+def chain_hash(*fields: Any) -> str:
+    """SHA-256 of an event's link: every stored column but `seq` and `hash`, in
+    storage order (event_id .. prev_hash), as a canonical JSON array.
+
+    The payload enters as its exact stored text, so any changed byte of it
+    changes the hash, even one that would decode to the same value.
+    """
+    return sha256_hex(canonical_json([HASH_FORMAT, *fields]).encode("ascii"))
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """What a writer asks to append; the store fills in the rest."""
+
+    type: str
+    payload: dict[str, Any]
+    actor: str = "harness"
+    phase: int | None = None
+    attempt: int | None = None
+    causation_id: str | None = None
+    correlation_id: str | None = None
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A stored event. `payload_json` is the exact hashed text of `payload`."""
+
+    seq: int | None
+    event_id: str
+    run_id: str
+    run_version: int
+    type: str
+    schema_version: int
+    phase: int | None
+    attempt: int | None
+    actor: str
+    ts: str
+    causation_id: str | None
+    correlation_id: str | None
+    idempotency_key: str | None
+    payload_json: str
+    prev_hash: str
+    hash: str
+    payload: dict[str, Any]
+
+    def computed_hash(self) -> str:
+        return chain_hash(self.event_id, self.run_id, self.run_version, self.type,
+                          self.schema_version, self.phase, self.attempt, self.actor, self.ts,
+                          self.causation_id, self.correlation_id, self.idempotency_key,
+                          self.payload_json, self.prev_hash)
+
+    def row(self) -> dict[str, Any]:
+        """The stored columns (no decoded payload)."""
+        return {
+            "seq": self.seq, "event_id": self.event_id, "run_id": self.run_id,
+            "run_version": self.run_version, "type": self.type,
+            "schema_version": self.schema_version, "phase": self.phase,
+            "attempt": self.attempt, "actor": self.actor, "ts": self.ts,
+            "causation_id": self.causation_id, "correlation_id": self.correlation_id,
+            "idempotency_key": self.idempotency_key, "payload": self.payload_json,
+            "prev_hash": self.prev_hash, "hash": self.hash,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form for export and `--json`: the decoded payload, no seq."""
+        row = self.row()
+        del row["seq"]
+        row["payload"] = self.payload
+        return row
+
+
+def seal(new: NewEvent, *, run_id: str, run_version: int, prev_hash: str,
+         schema_version: int, payload_json: str, event_id: str | None = None,
+         ts: str | None = None) -> Event:
+    """Fix an event's identity and time and compute its link in the chain."""
+    event = Event(
+        seq=None, event_id=event_id or uuid7(), run_id=run_id, run_version=run_version,
+        type=new.type, schema_version=schema_version, phase=new.phase,
+        attempt=new.attempt, actor=new.actor, ts=ts or utc_now(),
+        causation_id=new.causation_id, correlation_id=new.correlation_id,
+        idempotency_key=new.idempotency_key, payload_json=payload_json,
+        prev_hash=prev_hash, hash="", payload=new.payload,
+    )
+    return replace(event, hash=event.computed_hash())
+
+
+def check_envelope(new: NewEvent) -> None:
+    """Refuse an envelope that no reader could trust, naming the field."""
+    if new.actor not in ACTORS:
+        raise InvalidEvent(f"actor: {new.actor!r} is not one of {', '.join(ACTORS)}")
+    if new.phase is not None and (isinstance(new.phase, bool) or new.phase not in PHASES):
+        raise InvalidEvent(f"phase: {new.phase!r} is not a phase number 0-7")
+    if new.attempt is not None and (
+            isinstance(new.attempt, bool) or not isinstance(new.attempt, int) or new.attempt < 1):
+        raise InvalidEvent(f"attempt: {new.attempt!r} must be an integer >= 1")
+    for name in ("causation_id", "correlation_id", "idempotency_key"):
+        value = getattr(new, name)
+        if value is not None and (not isinstance(value, str) or not value or len(value) > 200):
+            raise InvalidEvent(f"{name}: must be a non-empty string of at most 200 characters")

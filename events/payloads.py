@@ -1,0 +1,457 @@
+"""Typed payloads of every event type, and their validation on append.
+
+Each event type is a frozen dataclass registered under its dotted name.
+`validate_payload` checks a JSON payload against it field by field, fills in
+defaults, and refuses anything malformed with a message that names the field.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import types
+import typing
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from .envelope import InvalidEvent
+
+BLOB_REF_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+#: A reference to a content-addressed blob: "sha256:<64 hex digits>".
+BlobRef = Annotated[str, "blob"]
+
+Verdict = Literal["PASS", "FAIL", "ABORTED", "NEEDS_HUMAN"]
+Source = Literal["measured-npu", "measured-cpu", "modeled"]
+
+#: type name -> (payload class, current schema version)
+EVENT_TYPES: dict[str, tuple[type, int]] = {}
+
+
+def event_type(name: str, schema_version: int = 1):  # type: ignore[no-untyped-def]
+    def register(cls: type) -> type:
+        cls.event_type = name  # type: ignore[attr-defined]
+        EVENT_TYPES[name] = (cls, schema_version)
+        return cls
+    return register
+
+
+# --- run lifecycle ---------------------------------------------------------
+
+@event_type("run.started")
+@dataclass(frozen=True)
+class RunStarted:
+    model: str
+    backend: str
+    agent: str
+    code_version: str
+    policy: str = "interactive"
+    thresholds: dict[str, float] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@event_type("run.resumed")
+@dataclass(frozen=True)
+class RunResumed:
+    from_version: int
+    reason: str
+    unfinished_step: str | None = None
+
+
+@event_type("run.forked")
+@dataclass(frozen=True)
+class RunForked:
+    parent_run_id: str
+    parent_version: int
+    parent_hash: str
+    model: str
+    backend: str
+    agent: str
+    code_version: str
+    policy: str = "interactive"
+
+
+@event_type("run.finished")
+@dataclass(frozen=True)
+class RunFinished:
+    verdict: Verdict
+    summary: str
+    report: BlobRef | None = None
+
+
+# --- phases ----------------------------------------------------------------
+
+@event_type("phase.entered")
+@dataclass(frozen=True)
+class PhaseEntered:
+    name: str
+    instruction: str | None = None       # a person's redirect, for this attempt
+    debug_direction: str | None = None   # the picked debug direction, if any
+
+
+@event_type("phase.exited")
+@dataclass(frozen=True)
+class PhaseExited:
+    outcome: Literal["passed", "failed", "needs_human", "aborted"]
+    reason: str = ""
+
+
+# --- the agent -------------------------------------------------------------
+
+@event_type("agent.message")
+@dataclass(frozen=True)
+class AgentMessage:
+    role: Literal["assistant", "user", "system"]
+    text: str
+
+
+@event_type("model.called", schema_version=2)
+@dataclass(frozen=True)
+class ModelCalled:
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    stop_reason: str
+    duration_s: float
+    cache_read_tokens: int = 0    # added in schema 2, when prompt caching was counted
+    cache_write_tokens: int = 0
+
+    def check(self) -> None:
+        for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):
+            if getattr(self, name) < 0:
+                raise InvalidEvent(f"model.called.{name}: must be >= 0")
+        if self.cost_usd < 0:
+            raise InvalidEvent("model.called.cost_usd: must be >= 0")
+
+
+@event_type("tool.requested")
+@dataclass(frozen=True)
+class ToolRequested:
+    call_id: str
+    tool: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@event_type("tool.completed")
+@dataclass(frozen=True)
+class ToolCompleted:
+    call_id: str
+    tool: str
+    ok: bool
+    result: dict[str, Any] = field(default_factory=dict)
+    duration_s: float = 0.0
+
+
+@event_type("tool.abandoned")
+@dataclass(frozen=True)
+class ToolAbandoned:
+    call_id: str
+    tool: str
+    reason: str
+
+
+# --- gates, profiles, people -----------------------------------------------
+
+@dataclass(frozen=True)
+class GateCheck:
+    """One metric of one subject (a kernel, a tensor, a layer) against its threshold."""
+
+    subject: str
+    metric: str
+    value: float
+    threshold: float
+    comparison: Literal["<=", "<", ">=", ">", "=="]
+    passed: bool
+    gating: bool = True   # False: recorded as a lens, does not decide the gate
+
+    def check(self) -> None:
+        holds = _compare(self.value, self.comparison, self.threshold)
+        if holds != self.passed:
+            raise InvalidEvent(
+                f"gate check {self.subject}/{self.metric}: passed={self.passed} but "
+                f"{self.value} {self.comparison} {self.threshold} is {holds}")
+
+
+def _compare(value: float, comparison: str, threshold: float) -> bool:
+    return {"<=": value <= threshold, "<": value < threshold, ">=": value >= threshold,
+            ">": value > threshold, "==": value == threshold}[comparison]
+
+
+@event_type("gate.evaluated")
+@dataclass(frozen=True)
+class GateEvaluated:
+    gate: str
+    passed: bool
+    checks: list[GateCheck]
+    inputs: BlobRef | None = None
+
+    def check(self) -> None:
+        gating = [c for c in self.checks if c.gating]
+        if not gating:
+            raise InvalidEvent("gate.evaluated.checks: a gate needs at least one gating check")
+        failed = [c for c in gating if not c.passed]
+        if self.passed and failed:
+            raise InvalidEvent(f"gate.evaluated.passed: true although {failed[0].subject}/"
+                               f"{failed[0].metric} failed")
+        if not self.passed and not failed:
+            raise InvalidEvent("gate.evaluated.passed: false although every gating check passed")
+
+
+@dataclass(frozen=True)
+class ProfileEntry:
+    name: str
+    seconds: float
+    kind: Literal["dispatch", "kernel", "host", "total"] = "dispatch"
+
+
+@event_type("profile.recorded")
+@dataclass(frozen=True)
+class ProfileRecorded:
+    scope: Literal["prefill", "decode", "kernel", "end_to_end"]
+    source: Source          # where the times come from: never present modeled as measured
+    total_s: float
+    entries: list[ProfileEntry] = field(default_factory=list)
+    tokens: int | None = None
+
+
+@event_type("checkpoint.requested")
+@dataclass(frozen=True)
+class CheckpointRequested:
+    checkpoint_id: str
+    summary: str
+    options: list[str] = field(default_factory=lambda: ["approve", "redirect", "pause", "abort"])
+
+
+@event_type("human.decision")
+@dataclass(frozen=True)
+class HumanDecision:
+    decision: Literal["approve", "redirect", "pick", "pause", "abort"]
+    command_id: str              # the inbox command this records, exactly once
+    author: str = "human"
+    checkpoint_id: str | None = None
+    proposal_id: str | None = None
+    instruction: str | None = None
+    direction_id: str | None = None
+
+    def check(self) -> None:
+        if self.decision == "redirect" and not self.instruction:
+            raise InvalidEvent("human.decision.instruction: a redirect needs an instruction")
+        if self.decision == "pick" and not self.direction_id:
+            raise InvalidEvent("human.decision.direction_id: a pick needs a direction id")
+
+
+@dataclass(frozen=True)
+class DebugDirection:
+    direction_id: str
+    skill: str
+    title: str
+    rationale: str
+    score: float
+
+
+@event_type("debug.proposed")
+@dataclass(frozen=True)
+class DebugProposed:
+    proposal_id: str
+    symptom: str
+    directions: list[DebugDirection]
+
+
+# --- skills and learning ---------------------------------------------------
+
+@event_type("skill.loaded")
+@dataclass(frozen=True)
+class SkillLoaded:
+    skill: str
+    digest: str
+
+
+@event_type("lesson.recorded")
+@dataclass(frozen=True)
+class LessonRecorded:
+    symptom: str
+    root_cause: str
+    fix: str
+    target_skill: str
+    event_refs: list[str] = field(default_factory=list)
+    draft: bool = True    # a person approves before the catalog changes
+
+
+@event_type("experience.recorded")
+@dataclass(frozen=True)
+class ExperienceRecorded:
+    topic: str
+    summary: str
+    outcome: Literal["worked", "failed"]
+    evidence: list[str] = field(default_factory=list)
+
+
+@event_type("error")
+@dataclass(frozen=True)
+class ErrorRaised:
+    kind: str
+    message: str
+    detail: str | None = None
+    recoverable: bool = False
+
+
+# --- validation ------------------------------------------------------------
+
+_hints_cache: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    hints = _hints_cache.get(cls)
+    if hints is None:
+        hints = typing.get_type_hints(cls, include_extras=True)
+        _hints_cache[cls] = hints
+    return hints
+
+
+def validate_payload(type_name: str, payload: Any) -> dict[str, Any]:
+    """Check a payload against its event type; return it with defaults filled in."""
+    if type_name not in EVENT_TYPES:
+        known = ", ".join(sorted(EVENT_TYPES))
+        raise InvalidEvent(f"type: unknown event type {type_name!r} (known: {known})")
+    cls, _ = EVENT_TYPES[type_name]
+    return _check_dataclass(cls, payload, type_name)
+
+
+def current_schema_version(type_name: str) -> int:
+    return EVENT_TYPES[type_name][1]
+
+
+def _check_dataclass(cls: type, value: Any, path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise InvalidEvent(f"{path}: expected an object, got {type(value).__name__}")
+    hints = _hints(cls)
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(value) - names)
+    if unknown:
+        raise InvalidEvent(f"{path}.{unknown[0]}: unknown field (known: {', '.join(sorted(names))})")
+    out: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name in value:
+            out[f.name] = _check(hints[f.name], value[f.name], f"{path}.{f.name}")
+        elif f.default is not MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not MISSING:
+            out[f.name] = f.default_factory()
+        else:
+            raise InvalidEvent(f"{path}.{f.name}: missing field")
+    check = getattr(cls, "check", None)
+    if check is not None:
+        check(_build(cls, out))
+    return out
+
+
+def _build(cls: type, data: dict[str, Any]) -> Any:
+    """Instantiate a validated payload (nested dataclasses included) for its `check`."""
+    hints = _hints(cls)
+    kwargs = {}
+    for name, value in data.items():
+        inner = _list_item_dataclass(hints[name])
+        kwargs[name] = [_build(inner, v) for v in value] if inner and value else value
+    return cls(**kwargs)
+
+
+def _list_item_dataclass(tp: Any) -> type | None:
+    if get_origin(tp) is list:
+        (item,) = get_args(tp)
+        if is_dataclass(item):
+            return item  # type: ignore[return-value]
+    return None
+
+
+def _check(tp: Any, value: Any, path: str) -> Any:  # noqa: C901 - one branch per JSON kind
+    origin = get_origin(tp)
+    if origin is Annotated:
+        base, *meta = get_args(tp)
+        value = _check(base, value, path)
+        if "blob" in meta and not BLOB_REF_RE.match(value):
+            raise InvalidEvent(f"{path}: expected a blob reference 'sha256:<64 hex>', got {value!r}")
+        return value
+    if origin in (Union, types.UnionType):
+        options = get_args(tp)
+        if value is None:
+            if type(None) in options:
+                return None
+            raise InvalidEvent(f"{path}: may not be null")
+        (inner,) = [o for o in options if o is not type(None)]
+        return _check(inner, value, path)
+    if origin is Literal:
+        allowed = get_args(tp)
+        if value not in allowed:
+            raise InvalidEvent(f"{path}: {value!r} is not one of {', '.join(map(repr, allowed))}")
+        return value
+    if origin is list:
+        if not isinstance(value, list):
+            raise InvalidEvent(f"{path}: expected a list, got {type(value).__name__}")
+        (item,) = get_args(tp)
+        return [_check(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise InvalidEvent(f"{path}: expected an object, got {type(value).__name__}")
+        key_tp, val_tp = get_args(tp)
+        for k in value:
+            if not isinstance(k, str):
+                raise InvalidEvent(f"{path}: object keys must be strings, got {k!r}")
+        return {k: _check(val_tp, v, f"{path}.{k}") for k, v in value.items()}
+    if is_dataclass(tp):
+        return _check_dataclass(tp, value, path)  # type: ignore[arg-type]
+    if tp is Any:
+        return _check_json(value, path)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise InvalidEvent(f"{path}: expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidEvent(f"{path}: expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InvalidEvent(f"{path}: expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise InvalidEvent(f"{path}: {value} is not a finite number")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise InvalidEvent(f"{path}: expected a string, got {value!r}")
+        return value
+    raise TypeError(f"{path}: no validator for {tp!r}")  # a bug in a payload class
+
+
+def _check_json(value: Any, path: str) -> Any:
+    """Free-form fields (tool arguments, results, config) must still be plain finite JSON."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidEvent(f"{path}: {value} is not a finite number")
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_check_json(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        for k in value:
+            if not isinstance(k, str):
+                raise InvalidEvent(f"{path}: object keys must be strings, got {k!r}")
+        return {k: _check_json(v, f"{path}.{k}") for k, v in value.items()}
+    raise InvalidEvent(f"{path}: {type(value).__name__} is not JSON")
+
+
+def blob_refs(value: Any) -> set[str]:
+    """Every blob reference anywhere in a payload (what export must carry along)."""
+    found: set[str] = set()
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if v.startswith("sha256:") and BLOB_REF_RE.match(v):
+                found.add(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return found

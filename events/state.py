@@ -1,0 +1,257 @@
+"""The folded state of one deployment, and the pure reducer that builds it.
+
+`fold(events)` is `functools.reduce(apply, events, DeploymentState())`: the same
+events always give the same state, in any process, at any later time. No I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, replace
+from functools import reduce
+from typing import Any, Final
+
+from .envelope import GENESIS_HASH, Event, parse_ts
+
+#: Bumped whenever `apply` changes meaning; snapshots of another version are ignored.
+REDUCER_VERSION: Final = 1
+
+PHASE_NAMES: Final = (
+    "build CPU oracle", "kernel validation", "single block", "full model",
+    "prefill optimization", "decode optimization", "finalize & learn",
+    "independent evaluator",
+)
+
+TERMINAL_RUN_STATUSES: Final = ("finished", "aborted")
+
+
+@dataclass(frozen=True, slots=True)
+class GateSummary:
+    gate: str
+    passed: bool
+    attempt: int | None
+    event_id: str
+    checks: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseState:
+    phase: int
+    status: str = "pending"  # pending working passed failed awaiting_human debugging exited:*
+    attempts: int = 0
+    gates: tuple[GateSummary, ...] = ()      # every gate result, oldest first
+    pending_checkpoint: str | None = None
+    pending_proposal: str | None = None
+    pending_directions: tuple[dict[str, Any], ...] = ()
+    instruction: str | None = None
+    debug_direction: str | None = None
+    outcome: str | None = None
+    entered_ts: str | None = None
+    wall_time_s: float = 0.0
+
+    @property
+    def last_gate(self) -> GateSummary | None:
+        return self.gates[-1] if self.gates else None
+
+
+@dataclass(frozen=True, slots=True)
+class RunTotals:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float = 0.0
+    model_calls: int = 0
+    tool_calls: int = 0
+    errors: int = 0
+
+
+def _initial_phases() -> tuple[PhaseState, ...]:
+    return tuple(PhaseState(phase=p) for p in range(len(PHASE_NAMES)))
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentState:
+    run_id: str = ""
+    version: int = 0
+    last_hash: str = GENESIS_HASH
+    status: str = "new"   # new running paused needs_human finished aborted
+    model: str = ""
+    backend: str = ""
+    agent: str = ""
+    policy: str = ""
+    current_phase: int | None = None
+    phases: tuple[PhaseState, ...] = field(default_factory=_initial_phases)
+    totals: RunTotals = field(default_factory=RunTotals)
+    started_ts: str | None = None
+    last_ts: str | None = None
+    last_type: str | None = None
+    verdict: str | None = None
+    resumes: int = 0
+    forked_from: tuple[str, int] | None = None
+    profiles: int = 0
+
+    @property
+    def wall_time_s(self) -> float:
+        if not self.started_ts or not self.last_ts:
+            return 0.0
+        return (parse_ts(self.last_ts) - parse_ts(self.started_ts)).total_seconds()
+
+    @property
+    def phase_reached(self) -> int | None:
+        entered = [p.phase for p in self.phases if p.attempts]
+        return max(entered) if entered else None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_RUN_STATUSES
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DeploymentState:
+        phases = tuple(
+            PhaseState(**{**p, "gates": tuple(GateSummary(**{**g, "checks": tuple(g["checks"])})
+                                              for g in p["gates"]),
+                          "pending_directions": tuple(p["pending_directions"])})
+            for p in data["phases"])
+        forked = data.get("forked_from")
+        return cls(**{**data, "phases": phases, "totals": RunTotals(**data["totals"]),
+                      "forked_from": tuple(forked) if forked else None})
+
+
+def _set_phase(state: DeploymentState, phase: int | None, **changes: Any) -> DeploymentState:
+    if phase is None:
+        return state
+    phases = list(state.phases)
+    phases[phase] = replace(phases[phase], **changes)
+    return replace(state, phases=tuple(phases))
+
+
+def _on_run_started(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
+    return replace(s, run_id=e.run_id, status="running", model=p["model"],
+                   backend=p["backend"], agent=p["agent"], policy=p["policy"],
+                   started_ts=e.ts)
+
+
+def _on_run_forked(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
+    s = _on_run_started(s, e, p)
+    return replace(s, forked_from=(p["parent_run_id"], p["parent_version"]))
+
+
+def _on_run_resumed(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
+    return replace(s, status="running", resumes=s.resumes + 1)
+
+
+def _on_run_finished(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
+    status = "aborted" if p["verdict"] == "ABORTED" else "finished"
+    return replace(s, status=status, verdict=p["verdict"])
+
+
+def _on_phase_entered(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
+    if e.phase is None:
+        return s
+    ph = s.phases[e.phase]
+    s = replace(s, current_phase=e.phase, status="running")
+    return _set_phase(s, e.phase, status="working", attempts=e.attempt or ph.attempts + 1,
+                      instruction=p["instruction"], debug_direction=p["debug_direction"],
+                      pending_checkpoint=None, pending_proposal=None, pending_directions=(),
+                      outcome=None, entered_ts=e.ts)
+
+
+def _on_phase_exited(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
+    if e.phase is None:
+        return s
+    ph = s.phases[e.phase]
+    spent = (parse_ts(e.ts) - parse_ts(ph.entered_ts)).total_seconds() if ph.entered_ts else 0.0
+    if p["outcome"] == "needs_human":
+        s = replace(s, status="needs_human")
+    return _set_phase(s, e.phase, status=f"exited:{p['outcome']}", outcome=p["outcome"],
+                      entered_ts=None, wall_time_s=ph.wall_time_s + spent)
+
+
+def _on_gate(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
+    if e.phase is None:
+        return s
+    gate = GateSummary(gate=p["gate"], passed=p["passed"], attempt=e.attempt,
+                       event_id=e.event_id, checks=tuple(p["checks"]))
+    return _set_phase(s, e.phase, status="passed" if p["passed"] else "failed",
+                      gates=s.phases[e.phase].gates + (gate,))
+
+
+def _on_checkpoint(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
+    return _set_phase(s, e.phase, status="awaiting_human", pending_checkpoint=p["checkpoint_id"])
+
+
+def _on_debug(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
+    return _set_phase(s, e.phase, status="debugging", pending_proposal=p["proposal_id"],
+                      pending_directions=tuple(p["directions"]))
+
+
+def _on_decision(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
+    decision = p["decision"]
+    if decision == "pause":
+        return replace(s, status="paused")
+    if decision == "abort":
+        return replace(s, status="aborted")
+    s = replace(s, status="running")
+    if decision == "approve":
+        return _set_phase(s, e.phase, pending_checkpoint=None)
+    if decision == "redirect":
+        return _set_phase(s, e.phase, pending_checkpoint=None, instruction=p["instruction"])
+    return _set_phase(s, e.phase, pending_proposal=None, pending_directions=(),
+                      debug_direction=p["direction_id"])
+
+
+def _on_model_called(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
+    t = s.totals
+    return replace(s, totals=replace(
+        t, input_tokens=t.input_tokens + p["input_tokens"],
+        output_tokens=t.output_tokens + p["output_tokens"],
+        cache_read_tokens=t.cache_read_tokens + p["cache_read_tokens"],
+        cache_write_tokens=t.cache_write_tokens + p["cache_write_tokens"],
+        cost_usd=t.cost_usd + p["cost_usd"], model_calls=t.model_calls + 1))
+
+
+def _on_tool_requested(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
+    return replace(s, totals=replace(s.totals, tool_calls=s.totals.tool_calls + 1))
+
+
+def _on_error(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
+    return replace(s, totals=replace(s.totals, errors=s.totals.errors + 1))
+
+
+def _on_profile(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
+    return replace(s, profiles=s.profiles + 1)
+
+
+_REDUCERS = {
+    "run.started": _on_run_started,
+    "run.forked": _on_run_forked,
+    "run.resumed": _on_run_resumed,
+    "run.finished": _on_run_finished,
+    "phase.entered": _on_phase_entered,
+    "phase.exited": _on_phase_exited,
+    "gate.evaluated": _on_gate,
+    "checkpoint.requested": _on_checkpoint,
+    "debug.proposed": _on_debug,
+    "human.decision": _on_decision,
+    "model.called": _on_model_called,
+    "tool.requested": _on_tool_requested,
+    "error": _on_error,
+    "profile.recorded": _on_profile,
+}
+
+
+def apply(state: DeploymentState, event: Event) -> DeploymentState:
+    """Fold one event into the state. Event types with no reducer only advance the version."""
+    reducer = _REDUCERS.get(event.type)
+    if reducer is not None:
+        state = reducer(state, event, event.payload)
+    return replace(state, version=event.run_version, last_hash=event.hash, last_ts=event.ts,
+                   last_type=event.type)
+
+
+def fold(events: Iterable[Event], state: DeploymentState | None = None) -> DeploymentState:
+    return reduce(apply, events, state if state is not None else DeploymentState())

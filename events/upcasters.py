@@ -1,0 +1,33 @@
+"""Upcasters: bring a payload stored under an older schema to the current form.
+
+They run on read, never on the stored row: the hash covers what was written.
+Each one takes a payload of version v and returns version v + 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .payloads import EVENT_TYPES
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def _model_called_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    # Schema 1 predates prompt caching: nothing was read from or written to a cache.
+    return {**payload, "cache_read_tokens": 0, "cache_write_tokens": 0}
+
+
+UPCASTERS: dict[tuple[str, int], Upcaster] = {
+    ("model.called", 1): _model_called_v1_to_v2,
+}
+
+
+def upcast(type_name: str, schema_version: int, payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload in the current schema of its type."""
+    current = EVENT_TYPES[type_name][1] if type_name in EVENT_TYPES else schema_version
+    while schema_version < current:
+        payload = UPCASTERS[(type_name, schema_version)](payload)
+        schema_version += 1
+    return payload

@@ -1,0 +1,1 @@
+"""kernels: built in a later issue (see ARCHITECTURE.md)."""

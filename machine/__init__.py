@@ -1,0 +1,1 @@
+"""machine: built in a later issue (see ARCHITECTURE.md)."""

@@ -1,0 +1,1 @@
+"""npu_tui: built in a later issue (see ARCHITECTURE.md)."""

@@ -1,0 +1,1 @@
+"""oracle: built in a later issue (see ARCHITECTURE.md)."""

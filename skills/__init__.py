@@ -1,0 +1,1 @@
+"""skills: built in a later issue (see ARCHITECTURE.md)."""

@@ -1,0 +1,43 @@
+"""Errors of the store. Each message says what is wrong and what to do, on one line."""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base class: the CLI prints the message and exits non-zero."""
+
+
+class StoreUnreadable(StoreError):
+    """The path cannot be opened (missing, a directory, no permission)."""
+
+
+class NotAStore(StoreError):
+    """The file is not an SQLite database."""
+
+
+class StoreCorrupt(StoreError):
+    """The file is an SQLite database, but truncated, half-written or malformed."""
+
+
+class NewerSchema(StoreError):
+    """The database was written by a newer npu-deploy."""
+
+
+class UnknownRun(StoreError):
+    """No run with that id (or prefix)."""
+
+
+class RunLocked(StoreError):
+    """Another process holds the writer lock of that run."""
+
+
+class IdempotencyConflict(StoreError):
+    """An idempotency key was reused for a different event."""
+
+
+class CommandAlreadyConsumed(StoreError):
+    """An inbox command was already recorded by another event."""
+
+
+class ImportRefused(StoreError):
+    """An export file that cannot be imported as it is."""

@@ -1,0 +1,427 @@
+"""The event store: reading, tailing, verifying and folding runs; blobs; the inbox;
+snapshots. Appends go through a `RunWriter` (one per run, under a file lock).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from filelock import FileLock, Timeout
+from platformdirs import user_data_path
+from sqlite_utils import Database
+
+from events import (
+    BLOB_REF_RE,
+    EVENT_TYPES,
+    GENESIS_HASH,
+    REDUCER_VERSION,
+    DeploymentState,
+    Event,
+    InvalidEvent,
+    apply,
+    canonical_json,
+    sha256_hex,
+    upcast,
+    utc_now,
+    uuid7,
+)
+from events.envelope import RUN_ID_RE, chain_hash
+
+from .errors import StoreCorrupt, StoreError, UnknownRun
+from .schema import connect
+
+if TYPE_CHECKING:
+    from .writer import RunWriter
+
+EVENT_COLUMNS = ("seq, event_id, run_id, run_version, type, schema_version, phase, attempt, "
+                 "actor, ts, causation_id, correlation_id, idempotency_key, payload, "
+                 "prev_hash, hash")
+
+COMMAND_KINDS = ("approve", "redirect", "pick", "pause", "abort")
+
+
+def default_db_path() -> Path:
+    """`NPU_DEPLOY_DB`, else runs.db in the user's data dir (~/.local/share/npu-deploy)."""
+    env = os.environ.get("NPU_DEPLOY_DB")
+    return Path(env) if env else user_data_path("npu-deploy") / "runs.db"
+
+
+def event_from_row(row: tuple[Any, ...], payload: Any = None) -> Event:
+    """A stored row as an `Event`; `payload` is upcast to its type's current schema."""
+    (seq, event_id, run_id, run_version, type_, schema_version, phase, attempt, actor, ts,
+     causation_id, correlation_id, idempotency_key, payload_json, prev_hash, hash_) = row
+    if payload is None:
+        payload = json.loads(payload_json)
+    if schema_version != EVENT_TYPES.get(type_, (None, schema_version))[1]:
+        payload = upcast(type_, schema_version, payload)
+    return Event(seq, event_id, run_id, run_version, type_, schema_version, phase, attempt,
+                 actor, ts, causation_id, correlation_id, idempotency_key, payload_json,
+                 prev_hash, hash_, payload)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    run_id: str
+    created_ts: str
+    model: str
+    backend: str
+    agent: str
+    events: int
+    head_type: str
+    head_ts: str
+    status: str          # running (lock held), crashed, paused, needs_human, finished, aborted
+    current_phase: int | None
+    phase_reached: int | None
+    verdict: str | None
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    parent_run_id: str | None
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    run_id: str
+    ok: bool
+    events: int
+    head_hash: str
+    problem: str | None = None
+    bad_version: int | None = None
+    bad_seq: int | None = None
+    state: DeploymentState | None = None
+
+    def line(self) -> str:
+        if self.ok:
+            return f"{self.run_id}: OK, {self.events} events, head {self.head_hash[:16]}"
+        return f"{self.run_id}: BROKEN: {self.problem}"
+
+
+class EventStore:
+    """One SQLite store file. Open with `EventStore.open(path)` (read-write,
+    creating and migrating it) or `EventStore.open(path, readonly=True)`."""
+
+    def __init__(self, path: Path, db: Database, *, readonly: bool) -> None:
+        self.path = path
+        self.db = db
+        self.readonly = readonly
+        self._tail_bound: dict[str, tuple[int, int]] = {}
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str] | None = None, *,
+             readonly: bool = False) -> EventStore:
+        p = Path(path) if path is not None else default_db_path()
+        return cls(p, connect(p, readonly=readonly), readonly=readonly)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> EventStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        return self.db.conn
+
+    # --- runs ----------------------------------------------------------------
+
+    def lock_path(self, run_id: str) -> Path:
+        return self.path.with_name(self.path.name + ".locks") / f"{run_id}.lock"
+
+    def is_locked(self, run_id: str) -> bool:
+        """True while some process holds this run's writer lock."""
+        path = self.lock_path(run_id)
+        if not path.exists():
+            return False
+        probe = FileLock(path, timeout=0)
+        try:
+            probe.acquire()
+        except Timeout:
+            return True
+        except OSError:
+            return False
+        probe.release()
+        return False
+
+    def resolve_run(self, ref: str) -> str:
+        """A full run id from an id or a unique prefix of one."""
+        rows = [r[0] for r in self.conn.execute(
+            "SELECT run_id FROM runs WHERE run_id = ? OR run_id LIKE ? ESCAPE '\\' LIMIT 3",
+            (ref, ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"))]
+        if ref in rows:
+            return ref
+        if len(rows) == 1:
+            return rows[0]
+        if not rows:
+            raise UnknownRun(f"no run {ref!r} in {self.path}; `npu-deploy runs` lists them")
+        raise UnknownRun(f"{ref!r} matches several runs ({', '.join(rows[:2])}, ...); "
+                         "give more of the id")
+
+    def run_ids(self) -> list[str]:
+        return [r[0] for r in self.conn.execute("SELECT run_id FROM runs ORDER BY created_ts")]
+
+    def runs(self) -> list[RunSummary]:
+        out = []
+        for r in self.db.query("SELECT * FROM runs ORDER BY created_ts"):
+            status = r["status"]
+            if self.is_locked(r["run_id"]):
+                status = "running"
+            elif status == "running":
+                status = "crashed"   # lock free, last event not terminal: resume it
+            out.append(RunSummary(
+                run_id=r["run_id"], created_ts=r["created_ts"], model=r["model"] or "",
+                backend=r["backend"] or "", agent=r["agent"] or "", events=r["head_version"],
+                head_type=r["head_type"] or "", head_ts=r["head_ts"] or "", status=status,
+                current_phase=r["current_phase"], phase_reached=r["phase_reached"],
+                verdict=r["verdict"], input_tokens=r["input_tokens"] or 0,
+                output_tokens=r["output_tokens"] or 0, cost_usd=r["cost_usd"] or 0.0,
+                parent_run_id=r["parent_run_id"]))
+        return out
+
+    def writer(self, run_id: str) -> RunWriter:
+        """Take the writer lock of an existing run (to resume it)."""
+        from .writer import RunWriter
+        return RunWriter.attach(self, self.resolve_run(run_id))
+
+    def create_run(self, started: dict[str, Any], *, run_id: str | None = None,
+                   actor: str = "harness") -> RunWriter:
+        """Start a new run with its `run.started` event; returns its writer."""
+        from .writer import RunWriter
+        return RunWriter.create(self, started, run_id=run_id, actor=actor)
+
+    # --- reading ---------------------------------------------------------------
+
+    def events(self, run_id: str, *, after_version: int = 0,
+               upto_version: int | None = None) -> Iterator[Event]:
+        """A run's events in order, from the oldest (or after a version)."""
+        upto = upto_version if upto_version is not None else 2**62
+        cur = self.conn.execute(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ? AND run_version > ? "
+            "AND run_version <= ? ORDER BY run_version", (run_id, after_version, upto))
+        while rows := cur.fetchmany(512):
+            for row in rows:
+                yield event_from_row(row)
+
+    def event_at(self, run_id: str, version: int) -> Event | None:
+        row = self.conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ? "
+                                "AND run_version = ?", (run_id, version)).fetchone()
+        return event_from_row(row) if row else None
+
+    def tail(self, run_id: str, after_seq: int, limit: int = 10_000) -> list[Event]:
+        """Events of a run with `seq > after_seq`, in order.
+
+        Cheap to poll: while `PRAGMA data_version` says no other connection has
+        committed since this run was last found to have nothing past the same
+        point, no query runs at all.
+        """
+        data_version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        known = self._tail_bound.get(run_id)
+        if known is not None and known[0] == data_version and after_seq >= known[1]:
+            return []
+        rows = self.conn.execute(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ? AND seq > ? "
+            "ORDER BY seq LIMIT ?", (run_id, after_seq, limit)).fetchall()
+        if not rows:
+            self._tail_bound[run_id] = (data_version, after_seq)
+        return [event_from_row(r) for r in rows]
+
+    def head(self, run_id: str) -> tuple[int, str]:
+        """(version, hash) of a run's newest event, from the events themselves."""
+        row = self.conn.execute("SELECT run_version, hash FROM events WHERE run_id = ? "
+                                "ORDER BY run_version DESC LIMIT 1", (run_id,)).fetchone()
+        return (row[0], row[1]) if row else (0, GENESIS_HASH)
+
+    # --- folding, snapshots -----------------------------------------------------
+
+    def fold(self, run_id: str, upto_version: int | None = None, *,
+             use_snapshots: bool = True) -> DeploymentState:
+        """The run's state after `upto_version` (default: all events)."""
+        state = DeploymentState()
+        if use_snapshots:
+            state = self.load_snapshot(run_id, upto_version) or state
+        for event in self.events(run_id, after_version=state.version,
+                                 upto_version=upto_version):
+            state = apply(state, event)
+        return state
+
+    def save_snapshot(self, state: DeploymentState) -> None:
+        """Cache a folded state. Deleting snapshots changes nothing but speed."""
+        if self.readonly or not state.run_id:
+            return
+        with self.db.atomic():
+            self.conn.execute(
+                "INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?, ?, ?, ?)",
+                (state.run_id, state.version, REDUCER_VERSION, state.last_hash,
+                 canonical_json(state.to_dict()), utc_now()))
+
+    def load_snapshot(self, run_id: str, upto_version: int | None = None
+                      ) -> DeploymentState | None:
+        """The newest usable snapshot: same reducer, and its hash still on the chain."""
+        row = self.conn.execute(
+            "SELECT s.state FROM snapshots s JOIN events e ON e.run_id = s.run_id "
+            "AND e.run_version = s.run_version AND e.hash = s.hash "
+            "WHERE s.run_id = ? AND s.reducer_version = ? AND s.run_version <= ? "
+            "ORDER BY s.run_version DESC LIMIT 1",
+            (run_id, REDUCER_VERSION, upto_version if upto_version is not None else 2**62),
+        ).fetchone()
+        if row is None:
+            return None
+        try:
+            return DeploymentState.from_dict(json.loads(row[0]))
+        except (ValueError, TypeError, KeyError):
+            return None   # a damaged cache entry is ignored, never trusted
+
+    # --- verification -------------------------------------------------------------
+
+    def verify(self, run_id: str, *, fold: bool = True) -> VerifyReport:
+        """Check a run's hash chain link by link and name the first bad event.
+
+        Checks: versions contiguous from 1, seq increasing with version, each
+        `prev_hash` equal to the previous event's hash, each hash recomputed
+        from the stored columns, payloads in canonical form, the first event
+        a run start, and the run's recorded head equal to its last event (which
+        catches deleted tail events). Folds the run on the way when asked.
+        """
+        head_row = self.conn.execute("SELECT head_version, head_hash FROM runs WHERE run_id = ?",
+                                     (run_id,)).fetchone()
+        if head_row is None:
+            raise UnknownRun(f"no run {run_id!r} in {self.path}; `npu-deploy runs` lists them")
+        expected_prev = GENESIS_HASH
+        version = 0
+        last_seq = 0
+        state = DeploymentState()
+        try:
+            cur = self.conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ? "
+                                    "ORDER BY run_version", (run_id,))
+            while rows := cur.fetchmany(512):
+                for row in rows:
+                    problem, payload = _check_row(row, version, expected_prev, last_seq)
+                    if problem:
+                        return VerifyReport(run_id, False, version, expected_prev,
+                                            f"event v{row[3]} (seq {row[0]}, {row[4]}): {problem}",
+                                            bad_version=row[3], bad_seq=row[0])
+                    version, expected_prev, last_seq = row[3], row[15], row[0]
+                    if fold:
+                        state = apply(state, event_from_row(row, payload))
+        except sqlite3.DatabaseError as e:
+            raise StoreCorrupt(f"{self.path} is damaged while reading run {run_id} ({e}); "
+                               "restore it from a copy or an export") from None
+        head_version, head_hash = head_row
+        if version != head_version or expected_prev != head_hash:
+            return VerifyReport(
+                run_id, False, version, expected_prev,
+                f"the run's recorded head is v{head_version} but its last event is v{version}: "
+                + ("events after the last one were removed" if version < head_version
+                   else "the run's head record was altered"), bad_version=version + 1)
+        if version == 0:
+            return VerifyReport(run_id, False, 0, GENESIS_HASH, "the run has no events")
+        return VerifyReport(run_id, True, version, expected_prev, state=state if fold else None)
+
+    def integrity_problem(self) -> str | None:
+        """SQLite's own structural check of the whole file (B-trees, pages)."""
+        try:
+            result = [r[0] for r in self.conn.execute("PRAGMA quick_check")]
+        except sqlite3.DatabaseError as e:
+            return str(e)
+        return None if result == ["ok"] else "; ".join(result[:3])
+
+    # --- blobs ------------------------------------------------------------------
+
+    def put_blob(self, data: bytes) -> str:
+        """Store bytes once, compressed; returns the reference 'sha256:<hex>'."""
+        digest = sha256_hex(data)
+        with self.db.atomic():
+            self.conn.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?, ?, ?, ?)",
+                              (digest, len(data), "zlib", zlib.compress(data, 6), utc_now()))
+        return f"sha256:{digest}"
+
+    def get_blob(self, ref: str) -> bytes:
+        if not BLOB_REF_RE.match(ref):
+            raise StoreError(f"{ref!r} is not a blob reference (sha256:<64 hex>)")
+        digest = ref.removeprefix("sha256:")
+        row = self.conn.execute("SELECT codec, data FROM blobs WHERE sha256 = ?",
+                                (digest,)).fetchone()
+        if row is None:
+            raise StoreError(f"blob {ref} is not in {self.path}; import the run's export "
+                             "file, which carries its blobs")
+        data = zlib.decompress(row[1]) if row[0] == "zlib" else row[1]
+        if sha256_hex(data) != digest:
+            raise StoreCorrupt(f"blob {ref} in {self.path} does not match its hash: the "
+                               "stored bytes were changed")
+        return data
+
+    def blob_row(self, digest: str) -> tuple[str, bytes] | None:
+        row = self.conn.execute("SELECT codec, data FROM blobs WHERE sha256 = ?",
+                                (digest,)).fetchone()
+        return (row[0], row[1]) if row else None
+
+    # --- inbox ------------------------------------------------------------------
+
+    def post_command(self, run_id: str, kind: str, payload: dict[str, Any] | None = None,
+                     *, author: str = "human") -> str:
+        """Leave a command (a person's decision) for the run's writer; returns its id."""
+        if kind not in COMMAND_KINDS:
+            raise InvalidEvent(f"kind: {kind!r} is not one of {', '.join(COMMAND_KINDS)}")
+        run_id = self.resolve_run(run_id)
+        command_id = uuid7()
+        with self.db.atomic():
+            self.conn.execute(
+                "INSERT INTO inbox (command_id, run_id, kind, payload, author, created_ts) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (command_id, run_id, kind, canonical_json(payload or {}), author, utc_now()))
+        return command_id
+
+    def pending_commands(self, run_id: str) -> list[dict[str, Any]]:
+        """Commands not yet recorded as events, oldest first."""
+        return [{**r, "payload": json.loads(r["payload"])} for r in self.db.query(
+            "SELECT * FROM inbox WHERE run_id = ? AND consumed_event_id IS NULL "
+            "ORDER BY created_ts, command_id", [run_id])]
+
+
+def _check_row(row: tuple[Any, ...], version: int, expected_prev: str, last_seq: int
+               ) -> tuple[str | None, Any]:
+    """What is wrong with one stored row as the next link of its chain (None: nothing),
+    and its decoded payload."""
+    seq, run_version, type_, payload_json, prev_hash, stored_hash = (
+        row[0], row[3], row[4], row[13], row[14], row[15])
+    if run_version != version + 1:
+        return (f"expected v{version + 1} next: " +
+                (f"v{version + 1}..v{run_version - 1} are missing" if run_version > version + 1
+                 else "versions out of order")), None
+    if version == 0 and type_ not in ("run.started", "run.forked"):
+        return "a run must begin with run.started or run.forked", None
+    if seq <= last_seq:
+        return f"seq {seq} does not follow seq {last_seq}: rows were reordered", None
+    if prev_hash != expected_prev:
+        return "prev_hash does not link to the previous event: the chain was cut or spliced", None
+    if not isinstance(payload_json, str):
+        return "payload is not text: the stored row was edited", None
+    try:
+        payload = json.loads(payload_json)
+        canonical = canonical_json(payload)
+    except (ValueError, TypeError):
+        return "payload is not valid JSON: the stored row was edited", None
+    if canonical != payload_json:
+        return "payload is not in canonical form: the stored row was edited", None
+    if chain_hash(*row[1:15]) != stored_hash:
+        return "hash mismatch: the stored row differs from what was written", None
+    if type_ not in EVENT_TYPES:
+        return f"unknown event type {type_!r}", None
+    return None, payload
+
+
+def validate_run_id(run_id: str) -> str:
+    if not isinstance(run_id, str) or not RUN_ID_RE.match(run_id):
+        raise InvalidEvent(f"run_id: {run_id!r} must be 1-64 letters, digits, '.', '_' or '-'")
+    return run_id
+
+

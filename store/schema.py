@@ -1,0 +1,190 @@
+"""Opening the SQLite file safely, and the schema with its forward migrations.
+
+Nothing here writes to a file before it has been recognised as an npu-deploy
+store of a schema this code understands: a foreign, truncated or newer file is
+refused untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import struct
+from collections.abc import Callable
+from pathlib import Path
+
+from sqlite_utils import Database
+
+from .errors import NewerSchema, NotAStore, StoreCorrupt, StoreUnreadable
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+OUR_TABLES = {"runs", "events", "blobs", "snapshots", "inbox"}
+
+
+def _v1(db: Database) -> None:
+    db["runs"].create({
+        "run_id": str, "created_ts": str, "model": str, "backend": str, "agent": str,
+        "parent_run_id": str, "parent_version": int,
+        # A summary of the folded state, kept by the writer in the same
+        # transaction as each append so that listing runs is one query.
+        "head_version": int, "head_hash": str, "head_seq": int, "head_type": str,
+        "head_ts": str, "status": str, "current_phase": int, "phase_reached": int,
+        "verdict": str, "input_tokens": int, "output_tokens": int, "cost_usd": float,
+    }, pk="run_id", not_null={"created_ts", "head_version", "head_hash", "status"})
+    db["events"].create({
+        "seq": int, "event_id": str, "run_id": str, "run_version": int, "type": str,
+        "schema_version": int, "phase": int, "attempt": int, "actor": str, "ts": str,
+        "causation_id": str, "correlation_id": str, "idempotency_key": str,
+        "payload": str, "prev_hash": str, "hash": str,
+    }, pk="seq", foreign_keys=[("run_id", "runs", "run_id")],
+        not_null={"event_id", "run_id", "run_version", "type", "schema_version", "actor",
+                  "ts", "payload", "prev_hash", "hash"})
+    db["events"].create_index(["event_id"], unique=True)
+    db["events"].create_index(["run_id", "run_version"], unique=True)
+    # NULL keys never collide in a UNIQUE index: only keyed events are deduplicated.
+    db["events"].create_index(["run_id", "idempotency_key"], unique=True)
+    db["events"].create_index(["run_id", "seq"])
+    db["blobs"].create({"sha256": str, "size": int, "codec": str, "data": bytes,
+                        "created_ts": str}, pk="sha256", not_null={"size", "codec", "data"})
+    db["snapshots"].create({"run_id": str, "run_version": int, "reducer_version": int,
+                            "hash": str, "state": str, "created_ts": str},
+                           pk=("run_id", "run_version", "reducer_version"))
+    db["inbox"].create({"command_id": str, "run_id": str, "kind": str, "payload": str,
+                        "author": str, "created_ts": str, "consumed_event_id": str,
+                        "consumed_ts": str}, pk="command_id",
+                       not_null={"run_id", "kind", "payload", "created_ts"})
+    db["inbox"].create_index(["run_id", "consumed_event_id"])
+    # One statement at a time: executescript() would commit the migration half-way.
+    for name, when, body in _TRIGGERS:
+        db.conn.execute(f"CREATE TRIGGER {name} {when} BEGIN {body}; END")
+
+
+_TRIGGERS = [
+    ("events_append_only_update", "BEFORE UPDATE ON events",
+     "SELECT RAISE(ABORT, 'events are append-only: UPDATE refused')"),
+    ("events_append_only_delete", "BEFORE DELETE ON events",
+     "SELECT RAISE(ABORT, 'events are append-only: DELETE refused')"),
+    ("blobs_immutable", "BEFORE UPDATE ON blobs",
+     "SELECT RAISE(ABORT, 'blobs are content-addressed: UPDATE refused')"),
+    ("inbox_consumed_once", "BEFORE UPDATE ON inbox WHEN OLD.consumed_event_id IS NOT NULL",
+     "SELECT RAISE(ABORT, 'inbox command already consumed')"),
+    ("inbox_kept", "BEFORE DELETE ON inbox",
+     "SELECT RAISE(ABORT, 'inbox commands are kept: DELETE refused')"),
+    ("runs_head_advances",
+     "BEFORE UPDATE OF head_version ON runs WHEN NEW.head_version < OLD.head_version",
+     "SELECT RAISE(ABORT, 'a run head only moves forward')"),
+]
+
+
+#: MIGRATIONS[i] takes a store from schema i to i + 1.
+MIGRATIONS: list[Callable[[Database], None]] = [_v1]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def _check_file(path: Path) -> None:
+    """Recognise the file before SQLite touches it."""
+    if path.is_dir():
+        raise StoreUnreadable(f"{path} is a directory, not a store file; pass a file path to --db")
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            header = f.read(100)
+    except PermissionError:
+        raise StoreUnreadable(f"cannot read {path}: permission denied") from None
+    except OSError as e:
+        raise StoreUnreadable(f"cannot read {path}: {e.strerror}") from None
+    if size == 0:
+        return  # SQLite treats an empty file as an empty database
+    if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
+        raise NotAStore(f"{path} is not an SQLite database (wrong header); "
+                        "pass the path of an npu-deploy store to --db")
+    page_size = struct.unpack(">H", header[16:18])[0]
+    page_size = 65536 if page_size == 1 else page_size
+    change_counter, pages = struct.unpack(">II", header[24:32])
+    valid_for = struct.unpack(">I", header[92:96])[0]
+    # The in-header page count is trustworthy when its change counter matches
+    # (SQLite file format, section 1.3.7). A file shorter than it was cut off.
+    if pages and change_counter == valid_for and size < pages * page_size:
+        raise StoreCorrupt(f"{path} is truncated ({size} bytes, its header says "
+                           f"{pages * page_size}); restore it from a copy or an export")
+
+
+def connect(path: Path, *, readonly: bool) -> Database:
+    """Open a store file, migrating it forward when opened for writing."""
+    path = Path(path)
+    if path.exists():
+        _check_file(path)
+    elif readonly:
+        raise StoreUnreadable(f"no store at {path}; run a deployment first, or pass --db "
+                              "(or NPU_DEPLOY_DB) with the path of an existing store")
+    else:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreUnreadable(f"cannot create {path.parent}: {e.strerror}") from None
+    try:
+        if readonly:
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
+                                   check_same_thread=False)
+        else:
+            conn = sqlite3.connect(path, check_same_thread=False)
+        conn.execute("PRAGMA busy_timeout = 10000")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.DatabaseError as e:
+        raise _classify(path, e) from None
+    if version > SCHEMA_VERSION:
+        conn.close()
+        raise NewerSchema(f"{path} has store schema {version}, newer than this npu-deploy "
+                          f"understands ({SCHEMA_VERSION}); upgrade npu-deploy to open it")
+    if version == 0 and tables and not tables <= OUR_TABLES | {"sqlite_sequence"}:
+        conn.close()
+        raise NotAStore(f"{path} is an SQLite database but not an npu-deploy store "
+                        f"(tables: {', '.join(sorted(tables)[:5])}); pass another --db")
+    db = Database(conn)
+    if readonly:
+        if version < SCHEMA_VERSION:
+            db.close()
+            raise StoreUnreadable(f"{path} has store schema {version}; run any writing "
+                                  "command once to migrate it to schema "
+                                  f"{SCHEMA_VERSION}")
+        return db
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        if version < SCHEMA_VERSION:
+            _migrate(db, version)
+    except sqlite3.DatabaseError as e:
+        db.close()
+        raise _classify(path, e) from None
+    return db
+
+
+def _migrate(db: Database, version: int) -> None:
+    conn = db.conn
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        # Re-read under the write lock: another process may have migrated first.
+        current = conn.execute("PRAGMA user_version").fetchone()[0]
+        for step in range(current, SCHEMA_VERSION):
+            MIGRATIONS[step](db)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _classify(path: Path, error: sqlite3.DatabaseError) -> Exception:
+    text = str(error)
+    if "not a database" in text:
+        return NotAStore(f"{path} is not an SQLite database; pass the path of an npu-deploy "
+                         "store to --db")
+    if "malformed" in text or "corrupt" in text:
+        return StoreCorrupt(f"{path} is damaged ({text}); restore it from a copy or an export")
+    if "unable to open" in text or "readonly" in text or "permission" in text.lower():
+        access = "read" if os.access(path, os.R_OK) else "open"
+        return StoreUnreadable(f"cannot {access} {path} ({text}); check the path and its "
+                               "permissions")
+    return StoreCorrupt(f"{path}: {text}")

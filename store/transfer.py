@@ -1,0 +1,229 @@
+"""Moving a run between stores as one JSONL file, its chain intact.
+
+Line 1 is a header; then one line per event, in order, with the payload as
+stored (before any upcasting, so every hash recomputes); then one line per
+blob the events reference, compressed and base64-encoded. Import checks the
+whole file first and writes it in one transaction, or not at all.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import tempfile
+import zlib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from events import (
+    EVENT_TYPES,
+    GENESIS_HASH,
+    DeploymentState,
+    Event,
+    InvalidEvent,
+    NewEvent,
+    apply,
+    blob_refs,
+    canonical_json,
+    check_envelope,
+    sha256_hex,
+    upcast,
+    validate_payload,
+)
+
+from .errors import ImportRefused, StoreError
+from .eventstore import EventStore, validate_run_id
+from .schema import SCHEMA_VERSION
+from .writer import RunWriter, insert_row, insert_run_row, update_run_row
+
+FORMAT = "npu-deploy-run"
+FORMAT_VERSION = 1
+
+_ENVELOPE = ("event_id", "run_id", "run_version", "type", "schema_version", "phase",
+             "attempt", "actor", "ts", "causation_id", "correlation_id", "idempotency_key",
+             "payload", "prev_hash", "hash")
+
+
+def export_run(store: EventStore, run_ref: str, path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Write a verified run and its blobs to `path` (atomically); returns the header."""
+    run_id = store.resolve_run(run_ref)
+    report = store.verify(run_id, fold=False)
+    if not report.ok:
+        raise StoreError(f"run {run_id} fails verification, export refused: {report.problem}")
+    refs: set[str] = set()
+    header = {"format": FORMAT, "format_version": FORMAT_VERSION, "store_schema": SCHEMA_VERSION,
+              "run_id": run_id, "events": report.events, "head_hash": report.head_hash}
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path("."))
+    try:
+        with os.fdopen(fd, "w", encoding="ascii") as out:
+            out.write(canonical_json(header) + "\n")
+            for event in store.events(run_id):
+                stored = json.loads(event.payload_json)   # as written, not upcast
+                refs |= blob_refs(stored)
+                out.write(canonical_json({"event": {**event.to_dict(), "payload": stored}}) + "\n")
+            for ref in sorted(refs):
+                row = store.blob_row(ref.removeprefix("sha256:"))
+                if row is None:
+                    raise StoreError(f"run {run_id} references blob {ref}, which is missing "
+                                     f"from {store.path}; export refused")
+                out.write(canonical_json({"blob": ref, "codec": row[0],
+                                          "data": base64.b64encode(row[1]).decode()}) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return {**header, "blobs": len(refs)}
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    run_id: str
+    events: int
+    blobs: int
+    already_present: bool
+
+
+def import_run(store: EventStore, path: str | os.PathLike[str]) -> ImportResult:
+    """Read an export file, check every link and blob, and add the run to `store`."""
+    events, blobs = _read_export(Path(path))
+    run_id = events[0].run_id
+    existing = store.conn.execute("SELECT head_version, head_hash FROM runs WHERE run_id = ?",
+                                  (run_id,)).fetchone()
+    if existing is not None:
+        if tuple(existing) == (events[-1].run_version, events[-1].hash):
+            return ImportResult(run_id, len(events), len(blobs), already_present=True)
+        raise ImportRefused(f"run {run_id} already exists in {store.path} with other events; "
+                            "import into another store (--db)")
+    lock = RunWriter._take_lock(store, run_id)
+    conn = store.conn
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            insert_run_row(conn, events[0])
+            state = DeploymentState()
+            for event in events:
+                event = replace(event, seq=insert_row(conn, event))
+                state = apply(state, event)
+            update_run_row(conn, state, event)
+            for digest, (codec, data, size) in blobs.items():
+                conn.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?, ?, ?, datetime('now'))",
+                             (digest, size, codec, data))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    finally:
+        lock.release()
+    return ImportResult(run_id, len(events), len(blobs), already_present=False)
+
+
+def _read_export(path: Path) -> tuple[list[Event], dict[str, tuple[str, bytes, int]]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ImportRefused(f"no file {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ImportRefused(f"cannot read {path} as an export file ({e})") from None
+    lines = text.splitlines()
+    if not lines:
+        raise ImportRefused(f"{path} is empty; export a run with `npu-deploy export RUN -o FILE`")
+    records = []
+    for n, line in enumerate(lines, 1):
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            raise ImportRefused(f"{path} line {n} is not JSON: the file is not an "
+                                "npu-deploy export, or it was cut or edited") from None
+    header = records[0]
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise ImportRefused(f"{path} is not an npu-deploy run export (no header on line 1)")
+    if header.get("format_version") != FORMAT_VERSION or header.get("store_schema", 0) > SCHEMA_VERSION:
+        raise ImportRefused(f"{path} was written by a newer npu-deploy "
+                            f"(format {header.get('format_version')}); upgrade to import it")
+    try:
+        run_id = validate_run_id(header["run_id"])
+    except (KeyError, InvalidEvent) as e:
+        raise ImportRefused(f"{path} header has no valid run_id ({e})") from None
+    events: list[Event] = []
+    blobs: dict[str, tuple[str, bytes, int]] = {}
+    prev = GENESIS_HASH
+    for n, record in enumerate(records[1:], 2):
+        where = f"{path} line {n}"
+        if isinstance(record, dict) and "event" in record:
+            event = _event_from_record(record["event"], where)
+            if event.run_id != run_id:
+                raise ImportRefused(f"{where}: event of run {event.run_id}, header says {run_id}")
+            if event.run_version != len(events) + 1 or event.prev_hash != prev:
+                raise ImportRefused(f"{where}: v{event.run_version} does not link to the "
+                                    "previous event: the file was cut, reordered or edited")
+            if event.computed_hash() != event.hash:
+                raise ImportRefused(f"{where}: hash mismatch at v{event.run_version}: "
+                                    "the event was edited after export")
+            events.append(event)
+            prev = event.hash
+        elif isinstance(record, dict) and "blob" in record:
+            digest, entry = _blob_from_record(record, where)
+            blobs[digest] = entry
+        else:
+            raise ImportRefused(f"{where}: neither an event nor a blob")
+    if not events or events[0].type not in ("run.started", "run.forked"):
+        raise ImportRefused(f"{path} holds no run: its first event must start a run")
+    if len(events) != header.get("events") or prev != header.get("head_hash"):
+        raise ImportRefused(f"{path} holds {len(events)} events but its header says "
+                            f"{header.get('events')}: the file was cut or edited")
+    missing = set().union(*(blob_refs(json.loads(e.payload_json)) for e in events))
+    missing -= {f"sha256:{d}" for d in blobs}
+    if missing:
+        raise ImportRefused(f"{path} lacks blob {sorted(missing)[0]} that its events reference")
+    return events, blobs
+
+
+def _event_from_record(record: Any, where: str) -> Event:
+    if not isinstance(record, dict) or set(record) != set(_ENVELOPE):
+        raise ImportRefused(f"{where}: an event needs exactly the fields {', '.join(_ENVELOPE)}")
+    try:
+        payload_json = canonical_json(record["payload"])
+    except (TypeError, ValueError) as e:
+        raise ImportRefused(f"{where}: payload is not JSON ({e})") from None
+    values = [record[k] for k in _ENVELOPE]
+    values[_ENVELOPE.index("payload")] = payload_json
+    for name in ("event_id", "run_id", "type", "actor", "ts", "prev_hash", "hash"):
+        if not isinstance(record[name], str):
+            raise ImportRefused(f"{where}: {name} must be a string")
+    for name in ("run_version", "schema_version"):
+        if isinstance(record[name], bool) or not isinstance(record[name], int):
+            raise ImportRefused(f"{where}: {name} must be an integer")
+    type_, version = record["type"], record["schema_version"]
+    if type_ not in EVENT_TYPES or version > EVENT_TYPES[type_][1]:
+        raise ImportRefused(f"{where}: event type {type_!r} (schema {version}) is unknown to "
+                            "this npu-deploy; upgrade to import it")
+    try:
+        check_envelope(NewEvent(type_, {}, actor=record["actor"], phase=record["phase"],
+                                attempt=record["attempt"], causation_id=record["causation_id"],
+                                correlation_id=record["correlation_id"],
+                                idempotency_key=record["idempotency_key"]))
+        payload = validate_payload(type_, upcast(type_, version, record["payload"]))
+    except InvalidEvent as e:
+        raise ImportRefused(f"{where}: {e}") from None
+    return Event(None, *values[:12], payload_json, values[13], values[14], payload)
+
+
+def _blob_from_record(record: dict[str, Any], where: str) -> tuple[str, tuple[str, bytes, int]]:
+    ref, codec = record.get("blob", ""), record.get("codec")
+    if not isinstance(ref, str) or not ref.startswith("sha256:") or codec not in ("zlib", "raw"):
+        raise ImportRefused(f"{where}: malformed blob record")
+    try:
+        stored = base64.b64decode(record["data"], validate=True)
+        data = zlib.decompress(stored) if codec == "zlib" else stored
+    except (KeyError, binascii.Error, zlib.error, TypeError):
+        raise ImportRefused(f"{where}: blob {ref} data is damaged") from None
+    digest = ref.removeprefix("sha256:")
+    if sha256_hex(data) != digest:
+        raise ImportRefused(f"{where}: blob {ref} does not match its hash")
+    return digest, (codec, stored, len(data))
