@@ -33,12 +33,13 @@ from .state import (
     apply,
     fold,
 )
+from .describe import describe
 from .upcasters import UPCASTERS, upcast
 
 __all__ = [
     "ACTORS", "BLOB_REF_RE", "EVENT_TYPES", "GENESIS_HASH", "PHASE_NAMES", "REDUCER_VERSION",
     "UPCASTERS", "DeploymentState", "Event", "GateSummary", "InvalidEvent", "NewEvent",
     "PhaseState", "RunTotals", "apply", "blob_refs", "canonical_json", "check_envelope",
-    "current_schema_version", "fold", "new_run_id", "seal", "sha256_hex", "upcast",
+    "current_schema_version", "describe", "fold", "new_run_id", "seal", "sha256_hex", "upcast",
     "utc_now", "uuid7", "validate_payload",
 ]

@@ -16,12 +16,12 @@ from .errors import (
 )
 from .eventstore import EventStore, RunSummary, VerifyReport, default_db_path
 from .schema import SCHEMA_VERSION
-from .transfer import export_run, import_run
+from .transfer import ExportedRun, export_run, import_run, read_export
 from .writer import RunWriter
 
 __all__ = [
     "SCHEMA_VERSION", "CommandAlreadyConsumed", "EventStore", "IdempotencyConflict",
     "ImportRefused", "NewerSchema", "NotAStore", "RunLocked", "RunSummary", "RunWriter",
     "StoreCorrupt", "StoreError", "StoreUnreadable", "UnknownRun", "VerifyReport",
-    "default_db_path", "export_run", "import_run",
+    "ExportedRun", "default_db_path", "export_run", "import_run", "read_export",
 ]

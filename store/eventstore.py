@@ -152,6 +152,13 @@ class EventStore:
         probe.release()
         return False
 
+    def live_status(self, run_id: str, folded_status: str) -> str:
+        """The folded status, corrected by the lock: a run whose state says running
+        but whose writer lock is free has crashed (resume it)."""
+        if self.is_locked(run_id):
+            return "running"
+        return "crashed" if folded_status in ("running", "new") else folded_status
+
     def resolve_run(self, ref: str) -> str:
         """A full run id from an id or a unique prefix of one."""
         rows = [r[0] for r in self.conn.execute(
@@ -172,11 +179,7 @@ class EventStore:
     def runs(self) -> list[RunSummary]:
         out = []
         for r in self.db.query("SELECT * FROM runs ORDER BY created_ts"):
-            status = r["status"]
-            if self.is_locked(r["run_id"]):
-                status = "running"
-            elif status == "running":
-                status = "crashed"   # lock free, last event not terminal: resume it
+            status = self.live_status(r["run_id"], r["status"])
             out.append(RunSummary(
                 run_id=r["run_id"], created_ts=r["created_ts"], model=r["model"] or "",
                 backend=r["backend"] or "", agent=r["agent"] or "", events=r["head_version"],

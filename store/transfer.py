@@ -89,9 +89,23 @@ class ImportResult:
     already_present: bool
 
 
-def import_run(store: EventStore, path: str | os.PathLike[str]) -> ImportResult:
-    """Read an export file, check every link and blob, and add the run to `store`."""
-    events, blobs = _read_export(Path(path))
+@dataclass(frozen=True)
+class ExportedRun:
+    """The checked contents of an export file, ready to import."""
+
+    events: list[Event]
+    blobs: dict[str, tuple[str, bytes, int]]   # sha256 hex -> (codec, stored bytes, size)
+
+
+def read_export(path: str | os.PathLike[str]) -> ExportedRun:
+    """Parse and check a whole export file without touching any store."""
+    return ExportedRun(*_read_export(Path(path)))
+
+
+def import_run(store: EventStore, source: str | os.PathLike[str] | ExportedRun) -> ImportResult:
+    """Check every link and blob of an export, then add the run to `store` in one transaction."""
+    exported = source if isinstance(source, ExportedRun) else read_export(source)
+    events, blobs = exported.events, exported.blobs
     run_id = events[0].run_id
     existing = store.conn.execute("SELECT head_version, head_hash FROM runs WHERE run_id = ?",
                                   (run_id,)).fetchone()

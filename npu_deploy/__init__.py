@@ -1,0 +1,1 @@
+"""npu-deploy: the command line that ties the packages together."""

@@ -1,0 +1,244 @@
+"""The `npu-deploy` command line: a thin layer over the library packages.
+
+Every failure the user can cause (a bad path, a foreign or damaged file, an
+unknown run, a tampered log) ends as one line on stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from events import PHASE_NAMES, InvalidEvent, describe
+from store import (
+    EventStore,
+    StoreError,
+    default_db_path,
+    export_run,
+    import_run,
+    read_export,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_FAILED = 1   # the command ran and found a problem (bad input, broken chain)
+
+
+def code_version() -> str:
+    try:
+        return version("npu-deploy")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+class CLI(click.Group):
+    """Turns the library's errors into one line and an exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (StoreError, InvalidEvent) as e:
+            click.echo(f"npu-deploy: error: {e}", err=True)
+            sys.exit(EXIT_FAILED)
+        except sqlite3.DatabaseError as e:
+            click.echo(f"npu-deploy: error: the store could not be read ({e}); check the "
+                       "file with `npu-deploy verify --all`", err=True)
+            sys.exit(EXIT_FAILED)
+        except OSError as e:
+            click.echo(f"npu-deploy: error: {e.strerror or e}: {e.filename or ''}".rstrip(": "),
+                       err=True)
+            sys.exit(EXIT_FAILED)
+
+
+def db_option(f: F) -> F:
+    """`--db` on every command (and on the group), with NPU_DEPLOY_DB as fallback."""
+    def remember(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
+        if value is not None:
+            ctx.ensure_object(dict)["db"] = value
+    return click.option(
+        "--db", type=click.Path(path_type=Path, dir_okay=False), expose_value=False,
+        callback=remember, is_eager=True,
+        help="Store file (default: $NPU_DEPLOY_DB, else ~/.local/share/npu-deploy/runs.db).",
+    )(f)
+
+
+def db_path() -> Path:
+    ctx = click.get_current_context()
+    for c in (ctx, *([ctx.parent] if ctx.parent else [])):
+        if c.obj and c.obj.get("db"):
+            return Path(c.obj["db"])
+    return default_db_path()
+
+
+def open_readonly() -> EventStore:
+    return EventStore.open(db_path(), readonly=True)
+
+
+def console() -> Console:
+    """Rich output at the terminal's width; 160 columns when piped (not rich's 80)."""
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
+def emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+@click.group(cls=CLI, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(code_version(), prog_name="npu-deploy")
+@db_option
+def main() -> None:
+    """Deploy LLMs onto spatial NPUs through eight gated, event-sourced phases.
+
+    Every action of a deployment is an event in an append-only, hash-chained
+    SQLite log; these commands list, inspect, verify and move runs.
+    """
+
+
+@main.command("runs")
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def runs_cmd(as_json: bool) -> None:
+    """List the runs in the store."""
+    path = db_path()
+    if not path.exists():
+        if as_json:
+            emit_json([])
+        else:
+            click.echo(f"no runs yet (no store at {path})")
+        return
+    with open_readonly() as store:
+        runs = store.runs()
+    if as_json:
+        emit_json([r.__dict__ for r in runs])
+        return
+    if not runs:
+        click.echo(f"no runs in {path}")
+        return
+    table = Table(title=f"runs in {path}", title_justify="left")
+    for col in ("run", "model", "started (UTC)", "phase", "status", "verdict", "events",
+                "tokens", "cost"):
+        table.add_column(col, justify="right" if col in ("events", "tokens", "cost") else "left",
+                         no_wrap=col in ("run", "started (UTC)"))
+    for r in runs:
+        phase = "-" if r.phase_reached is None else str(r.phase_reached)
+        table.add_row(r.run_id, r.model, r.created_ts[:16].replace("T", " "), phase, r.status,
+                      r.verdict or "-", str(r.events), f"{r.input_tokens + r.output_tokens:,}",
+                      f"${r.cost_usd:.2f}")
+    console().print(table)
+
+
+@main.command("show")
+@db_option
+@click.argument("run")
+@click.option("--events", "last", type=click.IntRange(min=0), default=20, show_default=True,
+              help="How many of the newest events to list.")
+@click.option("--json", "as_json", is_flag=True, help="Print the folded state and events as JSON.")
+def show_cmd(run: str, last: int, as_json: bool) -> None:
+    """Show one run: its folded state, phases and newest events (RUN may be a prefix)."""
+    with open_readonly() as store:
+        run_id = store.resolve_run(run)
+        state = store.fold(run_id)
+        status = store.live_status(run_id, state.status)
+        events = list(store.events(run_id, after_version=max(0, state.version - last)))
+    if as_json:
+        emit_json({"state": {**state.to_dict(), "wall_time_s": state.wall_time_s,
+                             "live_status": status},
+                   "events": [e.to_dict() for e in events]})
+        return
+    out = console()
+    t = state.totals
+    out.print(f"[bold]{run_id}[/]  {state.model} on {state.backend}, agent {state.agent}, "
+                  f"policy {state.policy}")
+    out.print(f"status {status}   verdict {state.verdict or '-'}   "
+                  f"events {state.version}   wall {state.wall_time_s:.1f} s   "
+                  f"tokens in {t.input_tokens:,} out {t.output_tokens:,}   "
+                  f"cost ${t.cost_usd:.4f}   tool calls {t.tool_calls}   errors {t.errors}")
+    phases = Table(title="phases", title_justify="left")
+    for col in ("#", "phase", "status", "attempts", "last gate", "wall s"):
+        phases.add_column(col)
+    for p in state.phases:
+        gate = p.last_gate
+        phases.add_row(str(p.phase), PHASE_NAMES[p.phase], p.status, str(p.attempts),
+                       "-" if gate is None else f"{gate.gate} {'PASS' if gate.passed else 'FAIL'}",
+                       f"{p.wall_time_s:.1f}")
+    out.print(phases)
+    listing = Table(title=f"newest {len(events)} events", title_justify="left")
+    for col in ("v", "time (UTC)", "type", "phase", "actor", "summary"):
+        listing.add_column(col, overflow="fold")
+    for e in events:
+        listing.add_row(str(e.run_version), e.ts[11:23], e.type,
+                        "-" if e.phase is None else str(e.phase), e.actor, describe(e))
+    out.print(listing)
+
+
+@main.command("verify")
+@db_option
+@click.argument("run", required=False)
+@click.option("--all", "all_runs", is_flag=True, help="Verify every run in the store.")
+@click.option("--json", "as_json", is_flag=True, help="Print the reports as JSON.")
+def verify_cmd(run: str | None, all_runs: bool, as_json: bool) -> None:
+    """Prove a run's hash chain untouched; name the first bad event if not."""
+    if bool(run) == all_runs:
+        raise click.UsageError("give a RUN id or --all")
+    path = db_path()
+    if all_runs and not path.exists():
+        click.echo(f"no runs to verify (no store at {path})")
+        return
+    with open_readonly() as store:
+        structural = store.integrity_problem()
+        if structural:
+            raise StoreError(f"{path} is damaged ({structural}); restore it from a copy or "
+                             "an export")
+        run_ids = store.run_ids() if all_runs else [store.resolve_run(run or "")]
+        reports = [store.verify(r, fold=False) for r in run_ids]
+    if as_json:
+        emit_json([{k: v for k, v in r.__dict__.items() if k != "state"} for r in reports])
+    else:
+        if not reports:
+            click.echo(f"no runs in {path}")
+        for r in reports:
+            click.echo(r.line(), err=not r.ok)
+    if not all(r.ok for r in reports):
+        sys.exit(EXIT_FAILED)
+
+
+@main.command("export")
+@db_option
+@click.argument("run")
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True,
+              help="The JSONL file to write (events, then the blobs they reference).")
+def export_cmd(run: str, output: Path) -> None:
+    """Write a verified run and its blobs to one JSONL file."""
+    with open_readonly() as store:
+        header = export_run(store, run, output)
+    click.echo(f"exported {header['run_id']}: {header['events']} events, {header['blobs']} "
+               f"blobs, head {header['head_hash'][:16]} -> {output}")
+
+
+@main.command("import")
+@db_option
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+def import_cmd(file: Path) -> None:
+    """Add a run from an export file to the store, after checking every link."""
+    exported = read_export(file)   # checked whole before the store is opened or created
+    path = db_path()
+    with EventStore.open(path) as store:
+        result = import_run(store, exported)
+    if result.already_present:
+        click.echo(f"{result.run_id} is already in {path} with the same head; nothing written")
+    else:
+        click.echo(f"imported {result.run_id}: {result.events} events, {result.blobs} blobs "
+                   f"into {path}")
+
+
+if __name__ == "__main__":
+    main()
