@@ -2,6 +2,7 @@
 typed payloads, and the pure fold into a `DeploymentState`. No I/O here, and no
 imports from the rest of the project."""
 
+from .describe import describe
 from .envelope import (
     ACTORS,
     GENESIS_HASH,
@@ -33,7 +34,6 @@ from .state import (
     apply,
     fold,
 )
-from .describe import describe
 from .upcasters import UPCASTERS, upcast
 
 __all__ = [

@@ -329,7 +329,8 @@ def _check_dataclass(cls: type, value: Any, path: str) -> dict[str, Any]:
     names = {f.name for f in fields(cls)}
     unknown = sorted(set(value) - names)
     if unknown:
-        raise InvalidEvent(f"{path}.{unknown[0]}: unknown field (known: {', '.join(sorted(names))})")
+        known = ", ".join(sorted(names))
+        raise InvalidEvent(f"{path}.{unknown[0]}: unknown field (known: {known})")
     out: dict[str, Any] = {}
     for f in fields(cls):
         if f.name in value:
@@ -370,7 +371,8 @@ def _check(tp: Any, value: Any, path: str) -> Any:  # noqa: C901 - one branch pe
         base, *meta = get_args(tp)
         value = _check(base, value, path)
         if "blob" in meta and not BLOB_REF_RE.match(value):
-            raise InvalidEvent(f"{path}: expected a blob reference 'sha256:<64 hex>', got {value!r}")
+            raise InvalidEvent(f"{path}: expected a blob reference 'sha256:<64 hex>', "
+                               f"got {value!r}")
         return value
     if origin in (Union, types.UnionType):
         options = get_args(tp)

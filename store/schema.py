@@ -22,7 +22,7 @@ OUR_TABLES = {"runs", "events", "blobs", "snapshots", "inbox"}
 
 
 def _v1(db: Database) -> None:
-    db["runs"].create({
+    db.table("runs").create({
         "run_id": str, "created_ts": str, "model": str, "backend": str, "agent": str,
         "parent_run_id": str, "parent_version": int,
         # A summary of the folded state, kept by the writer in the same
@@ -31,7 +31,7 @@ def _v1(db: Database) -> None:
         "head_ts": str, "status": str, "current_phase": int, "phase_reached": int,
         "verdict": str, "input_tokens": int, "output_tokens": int, "cost_usd": float,
     }, pk="run_id", not_null={"created_ts", "head_version", "head_hash", "status"})
-    db["events"].create({
+    db.table("events").create({
         "seq": int, "event_id": str, "run_id": str, "run_version": int, "type": str,
         "schema_version": int, "phase": int, "attempt": int, "actor": str, "ts": str,
         "causation_id": str, "correlation_id": str, "idempotency_key": str,
@@ -39,21 +39,21 @@ def _v1(db: Database) -> None:
     }, pk="seq", foreign_keys=[("run_id", "runs", "run_id")],
         not_null={"event_id", "run_id", "run_version", "type", "schema_version", "actor",
                   "ts", "payload", "prev_hash", "hash"})
-    db["events"].create_index(["event_id"], unique=True)
-    db["events"].create_index(["run_id", "run_version"], unique=True)
+    db.table("events").create_index(["event_id"], unique=True)
+    db.table("events").create_index(["run_id", "run_version"], unique=True)
     # NULL keys never collide in a UNIQUE index: only keyed events are deduplicated.
-    db["events"].create_index(["run_id", "idempotency_key"], unique=True)
-    db["events"].create_index(["run_id", "seq"])
-    db["blobs"].create({"sha256": str, "size": int, "codec": str, "data": bytes,
+    db.table("events").create_index(["run_id", "idempotency_key"], unique=True)
+    db.table("events").create_index(["run_id", "seq"])
+    db.table("blobs").create({"sha256": str, "size": int, "codec": str, "data": bytes,
                         "created_ts": str}, pk="sha256", not_null={"size", "codec", "data"})
-    db["snapshots"].create({"run_id": str, "run_version": int, "reducer_version": int,
+    db.table("snapshots").create({"run_id": str, "run_version": int, "reducer_version": int,
                             "hash": str, "state": str, "created_ts": str},
                            pk=("run_id", "run_version", "reducer_version"))
-    db["inbox"].create({"command_id": str, "run_id": str, "kind": str, "payload": str,
+    db.table("inbox").create({"command_id": str, "run_id": str, "kind": str, "payload": str,
                         "author": str, "created_ts": str, "consumed_event_id": str,
                         "consumed_ts": str}, pk="command_id",
                        not_null={"run_id", "kind", "payload", "created_ts"})
-    db["inbox"].create_index(["run_id", "consumed_event_id"])
+    db.table("inbox").create_index(["run_id", "consumed_event_id"])
     # One statement at a time: executescript() would commit the migration half-way.
     for name, when, body in _TRIGGERS:
         db.conn.execute(f"CREATE TRIGGER {name} {when} BEGIN {body}; END")

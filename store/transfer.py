@@ -157,7 +157,8 @@ def _read_export(path: Path) -> tuple[list[Event], dict[str, tuple[str, bytes, i
     header = records[0]
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise ImportRefused(f"{path} is not an npu-deploy run export (no header on line 1)")
-    if header.get("format_version") != FORMAT_VERSION or header.get("store_schema", 0) > SCHEMA_VERSION:
+    newer = header.get("store_schema", 0) > SCHEMA_VERSION
+    if header.get("format_version") != FORMAT_VERSION or newer:
         raise ImportRefused(f"{path} was written by a newer npu-deploy "
                             f"(format {header.get('format_version')}); upgrade to import it")
     try:
@@ -205,8 +206,6 @@ def _event_from_record(record: Any, where: str) -> Event:
         payload_json = canonical_json(record["payload"])
     except (TypeError, ValueError) as e:
         raise ImportRefused(f"{where}: payload is not JSON ({e})") from None
-    values = [record[k] for k in _ENVELOPE]
-    values[_ENVELOPE.index("payload")] = payload_json
     for name in ("event_id", "run_id", "type", "actor", "ts", "prev_hash", "hash"):
         if not isinstance(record[name], str):
             raise ImportRefused(f"{where}: {name} must be a string")
@@ -225,7 +224,13 @@ def _event_from_record(record: Any, where: str) -> Event:
         payload = validate_payload(type_, upcast(type_, version, record["payload"]))
     except InvalidEvent as e:
         raise ImportRefused(f"{where}: {e}") from None
-    return Event(None, *values[:12], payload_json, values[13], values[14], payload)
+    return Event(seq=None, event_id=record["event_id"], run_id=record["run_id"],
+                 run_version=record["run_version"], type=type_, schema_version=version,
+                 phase=record["phase"], attempt=record["attempt"], actor=record["actor"],
+                 ts=record["ts"], causation_id=record["causation_id"],
+                 correlation_id=record["correlation_id"],
+                 idempotency_key=record["idempotency_key"], payload_json=payload_json,
+                 prev_hash=record["prev_hash"], hash=record["hash"], payload=payload)
 
 
 def _blob_from_record(record: dict[str, Any], where: str) -> tuple[str, tuple[str, bytes, int]]:

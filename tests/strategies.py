@@ -37,7 +37,8 @@ def gate_payload(draw):
 def decision_payload(draw):
     decision = draw(st.sampled_from(["approve", "redirect", "pick", "pause", "abort"]))
     return {"decision": decision, "command_id": draw(ident),
-            "instruction": draw(st.text(min_size=1, max_size=20)) if decision == "redirect" else None,
+            "instruction": draw(st.text(min_size=1, max_size=20))
+            if decision == "redirect" else None,
             "direction_id": draw(ident) if decision == "pick" else None}
 
 
@@ -52,7 +53,8 @@ PAYLOADS = {
         "cost_usd": st.floats(min_value=0, max_value=10), "stop_reason": ident,
         "duration_s": st.floats(min_value=0, max_value=100)}),
     "tool.requested": st.fixed_dictionaries(
-        {"call_id": ident, "tool": ident, "arguments": st.dictionaries(text, json_value, max_size=3)}),
+        {"call_id": ident, "tool": ident,
+         "arguments": st.dictionaries(text, json_value, max_size=3)}),
     "tool.completed": st.fixed_dictionaries({"call_id": ident, "tool": ident, "ok": st.booleans()}),
     "gate.evaluated": gate_payload(),
     "profile.recorded": st.fixed_dictionaries({

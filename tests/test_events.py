@@ -157,3 +157,13 @@ def test_fold_is_deterministic_and_resumable_from_any_point(news):
     # Snapshots store the state as canonical JSON: it must come back equal.
     assert DeploymentState.from_dict(json.loads(canonical_json(whole.to_dict()))) == whole
     assert whole.version == len(events) and whole.last_hash == events[-1].hash
+
+
+def test_every_event_type_the_system_needs_is_defined():
+    from events import EVENT_TYPES
+    assert set(EVENT_TYPES) == {
+        "run.started", "run.resumed", "run.forked", "run.finished", "phase.entered",
+        "phase.exited", "agent.message", "model.called", "tool.requested", "tool.completed",
+        "tool.abandoned", "gate.evaluated", "profile.recorded", "checkpoint.requested",
+        "human.decision", "debug.proposed", "skill.loaded", "lesson.recorded",
+        "experience.recorded", "error"}

@@ -1,0 +1,25 @@
+"""The habits of STYLE.md, enforced: ruff-clean everywhere, mypy on the core packages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def run(tool: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / tool), *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_ruff_finds_nothing():
+    result = run("ruff", "check", ".")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_passes_on_the_core_packages():
+    result = run("mypy")
+    assert result.returncode == 0, result.stdout + result.stderr
