@@ -37,7 +37,7 @@ from events import (
 from .errors import ImportRefused, StoreError
 from .eventstore import EventStore, validate_run_id
 from .schema import SCHEMA_VERSION
-from .writer import RunWriter, insert_row, insert_run_row, update_run_row
+from .writer import insert_row, insert_run_row, take_run_lock, update_run_row
 
 FORMAT = "npu-deploy-run"
 FORMAT_VERSION = 1
@@ -114,7 +114,7 @@ def import_run(store: EventStore, source: str | os.PathLike[str] | ExportedRun) 
             return ImportResult(run_id, len(events), len(blobs), already_present=True)
         raise ImportRefused(f"run {run_id} already exists in {store.path} with other events; "
                             "import into another store (--db)")
-    lock = RunWriter._take_lock(store, run_id)
+    lock = take_run_lock(store, run_id)
     conn = store.conn
     try:
         conn.execute("BEGIN IMMEDIATE")

@@ -42,6 +42,10 @@ from .eventstore import EVENT_COLUMNS, EventStore, event_from_row, validate_run_
 #: A snapshot is cached every this many events (and when the writer closes).
 SNAPSHOT_EVERY = 1000
 
+#: How long a writer waits for a run's lock. Not zero: a reader asking
+#: `is_locked` holds the lock for an instant while it probes.
+LOCK_WAIT_S = 1.0
+
 _INSERT = ("INSERT INTO events (event_id, run_id, run_version, type, schema_version, phase, "
            "attempt, actor, ts, causation_id, correlation_id, idempotency_key, payload, "
            "prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
@@ -89,6 +93,19 @@ def insert_run_row(conn: sqlite3.Connection, first: Event) -> None:
          p.get("parent_run_id"), p.get("parent_version"), first.prev_hash, "new"))
 
 
+def take_run_lock(store: EventStore, run_id: str) -> FileLock:
+    """The OS file lock that makes a process the only writer of a run."""
+    path = store.lock_path(run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(path, timeout=LOCK_WAIT_S)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise RunLocked(f"run {run_id} is being written by another process (lock {path}); "
+                        "wait for it to finish, or stop that process first") from None
+    return lock
+
+
 class RunWriter:
     def __init__(self, store: EventStore, run_id: str, lock: FileLock) -> None:
         self.store = store
@@ -109,25 +126,13 @@ class RunWriter:
 
     # --- opening ------------------------------------------------------------------
 
-    @staticmethod
-    def _take_lock(store: EventStore, run_id: str) -> FileLock:
-        path = store.lock_path(run_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(path, timeout=0)
-        try:
-            lock.acquire()
-        except Timeout:
-            raise RunLocked(f"run {run_id} is being written by another process (lock {path}); "
-                            "wait for it to finish, or stop that process first") from None
-        return lock
-
     @classmethod
     def attach(cls, store: EventStore, run_id: str) -> RunWriter:
         if store.readonly:
             raise StoreError(f"{store.path} was opened read-only; open it writable to append")
         if store.conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
             raise UnknownRun(f"no run {run_id!r} in {store.path}; `npu-deploy runs` lists them")
-        lock = cls._take_lock(store, run_id)
+        lock = take_run_lock(store, run_id)
         try:
             return cls(store, run_id, lock)
         except BaseException:
@@ -142,7 +147,7 @@ class RunWriter:
         run_id = validate_run_id(run_id or new_run_id())
         first = prepare(NewEvent(first_type, started, actor=actor, idempotency_key="run.start"),
                         run_id=run_id, run_version=1, prev_hash="0" * 64)
-        lock = cls._take_lock(store, run_id)
+        lock = take_run_lock(store, run_id)
         try:
             conn = store.conn
             conn.execute("BEGIN IMMEDIATE")
