@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 from rich.console import Console
@@ -40,23 +40,39 @@ def code_version() -> str:
         return "0+unknown"
 
 
+EXIT_USAGE = 2     # a wrong flag or argument
+
+def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
+    click.echo(f"npu-deploy: error: {message}", err=True)
+    sys.exit(code)
+
+
 class CLI(click.Group):
-    """Turns the library's errors into one line and an exit code."""
+    """Turns every error, click's usage errors included, into one line and an exit code."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(*args, **kwargs)
+        except click.UsageError as e:
+            where = e.ctx.command_path if e.ctx else "npu-deploy"
+            fail(f"{e.format_message()} (see `{where} --help`)", EXIT_USAGE)
+        except click.ClickException as e:
+            fail(e.format_message(), e.exit_code)
+        except click.Abort:
+            fail("interrupted", 130)
+        sys.exit(code or 0)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except (StoreError, InvalidEvent) as e:
-            click.echo(f"npu-deploy: error: {e}", err=True)
-            sys.exit(EXIT_FAILED)
+            fail(str(e))
         except sqlite3.DatabaseError as e:
-            click.echo(f"npu-deploy: error: the store could not be read ({e}); check the "
-                       "file with `npu-deploy verify --all`", err=True)
-            sys.exit(EXIT_FAILED)
+            fail(f"the store could not be read ({e}); check the file with "
+                 "`npu-deploy verify --all`")
         except OSError as e:
-            click.echo(f"npu-deploy: error: {e.strerror or e}: {e.filename or ''}".rstrip(": "),
-                       err=True)
-            sys.exit(EXIT_FAILED)
+            fail(f"{e.strerror or e}: {e.filename or ''}".rstrip(": "))
 
 
 def db_option(f: F) -> F:
@@ -65,7 +81,8 @@ def db_option(f: F) -> F:
         if value is not None:
             ctx.ensure_object(dict)["db"] = value
     return click.option(
-        "--db", type=click.Path(path_type=Path, dir_okay=False), expose_value=False,
+        # No click-side checks: the store says in one line what is wrong with the path.
+        "--db", type=click.Path(path_type=Path, readable=False), expose_value=False,
         callback=remember, is_eager=True,
         help="Store file (default: $NPU_DEPLOY_DB, else ~/.local/share/npu-deploy/runs.db).",
     )(f)
@@ -146,13 +163,16 @@ def show_cmd(run: str, last: int, as_json: bool) -> None:
     """Show one run: its folded state, phases and newest events (RUN may be a prefix)."""
     with open_readonly() as store:
         run_id = store.resolve_run(run)
-        state = store.fold(run_id)
+        report = store.verify(run_id)
+        state = report.state or store.fold(run_id, use_snapshots=False)
         status = store.live_status(run_id, state.status)
         events = list(store.events(run_id, after_version=max(0, state.version - last)))
     if as_json:
         emit_json({"state": {**state.to_dict(), "wall_time_s": state.wall_time_s,
                              "live_status": status},
-                   "events": [e.to_dict() for e in events]})
+                   "verified": report.ok, "events": [e.to_dict() for e in events]})
+        if not report.ok:
+            fail(f"{report.line()}; what is shown is not to be trusted")
         return
     out = console()
     t = state.totals
@@ -178,6 +198,8 @@ def show_cmd(run: str, last: int, as_json: bool) -> None:
         listing.add_row(str(e.run_version), e.ts[11:23], e.type,
                         "-" if e.phase is None else str(e.phase), e.actor, describe(e))
     out.print(listing)
+    if not report.ok:
+        fail(f"{report.line()}; what is shown above is not to be trusted")
 
 
 @main.command("verify")
@@ -214,7 +236,7 @@ def verify_cmd(run: str | None, all_runs: bool, as_json: bool) -> None:
 @main.command("export")
 @db_option
 @click.argument("run")
-@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True,
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
               help="The JSONL file to write (events, then the blobs they reference).")
 def export_cmd(run: str, output: Path) -> None:
     """Write a verified run and its blobs to one JSONL file."""
@@ -226,7 +248,7 @@ def export_cmd(run: str, output: Path) -> None:
 
 @main.command("import")
 @db_option
-@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@click.argument("file", type=click.Path(path_type=Path, readable=False))
 def import_cmd(file: Path) -> None:
     """Add a run from an export file to the store, after checking every link."""
     exported = read_export(file)   # checked whole before the store is opened or created

@@ -475,10 +475,6 @@ def test_a_directory_in_npu_deploy_db_is_refused(cli, export_file, tmp_path, com
     assert list(scratch.iterdir()) == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "library bug: db_option uses click.Path(dir_okay=False), so click rejects a directory "
-    "as a usage error (exit 2, four lines, no 'npu-deploy: error:') before the store's "
-    "own one-line check runs"))
 @pytest.mark.parametrize("where", ["before", "after"])
 def test_a_directory_as_db_option_is_refused_with_one_line(cli, tmp_path, where):
     directory = tmp_path / "a-directory"
@@ -507,9 +503,6 @@ def test_an_unreadable_store_in_npu_deploy_db_is_refused(cli, db, export_file, t
 
 
 @pytest.mark.skipif(IS_ROOT, reason="root reads files whatever their mode")
-@pytest.mark.xfail(strict=True, reason=(
-    "library bug: db_option's click.Path is readable=True by default, so click rejects an "
-    "unreadable --db as a usage error (exit 2, four lines) before the store's one-line check"))
 def test_an_unreadable_store_as_db_option_is_refused_with_one_line(cli, db):
     untouched = Untouched(db.parent, None)
     db.chmod(0)
@@ -602,6 +595,26 @@ def test_verify_names_an_edited_event(cli, db, tmp_path):
     assert not out.exists()
 
 
+def test_show_on_a_tampered_run_says_it_cannot_be_trusted(cli, db):
+    tamper(db, ("DROP TRIGGER events_append_only_update", ()),
+           ("UPDATE events SET payload = ? WHERE run_id = ? AND run_version = 3",
+            ('{"role":"assistant","text":"edited"}', RUN_A)))
+    for args in (["show", RUN_A], ["show", "--json", RUN_A]):
+        result = cli("--db", db, *args)
+        assert result.exit_code == 1
+        line = assert_one_error(result, "BROKEN", "not to be trusted")
+        assert mentions_version(line, 3), line
+    assert json.loads(cli("--db", db, "show", "--json", RUN_A).stdout)["verified"] is False
+
+
+def test_a_wrong_flag_or_missing_argument_is_one_line(cli, db):
+    for args in (["verify"], ["runs", "--no-such-flag"], ["show"], ["no-such-command"],
+                 ["show", RUN_A, "--events", "-3"]):
+        result = cli("--db", db, *args)
+        assert result.exit_code == 2, args
+        assert_one_error(result, "--help")
+
+
 def test_verify_names_a_deleted_middle_event(cli, db):
     tamper(db, ("DROP TRIGGER events_append_only_delete", ()),
            ("DELETE FROM events WHERE run_id = ? AND run_version = 3", (RUN_A,)))
@@ -679,3 +692,23 @@ def test_importing_a_missing_file(cli, tmp_path):
     target = tmp_path / "t" / "target.db"
     assert_one_error(cli("--db", target, "import", tmp_path / "no-such.jsonl"), "no file")
     assert not target.parent.exists()
+
+
+@pytest.mark.skipif(not IS_ROOT or shutil.which("setpriv") is None,
+                    reason="needs root and util-linux setpriv to drop the DAC capabilities")
+def test_an_unreadable_store_is_refused_with_one_line_without_root_privileges(tmp_path):
+    """Root reads any file. Without CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH it is bound
+    by file modes like anyone else, so the CLI runs that way on a file it may not read."""
+    db = build_store(tmp_path / "runs.db")
+    os.chown(db, 65534, 65534)   # nobody's file, mode 000: no one else may read it
+    db.chmod(0)
+    before = (db.stat().st_size, db.stat().st_mtime_ns)
+    script = Path(sys.executable).parent / "npu-deploy"
+    result = subprocess.run(
+        ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--", str(script),
+         "--db", str(db), "runs"], capture_output=True, text=True, timeout=120)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode != 0
+    assert len(lines) == 1 and lines[0].startswith(ERROR_PREFIX), result.stderr
+    assert str(db) in lines[0] and "permission denied" in lines[0]
+    assert (db.stat().st_size, db.stat().st_mtime_ns) == before

@@ -23,6 +23,7 @@ import pytest
 
 from events import NewEvent
 from store import EventStore, RunLocked
+from store import writer as writer_module
 
 ROOT = Path(__file__).resolve().parents[1]
 STARTED = {"model": "m", "backend": "emulator", "agent": "autopilot", "code_version": "t"}
@@ -305,7 +306,13 @@ def test_sigkill_mid_batch_leaves_only_whole_batches_and_frees_the_lock(run, chi
 
 # --- 3. the writer lock is held across processes ------------------------------------------
 
-def test_writer_lock_is_exclusive_across_processes(run, children):
+@pytest.fixture
+def short_lock_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writers wait a moment for a busy lock before RunLocked; keep that short here."""
+    monkeypatch.setattr(writer_module, "LOCK_WAIT_S", 0.2, raising=False)
+
+
+def test_writer_lock_is_exclusive_across_processes(run, children, short_lock_wait):
     db, run_id = run
     holder = spawn(children, LOCK_HOLDER, db, run_id)
     holder.expect("READY")
@@ -334,7 +341,7 @@ def test_writer_lock_is_exclusive_across_processes(run, children):
         assert s.verify(run_id).ok
 
 
-def test_lock_of_a_killed_holder_is_released(run, children):
+def test_lock_of_a_killed_holder_is_released(run, children, short_lock_wait):
     db, run_id = run
     holder = spawn(children, LOCK_HOLDER, db, run_id)
     holder.expect("READY")
