@@ -33,6 +33,7 @@ from .state import (
     RunTotals,
     apply,
     fold,
+    with_head,
 )
 from .upcasters import UPCASTERS, upcast
 
@@ -40,6 +41,6 @@ __all__ = [
     "ACTORS", "BLOB_REF_RE", "EVENT_TYPES", "GENESIS_HASH", "PHASE_NAMES", "REDUCER_VERSION",
     "UPCASTERS", "DeploymentState", "Event", "GateSummary", "InvalidEvent", "NewEvent",
     "PhaseState", "RunTotals", "apply", "blob_refs", "canonical_json", "check_envelope",
-    "current_schema_version", "describe", "fold", "new_run_id", "seal", "sha256_hex", "upcast",
-    "utc_now", "uuid7", "validate_payload",
+    "current_schema_version", "describe", "fold", "new_run_id", "seal", "sha256_hex",
+    "upcast", "utc_now", "uuid7", "validate_payload", "with_head",
 ]

@@ -14,8 +14,7 @@ import os
 import re
 import threading
 import time
-import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -46,7 +45,7 @@ def canonical_json(value: Any) -> str:
                       allow_nan=False)
 
 
-def sha256_hex(data: bytes) -> str:
+def sha256_hex(data: bytes) -> str:  # noqa: D103
     return hashlib.sha256(data).hexdigest()
 
 
@@ -62,6 +61,7 @@ def uuid7() -> str:
     strictly increasing; the remaining 62 bits are random.
     """
     global _uuid_last_ms, _uuid_counter
+    rand = int.from_bytes(os.urandom(8))
     with _uuid_lock:
         ms = time.time_ns() // 1_000_000
         if ms <= _uuid_last_ms:
@@ -71,17 +71,26 @@ def uuid7() -> str:
                 ms += 1
                 _uuid_counter = 0
         else:
-            _uuid_counter = int.from_bytes(os.urandom(2)) & 0x3FF  # leave headroom
+            _uuid_counter = rand >> 54  # a random start below 0x400 leaves headroom
         _uuid_last_ms = ms
         counter = _uuid_counter
-    rand = int.from_bytes(os.urandom(8)) & ((1 << 62) - 1)
-    value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | rand
-    return str(uuid.UUID(int=value))
+    variant_and_rand = 0x8000000000000000 | (rand & 0x3FFFFFFFFFFFFFFF)
+    h = f"{ms & 0xFFFFFFFFFFFF:012x}7{counter:03x}{variant_and_rand:016x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+_ts_second = -1
+_ts_prefix = ""
 
 
 def utc_now() -> str:
     """UTC timestamp with microseconds, e.g. 2026-11-21T05:12:58.123456Z."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    global _ts_second, _ts_prefix
+    second, micro = divmod(time.time_ns() // 1000, 1_000_000)
+    if second != _ts_second:   # formatting the date is the slow part: once a second
+        _ts_prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        _ts_second = second
+    return f"{_ts_prefix}.{micro:06d}Z"
 
 
 def parse_ts(ts: str) -> datetime:
@@ -93,14 +102,31 @@ def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S-") + os.urandom(3).hex()
 
 
-def chain_hash(*fields: Any) -> str:
-    """SHA-256 of an event's link: every stored column but `seq` and `hash`, in
-    storage order (event_id .. prev_hash), as a canonical JSON array.
+#: Separates the fields of the hashed preimage. No field can hold it: ids and
+#: names are validated printable text, and canonical JSON escapes control
+#: characters. `verify` counts separators, so a field edited to hold one is found.
+SEP: Final = "\x1f"
+PREIMAGE_SEPARATORS: Final = 14
 
-    The payload enters as its exact stored text, so any changed byte of it
-    changes the hash, even one that would decode to the same value.
-    """
-    return sha256_hex(canonical_json([HASH_FORMAT, *fields]).encode("ascii"))
+
+def hash_preimage(event_id: str, run_id: str, run_version: int, type_: str,
+                  schema_version: int, phase: int | None, attempt: int | None, actor: str,
+                  ts: str, causation_id: str | None, correlation_id: str | None,
+                  idempotency_key: str | None, payload_json: str, prev_hash: str) -> str:
+    """What an event's hash covers: every stored column but `seq` and `hash`, in
+    storage order, joined by SEP, NULL as the empty string (which no optional id
+    may be). The payload enters as its exact stored text, so any changed byte of
+    it changes the hash, even one that would decode to the same value."""
+    return (f"{HASH_FORMAT}{SEP}{event_id}{SEP}{run_id}{SEP}{run_version}{SEP}{type_}{SEP}"
+            f"{schema_version}{SEP}{'' if phase is None else phase}{SEP}"
+            f"{'' if attempt is None else attempt}{SEP}{actor}{SEP}{ts}{SEP}"
+            f"{causation_id or ''}{SEP}{correlation_id or ''}{SEP}{idempotency_key or ''}{SEP}"
+            f"{payload_json}{SEP}{prev_hash}")
+
+
+def chain_hash(*fields: Any) -> str:
+    """SHA-256 (hex) of `hash_preimage(*fields)`."""
+    return hashlib.sha256(hash_preimage(*fields).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,18 +192,18 @@ class Event:
 
 
 def seal(new: NewEvent, *, run_id: str, run_version: int, prev_hash: str,
-         schema_version: int, payload_json: str, event_id: str | None = None,
-         ts: str | None = None) -> Event:
+         schema_version: int, payload_json: str, payload: dict[str, Any] | None = None,
+         event_id: str | None = None, ts: str | None = None) -> Event:
     """Fix an event's identity and time and compute its link in the chain."""
-    event = Event(
-        seq=None, event_id=event_id or uuid7(), run_id=run_id, run_version=run_version,
-        type=new.type, schema_version=schema_version, phase=new.phase,
-        attempt=new.attempt, actor=new.actor, ts=ts or utc_now(),
-        causation_id=new.causation_id, correlation_id=new.correlation_id,
-        idempotency_key=new.idempotency_key, payload_json=payload_json,
-        prev_hash=prev_hash, hash="", payload=new.payload,
-    )
-    return replace(event, hash=event.computed_hash())
+    event_id = event_id or uuid7()
+    ts = ts or utc_now()
+    digest = chain_hash(event_id, run_id, run_version, new.type, schema_version, new.phase,
+                        new.attempt, new.actor, ts, new.causation_id, new.correlation_id,
+                        new.idempotency_key, payload_json, prev_hash)
+    return Event(None, event_id, run_id, run_version, new.type, schema_version, new.phase,
+                 new.attempt, new.actor, ts, new.causation_id, new.correlation_id,
+                 new.idempotency_key, payload_json, prev_hash, digest,
+                 new.payload if payload is None else payload)
 
 
 def check_envelope(new: NewEvent) -> None:
@@ -191,5 +217,6 @@ def check_envelope(new: NewEvent) -> None:
         raise InvalidEvent(f"attempt: {new.attempt!r} must be an integer >= 1")
     for name in ("causation_id", "correlation_id", "idempotency_key"):
         value = getattr(new, name)
-        if value is not None and (not isinstance(value, str) or not value or len(value) > 200):
-            raise InvalidEvent(f"{name}: must be a non-empty string of at most 200 characters")
+        if value is not None and (not isinstance(value, str) or not value or len(value) > 200
+                                  or not value.isprintable()):
+            raise InvalidEvent(f"{name}: must be 1-200 printable characters")

@@ -39,11 +39,14 @@ def _v1(db: Database) -> None:
     }, pk="seq", foreign_keys=[("run_id", "runs", "run_id")],
         not_null={"event_id", "run_id", "run_version", "type", "schema_version", "actor",
                   "ts", "payload", "prev_hash", "hash"})
-    db.table("events").create_index(["event_id"], unique=True)
+    # No index on event_id: ids are UUIDv7 (time + 74 random bits), and one more
+    # B-tree page per durable append costs more than the rare lookup by id saves.
     db.table("events").create_index(["run_id", "run_version"], unique=True)
-    # NULL keys never collide in a UNIQUE index: only keyed events are deduplicated.
-    db.table("events").create_index(["run_id", "idempotency_key"], unique=True)
-    db.table("events").create_index(["run_id", "seq"])
+    # Partial: only keyed events are deduplicated, and an unkeyed append (most of
+    # them) touches one index page less. `tail` needs no (run_id, seq) index: it
+    # range-scans the rowid from its cursor.
+    db.conn.execute("CREATE UNIQUE INDEX idx_events_run_idempotency ON events "
+                    "(run_id, idempotency_key) WHERE idempotency_key IS NOT NULL")
     db.table("blobs").create({"sha256": str, "size": int, "codec": str, "data": bytes,
                         "created_ts": str}, pk="sha256", not_null={"size", "codec", "data"})
     db.table("snapshots").create({"run_id": str, "run_version": int, "reducer_version": int,
@@ -70,6 +73,11 @@ _TRIGGERS = [
      "SELECT RAISE(ABORT, 'inbox command already consumed')"),
     ("inbox_kept", "BEFORE DELETE ON inbox",
      "SELECT RAISE(ABORT, 'inbox commands are kept: DELETE refused')"),
+    # The run's head follows every insert, inside SQLite: no writer or importer can
+    # forget it, and `verify` compares it with the last event to catch a cut tail.
+    ("events_advance_head", "AFTER INSERT ON events",
+     "UPDATE runs SET head_version = NEW.run_version, head_hash = NEW.hash, "
+     "head_seq = NEW.seq, head_type = NEW.type, head_ts = NEW.ts WHERE run_id = NEW.run_id"),
     ("runs_head_advances",
      "BEFORE UPDATE OF head_version ON runs WHEN NEW.head_version < OLD.head_version",
      "SELECT RAISE(ABORT, 'a run head only moves forward')"),

@@ -14,7 +14,7 @@ import json
 import os
 import tempfile
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ from events import (
 from .errors import ImportRefused, StoreError
 from .eventstore import EventStore, validate_run_id
 from .schema import SCHEMA_VERSION
-from .writer import insert_row, insert_run_row, take_run_lock, update_run_row
+from .writer import insert_row, insert_run_row, take_run_lock, update_run_summary
 
 FORMAT = "npu-deploy-run"
 FORMAT_VERSION = 1
@@ -122,9 +122,8 @@ def import_run(store: EventStore, source: str | os.PathLike[str] | ExportedRun) 
             insert_run_row(conn, events[0])
             state = DeploymentState()
             for event in events:
-                event = replace(event, seq=insert_row(conn, event))
-                state = apply(state, event)
-            update_run_row(conn, state, event)
+                state = apply(state, insert_row(conn, event))
+            update_run_summary(conn, state)
             for digest, (codec, data, size) in blobs.items():
                 conn.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?, ?, ?, datetime('now'))",
                              (digest, size, codec, data))

@@ -2,19 +2,24 @@
 
 Exactly one `RunWriter` per run exists across all processes: it holds an OS
 file lock (released by the kernel if the process dies). It keeps the run's
-head and folded state in memory and updates them only after a commit.
+head and folded state in memory and moves them only after a commit.
+
+An append is on the agent's critical path, once per message, tool call and
+gate, so its cost is kept close to a bare SQLite insert: the run's head in
+`runs` is advanced by a trigger inside SQLite, and an event that changes
+nothing but the head is one autocommit INSERT, atomic and fsync'd.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from filelock import FileLock, Timeout
 
 from events import (
+    GENESIS_HASH,
     DeploymentState,
     Event,
     InvalidEvent,
@@ -27,7 +32,9 @@ from events import (
     seal,
     utc_now,
     validate_payload,
+    with_head,
 )
+from events.state import REDUCED_TYPES, reduce_body
 
 from .errors import (
     CommandAlreadyConsumed,
@@ -50,9 +57,9 @@ _INSERT = ("INSERT INTO events (event_id, run_id, run_version, type, schema_vers
            "attempt, actor, ts, causation_id, correlation_id, idempotency_key, payload, "
            "prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 
-_UPDATE_RUN = ("UPDATE runs SET head_version = ?, head_hash = ?, head_seq = ?, head_type = ?, "
-               "head_ts = ?, status = ?, current_phase = ?, phase_reached = ?, verdict = ?, "
-               "input_tokens = ?, output_tokens = ?, cost_usd = ? WHERE run_id = ?")
+_UPDATE_SUMMARY = ("UPDATE runs SET status = ?, current_phase = ?, phase_reached = ?, "
+                   "verdict = ?, input_tokens = ?, output_tokens = ?, cost_usd = ? "
+                   "WHERE run_id = ?")
 
 
 def prepare(new: NewEvent, *, run_id: str, run_version: int, prev_hash: str,
@@ -62,26 +69,31 @@ def prepare(new: NewEvent, *, run_id: str, run_version: int, prev_hash: str,
         raise InvalidEvent(f"expected a NewEvent, got {type(new).__name__}")
     check_envelope(new)
     payload = validate_payload(new.type, new.payload)
-    return seal(replace(new, payload=payload), run_id=run_id, run_version=run_version,
-                prev_hash=prev_hash, schema_version=current_schema_version(new.type),
-                payload_json=canonical_json(payload), event_id=event_id, ts=ts)
+    return seal(new, run_id=run_id, run_version=run_version, prev_hash=prev_hash,
+                schema_version=current_schema_version(new.type),
+                payload_json=canonical_json(payload), payload=payload, event_id=event_id, ts=ts)
 
 
-def insert_row(conn: sqlite3.Connection, event: Event) -> int:
-    cur = conn.execute(_INSERT, (
+def insert_row(conn: sqlite3.Connection, event: Event) -> Event:
+    """Insert an event (the `events_advance_head` trigger moves its run's head) and
+    return it with the `seq` the storage gave it."""
+    seq = conn.execute(_INSERT, (
         event.event_id, event.run_id, event.run_version, event.type, event.schema_version,
         event.phase, event.attempt, event.actor, event.ts, event.causation_id,
         event.correlation_id, event.idempotency_key, event.payload_json, event.prev_hash,
-        event.hash))
-    assert cur.lastrowid is not None
-    return cur.lastrowid
+        event.hash)).lastrowid
+    # The event is not yet visible to any caller: setting its one storage-assigned
+    # field in place is safe, and cheaper than copying all seventeen.
+    object.__setattr__(event, "seq", seq)
+    return event
 
 
-def update_run_row(conn: sqlite3.Connection, state: DeploymentState, head: Event) -> None:
-    conn.execute(_UPDATE_RUN, (
-        state.version, state.last_hash, head.seq, head.type, head.ts, state.status,
-        state.current_phase, state.phase_reached, state.verdict, state.totals.input_tokens,
-        state.totals.output_tokens, state.totals.cost_usd, state.run_id))
+def update_run_summary(conn: sqlite3.Connection, state: DeploymentState) -> None:
+    """Keep the run's listing columns in step with its folded state."""
+    t = state.totals
+    conn.execute(_UPDATE_SUMMARY, (state.status, state.current_phase, state.phase_reached,
+                                   state.verdict, t.input_tokens, t.output_tokens, t.cost_usd,
+                                   state.run_id))
 
 
 def insert_run_row(conn: sqlite3.Connection, first: Event) -> None:
@@ -112,15 +124,21 @@ class RunWriter:
         self.run_id = run_id
         self._lock = lock
         # Our own connection: commits from it move other connections' data_version.
+        # Autocommit: a lone INSERT is its own transaction; larger ones say BEGIN.
         self._store = EventStore.open(store.path)
         self._conn = self._store.conn
+        self._conn.isolation_level = None
         # Never extend a chain that does not verify: the new links would vouch for it.
         report = self._store.verify(run_id)
         if not report.ok or report.state is None:
             self._store.close()
             raise StoreCorrupt(f"run {run_id} fails verification, refusing to append: "
                                f"{report.problem}")
-        self.state: DeploymentState = report.state
+        # `_folded` has every reducer applied; its head may lag `_version/_hash`,
+        # which move with every append (`state` joins the two when asked).
+        self._folded: DeploymentState = report.state
+        self._version, self._hash = report.state.version, report.state.last_hash
+        self._last: Event | None = None
         self._since_snapshot = 0
         self._closed = False
 
@@ -146,7 +164,7 @@ class RunWriter:
             raise StoreError(f"{store.path} was opened read-only; open it writable to append")
         run_id = validate_run_id(run_id or new_run_id())
         first = prepare(NewEvent(first_type, started, actor=actor, idempotency_key="run.start"),
-                        run_id=run_id, run_version=1, prev_hash="0" * 64)
+                        run_id=run_id, run_version=1, prev_hash=GENESIS_HASH)
         lock = take_run_lock(store, run_id)
         try:
             conn = store.conn
@@ -156,9 +174,7 @@ class RunWriter:
                     raise StoreError(f"run {run_id} already exists in {store.path}; "
                                      "choose another run id")
                 insert_run_row(conn, first)
-                seq = insert_row(conn, first)
-                first = replace(first, seq=seq)
-                update_run_row(conn, apply(DeploymentState(), first), first)
+                update_run_summary(conn, apply(DeploymentState(), insert_row(conn, first)))
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
@@ -168,11 +184,20 @@ class RunWriter:
             lock.release()
             raise
 
-    # --- appending ------------------------------------------------------------------
+    # --- state ----------------------------------------------------------------------
 
     @property
     def version(self) -> int:
-        return self.state.version
+        return self._version
+
+    @property
+    def state(self) -> DeploymentState:
+        """The run's folded state after its newest event."""
+        if self._last is not None and self._folded.version != self._version:
+            self._folded = with_head(self._folded, self._last)
+        return self._folded
+
+    # --- appending ------------------------------------------------------------------
 
     def append(self, new: NewEvent, *, consumes: str | None = None) -> Event:
         """Append one event durably (its own transaction, fsync'd by synchronous=FULL).
@@ -181,16 +206,27 @@ class RunWriter:
         returned and nothing is written. With `consumes`, the inbox command of
         that id is marked as recorded by this event in the same transaction.
         """
-        return self.append_batch([new], consumes=[consumes] if consumes else None)[0]
+        self._check_open()
+        if consumes is not None or getattr(new, "idempotency_key", None) is not None:
+            return self.append_batch([new], consumes=[consumes])[0]
+        event = prepare(new, run_id=self.run_id, run_version=self._version + 1,
+                        prev_hash=self._hash)
+        if event.type in REDUCED_TYPES:
+            return self._commit([event], None)[0]
+        # Only the head moves: one autocommit INSERT (the trigger advances the head).
+        insert_row(self._conn, event)
+        self._advanced(event, 1)
+        return event
 
     def append_batch(self, news: Sequence[NewEvent],
                      consumes: Sequence[str | None] | None = None) -> list[Event]:
         """Append several events in one transaction: all of them, or none."""
         self._check_open()
         out: list[Event | None] = [None] * len(news)
-        fresh: list[tuple[int, Event]] = []
-        state = self.state
-        seen_keys: dict[str, int] = {}
+        fresh: list[Event] = []
+        fresh_consumes: list[str | None] = []
+        seen_keys: set[str] = set()
+        version, prev = self._version, self._hash
         for i, new in enumerate(news):
             key = new.idempotency_key if isinstance(new, NewEvent) else None
             if key is not None:
@@ -200,36 +236,45 @@ class RunWriter:
                     continue
                 if key in seen_keys:
                     raise IdempotencyConflict(f"idempotency_key {key!r} appears twice in one batch")
-                seen_keys[key] = i
-            event = prepare(new, run_id=self.run_id, run_version=state.version + len(fresh) + 1,
-                            prev_hash=fresh[-1][1].hash if fresh else state.last_hash)
-            fresh.append((i, event))
-        if not fresh:
-            return [e for e in out if e is not None]
+                seen_keys.add(key)
+            version += 1
+            event = prepare(new, run_id=self.run_id, run_version=version, prev_hash=prev)
+            prev = event.hash
+            fresh.append(event)
+            fresh_consumes.append(consumes[i] if consumes else None)
+            out[i] = event
+        if fresh:
+            self._commit(fresh, fresh_consumes)
+        return [e for e in out if e is not None]
+
+    def _commit(self, events: list[Event], consumes: list[str | None] | None) -> list[Event]:
         conn = self._conn
+        folded = self._folded
         conn.execute("BEGIN IMMEDIATE")
         try:
-            committed = []
-            for i, event in fresh:
-                event = replace(event, seq=insert_row(conn, event))
-                command = consumes[i] if consumes else None
-                if command:
-                    self._consume(command, event)
-                state = apply(state, event)
-                committed.append((i, event))
-            update_run_row(conn, state, committed[-1][1])
+            for i, event in enumerate(events):
+                insert_row(conn, event)
+                if consumes and consumes[i]:
+                    self._consume(consumes[i], event)  # type: ignore[arg-type]
+                folded = reduce_body(folded, event)
+            if folded is not self._folded:
+                update_run_summary(conn, folded)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
+            for event in events:
+                object.__setattr__(event, "seq", None)   # nothing of this batch is stored
             raise
         # Commit, then apply: the in-memory head moves only after the commit.
-        self.state = state
-        for i, event in committed:
-            out[i] = event
-        self._since_snapshot += len(committed)
+        self._folded = folded
+        self._advanced(events[-1], len(events))
+        return events
+
+    def _advanced(self, last: Event, count: int) -> None:
+        self._version, self._hash, self._last = last.run_version, last.hash, last
+        self._since_snapshot += count
         if self._since_snapshot >= SNAPSHOT_EVERY:
             self.snapshot()
-        return [e for e in out if e is not None]
 
     def _consume(self, command_id: str, event: Event) -> None:
         cur = self._conn.execute(

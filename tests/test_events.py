@@ -21,6 +21,7 @@ from events import (
     uuid7,
     validate_payload,
 )
+from events.state import fold_slowly
 from store.writer import prepare
 
 
@@ -151,7 +152,7 @@ def test_fold_follows_a_phase_through_failure_debug_pick_pass_and_approval():
 def test_fold_is_deterministic_and_resumable_from_any_point(news):
     events = seal_all(news)
     whole = fold(events)
-    assert fold(events) == whole
+    assert fold(events) == whole == fold_slowly(events)
     for cut in (0, len(events) // 2, len(events)):
         assert fold(events[cut:], fold(events[:cut])) == whole
     # Snapshots store the state as canonical JSON: it must come back equal.
