@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import re
 import threading
 import time
@@ -41,14 +42,23 @@ def canonical_json(value: Any) -> str:
     surrogates, so it always encodes and always hashes the same way.
     NaN and infinities are not JSON and are refused.
     """
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                      allow_nan=False)
+    return _CANONICAL.encode(value)
+
+
+# Built once: json.dumps with non-default options builds a new encoder per call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                              allow_nan=False)
 
 
 def sha256_hex(data: bytes) -> str:  # noqa: D103
     return hashlib.sha256(data).hexdigest()
 
 
+# Ids need uniqueness, not secrecy: a seeded Mersenne Twister is enough, and much
+# cheaper than a system call per event.
+_random = random.Random(int.from_bytes(os.urandom(16)))
+# A forked child must not draw the same numbers as its parent.
+os.register_at_fork(after_in_child=lambda: _random.seed(int.from_bytes(os.urandom(16))))
 _uuid_lock = threading.Lock()
 _uuid_last_ms = 0
 _uuid_counter = 0
@@ -61,7 +71,7 @@ def uuid7() -> str:
     strictly increasing; the remaining 62 bits are random.
     """
     global _uuid_last_ms, _uuid_counter
-    rand = int.from_bytes(os.urandom(8))
+    rand = _random.getrandbits(64)
     with _uuid_lock:
         ms = time.time_ns() // 1_000_000
         if ms <= _uuid_last_ms:

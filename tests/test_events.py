@@ -168,3 +168,22 @@ def test_every_event_type_the_system_needs_is_defined():
         "tool.abandoned", "gate.evaluated", "profile.recorded", "checkpoint.requested",
         "human.decision", "debug.proposed", "skill.loaded", "lesson.recorded",
         "experience.recorded", "error"}
+
+
+def test_a_forked_process_does_not_repeat_its_parents_event_ids():
+    import os
+
+    uuid7()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # child: report its next ids, then leave without running pytest's atexit
+        os.write(write, ",".join(uuid7() for _ in range(50)).encode())
+        os._exit(0)
+    os.close(write)
+    parent = {uuid7() for _ in range(50)}
+    with os.fdopen(read) as f:
+        child = set(f.read().split(","))
+    os.waitpid(pid, 0)
+    # Ids made in the same millisecond share their leading bits; the random tail differs.
+    assert not parent & child and len(child) == 50
+    assert not {i[-12:] for i in parent} & {i[-12:] for i in child}
