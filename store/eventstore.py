@@ -32,6 +32,7 @@ from events import (
     upcast,
     utc_now,
     uuid7,
+    validate_payload,
     with_head,
 )
 from events.envelope import PREIMAGE_SEPARATORS, RUN_ID_RE, SEP, hash_preimage
@@ -392,8 +393,12 @@ class EventStore:
         """Leave a command (a person's decision) for the run's writer; returns its id."""
         if kind not in COMMAND_KINDS:
             raise InvalidEvent(f"kind: {kind!r} is not one of {', '.join(COMMAND_KINDS)}")
-        run_id = self.resolve_run(run_id)
         command_id = uuid7()
+        # Refuse now what could not be recorded later: the command must make a valid
+        # human.decision (a redirect needs its instruction, a pick its direction).
+        validate_payload("human.decision", {**(payload or {}), "decision": kind,
+                                            "command_id": command_id, "author": author})
+        run_id = self.resolve_run(run_id)
         with self.db.atomic():
             self.conn.execute(
                 "INSERT INTO inbox (command_id, run_id, kind, payload, author, created_ts) "

@@ -23,3 +23,13 @@ def test_ruff_finds_nothing():
 def test_mypy_passes_on_the_core_packages():
     result = run("mypy")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_package_imports_the_npu_runtime_at_import_time():
+    """pyxrt and mlir-air exist only on an NPU machine: importing npu-deploy must not need them."""
+    code = ("import sys, events, store, machine, oracle, kernels, skills, npu_tui, npu_deploy.cli\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyxrt', 'air', 'aie')))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

@@ -123,6 +123,18 @@ def test_an_inbox_command_is_recorded_exactly_once(store, db_path):
         raw(db_path).execute("UPDATE inbox SET consumed_event_id = NULL")
 
 
+def test_an_inbox_command_that_could_not_be_recorded_is_refused_when_posted(store):
+    with store.create_run(STARTED) as w:
+        run_id = w.run_id
+    with pytest.raises(InvalidEvent, match="instruction"):
+        store.post_command(run_id, "redirect")
+    with pytest.raises(InvalidEvent, match="direction_id"):
+        store.post_command(run_id, "pick", {"instruction": "x"})
+    with pytest.raises(InvalidEvent, match="kind"):
+        store.post_command(run_id, "merge")
+    assert store.pending_commands(run_id) == []
+
+
 def test_one_writer_per_run(store):
     with store.create_run(STARTED) as w:
         with pytest.raises(RunLocked, match=w.run_id):
