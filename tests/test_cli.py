@@ -19,13 +19,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from conftest import STARTED
 
 from events import NewEvent
 from npu_deploy.cli import main
 from store import EventStore
 
-STARTED = {"model": "tiny-llama", "backend": "emulator", "agent": "autopilot",
-           "code_version": "test"}
 RUN_A = "20260101T000000-aaaaaa"      # 5 events: run.started, 4 messages
 RUN_B = "20260101T000001-bbbbbb"      # 3 events
 ERROR_PREFIX = "npu-deploy: error:"

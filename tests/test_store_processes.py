@@ -20,13 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import STARTED
 
 from events import NewEvent
 from store import EventStore, RunLocked
 from store import writer as writer_module
 
 ROOT = Path(__file__).resolve().parents[1]
-STARTED = {"model": "m", "backend": "emulator", "agent": "autopilot", "code_version": "t"}
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
 
