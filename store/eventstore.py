@@ -26,7 +26,6 @@ from events import (
     DeploymentState,
     Event,
     InvalidEvent,
-    apply,
     canonical_json,
     sha256_hex,
     upcast,
@@ -35,6 +34,7 @@ from events import (
     validate_payload,
     with_head,
 )
+from events import fold as fold_events
 from events.envelope import PREIMAGE_SEPARATORS, RUN_ID_RE, SEP, hash_preimage
 from events.state import REDUCED_TYPES, reduce_body
 
@@ -258,10 +258,8 @@ class EventStore:
         state = DeploymentState()
         if use_snapshots:
             state = self.load_snapshot(run_id, upto_version) or state
-        for event in self.events(run_id, after_version=state.version,
-                                 upto_version=upto_version):
-            state = apply(state, event)
-        return state
+        return fold_events(self.events(run_id, after_version=state.version,
+                                       upto_version=upto_version), state)
 
     def save_snapshot(self, state: DeploymentState) -> None:
         """Cache a folded state. Deleting snapshots changes nothing but speed."""
