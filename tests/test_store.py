@@ -375,3 +375,26 @@ def test_export_files_carry_payloads_as_stored(store, tmp_path):
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert lines[0]["format"] == "npu-deploy-run" and lines[0]["events"] == 2
     assert lines[2]["event"]["payload"] == {"role": "assistant", "text": "hello"}
+
+
+def test_a_store_migrates_forward_once_and_keeps_its_runs(db_path, monkeypatch):
+    from store import schema
+
+    with EventStore.open(db_path) as s, s.create_run(STARTED) as w:
+        w.append(msg("before the migration"))
+        run_id, head = w.run_id, w.state.last_hash
+
+    def v2(db):   # a later schema adds a column; old rows keep their bytes
+        db.conn.execute("ALTER TABLE runs ADD COLUMN note TEXT")
+
+    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, v2])
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", 2)
+    with pytest.raises(Exception, match="schema 1; run any writing command"):
+        EventStore.open(db_path, readonly=True)   # readers never migrate
+    with EventStore.open(db_path) as s:
+        assert s.conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        report = s.verify(run_id)
+        assert report.ok and report.head_hash == head
+        assert "note" in {c.name for c in s.db.table("runs").columns}
+    with EventStore.open(db_path) as s:   # a second open finds nothing to do
+        assert s.conn.execute("PRAGMA user_version").fetchone()[0] == 2
