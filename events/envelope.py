@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 ACTORS: Final = ("agent", "harness", "human", "evaluator")
 PHASES: Final = range(8)
@@ -153,9 +153,12 @@ class NewEvent:
     idempotency_key: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    """A stored event. `payload_json` is the exact hashed text of `payload`."""
+class Event(NamedTuple):
+    """A stored event. `payload_json` is the exact hashed text of `payload`.
+
+    A named tuple, not a dataclass: one is built per append and per row read,
+    and the fields from `event_id` to `hash` are, in order, the stored columns.
+    """
 
     seq: int | None
     event_id: str
@@ -176,22 +179,11 @@ class Event:
     payload: dict[str, Any]
 
     def computed_hash(self) -> str:
-        return chain_hash(self.event_id, self.run_id, self.run_version, self.type,
-                          self.schema_version, self.phase, self.attempt, self.actor, self.ts,
-                          self.causation_id, self.correlation_id, self.idempotency_key,
-                          self.payload_json, self.prev_hash)
+        return chain_hash(*self[1:15])
 
     def row(self) -> dict[str, Any]:
         """The stored columns (no decoded payload)."""
-        return {
-            "seq": self.seq, "event_id": self.event_id, "run_id": self.run_id,
-            "run_version": self.run_version, "type": self.type,
-            "schema_version": self.schema_version, "phase": self.phase,
-            "attempt": self.attempt, "actor": self.actor, "ts": self.ts,
-            "causation_id": self.causation_id, "correlation_id": self.correlation_id,
-            "idempotency_key": self.idempotency_key, "payload": self.payload_json,
-            "prev_hash": self.prev_hash, "hash": self.hash,
-        }
+        return dict(zip(STORED_COLUMNS, self[:16], strict=True))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form for export and `--json`: the decoded payload, no seq."""
@@ -199,6 +191,12 @@ class Event:
         del row["seq"]
         row["payload"] = self.payload
         return row
+
+
+#: The columns of the events table, in the order of `Event`'s first sixteen fields.
+STORED_COLUMNS: Final = ("seq", "event_id", "run_id", "run_version", "type", "schema_version",
+                         "phase", "attempt", "actor", "ts", "causation_id", "correlation_id",
+                         "idempotency_key", "payload", "prev_hash", "hash")
 
 
 def seal(new: NewEvent, *, run_id: str, run_version: int, prev_hash: str,

@@ -35,7 +35,13 @@ from events import (
     with_head,
 )
 from events import fold as fold_events
-from events.envelope import PREIMAGE_SEPARATORS, RUN_ID_RE, SEP, hash_preimage
+from events.envelope import (
+    PREIMAGE_SEPARATORS,
+    RUN_ID_RE,
+    SEP,
+    STORED_COLUMNS,
+    hash_preimage,
+)
 from events.state import REDUCED_TYPES, reduce_body
 
 from .errors import StoreCorrupt, StoreError, UnknownRun
@@ -44,9 +50,7 @@ from .schema import connect
 if TYPE_CHECKING:
     from .writer import RunWriter
 
-EVENT_COLUMNS = ("seq, event_id, run_id, run_version, type, schema_version, phase, attempt, "
-                 "actor, ts, causation_id, correlation_id, idempotency_key, payload, "
-                 "prev_hash, hash")
+EVENT_COLUMNS = ", ".join(STORED_COLUMNS)
 
 COMMAND_KINDS = ("approve", "redirect", "pick", "pause", "abort")
 RUN_OPENERS = ("run.started", "run.forked")
@@ -60,15 +64,12 @@ def default_db_path() -> Path:
 
 def event_from_row(row: tuple[Any, ...], payload: Any = None) -> Event:
     """A stored row as an `Event`; `payload` is upcast to its type's current schema."""
-    (seq, event_id, run_id, run_version, type_, schema_version, phase, attempt, actor, ts,
-     causation_id, correlation_id, idempotency_key, payload_json, prev_hash, hash_) = row
     if payload is None:
-        payload = json.loads(payload_json)
+        payload = json.loads(row[13])
+    type_, schema_version = row[4], row[5]
     if schema_version != EVENT_TYPES.get(type_, (None, schema_version))[1]:
         payload = upcast(type_, schema_version, payload)
-    return Event(seq, event_id, run_id, run_version, type_, schema_version, phase, attempt,
-                 actor, ts, causation_id, correlation_id, idempotency_key, payload_json,
-                 prev_hash, hash_, payload)
+    return Event._make((*row, payload))
 
 
 @dataclass(frozen=True)

@@ -77,15 +77,7 @@ def prepare(new: NewEvent, *, run_id: str, run_version: int, prev_hash: str,
 def insert_row(conn: sqlite3.Connection, event: Event) -> Event:
     """Insert an event (the `events_advance_head` trigger moves its run's head) and
     return it with the `seq` the storage gave it."""
-    seq = conn.execute(_INSERT, (
-        event.event_id, event.run_id, event.run_version, event.type, event.schema_version,
-        event.phase, event.attempt, event.actor, event.ts, event.causation_id,
-        event.correlation_id, event.idempotency_key, event.payload_json, event.prev_hash,
-        event.hash)).lastrowid
-    # The event is not yet visible to any caller: setting its one storage-assigned
-    # field in place is safe, and cheaper than copying all seventeen.
-    object.__setattr__(event, "seq", seq)
-    return event
+    return event._replace(seq=conn.execute(_INSERT, event[1:16]).lastrowid)
 
 
 def update_run_summary(conn: sqlite3.Connection, state: DeploymentState) -> None:
@@ -214,7 +206,7 @@ class RunWriter:
         if event.type in REDUCED_TYPES:
             return self._commit([event], None)[0]
         # Only the head moves: one autocommit INSERT (the trigger advances the head).
-        insert_row(self._conn, event)
+        event = insert_row(self._conn, event)
         self._advanced(event, 1)
         return event
 
@@ -242,33 +234,31 @@ class RunWriter:
             prev = event.hash
             fresh.append(event)
             fresh_consumes.append(consumes[i] if consumes else None)
-            out[i] = event
-        if fresh:
-            self._commit(fresh, fresh_consumes)
-        return [e for e in out if e is not None]
+        committed = iter(self._commit(fresh, fresh_consumes) if fresh else [])
+        return [e if e is not None else next(committed) for e in out]
 
     def _commit(self, events: list[Event], consumes: list[str | None] | None) -> list[Event]:
         conn = self._conn
         folded = self._folded
+        stored = []
         conn.execute("BEGIN IMMEDIATE")
         try:
             for i, event in enumerate(events):
-                insert_row(conn, event)
+                event = insert_row(conn, event)
                 if consumes and consumes[i]:
                     self._consume(consumes[i], event)  # type: ignore[arg-type]
                 folded = reduce_body(folded, event)
+                stored.append(event)
             if folded is not self._folded:
                 update_run_summary(conn, folded)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
-            for event in events:
-                object.__setattr__(event, "seq", None)   # nothing of this batch is stored
             raise
         # Commit, then apply: the in-memory head moves only after the commit.
         self._folded = folded
-        self._advanced(events[-1], len(events))
-        return events
+        self._advanced(stored[-1], len(stored))
+        return stored
 
     def _advanced(self, last: Event, count: int) -> None:
         self._version, self._hash, self._last = last.run_version, last.hash, last
