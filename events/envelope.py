@@ -50,7 +50,8 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asci
                               allow_nan=False)
 
 
-def sha256_hex(data: bytes) -> str:  # noqa: D103
+def sha256_hex(data: bytes) -> str:
+    """Hex SHA-256: event links, blob addresses."""
     return hashlib.sha256(data).hexdigest()
 
 
@@ -136,7 +137,7 @@ def hash_preimage(event_id: str, run_id: str, run_version: int, type_: str,
 
 def chain_hash(*fields: Any) -> str:
     """SHA-256 (hex) of `hash_preimage(*fields)`."""
-    return hashlib.sha256(hash_preimage(*fields).encode("utf-8", "surrogatepass")).hexdigest()
+    return hashlib.sha256(hash_preimage(*fields).encode()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,10 +219,11 @@ def check_envelope(new: NewEvent) -> None:
     """Refuse an envelope that no reader could trust, naming the field."""
     if new.actor not in ACTORS:
         raise InvalidEvent(f"actor: {new.actor!r} is not one of {', '.join(ACTORS)}")
-    if new.phase is not None and (isinstance(new.phase, bool) or new.phase not in PHASES):
+    # `type(...) is int`: 2.0 is in range(8), but SQLite would store it as 2 and the
+    # hash, taken over "2.0", would no longer match the row.
+    if new.phase is not None and (type(new.phase) is not int or new.phase not in PHASES):
         raise InvalidEvent(f"phase: {new.phase!r} is not a phase number 0-7")
-    if new.attempt is not None and (
-            isinstance(new.attempt, bool) or not isinstance(new.attempt, int) or new.attempt < 1):
+    if new.attempt is not None and (type(new.attempt) is not int or new.attempt < 1):
         raise InvalidEvent(f"attempt: {new.attempt!r} must be an integer >= 1")
     for name in ("causation_id", "correlation_id", "idempotency_key"):
         value = getattr(new, name)

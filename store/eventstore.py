@@ -245,12 +245,6 @@ class EventStore:
             self._tail_bound[run_id] = (data_version, after_seq)
         return [event_from_row(r) for r in rows]
 
-    def head(self, run_id: str) -> tuple[int, str]:
-        """(version, hash) of a run's newest event, from the events themselves."""
-        row = self.conn.execute("SELECT run_version, hash FROM events WHERE run_id = ? "
-                                "ORDER BY run_version DESC LIMIT 1", (run_id,)).fetchone()
-        return (row[0], row[1]) if row else (0, GENESIS_HASH)
-
     # --- folding, snapshots -----------------------------------------------------
 
     def fold(self, run_id: str, upto_version: int | None = None, *,

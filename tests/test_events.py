@@ -71,6 +71,8 @@ def test_a_malformed_payload_is_refused_naming_the_field(type_, payload, field):
 
 @pytest.mark.parametrize("changes,field", [
     ({"actor": "robot"}, "actor"), ({"phase": 8}, "phase"), ({"attempt": 0}, "attempt"),
+    ({"phase": 2.0}, "phase"), ({"phase": True}, "phase"), ({"attempt": 1.0}, "attempt"),
+    ({"causation_id": "a\nb"}, "causation_id"),
     ({"idempotency_key": ""}, "idempotency_key"),
 ])
 def test_a_malformed_envelope_is_refused_naming_the_field(changes, field):
