@@ -31,6 +31,7 @@ from store import (
 F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_FAILED = 1   # the command ran and found a problem (bad input, broken chain)
+EXIT_USAGE = 2    # a wrong flag or argument
 
 
 def code_version() -> str:
@@ -39,8 +40,6 @@ def code_version() -> str:
     except PackageNotFoundError:
         return "0+unknown"
 
-
-EXIT_USAGE = 2     # a wrong flag or argument
 
 def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
     click.echo(f"npu-deploy: error: {message}", err=True)
