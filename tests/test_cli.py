@@ -160,33 +160,19 @@ def mentions_version(line: str, version: int) -> bool:
 
 # --- listing and showing ---------------------------------------------------------------
 
-def test_runs_on_a_missing_store_says_no_runs_and_creates_nothing(cli, tmp_path):
-    missing = tmp_path / "nowhere" / "runs.db"
-    result = cli("--db", missing, "runs")
-    assert result.exit_code == 0, result.stderr
-    assert "no runs" in result.stdout
-    assert result.stderr == ""
-    result = cli("--db", missing, "runs", "--json")
-    assert result.exit_code == 0
-    assert json.loads(result.stdout) == []
-    result = cli("--db", missing, "verify", "--all")
-    assert result.exit_code == 0
-    assert "no runs" in result.stdout
-    assert not missing.parent.exists()
-
-
-def test_runs_on_an_empty_store(cli, tmp_path):
-    empty = tmp_path / "empty.db"
-    EventStore.open(empty).close()
-    result = cli("--db", empty, "runs")
-    assert result.exit_code == 0, result.stderr
-    assert "no runs" in result.stdout
-    result = cli("--db", empty, "runs", "--json")
-    assert result.exit_code == 0
-    assert json.loads(result.stdout) == []
-    result = cli("--db", empty, "verify", "--all")
-    assert result.exit_code == 0
-    assert "no runs" in result.stdout
+@pytest.mark.parametrize("kind", ["missing", "empty"])
+def test_runs_and_verify_all_on_a_store_without_runs(cli, tmp_path, kind):
+    path = tmp_path / "nowhere" / "runs.db"
+    if kind == "empty":
+        EventStore.open(path).close()
+    for args in (["runs"], ["verify", "--all"]):
+        result = cli("--db", path, *args)
+        assert result.exit_code == 0, result.stderr
+        assert "no runs" in result.stdout and result.stderr == ""
+    result = cli("--db", path, "runs", "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout) == []
+    if kind == "missing":   # reading never creates a store
+        assert not path.parent.exists()
 
 
 def test_runs_lists_the_runs(cli, db):
