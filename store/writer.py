@@ -34,7 +34,7 @@ from events import (
     validate_payload,
     with_head,
 )
-from events.state import REDUCED_TYPES, reduce_body
+from events.state import reduce_body
 
 from .errors import (
     CommandAlreadyConsumed,
@@ -80,12 +80,16 @@ def insert_row(conn: sqlite3.Connection, event: Event) -> Event:
     return event._replace(seq=conn.execute(_INSERT, event[1:16]).lastrowid)
 
 
+def run_summary(state: DeploymentState) -> tuple[Any, ...]:
+    """The run's listing columns, as `_UPDATE_SUMMARY` sets them."""
+    t = state.totals
+    return (state.status, state.current_phase, state.phase_reached, state.verdict,
+            t.input_tokens, t.output_tokens, t.cost_usd, state.run_id)
+
+
 def update_run_summary(conn: sqlite3.Connection, state: DeploymentState) -> None:
     """Keep the run's listing columns in step with its folded state."""
-    t = state.totals
-    conn.execute(_UPDATE_SUMMARY, (state.status, state.current_phase, state.phase_reached,
-                                   state.verdict, t.input_tokens, t.output_tokens, t.cost_usd,
-                                   state.run_id))
+    conn.execute(_UPDATE_SUMMARY, run_summary(state))
 
 
 def insert_run_row(conn: sqlite3.Connection, first: Event) -> None:
@@ -203,10 +207,13 @@ class RunWriter:
             return self.append_batch([new], consumes=[consumes])[0]
         event = prepare(new, run_id=self.run_id, run_version=self._version + 1,
                         prev_hash=self._hash)
-        if event.type in REDUCED_TYPES:
+        folded = reduce_body(self._folded, event)
+        if folded is not self._folded and run_summary(folded) != run_summary(self._folded):
             return self._commit([event], None)[0]
-        # Only the head moves: one autocommit INSERT (the trigger advances the head).
+        # The run's listing columns stay as they are: one autocommit INSERT does it
+        # (the trigger advances the head).
         event = insert_row(self._conn, event)
+        self._folded = folded
         self._advanced(event, 1)
         return event
 
@@ -249,7 +256,7 @@ class RunWriter:
                     self._consume(consumes[i], event)  # type: ignore[arg-type]
                 folded = reduce_body(folded, event)
                 stored.append(event)
-            if folded is not self._folded:
+            if folded is not self._folded and run_summary(folded) != run_summary(self._folded):
                 update_run_summary(conn, folded)
             conn.execute("COMMIT")
         except BaseException:

@@ -398,3 +398,22 @@ def test_a_store_migrates_forward_once_and_keeps_its_runs(db_path, monkeypatch):
         assert "note" in {c.name for c in s.db.table("runs").columns}
     with EventStore.open(db_path) as s:   # a second open finds nothing to do
         assert s.conn.execute("PRAGMA user_version").fetchone()[0] == 2
+
+
+def test_the_run_listing_follows_the_folded_state(store):
+    with store.create_run(STARTED) as w:
+        w.append(NewEvent("phase.entered", {"name": "kernel validation"}, phase=1, attempt=1))
+        w.append(NewEvent("tool.requested", {"call_id": "1", "tool": "compile"}, actor="agent"))
+        w.append(NewEvent("model.called", {"model": "claude", "input_tokens": 1200,
+                                           "output_tokens": 300, "cost_usd": 0.25,
+                                           "stop_reason": "end_turn", "duration_s": 2.0},
+                          actor="agent", phase=1, attempt=1))
+        w.append(msg("thinking"))
+        [summary] = store.runs()
+        assert (summary.status, summary.phase_reached, summary.events) == ("running", 1, 5)
+        assert (summary.input_tokens, summary.output_tokens, summary.cost_usd) == (1200, 300, 0.25)
+        assert summary.head_type == "agent.message"
+        w.append(NewEvent("run.finished", {"verdict": "PASS", "summary": "all gates passed"}))
+    [summary] = store.runs()
+    assert (summary.status, summary.verdict, summary.events) == ("finished", "PASS", 6)
+    assert store.fold(w.run_id) == w.state
