@@ -31,6 +31,7 @@ from events import (
     check_envelope,
     sha256_hex,
     upcast,
+    utc_now,
     validate_payload,
 )
 
@@ -107,29 +108,33 @@ def import_run(store: EventStore, source: str | os.PathLike[str] | ExportedRun) 
     exported = source if isinstance(source, ExportedRun) else read_export(source)
     events, blobs = exported.events, exported.blobs
     run_id = events[0].run_id
-    existing = store.conn.execute("SELECT head_version, head_hash FROM runs WHERE run_id = ?",
-                                  (run_id,)).fetchone()
-    if existing is not None:
-        if tuple(existing) == (events[-1].run_version, events[-1].hash):
-            return ImportResult(run_id, len(events), len(blobs), already_present=True)
-        raise ImportRefused(f"run {run_id} already exists in {store.path} with other events; "
-                            "import into another store (--db)")
     lock = take_run_lock(store, run_id)
     conn = store.conn
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:
+            # Checked under the write lock, so two importers of one file cannot race.
+            existing = conn.execute("SELECT head_version, head_hash FROM runs WHERE run_id = ?",
+                                    (run_id,)).fetchone()
+            if existing is not None:
+                if tuple(existing) != (events[-1].run_version, events[-1].hash):
+                    raise ImportRefused(f"run {run_id} already exists in {store.path} with "
+                                        "other events; import into another store (--db)")
+                conn.execute("ROLLBACK")
+                return ImportResult(run_id, len(events), len(blobs), already_present=True)
             insert_run_row(conn, events[0])
             state = DeploymentState()
             for event in events:
                 state = apply(state, insert_row(conn, event))
             update_run_summary(conn, state)
+            now = utc_now()
             for digest, (codec, data, size) in blobs.items():
-                conn.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?, ?, ?, datetime('now'))",
-                             (digest, size, codec, data))
+                conn.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?, ?, ?, ?)",
+                             (digest, size, codec, data, now))
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
     finally:
         lock.release()
