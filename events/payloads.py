@@ -349,7 +349,7 @@ def _compile_dataclass(cls: type) -> Checker:
         if type(value) is not dict:
             raise InvalidEvent(f"{path}: expected an object, got {type(value).__name__}")
         if not value.keys() <= names:
-            unknown = sorted(set(value) - names)[0]
+            unknown = sorted(set(value) - names, key=str)[0]
             raise InvalidEvent(f"{path}.{unknown}: unknown field (known: {known})")
         out: dict[str, Any] = {}
         for name, checker, default in specs:

@@ -50,6 +50,7 @@ GATE = {"gate": "kernel", "passed": False, "checks": [
      "gemm_q/max_abs"),
     ("agent.message", {"role": "robot", "text": "x"}, "agent.message.role"),
     ("agent.message", {"role": "assistant", "text": "x", "mood": "ok"}, "agent.message.mood"),
+    ("agent.message", {"role": "assistant", "text": "x", 7: "ok", "zz": 1}, "agent.message.7"),
     ("model.called", {"model": "c", "input_tokens": True, "output_tokens": 1, "cost_usd": 0.0,
                       "stop_reason": "end_turn", "duration_s": 1.0}, "model.called.input_tokens"),
     ("profile.recorded", {"scope": "prefill", "source": "measured-npu", "total_s": float("nan")},
