@@ -356,3 +356,24 @@ def test_lock_of_a_killed_holder_is_released(run, children, short_lock_wait):
         finally:
             w.close()
         assert s.verify(run_id).events == 2
+
+
+# --- 4. another process writes to the same file while a run is being appended ------------
+
+def test_commands_posted_while_a_writer_appends_are_all_kept(run, children):
+    """The TUI posts inbox commands from its own process while the conductor appends:
+    two writers on one SQLite file. Neither may fail with 'database is locked'."""
+    db, run_id = run
+    writer = spawn(children, TAIL_WRITER, db, run_id, 400, 99)
+    writer.expect("READY")
+    posted = []
+    with EventStore.open(db) as s:
+        for i in range(40):
+            posted.append(s.post_command(run_id, "redirect", {"instruction": f"try {i}"}))
+            time.sleep(0.002)
+        done = writer.expect("DONE")
+        assert writer.finish() == 0
+        assert int(done.split()[1]) == 401
+        assert [c["command_id"] for c in s.pending_commands(run_id)] == posted
+        report = s.verify(run_id)
+        assert report.ok and report.events == 401
