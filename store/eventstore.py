@@ -290,9 +290,11 @@ class EventStore:
 
         Checks: versions contiguous from 1, seq increasing with version, each
         `prev_hash` equal to the previous event's hash, each hash recomputed
-        from the stored columns, payloads in canonical form, the first event
-        a run start, and the run's recorded head equal to its last event (which
-        catches deleted tail events). Folds the run on the way when asked.
+        from the stored columns (the payload as its exact stored text, so no
+        re-encoding is needed), no field holding the preimage separator, the
+        first event a run start, and the run's recorded head equal to its last
+        event (which catches deleted tail events). Folds the run on the way
+        when asked, decoding only the events that change the state.
         """
         head_row = self.conn.execute("SELECT head_version, head_hash FROM runs WHERE run_id = ?",
                                      (run_id,)).fetchone()
