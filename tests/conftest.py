@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 
+from npu_deploy.cli import main
 from store import EventStore
+
+ERROR_PREFIX = "npu-deploy: error:"
 
 STARTED = {"model": "tiny-llama", "backend": "emulator", "agent": "autopilot",
            "code_version": "test"}
@@ -22,3 +27,65 @@ def store(db_path: Path):
     s = EventStore.open(db_path)
     yield s
     s.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def model_cache(tmp_path_factory: pytest.TempPathFactory):
+    """Converted and generated models go to one cache per test session, never to the
+    user's: a run of the suite starts from what the project's own files build."""
+    import os
+
+    path = tmp_path_factory.mktemp("model-cache")
+    old = os.environ.get("NPU_DEPLOY_CACHE")
+    os.environ["NPU_DEPLOY_CACHE"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("NPU_DEPLOY_CACHE", None)
+    else:
+        os.environ["NPU_DEPLOY_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
+def tiny_models(model_cache: Path):
+    """The four random test models, loaded once per session."""
+    from oracle.loading import load_model
+    from oracle.random_models import RANDOM_MODELS
+
+    return {name: load_model(name) for name in RANDOM_MODELS}
+
+
+@pytest.fixture(scope="session")
+def smollm2(model_cache: Path):
+    """The bundled SmolLM2-135M-Instruct, de-quantized into the session's cache."""
+    from oracle.loading import load_model
+
+    return load_model("smollm2-135m")
+
+
+# --- the command line ------------------------------------------------------------------
+
+@pytest.fixture
+def runner() -> CliRunner:
+    return CliRunner()
+
+
+@pytest.fixture
+def cli(runner: CliRunner) -> Callable[..., Result]:
+    def invoke(*args: object, env: dict[str, str | None] | None = None) -> Result:
+        result = runner.invoke(main, [str(a) for a in args], env=env)
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            raise result.exception   # a traceback is never an acceptable answer
+        return result
+    return invoke
+
+
+
+def assert_one_error(result: Result, *needles: str) -> str:
+    assert result.exit_code != 0, result.stdout
+    assert isinstance(result.exception, SystemExit)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got: {result.stderr!r}"
+    assert lines[0].startswith(ERROR_PREFIX), lines[0]
+    for needle in needles:
+        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    return lines[0]

@@ -18,16 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
-from conftest import STARTED
+from conftest import ERROR_PREFIX, STARTED, assert_one_error
 
 from events import NewEvent
-from npu_deploy.cli import main
 from store import EventStore
 
 RUN_A = "20260101T000000-aaaaaa"      # 5 events: run.started, 4 messages
 RUN_B = "20260101T000001-bbbbbb"      # 3 events
-ERROR_PREFIX = "npu-deploy: error:"
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 
@@ -114,21 +111,6 @@ def no_default_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 @pytest.fixture
-def runner() -> CliRunner:
-    return CliRunner()
-
-
-@pytest.fixture
-def cli(runner: CliRunner) -> Callable[..., Result]:
-    def invoke(*args: object, env: dict[str, str | None] | None = None) -> Result:
-        result = runner.invoke(main, [str(a) for a in args], env=env)
-        if result.exception is not None and not isinstance(result.exception, SystemExit):
-            raise result.exception   # a traceback is never an acceptable answer
-        return result
-    return invoke
-
-
-@pytest.fixture
 def db(tmp_path: Path) -> Path:
     (tmp_path / "store").mkdir()
     return build_store(tmp_path / "store" / "runs.db")
@@ -141,17 +123,6 @@ def export_file(tmp_path: Path, db: Path, cli) -> Path:
     result = cli("--db", db, "export", RUN_A, "-o", out)
     assert result.exit_code == 0, result.stderr
     return out
-
-
-def assert_one_error(result: Result, *needles: str) -> str:
-    assert result.exit_code != 0, result.stdout
-    assert isinstance(result.exception, SystemExit)
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, f"expected one line on stderr, got: {result.stderr!r}"
-    assert lines[0].startswith(ERROR_PREFIX), lines[0]
-    for needle in needles:
-        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
-    return lines[0]
 
 
 def mentions_version(line: str, version: int) -> bool:

@@ -1,0 +1,136 @@
+"""The Phase-0 gate: the decomposed reference against the Hugging Face model itself.
+
+For every canonical prompt: the prefill logits, and the logits of every
+KV-cache decode step, within a relative L2 error of 1e-4; and the same 32
+greedy tokens. The Hugging Face side is greedy over its own forward pass with
+its own cache (argmax, end-of-sequence does not stop it), so both sides decode
+exactly the same number of steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .errors import OracleError
+from .loading import LoadedModel
+from .metrics import compare
+from .prompts import Prompt, canonical_prompts
+
+GATE_NAME = "phase0.oracle"
+LOGITS_REL_TOL = 1e-4
+GREEDY_STEPS = 32
+# Lens thresholds: what FP32-vs-FP32 agreement looks like (two matmul orders differ
+# by ~1e-6 relative); a lens outside them is worth a look even when the gate passes.
+LENS_MAX_ABS = 1e-3
+LENS_COSINE = 0.999999
+
+
+@dataclass(frozen=True)
+class PromptResult:
+    prompt: str
+    tokens: int                         # prompt length
+    prefill_rel_l2: float
+    prefill_max_abs: float
+    prefill_cosine: float
+    decode_rel_l2: float                # worst step
+    steps_identical: int                # leading greedy steps where both agree
+    steps: int
+    ours_text: str
+    hf_text: str
+
+    def passed(self, rel_tol: float = LOGITS_REL_TOL) -> bool:
+        return (self.prefill_rel_l2 <= rel_tol and self.decode_rel_l2 <= rel_tol
+                and self.steps_identical >= self.steps)
+
+
+@dataclass(frozen=True)
+class Phase0Report:
+    model: str
+    origin: str
+    results: list[PromptResult]
+    rel_tol: float = LOGITS_REL_TOL
+    checks: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(c["passed"] for c in self.checks if c.get("gating", True))
+
+    def gate_payload(self) -> dict[str, Any]:
+        """The `gate.evaluated` payload of this result."""
+        return {"gate": GATE_NAME, "passed": self.passed, "checks": self.checks}
+
+
+def hf_greedy(model: Any, prompt: torch.Tensor, steps: int) -> tuple[torch.Tensor, list[int],
+                                                                      torch.Tensor]:
+    """Prefill logits, greedy tokens and the logits each was chosen from, by the
+    Hugging Face model's own forward pass and cache."""
+    with torch.inference_mode():
+        out = model(prompt[None], use_cache=True)
+        prefill = out.logits[0].float()
+        last, past = prefill[-1], out.past_key_values
+        tokens, chosen_from = [], []
+        for step in range(steps):
+            chosen_from.append(last)
+            tokens.append(int(last.argmax()))
+            if step + 1 < steps:
+                out = model(torch.tensor([[tokens[-1]]]), past_key_values=past, use_cache=True)
+                last, past = out.logits[0, -1].float(), out.past_key_values
+    return prefill, tokens, torch.stack(chosen_from)
+
+
+def check_prompt(loaded: LoadedModel, prompt: Prompt, steps: int = GREEDY_STEPS
+                 ) -> PromptResult:
+    ids = prompt.token_ids(loaded.tokenizer)
+    if ids.shape[0] + steps > loaded.args.max_positions:
+        raise OracleError(f"prompt {prompt.name!r} has {ids.shape[0]} tokens; with {steps} "
+                          f"decode steps it passes max_position_embeddings="
+                          f"{loaded.args.max_positions}: use a shorter prompt or --seq-len")
+    ref = loaded.reference()
+    hf_prefill, hf_tokens, hf_steps = hf_greedy(loaded.hf, ids, steps)
+    ours_prefill, _ = ref.prefill(ids)
+    ours_tokens, ours_steps = ref.generate(ids, steps)
+    pre = compare(hf_prefill, ours_prefill)
+    same = next((i for i, (a, b) in enumerate(zip(hf_tokens, ours_tokens, strict=True))
+                 if a != b), steps)
+    # Decode logits are comparable only while both sides were fed the same tokens.
+    decode_worst = max(compare(hf_steps[i], ours_steps[i]).rel_l2
+                       for i in range(max(same, 1)))
+    return PromptResult(
+        prompt=prompt.name, tokens=int(ids.shape[0]), prefill_rel_l2=pre.rel_l2,
+        prefill_max_abs=pre.max_abs, prefill_cosine=pre.cosine, decode_rel_l2=decode_worst,
+        steps_identical=same, steps=steps,
+        ours_text=loaded.tokenizer.decode(ours_tokens),
+        hf_text=loaded.tokenizer.decode(hf_tokens))
+
+
+def phase0_gate(loaded: LoadedModel, prompts: list[Prompt] | None = None, *,
+                steps: int = GREEDY_STEPS, rel_tol: float = LOGITS_REL_TOL) -> Phase0Report:
+    """Run the Phase-0 check on every prompt and collect the gate's checks."""
+    if prompts is None:
+        chat = bool(getattr(loaded.tokenizer, "chat_template", None))
+        prompts = canonical_prompts(chat=chat)
+    results = [check_prompt(loaded, p, steps) for p in prompts]
+    checks: list[dict[str, Any]] = []
+    for r in results:
+        checks += [
+            _check(r.prompt, "prefill_logits_rel_l2", r.prefill_rel_l2, rel_tol, "<="),
+            _check(r.prompt, "decode_logits_rel_l2", r.decode_rel_l2, rel_tol, "<="),
+            _check(r.prompt, "greedy_tokens_identical", r.steps_identical, r.steps, ">="),
+            # Lenses: recorded for the reader, they do not decide the gate.
+            _check(r.prompt, "prefill_logits_max_abs", r.prefill_max_abs, LENS_MAX_ABS, "<=",
+                   gating=False),
+            _check(r.prompt, "prefill_logits_cosine", r.prefill_cosine, LENS_COSINE, ">=",
+                   gating=False),
+        ]
+    return Phase0Report(loaded.source.spec, loaded.source.origin, results, rel_tol, checks)
+
+
+def _check(subject: str, metric: str, value: float, threshold: float, comparison: str,
+           gating: bool = True) -> dict[str, Any]:
+    holds = {"<=": value <= threshold, ">=": value >= threshold}[comparison]
+    return {"subject": subject, "metric": metric, "value": float(value),
+            "threshold": float(threshold), "comparison": comparison, "passed": bool(holds),
+            "gating": gating}

@@ -1,0 +1,101 @@
+"""Config-only models with seeded random weights, saved as real Hugging Face directories.
+
+Tests and planning need models of every supported architecture without a
+download. Each is built from transformers' own config class, initialised from
+a fixed seed, and saved with `save_pretrained` next to a small byte-level BPE
+tokenizer trained here, so it is loaded through exactly the path a real
+checkpoint takes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+#: A ChatML template, the format SmolLM2 and Qwen use.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+TOKENIZER_VOCAB = 512
+
+_BASE = dict(hidden_size=64, num_hidden_layers=2, intermediate_size=160,
+             vocab_size=TOKENIZER_VOCAB, max_position_embeddings=4096, rms_norm_eps=1e-6,
+             bos_token_id=0, eos_token_id=2, pad_token_id=0)
+
+#: name -> (transformers config class name, its arguments, what the model exercises)
+RANDOM_MODELS: dict[str, tuple[str, dict[str, Any], str]] = {
+    "tiny-llama": ("LlamaConfig", dict(
+        _BASE, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
+                         "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 64}),
+        "Llama with GQA, tied embeddings and Llama 3 rope scaling"),
+    "tiny-llama-mha": ("LlamaConfig", dict(
+        _BASE, num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+        "Llama with MHA and an untied LM head"),
+    "tiny-qwen2": ("Qwen2Config", dict(
+        _BASE, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+        "Qwen2.5-style: QKV bias"),
+    "tiny-qwen3": ("Qwen3Config", dict(
+        _BASE, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+        tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+        "Qwen3-style: per-head QK RMSNorm, q_dim 128 != hidden 64"),
+}
+
+_CORPUS = (
+    "What is the capital of France? The capital of France is Paris. "
+    "A spatial NPU is an array of compute tiles with local memory, connected by streams. "
+    "The kernel multiplies a tile of the matrix and accumulates the result in FP32. "
+    "Once upon a time, a small model learned to answer questions about the world. "
+    "Prefill runs the whole prompt; decode adds one token at a time from the cache. "
+    "The quick brown fox jumps over the lazy dog, 0123456789 times."
+)
+
+
+def build_tokenizer() -> Any:
+    """A deterministic byte-level BPE tokenizer of TOKENIZER_VOCAB tokens, with ChatML."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=TOKENIZER_VOCAB, special_tokens=list(SPECIAL_TOKENS),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    tok.train_from_iterator([_CORPUS] * 4, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>",
+                                   eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def build_random_model(name: str, directory: Path, seed: int = 0) -> Path:
+    """Save the random model `name` as a Hugging Face directory; returns the directory."""
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    cls_name, kwargs, _ = RANDOM_MODELS[name]
+    config = getattr(transformers, cls_name)(**kwargs)
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    # transformers starts norm weights at 1 and biases at 0, which a reference that
+    # skipped them would still match: jitter them so that such a slip is caught.
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(seed + 1)
+        for pname, p in model.named_parameters():
+            if pname.endswith("norm.weight") or pname.endswith(".bias"):
+                p.add_(0.2 * torch.randn(p.shape, generator=gen))
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory)
+    build_tokenizer().save_pretrained(directory)
+    return directory
