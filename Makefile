@@ -34,6 +34,7 @@ test: setup
 
 bench: setup
 	$(PY) benchmarks/store_bench.py
+	$(PY) benchmarks/metrics_bench.py
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -191,6 +191,10 @@ def model_args(config: dict[str, Any], where: str = "config.json") -> ModelArgs:
         raise BadConfig(f"{where}: num_attention_heads={n_heads} is not a multiple of "
                         f"num_key_value_heads={n_kv}")
     head_dim = config.get("head_dim")
+    if head_dim is None and model_type == "qwen3":
+        # transformers' Qwen3Config would fill in 128 whatever the hidden size: say so.
+        raise BadConfig(f"{where}: missing head_dim (transformers would assume 128 for qwen3); "
+                        "add it to config.json")
     if head_dim is None:
         if hidden % n_heads:
             raise BadConfig(f"{where}: hidden_size={hidden} is not divisible by "

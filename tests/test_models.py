@@ -101,7 +101,8 @@ BASE = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
     ({"model_type": "t5", "is_encoder_decoder": True}, UnsupportedModel, "encoder-decoder"),
     ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 4096},
      UnsupportedModel, "sliding-window"),
-    ({"model_type": "qwen3", "layer_types": ["full_attention", "sliding_attention"]},
+    ({"model_type": "qwen3", "head_dim": 16,
+      "layer_types": ["full_attention", "sliding_attention"]},
      UnsupportedModel, "sliding-window"),
     ({"model_type": "gpt2"}, UnsupportedModel, "architecture 'gpt2'"),
     ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, UnsupportedModel, "'yarn'"),
@@ -112,6 +113,7 @@ BASE = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
     ({"rope_theta": None}, BadConfig, "rope_theta"),
     ({"rms_norm_eps": "small"}, BadConfig, "rms_norm_eps"),
     ({"tie_word_embeddings": "yes"}, BadConfig, "tie_word_embeddings"),
+    ({"model_type": "qwen3"}, BadConfig, "missing head_dim"),
 ])
 def test_architecture_check_names_the_feature(changes, exc, needle):
     config = {**BASE, **changes}
