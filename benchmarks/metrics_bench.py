@@ -9,7 +9,10 @@ elements, 400 MB per tensor) and cand = ref + 1e-3 noise. In the same run it mea
   read + bytes written (2 x 400 MB), best of the repeats; the faster of the two is the
   reference;
 * compare: median of --repeats, as GB/s of input read (2 x 400 MB, the same 800 MB a copy
-  moves), with its default single thread and, for information, with two torch threads;
+  moves), with its default single thread and, for information, with two threads and with
+  the torch scan alone (fused=False, what every block took before the fused kernel);
+* compare's first call in a fresh process, on a small float32 pair: once with an empty
+  numba cache (the kernel is compiled) and once more with that cache filled (it is loaded);
 * the naive baseline: the same metric set the obvious way, with full-size float64
   temporaries (`naive_metrics`, also the oracle of tests/test_metrics.py);
 * the extra peak memory of compare, in a child process: its peak RSS (VmHWM, reset just
@@ -31,6 +34,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -131,6 +135,26 @@ def measure_extra_peak_mb(elems: int, dim: int) -> float | None:
     return int(result.stdout.split()[-1]) / MB
 
 
+def first_call_s() -> float:
+    """In this (child) process: the first compare() call, on a 1000 x 1000 float32 pair."""
+    ref, cand = make_pair(1000 * 1000, 1000)
+    start = time.perf_counter()
+    compare(ref, cand)
+    return time.perf_counter() - start
+
+
+def measure_first_calls_s() -> tuple[float, float]:
+    """compare's first call in two fresh processes sharing a new numba cache directory:
+    (compiling the kernel into the empty cache, loading it from there)."""
+    with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
+        env = {**os.environ, "NUMBA_CACHE_DIR": cache}
+        compiled, loaded = (
+            float(subprocess.run([sys.executable, __file__, "--first-call-child"], env=env,
+                                 capture_output=True, text=True, timeout=600,
+                                 check=True).stdout.split()[-1]) for _ in range(2))
+    return compiled, loaded
+
+
 @dataclass
 class Measured:
     """Everything timed in this process on one pair (seconds)."""
@@ -142,6 +166,7 @@ class Measured:
     copy_torch_s: float
     compare_s: list[float]
     compare_2_threads_s: list[float]
+    torch_scan_s: list[float]
     naive_s: list[float]
     worst_disagreement: tuple[str, float]  # metric, relative difference compare vs naive
 
@@ -167,17 +192,20 @@ def measure(args: argparse.Namespace, progress: Callable[[str], None]) -> Measur
     compare(ref[:64], cand[:64])  # warm-up
     one = timings(lambda: compare(ref, cand, atol=ATOL, rtol=RTOL), args.repeats)
     two = timings(lambda: compare(ref, cand, atol=ATOL, rtol=RTOL, threads=2), args.repeats)
+    progress("compare, torch scan ...")
+    torch_scan = timings(lambda: compare(ref, cand, atol=ATOL, rtol=RTOL, fused=False),
+                         naive_repeats(args))
     # Last: numpy's BLAS threads keep spinning for a while after each call.
     progress("naive numpy ...")
     naive = timings(lambda: naive_metrics(ref, cand, ATOL, RTOL), naive_repeats(args))
     agreement = worst_disagreement(compare(ref, cand, atol=ATOL, rtol=RTOL),
                                    naive_metrics(ref, cand, ATOL, RTOL))
     return Measured(list(ref.shape), ref.size, ref.nbytes, copy_np, copy_torch, one, two,
-                    naive, agreement)
+                    torch_scan, naive, agreement)
 
 
 def naive_repeats(args: argparse.Namespace) -> int:
-    return max(1, min(args.repeats, 3))  # ~3 s each at 100M elements
+    return max(1, min(args.repeats, 3))  # naive: ~3 s each at 100M elements
 
 
 def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
@@ -186,6 +214,8 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     m = measure(args, progress)  # the pair is freed before the child makes its own
     progress("extra memory (child process) ...")
     extra_mb = measure_extra_peak_mb(args.elems, args.dim)
+    progress("first calls (child processes) ...")
+    compiled_s, loaded_s = measure_first_calls_s()
     moved = 2 * m.nbytes  # a copy reads and writes one tensor; compare reads two
     memcpy_gbs = moved / min(m.copy_np_s, m.copy_torch_s) / 1e9
     compare_s = statistics.median(m.compare_s)
@@ -215,6 +245,10 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         "compare_2_threads": {"samples_s": m.compare_2_threads_s,
                               "median_s": statistics.median(m.compare_2_threads_s),
                               "gbs": moved / statistics.median(m.compare_2_threads_s) / 1e9},
+        "compare_torch_scan": {"samples_s": m.torch_scan_s,
+                               "median_s": statistics.median(m.torch_scan_s),
+                               "gbs": moved / statistics.median(m.torch_scan_s) / 1e9},
+        "first_call": {"empty_cache_s": compiled_s, "cached_s": loaded_s},
         "naive": {"samples_s": m.naive_s, "median_s": statistics.median(m.naive_s),
                   "worst_disagreement": {"metric": m.worst_disagreement[0],
                                          "relative": m.worst_disagreement[1]}},
@@ -237,14 +271,15 @@ def _cpu_name() -> str:
 
 def print_report(report: dict[str, Any]) -> None:
     m, i = report["machine"], report["input"]
-    mc, c, c2, nv = (report[k] for k in ("memcpy", "compare", "compare_2_threads", "naive"))
+    mc, c, c2, ct, nv = (report[k] for k in ("memcpy", "compare", "compare_2_threads",
+                                             "compare_torch_scan", "naive"))
     print("oracle.metrics.compare benchmark (measured on the CPU of this machine)")
     print(f"  cpu:     {m['cpu']} ({m['cpus']} cpus), Python {m['python']}, numpy {m['numpy']}, "
           f"torch {m['torch']} ({m['torch_threads']} intra-op threads)")
     print(f"  input:   2 x {i['shape']} float32 = 2 x {i['bytes_per_tensor'] / MB:,.0f} MB "
           f"({i['elems']:,} elements each); cand = ref + 1e-3 noise")
     print(f"  timing:  memcpy best of {max(i['repeats'], 5)}; compare median of {i['repeats']}; "
-          f"naive median of {i['naive_repeats']}")
+          f"torch scan and naive median of {i['naive_repeats']}")
     print()
     print(f"  {'':44} {'time':>10} {'GB/s':>8} {'of memcpy':>10}")
     rows = [
@@ -253,7 +288,8 @@ def print_report(report: dict[str, Any]) -> None:
         ("memcpy torch copy_ (read + written)", mc["torch_copy_s"],
          2 * i["bytes_per_tensor"] / mc["torch_copy_s"] / 1e9),
         ("compare, 1 thread (default; input read)", c["median_s"], c["gbs"]),
-        ("compare, 2 torch threads (input read)", c2["median_s"], c2["gbs"]),
+        ("compare, 2 threads (input read)", c2["median_s"], c2["gbs"]),
+        ("compare, torch scan only (fused=False)", ct["median_s"], ct["gbs"]),
         ("naive numpy, float64 temporaries", nv["median_s"],
          2 * i["bytes_per_tensor"] / nv["median_s"] / 1e9),
     ]
@@ -267,6 +303,10 @@ def print_report(report: dict[str, Any]) -> None:
     extra = report["extra_peak_mb"]
     print("  compare extra peak memory (child process, VmHWM - VmRSS): "
           + (f"{extra:.1f} MB" if extra is not None else "not measured (needs Linux /proc)"))
+    first = report["first_call"]
+    print(f"  compare first call in a fresh process (1000 x 1000 float32): "
+          f"{first['empty_cache_s']:.2f} s with an empty numba cache (compiles the kernel), "
+          f"{first['cached_s']:.2f} s with it cached")
     print()
     for t in report["targets"]:
         value = t["measured"]
@@ -283,11 +323,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--first-call-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.elems < 1 or args.dim < 1 or args.repeats < 1:
         parser.error("--elems, --dim and --repeats must be >= 1")
     if args.memory_child:
         print(extra_peak_bytes(args.elems, args.dim))
+        return 0
+    if args.first_call_child:
+        print(first_call_s())
         return 0
     report = run_benchmark(args)
     if args.json:

@@ -1,5 +1,6 @@
-"""oracle.metrics: every metric against the obvious float64 numpy computation, the edge
-cases a gate relies on, the memory bound of the streaming pass, and the top-k check."""
+"""oracle.metrics: every metric against the obvious float64 numpy computation, the fused
+scan against the torch scan, the edge cases a gate relies on, the memory bound of the
+streaming pass, and the top-k check."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from oracle import metrics
 from oracle.metrics import Comparison, TopKCheck, compare, topk_agreement
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,11 +39,24 @@ naive = _load_bench().naive_metrics
 FLOAT_FIELDS = ("max_abs", "mean_abs", "rel_l2", "mean_rel_l1", "pearson", "cosine",
                 "cosine_pos_min", "cosine_pos_p5", "cosine_pos_median", "sqnr_db",
                 "within_frac", "worst_ref", "worst_cand", "worst_excess")
+INT_FIELDS = ("numel", "positions", "n_outside", "worst_index", "n_nonfinite_ref",
+              "n_nonfinite_cand")
 
 
 def assert_matches(got: Comparison, want: dict[str, float], rel: float = 1e-12) -> None:
     for key, value in want.items():
         assert getattr(got, key) == pytest.approx(value, rel=rel, abs=rel), key
+
+
+def assert_same(got: Comparison, want: Comparison, rel: float = 1e-12) -> None:
+    """Counts and the worst element exactly; sums to ~1e-12, as the scans add in different
+    orders (abs too: sqnr_db and pearson can be ~0)."""
+    assert got.shape == want.shape
+    for key in INT_FIELDS:
+        assert getattr(got, key) == getattr(want, key), key
+    for key in FLOAT_FIELDS:
+        assert getattr(got, key) == pytest.approx(getattr(want, key), rel=rel, abs=rel,
+                                                  nan_ok=True), key
 
 
 def pair(shape: tuple[int, ...], seed: int = 0, noise: float = 1e-2,
@@ -92,7 +107,9 @@ def test_pearson_stays_accurate_when_the_mean_dwarfs_the_spread():
     cand = ref + 0.1 * rng.standard_normal(50_000)
     want = np.corrcoef(ref, cand)[0, 1]
     for chunk in (1000, 4096, 1 << 18):
-        assert compare(ref, cand, chunk_elems=chunk).pearson == pytest.approx(want, rel=1e-12)
+        for fused in (True, False):
+            got = compare(ref, cand, chunk_elems=chunk, fused=fused, threads=2).pearson
+            assert got == pytest.approx(want, rel=1e-12), (chunk, fused)
 
 
 def test_non_contiguous_inputs_give_the_same_result_as_contiguous_copies():
@@ -100,11 +117,11 @@ def test_non_contiguous_inputs_give_the_same_result_as_contiguous_copies():
     ref = base.permute(1, 0, 2)                       # cannot be viewed as [30, 40]
     cand = (base + 0.01 * torch.randn(6, 5, 40)).permute(1, 0, 2)
     flipped = np.ascontiguousarray(cand.numpy())[::-1, :, ::-1]   # negative strides
-    want = compare(ref.contiguous(), cand.contiguous(), chunk_elems=64).as_dict()
-    assert compare(ref, cand, chunk_elems=64).as_dict() == want
+    want = compare(ref.contiguous(), cand.contiguous(), chunk_elems=64)
+    assert_same(compare(ref, cand, chunk_elems=64), want)
     got = compare(np.ascontiguousarray(ref.numpy())[::-1, :, ::-1], flipped, chunk_elems=64)
-    assert got.max_abs == want["max_abs"]
-    assert got.rel_l2 == pytest.approx(want["rel_l2"], rel=1e-12)
+    assert got.max_abs == want.max_abs
+    assert got.rel_l2 == pytest.approx(want.rel_l2, rel=1e-12)
 
 
 @settings(max_examples=40, deadline=None)
@@ -118,6 +135,114 @@ def test_any_chunk_size_gives_the_one_chunk_answer(rows, dim, chunk, seed):
         a, b = getattr(many, key), getattr(one, key)
         assert a == pytest.approx(b, rel=1e-12, abs=1e-12, nan_ok=True), key
     assert (many.n_outside, many.worst_index) == (one.n_outside, one.worst_index)
+
+
+# --- the fused scan against the torch scan -----------------------------------------------
+
+@pytest.fixture
+def torch_blocks(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int, int]]:
+    """(position, column, rows, width) of each block the torch scan folds in: with
+    fused=True it gets only the blocks the fused kernel cannot read or cannot take exactly."""
+    blocks: list[tuple[int, int, int, int]] = []
+    add = metrics._Scan.add
+
+    def counted(self: Any, ref_blk: Any, cand_blk: Any, pos: int, col: int) -> None:
+        blocks.append((pos, col, *ref_blk.shape))
+        add(self, ref_blk, cand_blk, pos, col)
+
+    monkeypatch.setattr(metrics._Scan, "add", counted)
+    return blocks
+
+
+AS_DTYPE = {
+    "np.float32": lambda a: a.astype(np.float32),
+    "np.float64": lambda a: a.astype(np.float64),
+    "np.float16": lambda a: a.astype(np.float16),
+    "torch.float32": lambda a: torch.from_numpy(a.astype(np.float32)),
+    "torch.float16": lambda a: torch.from_numpy(a).half(),
+    "torch.bfloat16": lambda a: torch.from_numpy(a).bfloat16(),
+}
+DTYPE_PAIRS = [("np.float32", "np.float32"), ("np.float64", "np.float64"),
+               ("np.float16", "np.float16"), ("torch.float16", "torch.float16"),
+               ("torch.bfloat16", "torch.bfloat16"), ("torch.float32", "torch.bfloat16"),
+               ("np.float64", "np.float32")]
+
+
+@pytest.mark.parametrize(("ref_dtype", "cand_dtype"), DTYPE_PAIRS)
+@pytest.mark.parametrize("shape", [(1,), (7,), (1000,), (5, 13), (64, 300), (3, 4, 11),
+                                   (2, 3, 5, 7), (3, 5000)])
+def test_the_fused_scan_takes_float_inputs_and_agrees_with_the_torch_scan(
+        ref_dtype, cand_dtype, shape, torch_blocks):
+    """Chunks of 1, 7, 64 and 1000 split rows into segments (a row longer than the chunk);
+    2**18 holds many rows; two and three workers split the blocks, mid-row too."""
+    rng = np.random.default_rng(len(shape) * 1000 + shape[-1])
+    base = rng.standard_normal(shape) + 0.3
+    ref = AS_DTYPE[ref_dtype](base)
+    cand = AS_DTYPE[cand_dtype](base + 0.02 * rng.standard_normal(shape))
+    for chunk in (1, 7, 64, 1000, 1 << 18):
+        if math.prod(shape) // chunk > 2000:   # the torch scan's reference gets slow
+            continue
+        want = compare(ref, cand, atol=1e-3, rtol=1e-2, chunk_elems=chunk, fused=False)
+        assert torch_blocks
+        for threads in (1, 2, 3):
+            torch_blocks.clear()
+            got = compare(ref, cand, atol=1e-3, rtol=1e-2, chunk_elems=chunk, threads=threads)
+            assert torch_blocks == [], (chunk, threads)
+            assert_same(got, want)
+
+
+# The fixture's list is cleared in each example: sharing it across examples is fine.
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.integers(1, 6), dim=st.integers(1, 300), chunk=st.integers(1, 500),
+       threads=st.integers(1, 3), seed=st.integers(0, 2**32 - 1),
+       bad=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.sampled_from(
+           ["nan ref", "nan cand", "inf ref", "-inf cand", "same inf", "opposite inf"])),
+           min_size=1, max_size=4))
+def test_only_blocks_holding_non_finite_values_leave_the_fused_scan(rows, dim, chunk, threads,
+                                                                      seed, bad, torch_blocks):
+    ref, cand = pair((rows, dim), seed=seed, noise=0.1)
+    for where, what in bad:
+        i, j = divmod(int(where * rows * dim), dim)
+        if what in ("nan ref", "inf ref"):
+            ref[i, j] = np.nan if what == "nan ref" else np.inf
+        elif what in ("nan cand", "-inf cand"):
+            cand[i, j] = np.nan if what == "nan cand" else -np.inf
+        else:
+            ref[i, j], cand[i, j] = np.inf, np.inf if what == "same inf" else -np.inf
+    want = compare(ref, cand, chunk_elems=chunk, fused=False)
+    torch_blocks.clear()
+    got = compare(ref, cand, chunk_elems=chunk, threads=threads)
+    assert_same(got, want)
+    assert 1 <= len(torch_blocks) <= len(bad)
+    finite = np.isfinite(ref) & np.isfinite(cand)
+    for pos, col, n_rows, width in torch_blocks:
+        assert not finite[pos:pos + n_rows, col:col + width].all()
+
+
+def test_ints_and_non_contiguous_inputs_take_the_torch_scan(torch_blocks):
+    ints = np.arange(600).reshape(20, 30)
+    compare(ints, ints + 1)
+    assert torch_blocks
+    torch_blocks.clear()
+    ref = torch.randn(6, 5, 40).permute(1, 0, 2)   # rows 200 elements apart
+    compare(ref, ref + 1)
+    assert torch_blocks
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("chunk", [64, 1000, 1 << 18])
+def test_the_first_of_equal_worst_elements_is_the_worst(chunk, threads):
+    """Also when its block holds a non-finite value, and so reaches the torch scan after
+    the fused scan has seen the later ones."""
+    ref, cand = np.zeros((2, 4000), dtype=np.float32), np.zeros((2, 4000), dtype=np.float32)
+    cand[0, [100, 1500, 3900]] = cand[1, [5, 3000]] = 1.0
+    for fused in (True, False):
+        assert compare(ref, cand, chunk_elems=chunk, threads=threads, fused=fused
+                       ).worst_index == 100
+    ref[0, 90] = cand[0, 90] = np.inf               # the same infinity twice: within
+    got = compare(ref, cand, chunk_elems=chunk, threads=threads)
+    assert (got.worst_index, got.n_outside, got.n_nonfinite_ref) == (100, 5, 1)
 
 
 # --- hand-computed cases and edge cases --------------------------------------------------
@@ -153,6 +278,9 @@ def test_identical_inputs_are_exactly_perfect():
     assert got.sqnr_db == math.inf
     assert (got.within_frac, got.n_outside) == (1.0, 0)
     assert json.loads(json.dumps(got.as_dict(), allow_nan=False))["sqnr_db"] == "inf"
+    for fused in (True, False):   # |d| = 0 <= 0 + 0*|ref|: within, the boundary included
+        exact = compare(ref, ref.copy(), atol=0, rtol=0, fused=fused)
+        assert (exact.n_outside, exact.worst_excess) == (0, 0.0)
 
 
 def test_zero_vectors_follow_the_documented_conventions():
@@ -186,12 +314,20 @@ def test_nan_and_inf_in_the_candidate_are_counted_and_fail():
     json.dumps(blob, allow_nan=False)
 
 
+def test_an_infinite_candidate_gives_infinite_errors_not_an_exception():
+    got = compare(np.ones(3), np.array([1.0, 1.0, np.inf]))
+    assert (got.sqnr_db, got.rel_l2, got.max_abs) == (-math.inf, math.inf, math.inf)
+    assert (got.n_outside, got.worst_index, got.n_nonfinite_cand) == (1, 2, 1)
+
+
 def test_shape_mismatch_and_empty_input_are_one_line_errors():
     with pytest.raises(ValueError, match=r"\(2, 3\).*\(3, 2\)") as err:
         compare(np.zeros((2, 3)), np.zeros((3, 2)))
     assert "\n" not in str(err.value)
     with pytest.raises(ValueError, match="empty"):
         compare(np.zeros((0, 4)), np.zeros((0, 4)))
+    with pytest.raises(ValueError, match="threads"):
+        compare(np.zeros(4), np.zeros(4), threads=0)
 
 
 def test_as_dict_is_plain_json():
