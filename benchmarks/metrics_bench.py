@@ -49,6 +49,7 @@ _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
+from benchmarks.host import cpu_name  # noqa: E402
 from oracle.metrics import Comparison, compare  # noqa: E402
 
 ATOL, RTOL = 1e-5, 1.6e-2
@@ -232,7 +233,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     ]
     return {
         "source": "measured-cpu",
-        "machine": {"cpu": _cpu_name(), "cpus": os.cpu_count(), "python": platform.python_version(),
+        "machine": {"cpu": cpu_name(), "cpus": os.cpu_count(), "python": platform.python_version(),
                     "numpy": np.__version__, "torch": torch.__version__,
                     "torch_threads": torch.get_num_threads()},
         "input": {"shape": m.shape, "elems": m.elems, "dtype": "float32",
@@ -257,16 +258,6 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         "targets": targets,
     }
 
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def print_report(report: dict[str, Any]) -> None:

@@ -56,6 +56,7 @@ from eventsourcing.domain import Aggregate, event  # noqa: E402
 from eventsourcing.persistence import InfrastructureFactory  # noqa: E402
 from eventsourcing.utils import Environment  # noqa: E402
 
+from benchmarks.host import cpu_name  # noqa: E402
 from events import NewEvent  # noqa: E402
 from store import EventStore  # noqa: E402
 
@@ -425,16 +426,6 @@ def _mount_of(path: Path) -> str:
     return f"{best[1]} ({best[2]}, {best[0]})"
 
 
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
 
 def run_benchmark(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     total = args.single + args.batch_events
@@ -509,7 +500,7 @@ def summarize(args: argparse.Namespace, workdir: Path, results: dict[str, StoreR
     return {
         "source": "measured-cpu",
         "machine": {
-            "cpu": _cpu_name(), "cpus": os.cpu_count(), "python": platform.python_version(),
+            "cpu": cpu_name(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "sqlite": sqlite3.sqlite_version,
             "eventsourcing": metadata.version("eventsourcing"),
             "sqlite_default_wal_synchronous": _sqlite_default_synchronous(),

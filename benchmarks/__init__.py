@@ -1,0 +1,1 @@
+"""Benchmark scripts: each prints figures measured in one run on this machine."""
