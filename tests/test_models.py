@@ -73,6 +73,13 @@ def test_converted_gguf_is_reused_not_converted_again(smollm2):
         == "float32"
 
 
+def test_a_gguf_path_is_converted_like_the_bundled_file(smollm2):
+    from oracle.sources import bundled_gguf
+
+    source = resolve(str(bundled_gguf()))
+    assert source.kind == "gguf" and source.directory == smollm2.source.directory
+
+
 def test_a_local_hf_directory_loads_through_the_same_path(model_dir):
     loaded = load_model(str(model_dir))
     assert loaded.source.kind == "hf-dir" and loaded.args.arch == "llama"
