@@ -1,0 +1,181 @@
+"""The XDNA 2 hardware model, the kernel specs and the constraint checker, against the
+figures and the symptom table of NPU_FACTS.md."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernels import SPECS, XDNA1, XDNA2, Decode, Prefill, blocking, check, model_kernels
+from oracle import CATALOG
+
+GEMM_8x4 = {"tile_m": 64, "tile_k_l2": 256, "tile_k_l1": 32, "tile_n": 128, "herd_m": 4,
+            "herd_n": 8}
+
+
+def kinds(findings, severity=None):
+    return {f.kind for f in findings if severity is None or f.severity == severity}
+
+
+# --- the hardware ---------------------------------------------------------------------------
+
+def test_xdna2_matches_npu_facts():
+    assert (XDNA2.rows, XDNA2.cols, XDNA2.tiles) == (4, 8, 32)
+    assert XDNA2.l1_bytes == 64 * 1024 and XDNA2.l2_bytes == 512 * 1024
+    assert XDNA2.peak_flops == pytest.approx(59e12, rel=0.01)   # "~59 TFLOP/s array"
+    assert (XDNA2.shim_inputs, XDNA2.shim_outputs) == (16, 16)
+
+
+def test_another_array_is_one_more_instance():
+    # The 8x4 herd that fits NPU2 does not fit the 4x4 first-generation array.
+    shape = {"M": 2048, "K": 2048, "N": 2048}
+    assert not blocking(check(SPECS["gemm_bf16"], shape, GEMM_8x4, XDNA2))
+    assert "herd" in kinds(check(SPECS["gemm_bf16"], shape, GEMM_8x4, XDNA1), "error")
+    assert not blocking(check(SPECS["gemm_bf16"], shape, {**GEMM_8x4, "herd_n": 4}, XDNA1))
+
+
+# --- the measured configurations pass -----------------------------------------------------------
+
+@pytest.mark.parametrize("kernel,shape,config", [
+    ("gemm_fp32", {"M": 2048, "K": 8192, "N": 2048}, GEMM_8x4),
+    ("gemm_bf16", {"M": 2048, "K": 8192, "N": 2048}, GEMM_8x4),
+    ("gemm_bf16", {"M": 2048, "K": 2048, "N": 2048}, GEMM_8x4),
+    ("gemm_bf16", {"M": 2048, "K": 2048, "N": 512}, {**GEMM_8x4, "herd_n": 4}),
+    ("gemm_bf16", {"M": 2048, "K": 2048, "N": 8192}, GEMM_8x4),
+    ("gemv", {"M": 16384, "K": 3072}, {"herd_m": 8}),
+    ("gemv", {"M": 2048, "K": 2048}, {"herd_m": 8}),
+    ("gemv", {"M": 16384, "K": 2048}, {"herd_m": 8}),
+    ("rmsnorm", {"rows": 2048, "width": 3072}, {"herd_m": 8}),
+    ("flash_attention", {"heads": 32, "kv_heads": 8, "Lq": 2048, "Lk": 2048, "head_dim": 64}, {}),
+    ("add", {"rows": 1, "width": 4 * 1024 * 1024}, {"herd_m": 8}),
+    ("silu_mul", {"rows": 1, "width": 16 * 1024 * 1024}, {"herd_m": 8}),
+    ("rope", {"rows": 49152, "width": 128, "seq": 2048}, {"herd_m": 8}),
+])
+def test_measured_configurations_of_npu_facts_pass(kernel, shape, config):
+    findings = check(SPECS[kernel], shape, config, XDNA2)
+    assert not blocking(findings), [str(f) for f in findings]
+
+
+def test_calibrated_gemm_nearly_fills_l1_and_l2():
+    """The measured 8x4 configuration is tight: a larger tile breaks L1, a larger herd L2."""
+    shape = {"M": 2048, "K": 8192, "N": 2048}
+    assert "l1" in kinds(check(SPECS["gemm_bf16"], shape, {**GEMM_8x4, "tile_n": 256}, XDNA2))
+    assert "l2" in kinds(check(SPECS["gemm_bf16"], shape, {**GEMM_8x4, "tile_m": 128}, XDNA2))
+
+
+# --- the static symptoms of NPU_FACTS are flagged ----------------------------------------------
+
+def test_n_not_divisible_by_tile_n_times_herd_n_is_silent_corruption():
+    findings = check(SPECS["gemm_bf16"], {"M": 2048, "K": 896, "N": 896}, GEMM_8x4, XDNA2)
+    corrupt = [f for f in findings if f.severity == "corrupt"]
+    assert len(corrupt) == 1 and "N=896" in corrupt[0].message and "1024" in corrupt[0].message
+    assert "cosine ~0.02" in corrupt[0].message
+
+
+def test_herd_n_1_tile_n_128_at_896_fails_at_run_time():
+    config = {**GEMM_8x4, "herd_n": 1}
+    findings = check(SPECS["gemm_bf16"], {"M": 2048, "K": 896, "N": 896}, config, XDNA2)
+    assert "known_failure" in kinds(findings, "error")
+    ok = check(SPECS["gemm_bf16"], {"M": 2048, "K": 896, "N": 896},
+               {**config, "tile_n": 64, "herd_n": 7}, XDNA2)
+    assert not blocking(ok)
+
+
+def test_gemv_k_too_large_exceeds_the_repeat_count():
+    findings = check(SPECS["gemv"], {"M": 2048, "K": 8192}, {"tile_k": 32}, XDNA2)
+    repeat = [f for f in findings if f.kind == "repeat"]
+    assert repeat and "256" in repeat[0].message and "255" in repeat[0].message
+    assert "split K" in repeat[0].message
+
+
+def test_lm_head_gemv_needs_partitions():
+    shape = {"M": 128256, "K": 2048}
+    assert "repeat" in kinds(check(SPECS["gemv"], shape, {}, XDNA2))
+    assert not blocking(check(SPECS["gemv"], shape, {"partitions": 8}, XDNA2))
+
+
+def test_unaligned_dims_exhaust_buffer_descriptors():
+    findings = check(SPECS["gemm_bf16"], {"M": 2000, "K": 4900, "N": 1024}, GEMM_8x4, XDNA2)
+    bds = [f for f in findings if f.kind == "bds"]
+    assert bds and "Allocator exhausted" in bds[0].message and "pad" in bds[0].message
+    assert {"padding"} <= kinds(findings, "warning")
+
+
+def test_l2_capacity_exceeded():
+    findings = check(SPECS["gemm_bf16"], {"M": 2048, "K": 2048, "N": 2048},
+                     {**GEMM_8x4, "tile_k_l2": 512}, XDNA2)
+    l2 = [f for f in findings if f.kind == "l2"]
+    assert l2 and "L2 capacity exceeded" in l2[0].message and "512 KiB" in l2[0].message
+
+
+def test_too_many_ddr_streams_is_out_of_channels():
+    # Two DDR inputs + one output per tile: 8 tiles fit, 16 do not ...
+    add = SPECS["add"]
+    shape = {"rows": 1, "width": 1 << 22}
+    assert not blocking(check(add, shape, {"herd_m": 8}, XDNA2))
+    flagged = [f for f in check(add, shape, {"herd_m": 8, "herd_rows": 2}, XDNA2)
+               if f.kind == "shim_streams"]
+    assert flagged and "out of channels" in flagged[0].message and "at most 8" in flagged[0].message
+    # ... while one input + one output per tile can use 8x2.
+    norm = {"rows": 2048, "width": 2048}
+    assert not blocking(check(SPECS["rmsnorm"], norm, {"herd_m": 8, "herd_rows": 2}, XDNA2))
+
+
+def test_head_dim_128_seq_first_attention_hangs():
+    shape = {"heads": 24, "kv_heads": 8, "Lq": 2048, "Lk": 2048, "head_dim": 128}
+    assert "layout" in kinds(check(SPECS["flash_attention"], shape, {}, XDNA2), "error")
+    assert not blocking(check(SPECS["flash_attention"], shape, {"layout": "head-first"}, XDNA2))
+
+
+def test_attention_compiled_for_other_sizes_is_corrupt():
+    shape = {"heads": 32, "kv_heads": 8, "Lq": 2048, "Lk": 2048, "head_dim": 64}
+    found = check(SPECS["flash_attention"], shape, {"compiled_for": (1024, 1024, 64)}, XDNA2)
+    assert "known_failure" in kinds(found, "corrupt")
+
+
+def test_padding_records_the_wasted_work():
+    findings = check(SPECS["gemm_bf16"], {"M": 100, "K": 2048, "N": 2048}, GEMM_8x4, XDNA2)
+    pad = [f for f in findings if f.kind == "padding"]
+    assert pad and "M=100" in pad[0].message and "256" in pad[0].message
+    assert pad[0].value == 156 and pad[0].limit == 256
+
+
+def test_cpu_ops_have_no_hardware_limits():
+    assert check(SPECS["decode_attention"], {"heads": 9, "kv_heads": 3, "Lq": 1, "Lk": 9000,
+                                             "head_dim": 64}, {}, XDNA2) == []
+
+
+# --- the specs ------------------------------------------------------------------------------
+
+def test_llama_1b_prefill_projections_are_the_calibration_set():
+    uses = {u.role: u for u in model_kernels(CATALOG["llama-3.2-1b"].args, Prefill(2048))}
+    mkn = {r: (u.shape["M"], u.shape["K"], u.shape["N"]) for r, u in uses.items()
+           if u.spec.name == "gemm_bf16"}
+    assert mkn["q_proj"] == (2048, 2048, 2048) and mkn["o_proj"] == (2048, 2048, 2048)
+    assert mkn["k_proj"] == (2048, 2048, 512) and mkn["gate_proj"] == (2048, 2048, 8192)
+    assert mkn["down_proj"] == (2048, 8192, 2048)
+    assert uses["q_proj"].spec.flops(uses["q_proj"].shape) == 2 * 2048**3
+    assert uses["attention"].shape == {"heads": 32, "kv_heads": 8, "Lq": 2048, "Lk": 2048,
+                                       "head_dim": 64}
+
+
+def test_decode_uses_gemv_and_cpu_attention():
+    uses = {u.role: u for u in model_kernels(CATALOG["llama-3.2-1b"].args, Decode(100))}
+    assert uses["q_proj"].spec.name == "gemv" and uses["q_proj"].shape == {"M": 2048, "K": 2048}
+    assert uses["k_proj"].shape == {"M": 512, "K": 2048}
+    assert uses["lm_head"].shape == {"M": 128256, "K": 2048}
+    assert uses["attention"].spec.where == "cpu" and uses["attention"].shape["Lk"] == 101
+
+
+def test_architecture_features_bring_their_kernels():
+    qwen2 = {u.role for u in model_kernels(CATALOG["qwen2.5-0.5b"].args, Prefill(128))}
+    qwen3 = {u.role: u for u in model_kernels(CATALOG["qwen3-4b"].args, Prefill(128))}
+    llama = {u.role for u in model_kernels(CATALOG["llama-3.2-1b"].args, Prefill(128))}
+    assert "qkv_bias" in qwen2 and "qkv_bias" not in llama
+    assert {"q_norm", "k_norm"} <= set(qwen3) and "q_norm" not in llama
+    assert qwen3["q_proj"].shape["N"] == 4096 and qwen3["o_proj"].shape["K"] == 4096
+
+
+def test_bytes_moved_counts_every_operand():
+    gemm = SPECS["gemm_fp32"]
+    shape = {"M": 4, "K": 6, "N": 8}
+    assert gemm.bytes_moved(shape) == 4 * 6 * 2 + 6 * 8 * 2 + 4 * 8 * 4
