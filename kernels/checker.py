@@ -42,12 +42,19 @@ def blocking(findings: list[Finding]) -> list[Finding]:
 
 def check(spec: KernelSpec, shape: Shape, config: dict[str, Any], hw: Hardware) -> list[Finding]:
     """Every rule of the hardware this (kernel, shape, config) breaks; [] when it fits."""
+    return check_with_usage(spec, shape, config, hw)[0]
+
+
+def check_with_usage(spec: KernelSpec, shape: Shape, config: dict[str, Any], hw: Hardware
+                     ) -> tuple[list[Finding], dict[str, int]]:
+    """The findings, and what the configuration uses: tiles, L1 and L2 bytes."""
+    usage: dict[str, int] = {"tiles": 0, "l1_bytes": 0, "l2_bytes": 0}
     if spec.where == "cpu":
-        return []
+        return [], usage
     family = _FAMILY.get(spec.name)
     if family is None:
         raise KeyError(f"no resource model for kernel {spec.name!r}")
-    return family(spec, shape, {**spec.tunables, **config}, hw)
+    return family(spec, shape, {**spec.tunables, **config}, hw, usage), usage
 
 
 # --- shared rules -----------------------------------------------------------------------
@@ -116,7 +123,8 @@ def _pad(findings: list[Finding], dim: str, size: int, step: int) -> int:
 
 # --- kernel families -----------------------------------------------------------------------
 
-def _gemm(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware) -> list[Finding]:
+def _gemm(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
+          usage: dict[str, int]) -> list[Finding]:
     out_bytes = FP32 if spec.name == "gemm_fp32" else BF16
     M, K, N = s["M"], s["K"], s["N"]
     tm, tk2, tk1, tn, hm, hn = (int(c[k]) for k in
@@ -130,6 +138,7 @@ def _gemm(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware) -> list[F
     # L2, one memory tile per herd column: an A panel per herd row and the column's B
     # panel, double-buffered, and the C tiles of the column on their way out.
     l2 = 2 * hm * tm * tk2 * BF16 + 2 * tk2 * tn * BF16 + hm * tm * tn * out_bytes
+    usage.update(tiles=hm * hn, l1_bytes=l1, l2_bytes=l2)
     if l2 > hw.l2_bytes:
         f.append(Finding("l2", "error", f"L2 capacity exceeded: {l2 / 1024:.0f} KiB staged per "
                          f"memory tile (A {hm}x{tm}x{tk2}, B {tk2}x{tn} double-buffered, C "
@@ -186,12 +195,14 @@ def _bds(f: list[Finding], streams: int, tails: int, hw: Hardware) -> None:
                          need, hw.shim_bds))
 
 
-def _gemv(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware) -> list[Finding]:
+def _gemv(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
+          usage: dict[str, int]) -> list[Finding]:
     M, K = s["M"], s["K"]
     tm, tk, hm, parts = (int(c[k]) for k in ("tile_m", "tile_k", "herd_m", "partitions"))
     f: list[Finding] = []
     _herd(f, 1, hm, hw)
     l1 = 2 * tm * tk * BF16 + 2 * tk * BF16 + tm * FP32
+    usage.update(tiles=hm, l1_bytes=l1)
     _l1(f, l1, hw, f"W {tm}x{tk} and x {tk} bf16 twice, y {tm} fp32",
         "use a smaller tile_m or tile_k")
     _shim(f, hm, 2, 1, hw)
@@ -208,7 +219,8 @@ def _gemv(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware) -> list[F
     return f
 
 
-def _streaming(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware) -> list[Finding]:
+def _streaming(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
+               usage: dict[str, int]) -> list[Finding]:
     """Element-wise and row-wise kernels: each tile streams its inputs from DDR."""
     hm, rows_used = int(c["herd_m"]), int(c.get("herd_rows", 1))
     ins = sum(1 for o in spec.operands(s) if o.role == "input")
@@ -220,12 +232,14 @@ def _streaming(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware) -> l
         rows = int(c["tile_rows"])
         extra = 2 * width * BF16 if spec.name == "rope" else width * BF16
         l1 = 2 * (ins + 1) * rows * width * BF16 + extra
+        usage.update(tiles=hm * rows_used, l1_bytes=l1)
         _l1(f, l1, hw, f"{rows} row(s) of {width} in and out, twice", "use fewer tile_rows")
         _align(f, "a row", width, BF16, hw)
     else:
         tile = int(c["tile"])
         n = s["rows"] * width
         l1 = 2 * (ins + 1) * tile * BF16
+        usage.update(tiles=hm * rows_used, l1_bytes=l1)
         _l1(f, l1, hw, f"{ins + 1} buffers of {tile} elements, twice", "use a smaller tile")
         # A 1-D stream folds into a multi-dimensional descriptor: no repeat limit bites.
         _pad(f, "elements", n, tile * hm * rows_used)
@@ -233,9 +247,11 @@ def _streaming(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware) -> l
     return f
 
 
-def _attention(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware) -> list[Finding]:
+def _attention(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
+               usage: dict[str, int]) -> list[Finding]:
     f: list[Finding] = []
     tiles = int(c["q_tiles"]) * int(c["cascade"]) * 2
+    usage.update(tiles=tiles)
     if tiles > hw.tiles:
         f.append(Finding("herd", "error", f"{tiles} tiles (q_tiles x cascade x 2) exceed the "
                          f"{hw.tiles} of {hw.name}", tiles, hw.tiles))

@@ -347,5 +347,66 @@ def oracle_cmd(model: str, prompts: tuple[str, ...], seq_len: int, steps: int,
         sys.exit(EXIT_FAILED)
 
 
+def model_shape(model: str) -> tuple[str, Any]:
+    """(description, ModelArgs) of a catalog name or of any loadable model's config."""
+    from oracle import CATALOG, model_args, resolve
+    from oracle.config import read_config
+
+    if model in CATALOG:
+        return f"{model} (catalog, {CATALOG[model].hub_id})", CATALOG[model].args
+    source = resolve(model)
+    path = source.directory / "config.json"
+    return f"{model} ({source.origin})", model_args(read_config(path), str(path))
+
+
+@main.command("kernels")
+@click.argument("model")
+@click.option("--seq-len", type=click.IntRange(1, 2048), default=2048, show_default=True,
+              help="Prefill length L.")
+@click.option("--decode", "decode_pos", type=click.IntRange(min=0), default=None,
+              help="Show one decode step at this position instead of the prefill.")
+@click.option("--hw", "hw_name", type=click.Choice(["xdna2", "xdna1"]), default="xdna2",
+              show_default=True, help="The NPU to check the configurations against.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def kernels_cmd(model: str, seq_len: int, decode_pos: int | None, hw_name: str,
+                as_json: bool) -> None:
+    """Every kernel MODEL needs, the tile configuration chosen for it, and its findings.
+
+    MODEL is a name from `npu-deploy models` (shapes only) or any loadable model.
+    """
+    from kernels import HARDWARE, Decode, Prefill, model_kernels
+    from kernels.selection import select_all
+
+    hw = HARDWARE[hw_name]
+    described, args = model_shape(model)
+    mode = Decode(decode_pos) if decode_pos is not None else Prefill(seq_len)
+    selections = select_all(model_kernels(args, mode), hw)
+    if as_json:
+        emit_json([{"kernel": x.use.spec.name, "where": x.use.spec.where, "roles": x.roles,
+                    "shape": x.use.shape, "config": x.config, "usage": x.usage,
+                    "valid": x.valid, "wasted_fraction": x.wasted_fraction,
+                    "findings": [f.__dict__ for f in x.findings]} for x in selections])
+        return
+    out = console()
+    out.print(f"{described}, {mode}, on {hw.name}")
+    table = Table(title_justify="left", title="kernels (configurations checked against the "
+                  "hardware model; nothing here ran on an NPU)")
+    for col in ("kernel", "roles", "shape", "config", "tiles", "L1 KiB", "L2 KiB", "findings"):
+        table.add_column(col, justify="right" if col in ("tiles", "L1 KiB", "L2 KiB") else "left")
+    for x in selections:
+        config = " ".join(f"{k}={v}" for k, v in x.config.items())
+        findings = "; ".join(f.message for f in x.findings) or "-"
+        table.add_row(x.use.spec.name + (" (cpu)" if x.use.spec.where == "cpu" else ""),
+                      ", ".join(x.roles), x.use.shape_text(), config or "-",
+                      str(x.usage.get("tiles", 0)),
+                      f"{x.usage.get('l1_bytes', 0) / 1024:.1f}",
+                      f"{x.usage.get('l2_bytes', 0) / 1024:.0f}", findings)
+    out.print(table)
+    invalid = [x for x in selections if not x.valid]
+    if invalid:
+        out.print(f"{len(invalid)} kernel(s) have no configuration that fits {hw.name}")
+        sys.exit(EXIT_FAILED)
+
+
 if __name__ == "__main__":
     main()

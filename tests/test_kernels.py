@@ -179,3 +179,60 @@ def test_bytes_moved_counts_every_operand():
     gemm = SPECS["gemm_fp32"]
     shape = {"M": 4, "K": 6, "N": 8}
     assert gemm.bytes_moved(shape) == 4 * 6 * 2 + 6 * 8 * 2 + 4 * 8 * 4
+
+
+# --- tile selection ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", list(CATALOG))
+def test_selection_finds_a_valid_configuration_for_every_kernel(name):
+    from kernels.selection import select_all
+
+    for mode in (Prefill(2048), Prefill(77), Decode(2047)):
+        for sel in select_all(model_kernels(CATALOG[name].args, mode), XDNA2):
+            assert sel.valid, (name, str(mode), sel.use.spec.name, sel.use.shape,
+                               [str(f) for f in sel.findings])
+            again = check(sel.use.spec, sel.use.shape, sel.config, XDNA2)
+            assert not blocking(again)      # the chosen config really passes the checker
+
+
+def test_selection_keeps_the_calibrated_config_where_it_fits():
+    from kernels.selection import select_all
+
+    sels = {s.roles[0]: s for s in select_all(
+        model_kernels(CATALOG["llama-3.2-1b"].args, Prefill(2048)), XDNA2)}
+    assert {k: sels["down_proj"].config[k] for k in GEMM_8x4} == GEMM_8x4
+    assert sels["down_proj"].tried == 1
+    assert sels["k_proj"].config["herd_n"] * sels["k_proj"].config["tile_n"] == 512
+
+
+def test_unaligned_widths_get_a_smaller_tile_n():
+    from kernels.selection import select_all
+
+    sels = {s.roles[0]: s for s in select_all(
+        model_kernels(CATALOG["qwen2.5-0.5b"].args, Prefill(2048)), XDNA2)}
+    gate = sels["gate_proj"].config            # N = 4864 = 19 x 256
+    assert 4864 % (gate["tile_n"] * gate["herd_n"]) == 0 and gate["tile_n"] < 128
+    assert sels["q_proj"].config["herd_n"] * sels["q_proj"].config["tile_n"] in (896, 448, 128)
+
+
+def test_odd_sequence_lengths_are_padded_and_the_waste_recorded():
+    from kernels.selection import select_all
+
+    sels = {s.roles[0]: s for s in select_all(
+        model_kernels(CATALOG["smollm2-135m"].args, Prefill(77)), XDNA2)}
+    q = sels["q_proj"]
+    assert q.valid and 0 < q.wasted_fraction < 1
+    assert any(f.kind == "padding" and "M=77" in f.message for f in q.findings)
+
+
+def test_cli_kernels_table_and_json(cli):
+    import json
+
+    result = cli("kernels", "llama-3.2-1b")
+    assert result.exit_code == 0, result.stderr
+    assert "gemm_bf16" in result.stdout and "2048x8192x2048" in result.stdout
+    assert "nothing here ran on an NPU" in result.stdout
+    rows = json.loads(cli("kernels", "qwen3-4b", "--decode", "100", "--json").stdout)
+    assert all(r["valid"] for r in rows)
+    assert {r["kernel"] for r in rows} >= {"gemv", "decode_attention", "qk_norm"}
+    assert "no model" in cli("kernels", "no-such-model").stderr
