@@ -2,11 +2,13 @@
 limit, the numbers and the fix.
 
 The resource model per kernel family (how a configuration maps onto L1, L2,
-DMA channels and buffer descriptors) follows the MLIR-AIR programming examples
-for NPU2: GEMM tiles stream A and B panels through the memory tile of their
+DMA channels and buffer descriptors) is ours, built on the figures of
+NPU_FACTS.md: GEMM tiles get A and B panels through the memory tile of their
 column and accumulate in FP32 in L1; GEMV and element-wise kernels stream
-straight from DDR through the shim. The calibrated configurations of
-NPU_FACTS.md pass it, and the static failures of its symptom table are flagged.
+straight from DDR through the shim. It is set so that the measured
+configurations of NPU_FACTS.md pass and the static failures of its symptom
+table are flagged; it has not yet been compared with mlir-air's own allocation
+(FlashAttention's L1 use, in particular, is not modelled).
 """
 
 from __future__ import annotations
