@@ -3,9 +3,11 @@ exist on the hardware (`check`), and, in later modules, the numbers it produces.
 
 from .checker import Finding, blocking, check
 from .hardware import HARDWARE, XDNA1, XDNA2, DmaPorts, Hardware
+from .numerics import BFP16EBS8, BFPFormat, gemm_bfp16, gemv_fp32acc, to_bf16, to_bfp16
 from .specs import SPECS, Decode, KernelSpec, KernelUse, Operand, Prefill, model_kernels
 
 __all__ = [
-    "HARDWARE", "SPECS", "XDNA1", "XDNA2", "Decode", "DmaPorts", "Finding", "Hardware",
-    "KernelSpec", "KernelUse", "Operand", "Prefill", "blocking", "check", "model_kernels",
+    "BFP16EBS8", "HARDWARE", "SPECS", "XDNA1", "XDNA2", "BFPFormat", "Decode", "DmaPorts",
+    "Finding", "Hardware", "KernelSpec", "KernelUse", "Operand", "Prefill", "blocking", "check",
+    "gemm_bfp16", "gemv_fp32acc", "model_kernels", "to_bf16", "to_bfp16",
 ]
