@@ -1,0 +1,134 @@
+"""The emulator backend: each NPU2 kernel run on the CPU with the NPU's numerics, and the
+FP32 reference each one is validated against.
+
+Numerics (see kernels/numerics.py for the sources): every tensor between kernels is
+bf16; GEMMs and the two matmuls of attention go through the bfp16ebs8 datapath with
+FP32 accumulation over K tiles; GEMV accumulates in FP32 lanes. Norms, RoPE,
+softmax and SiLU read bf16, compute in FP32 and write bf16 once, which is how the
+mlir-air kernels of these ops are written (an FP32 accumulator or vector, one
+cast on the way out). Every time this backend reports is modeled, never measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from oracle import reference as ref_ops
+
+from .numerics import gemm_bfp16, gemv_fp32acc, to_bf16
+from .specs import KernelSpec, Shape
+
+Tensors = dict[str, torch.Tensor]
+Kernel = Callable[[Shape, dict, Tensors], Tensors]
+
+
+def _f32(t: torch.Tensor) -> torch.Tensor:
+    return t.to(torch.float32)
+
+
+# --- emulated kernels (bf16 in, bf16 out unless the kernel says fp32) ----------------------
+
+def _gemm(out_dtype: torch.dtype) -> Kernel:
+    def run(s: Shape, c: dict, x: Tensors) -> Tensors:
+        return {"c": gemm_bfp16(x["a"], x["b"], tile_k=int(c["tile_k_l1"]), out_dtype=out_dtype)}
+    return run
+
+
+def _gemv(s: Shape, c: dict, x: Tensors) -> Tensors:
+    return {"y": gemv_fp32acc(x["w"], x["x"])}
+
+
+def _rmsnorm(s: Shape, c: dict, x: Tensors, eps: float = 1e-6) -> Tensors:
+    return {"y": to_bf16(ref_ops.rms_norm(_f32(x["x"]), _f32(x["weight"]), eps))}
+
+
+def _rope(s: Shape, c: dict, x: Tensors) -> Tensors:
+    seq, width = s["seq"], s["width"]
+    rows = _f32(x["x"]).view(-1, seq, width)           # head-first: [heads, seq, width]
+    out = ref_ops.apply_rope(rows, _f32(x["cos"]), _f32(x["sin"]))
+    return {"y": to_bf16(out.reshape(-1, width))}
+
+
+def _attention(s: Shape, c: dict, x: Tensors) -> Tensors:
+    """Causal attention per head: S = QK^T and O = PV through the BFP16 datapath, the
+    softmax in FP32, P handed to the second matmul as bf16."""
+    q, k, v = x["q"], x["k"], x["v"]
+    group = s["heads"] // s["kv_heads"]
+    lq, lk, d = s["Lq"], s["Lk"], s["head_dim"]
+    start = lk - lq
+    mask = torch.arange(lk)[None, :] > (torch.arange(lq)[:, None] + start)
+    out = torch.empty(s["heads"], lq, d, dtype=torch.bfloat16)
+    for h in range(s["heads"]):
+        kv = h // group
+        scores = gemm_bfp16(q[h], k[kv].t().contiguous(), out_dtype=torch.float32)
+        scores = (scores / math.sqrt(d)).masked_fill(mask, float("-inf"))
+        p = to_bf16(torch.softmax(scores, dim=-1))
+        out[h] = gemm_bfp16(p, v[kv], out_dtype=torch.bfloat16)
+    return {"o": out}
+
+
+def _silu_mul(s: Shape, c: dict, x: Tensors) -> Tensors:
+    return {"y": to_bf16(ref_ops.silu_mul(_f32(x["gate"]), _f32(x["up"])))}
+
+
+def _add(s: Shape, c: dict, x: Tensors) -> Tensors:
+    return {"y": to_bf16(_f32(x["a"]) + _f32(x["b"]))}
+
+
+def _bias_add(s: Shape, c: dict, x: Tensors) -> Tensors:
+    return {"y": to_bf16(_f32(x["x"]) + _f32(x["bias"]))}
+
+
+EMULATED: dict[str, Kernel] = {
+    "gemm_bf16": _gemm(torch.bfloat16), "gemm_fp32": _gemm(torch.float32), "gemv": _gemv,
+    "rmsnorm": _rmsnorm, "qk_norm": _rmsnorm, "rope": _rope,
+    "flash_attention": _attention, "decode_attention": _attention,
+    "silu_mul": _silu_mul, "add": _add, "bias_add": _bias_add,
+}
+
+
+# --- the FP32 reference of each kernel (same bf16 inputs, FP32 all the way) ----------------
+
+def _ref_attention(s: Shape, x: Tensors) -> Tensors:
+    out = ref_ops.attention(_f32(x["q"]), _f32(x["k"]), _f32(x["v"]), start=s["Lk"] - s["Lq"])
+    return {"o": out}
+
+
+def _ref_rope(s: Shape, x: Tensors) -> Tensors:
+    rows = _f32(x["x"]).view(-1, s["seq"], s["width"])
+    return {"y": ref_ops.apply_rope(rows, _f32(x["cos"]), _f32(x["sin"])).reshape(-1, s["width"])}
+
+
+REFERENCE: dict[str, Callable[[Shape, Tensors], Tensors]] = {
+    "gemm_bf16": lambda s, x: {"c": _f32(x["a"]) @ _f32(x["b"])},
+    "gemm_fp32": lambda s, x: {"c": _f32(x["a"]) @ _f32(x["b"])},
+    "gemv": lambda s, x: {"y": _f32(x["w"]) @ _f32(x["x"])},
+    "rmsnorm": lambda s, x: {"y": ref_ops.rms_norm(_f32(x["x"]), _f32(x["weight"]), 1e-6)},
+    "qk_norm": lambda s, x: {"y": ref_ops.rms_norm(_f32(x["x"]), _f32(x["weight"]), 1e-6)},
+    "rope": _ref_rope,
+    "flash_attention": _ref_attention, "decode_attention": _ref_attention,
+    "silu_mul": lambda s, x: {"y": F.silu(_f32(x["gate"])) * _f32(x["up"])},
+    "add": lambda s, x: {"y": _f32(x["a"]) + _f32(x["b"])},
+    "bias_add": lambda s, x: {"y": _f32(x["x"]) + _f32(x["bias"])},
+}
+
+
+class EmulatorBackend:
+    """Runs kernels on the CPU with the NPU's numerics. Its times are modeled elsewhere
+    (the performance model); it reports none itself."""
+
+    name = "emulator"
+    source = "modeled"
+
+    def run(self, spec: KernelSpec, shape: Shape, config: dict, inputs: Tensors,
+            outputs: Tensors) -> None:
+        """Write the kernel's results into `outputs` (preallocated, as on the device)."""
+        kernel = EMULATED.get(spec.name)
+        if kernel is None:
+            raise KeyError(f"the emulator has no kernel {spec.name!r}")
+        for name, value in kernel(shape, {**spec.tunables, **config}, inputs).items():
+            outputs[name].copy_(value.reshape(outputs[name].shape))
