@@ -42,8 +42,8 @@ def _gemv(s: Shape, c: dict, x: Tensors) -> Tensors:
     return {"y": gemv_fp32acc(x["w"], x["x"])}
 
 
-def _rmsnorm(s: Shape, c: dict, x: Tensors, eps: float = 1e-6) -> Tensors:
-    return {"y": to_bf16(ref_ops.rms_norm(_f32(x["x"]), _f32(x["weight"]), eps))}
+def _rmsnorm(s: Shape, c: dict, x: Tensors) -> Tensors:
+    return {"y": to_bf16(ref_ops.rms_norm(_f32(x["x"]), _f32(x["weight"]), float(c["eps"])))}
 
 
 def _rope(s: Shape, c: dict, x: Tensors) -> Tensors:
@@ -93,27 +93,29 @@ EMULATED: dict[str, Kernel] = {
 
 # --- the FP32 reference of each kernel (same bf16 inputs, FP32 all the way) ----------------
 
-def _ref_attention(s: Shape, x: Tensors) -> Tensors:
+def _ref_attention(s: Shape, c: dict, x: Tensors) -> Tensors:
     out = ref_ops.attention(_f32(x["q"]), _f32(x["k"]), _f32(x["v"]), start=s["Lk"] - s["Lq"])
     return {"o": out}
 
 
-def _ref_rope(s: Shape, x: Tensors) -> Tensors:
+def _ref_rope(s: Shape, c: dict, x: Tensors) -> Tensors:
     rows = _f32(x["x"]).view(-1, s["seq"], s["width"])
     return {"y": ref_ops.apply_rope(rows, _f32(x["cos"]), _f32(x["sin"])).reshape(-1, s["width"])}
 
 
-REFERENCE: dict[str, Callable[[Shape, Tensors], Tensors]] = {
-    "gemm_bf16": lambda s, x: {"c": _f32(x["a"]) @ _f32(x["b"])},
-    "gemm_fp32": lambda s, x: {"c": _f32(x["a"]) @ _f32(x["b"])},
-    "gemv": lambda s, x: {"y": _f32(x["w"]) @ _f32(x["x"])},
-    "rmsnorm": lambda s, x: {"y": ref_ops.rms_norm(_f32(x["x"]), _f32(x["weight"]), 1e-6)},
-    "qk_norm": lambda s, x: {"y": ref_ops.rms_norm(_f32(x["x"]), _f32(x["weight"]), 1e-6)},
-    "rope": _ref_rope,
+def _ref_norm(s: Shape, c: dict, x: Tensors) -> Tensors:
+    return {"y": ref_ops.rms_norm(_f32(x["x"]), _f32(x["weight"]), float(c["eps"]))}
+
+
+REFERENCE: dict[str, Callable[[Shape, dict, Tensors], Tensors]] = {
+    "gemm_bf16": lambda s, c, x: {"c": _f32(x["a"]) @ _f32(x["b"])},
+    "gemm_fp32": lambda s, c, x: {"c": _f32(x["a"]) @ _f32(x["b"])},
+    "gemv": lambda s, c, x: {"y": _f32(x["w"]) @ _f32(x["x"])},
+    "rmsnorm": _ref_norm, "qk_norm": _ref_norm, "rope": _ref_rope,
     "flash_attention": _ref_attention, "decode_attention": _ref_attention,
-    "silu_mul": lambda s, x: {"y": F.silu(_f32(x["gate"])) * _f32(x["up"])},
-    "add": lambda s, x: {"y": _f32(x["a"]) + _f32(x["b"])},
-    "bias_add": lambda s, x: {"y": _f32(x["x"]) + _f32(x["bias"])},
+    "silu_mul": lambda s, c, x: {"y": F.silu(_f32(x["gate"])) * _f32(x["up"])},
+    "add": lambda s, c, x: {"y": _f32(x["a"]) + _f32(x["b"])},
+    "bias_add": lambda s, c, x: {"y": _f32(x["x"]) + _f32(x["bias"])},
 }
 
 

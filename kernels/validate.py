@@ -94,7 +94,7 @@ def validate_kernel(spec: KernelSpec, shape: Shape, config: dict[str, Any], back
                                    dtype=torch.float32 if op.elem_bytes == 4 else torch.bfloat16)
                for op in spec.operands(shape) if op.role == "output"}
     backend.run(spec, shape, config, inputs, outputs)
-    want = REFERENCE[spec.name](shape, inputs)
+    want = REFERENCE[spec.name](shape, {**spec.tunables, **config}, inputs)
     atol = ATOL[spec.name] if atol is None else atol
     metrics = {name: compare(want[name].reshape(out.shape), out, atol=atol, rtol=RTOL)
                for name, out in outputs.items()}

@@ -96,3 +96,31 @@ def test_seeded_inputs_are_bf16_and_repeatable():
     b = seeded_inputs(SPECS["gemm_bf16"], {"M": 4, "K": 8, "N": 16}, seed=3)
     assert all(t.dtype == torch.bfloat16 for t in a.values())
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3"])
+def test_a_whole_prefill_runs_on_the_emulator_close_to_the_reference(tiny_models, name):
+    from kernels.emulated_model import EmulatedModel
+
+    loaded = tiny_models[name]
+    tokens = torch.arange(3, 99)
+    logits = EmulatedModel(loaded.args, loaded.weights, EMU).prefill(tokens)
+    ref, _ = loaded.reference().prefill(tokens)
+    from oracle.metrics import compare
+
+    c = compare(ref, logits)
+    assert c.cosine > 0.999 and 1e-3 < c.mean_rel_l1 < 5e-2    # NPU-sized error, not zero
+    assert (ref.argmax(-1) == logits.argmax(-1)).float().mean() > 0.9
+
+
+def test_emulator_speed_benchmark_smoke():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, str(root / "benchmarks" / "emulator_speed.py"),
+                          "--model", "tiny-qwen3", "--seq-len", "64"], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "measured on the CPU" in out.stdout and "emulated / HF FP32 <= 1.5" in out.stdout

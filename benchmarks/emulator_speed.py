@@ -1,0 +1,98 @@
+"""How fast the emulator runs a whole prefill, against the Hugging Face FP32 forward of the
+same model and tokens in the same run (both on this machine's CPU).
+
+Target (issue 4): emulated prefill time / HF FP32 forward time <= 1.5 for SmolLM2-135M at
+2048 tokens. Prints the time per emulated kernel so the slow ones are visible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+_ROOT = Path(__file__).resolve().parent.parent
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
+
+import torch  # noqa: E402
+
+from benchmarks.host import cpu_name  # noqa: E402
+from kernels.emulated_model import EmulatedModel  # noqa: E402
+from kernels.emulator import EmulatorBackend  # noqa: E402
+from oracle.loading import load_model  # noqa: E402
+from oracle.metrics import compare  # noqa: E402
+
+TARGET_RATIO = 1.5
+
+
+class TimedEmulator(EmulatorBackend):
+    """The emulator, adding up the seconds spent in each kernel."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def run(self, spec: Any, shape: Any, config: Any, inputs: Any, outputs: Any) -> None:
+        t0 = time.perf_counter()
+        super().run(spec, shape, config, inputs, outputs)
+        self.seconds[spec.name] = self.seconds.get(spec.name, 0.0) + time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--seq-len", type=int, default=2048)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+
+    loaded = load_model(args.model)
+    backend = TimedEmulator()
+    model = EmulatedModel(loaded.args, loaded.weights, backend)
+    tokens = torch.randint(0, loaded.args.vocab, (args.seq_len,),
+                           generator=torch.Generator().manual_seed(0))
+    emulated, hf = [], []
+    for _ in range(args.repeats):
+        backend.seconds.clear()
+        t0 = time.perf_counter()
+        logits = model.prefill(tokens)
+        emulated.append(time.perf_counter() - t0)
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            ref = loaded.hf(tokens[None]).logits[0]
+            hf.append(time.perf_counter() - t0)
+    te, th = statistics.median(emulated), statistics.median(hf)
+    agreement = compare(ref, logits)
+    report = {
+        "machine": {"cpu": cpu_name(), "torch_threads": torch.get_num_threads()},
+        "model": args.model, "seq_len": args.seq_len, "source": "measured-cpu",
+        "emulated_s": te, "hf_fp32_s": th, "ratio": te / th, "target_ratio": TARGET_RATIO,
+        "kernel_seconds": dict(sorted(backend.seconds.items(), key=lambda kv: -kv[1])),
+        "logits_cosine": agreement.cosine, "logits_mean_rel_l1": agreement.mean_rel_l1,
+        "top1_agreement": float((ref.argmax(-1) == logits.argmax(-1)).float().mean()),
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    cpu = report["machine"]["cpu"]
+    print(f"emulated prefill speed (measured on the CPU of this machine: {cpu}, "
+          f"torch {torch.get_num_threads()} threads)")
+    print(f"  {args.model}, {args.seq_len} tokens, median of {args.repeats}")
+    print(f"  emulated prefill (NPU numerics on the CPU)  {te:8.2f} s")
+    print(f"  Hugging Face FP32 forward                   {th:8.2f} s")
+    print("  time per emulated kernel:")
+    for name, s in report["kernel_seconds"].items():
+        print(f"    {name:18s} {s:8.2f} s")
+    print(f"  logits vs HF: cosine {agreement.cosine:.5f}, mean_rel_L1 "
+          f"{agreement.mean_rel_l1:.3g}, top-1 agreement {report['top1_agreement']:.3f}")
+    verdict = "PASS" if te / th <= TARGET_RATIO else "MISS"
+    print(f"{verdict}  emulated / HF FP32 <= {TARGET_RATIO}: measured {te / th:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
