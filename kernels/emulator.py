@@ -19,7 +19,14 @@ import torch.nn.functional as F
 
 from oracle import reference as ref_ops
 
-from .numerics import gemm_bfp16, gemv_fp32acc, to_bf16
+from .numerics import (
+    BFP16EBS8,
+    DEFAULT_TILE_K,
+    _quantize_last_dim,
+    gemm_bfp16,
+    gemv_fp32acc,
+    to_bf16,
+)
 from .specs import KernelSpec, Shape
 
 Tensors = dict[str, torch.Tensor]
@@ -54,20 +61,35 @@ def _rope(s: Shape, c: dict, x: Tensors) -> Tensors:
 
 
 def _attention(s: Shape, c: dict, x: Tensors) -> Tensors:
-    """Causal attention per head: S = QK^T and O = PV through the BFP16 datapath, the
-    softmax in FP32, P handed to the second matmul as bf16."""
-    q, k, v = x["q"], x["k"], x["v"]
-    group = s["heads"] // s["kv_heads"]
-    lq, lk, d = s["Lq"], s["Lk"], s["head_dim"]
-    start = lk - lq
-    mask = torch.arange(lk)[None, :] > (torch.arange(lq)[:, None] + start)
-    out = torch.empty(s["heads"], lq, d, dtype=torch.bfloat16)
-    for h in range(s["heads"]):
-        kv = h // group
-        scores = gemm_bfp16(q[h], k[kv].t().contiguous(), out_dtype=torch.float32)
+    """Causal attention, all heads at once: S = QK^T and O = PV through the BFP16 datapath
+    (exactly what `gemm_bfp16` computes per head: blocks along the K dim, exact K-tile sums
+    rounded to FP32 and added in order), the softmax in FP32, P handed on as bf16. K tiles
+    of PV that lie wholly past a row block's causal limit hold zeros and are skipped."""
+    fmt, tk = BFP16EBS8, DEFAULT_TILE_K
+    h, hkv, lq, lk, d = s["heads"], s["kv_heads"], s["Lq"], s["Lk"], s["head_dim"]
+    group, start = h // hkv, lk - lq
+    qq = _quantize_last_dim(_f32(x["q"]).reshape(-1, d), fmt).view(h, lq, d).double()
+    kq = _quantize_last_dim(_f32(x["k"]).reshape(-1, d), fmt).view(hkv, lk, d)
+    kq = kq.repeat_interleave(group, dim=0).double()
+    vq = _quantize_last_dim(_f32(x["v"]).transpose(1, 2).reshape(-1, lk), fmt)
+    vq = vq.view(hkv, d, lk).transpose(1, 2).repeat_interleave(group, dim=0).double()
+    out = torch.empty(h, lq, d, dtype=torch.bfloat16)
+    rows = max(1, (1 << 22) // max(h * lk, 1))          # bounds the FP64 scratch to ~32 MiB
+    for r0 in range(0, lq, rows):
+        r1 = min(lq, r0 + rows)
+        scores = torch.zeros(h, r1 - r0, lk)
+        for d0 in range(0, d, tk):
+            scores += torch.bmm(qq[:, r0:r1, d0:d0 + tk], kq[:, :, d0:d0 + tk].transpose(1, 2))\
+                .float()
+        mask = torch.arange(lk)[None, :] > (torch.arange(r0, r1)[:, None] + start)
         scores = (scores / math.sqrt(d)).masked_fill(mask, float("-inf"))
         p = to_bf16(torch.softmax(scores, dim=-1))
-        out[h] = gemm_bfp16(p, v[kv], out_dtype=torch.bfloat16)
+        pq = _quantize_last_dim(p.float().reshape(-1, lk), fmt).view(h, r1 - r0, lk).double()
+        acc = torch.zeros(h, r1 - r0, d)
+        last = start + r1                                  # positions beyond are masked
+        for k0 in range(0, min(lk, last), tk):
+            acc += torch.bmm(pq[:, :, k0:k0 + tk], vq[:, k0:k0 + tk]).float()
+        out[:, r0:r1] = to_bf16(acc)
     return {"o": out}
 
 

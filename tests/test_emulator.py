@@ -137,3 +137,33 @@ def test_validate_kernel_on_the_oracle_golden_tensors(tiny_models):
     assert report.passed, report.summary()
     # The emulated GEMM lands near the oracle's own q projection, with the NPU's error.
     assert 1e-3 < report.metrics["c"].mean_rel_l1 < 3e-2
+
+
+def per_head_attention(s, x):
+    """The attention kernel written the slow, obvious way: gemm_bfp16 per head."""
+    import math
+
+    from kernels.numerics import gemm_bfp16
+
+    q, k, v = x["q"], x["k"], x["v"]
+    group, start = s["heads"] // s["kv_heads"], s["Lk"] - s["Lq"]
+    mask = torch.arange(s["Lk"])[None, :] > (torch.arange(s["Lq"])[:, None] + start)
+    out = torch.empty(s["heads"], s["Lq"], s["head_dim"], dtype=torch.bfloat16)
+    for h in range(s["heads"]):
+        scores = gemm_bfp16(q[h], k[h // group].t().contiguous(), out_dtype=torch.float32)
+        scores = (scores / math.sqrt(s["head_dim"])).masked_fill(mask, float("-inf"))
+        out[h] = gemm_bfp16(to_bf16(torch.softmax(scores, dim=-1)), v[h // group])
+    return out
+
+
+@pytest.mark.parametrize("shape", [
+    {"heads": 4, "kv_heads": 2, "Lq": 200, "Lk": 200, "head_dim": 128},
+    {"heads": 3, "kv_heads": 3, "Lq": 1, "Lk": 77, "head_dim": 64},
+    {"heads": 9, "kv_heads": 3, "Lq": 700, "Lk": 700, "head_dim": 64},
+])
+def test_batched_attention_equals_gemm_bfp16_per_head_bit_for_bit(shape):
+    from kernels.emulator import EMULATED
+
+    x = seeded_inputs(SPECS["flash_attention"], shape, seed=5)
+    got = EMULATED["flash_attention"](shape, {}, x)["o"]
+    assert torch.equal(got, per_head_attention(shape, x))
