@@ -58,10 +58,12 @@ class EmulatedModel:
     """Prefill of a model on `backend`, each kernel with the configuration selected for it."""
 
     def __init__(self, args: ModelArgs, weights: Weights, backend: Any,
-                 hw: Hardware = XDNA2) -> None:
+                 hw: Hardware = XDNA2, *, exact_tiles: bool = False) -> None:
         if args.o_bias or args.mlp_bias:
             raise NotImplementedError("O-projection and MLP biases have no kernel yet")
         self.args, self.backend, self.hw = args, backend, hw
+        # Whole-model runs let BLAS order the FP32 sums (see numerics.gemm_bfp16).
+        self.exact_tiles = exact_tiles
         self.embed = to_bf16(weights.embed)
         self.final_norm = to_bf16(weights.final_norm)
         self.lm_head = to_bf16(weights.lm_head.t().contiguous())
@@ -73,6 +75,8 @@ class EmulatedModel:
             config = select(use, self.hw).config
             if "eps" in config:     # compiled into the norm kernels: the model's own epsilon
                 config = {**config, "eps": self.args.norm_eps}
+            if use.spec.name.startswith("gemm") or use.spec.name == "flash_attention":
+                config = {**config, "exact_tiles": self.exact_tiles}
             self._configs[use.key] = config
         return self._configs[use.key]
 

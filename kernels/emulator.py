@@ -41,7 +41,8 @@ def _f32(t: torch.Tensor) -> torch.Tensor:
 
 def _gemm(out_dtype: torch.dtype) -> Kernel:
     def run(s: Shape, c: dict, x: Tensors) -> Tensors:
-        return {"c": gemm_bfp16(x["a"], x["b"], tile_k=int(c["tile_k_l1"]), out_dtype=out_dtype)}
+        return {"c": gemm_bfp16(x["a"], x["b"], tile_k=int(c["tile_k_l1"]), out_dtype=out_dtype,
+                                exact_tiles=bool(c.get("exact_tiles", True)))}
     return run
 
 
@@ -68,27 +69,41 @@ def _attention(s: Shape, c: dict, x: Tensors) -> Tensors:
     fmt, tk = BFP16EBS8, DEFAULT_TILE_K
     h, hkv, lq, lk, d = s["heads"], s["kv_heads"], s["Lq"], s["Lk"], s["head_dim"]
     group, start = h // hkv, lk - lq
-    qq = _quantize_last_dim(_f32(x["q"]).reshape(-1, d), fmt).view(h, lq, d).double()
+    # exact: FP64 K-tile sums, as gemm_bfp16 does; otherwise one FP32 BLAS call per product.
+    exact = bool(c.get("exact_tiles", True))
+    dtype = torch.float64 if exact else torch.float32
+    qq = _quantize_last_dim(_f32(x["q"]).reshape(-1, d), fmt).view(h, lq, d).to(dtype)
     kq = _quantize_last_dim(_f32(x["k"]).reshape(-1, d), fmt).view(hkv, lk, d)
-    kq = kq.repeat_interleave(group, dim=0).double()
+    kq = kq.repeat_interleave(group, dim=0).to(dtype)
     vq = _quantize_last_dim(_f32(x["v"]).transpose(1, 2).reshape(-1, lk), fmt)
-    vq = vq.view(hkv, d, lk).transpose(1, 2).repeat_interleave(group, dim=0).double()
+    vq = vq.view(hkv, d, lk).transpose(1, 2).repeat_interleave(group, dim=0).to(dtype)
     out = torch.empty(h, lq, d, dtype=torch.bfloat16)
     rows = max(1, (1 << 22) // max(h * lk, 1))          # bounds the FP64 scratch to ~32 MiB
     for r0 in range(0, lq, rows):
         r1 = min(lq, r0 + rows)
-        scores = torch.zeros(h, r1 - r0, lk)
-        for d0 in range(0, d, tk):
-            scores += torch.bmm(qq[:, r0:r1, d0:d0 + tk], kq[:, :, d0:d0 + tk].transpose(1, 2))\
-                .float()
-        mask = torch.arange(lk)[None, :] > (torch.arange(r0, r1)[:, None] + start)
+        # Keys past the block's last position are masked: their probabilities are exact
+        # zeros, which form whole zero blocks and K tiles (upto is a multiple of tk). Leaving
+        # them out can change at most the FP32 rounding of the softmax's sum; the tests
+        # find the result bit-identical to gemm_bfp16 per head over all keys.
+        upto = min(lk, -(-(start + r1) // tk) * tk)
+        if not exact:
+            scores = torch.bmm(qq[:, r0:r1], kq[:, :upto].transpose(1, 2))
+        else:
+            scores = torch.zeros(h, r1 - r0, upto)
+            for d0 in range(0, d, tk):
+                scores += torch.bmm(qq[:, r0:r1, d0:d0 + tk],
+                                    kq[:, :upto, d0:d0 + tk].transpose(1, 2)).float()
+        mask = torch.arange(upto)[None, :] > (torch.arange(r0, r1)[:, None] + start)
         scores = (scores / math.sqrt(d)).masked_fill(mask, float("-inf"))
         p = to_bf16(torch.softmax(scores, dim=-1))
-        pq = _quantize_last_dim(p.float().reshape(-1, lk), fmt).view(h, r1 - r0, lk).double()
-        acc = torch.zeros(h, r1 - r0, d)
-        last = start + r1                                  # positions beyond are masked
-        for k0 in range(0, min(lk, last), tk):
-            acc += torch.bmm(pq[:, :, k0:k0 + tk], vq[:, k0:k0 + tk]).float()
+        pq = _quantize_last_dim(p.float().reshape(-1, upto), fmt).view(h, r1 - r0, upto)
+        pq = pq.to(dtype)
+        if not exact:
+            acc = torch.bmm(pq, vq[:, :upto])
+        else:
+            acc = torch.zeros(h, r1 - r0, d)
+            for k0 in range(0, upto, tk):
+                acc += torch.bmm(pq[:, :, k0:k0 + tk], vq[:, k0:k0 + tk]).float()
         out[:, r0:r1] = to_bf16(acc)
     return {"o": out}
 

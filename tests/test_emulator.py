@@ -167,3 +167,22 @@ def test_batched_attention_equals_gemm_bfp16_per_head_bit_for_bit(shape):
     x = seeded_inputs(SPECS["flash_attention"], shape, seed=5)
     got = EMULATED["flash_attention"](shape, {}, x)["o"]
     assert torch.equal(got, per_head_attention(shape, x))
+
+
+@pytest.mark.parametrize("kernel,shape", [
+    ("gemm_bf16", {"M": 48, "K": 896, "N": 640}),
+    ("gemm_fp32", {"M": 48, "K": 2048, "N": 256}),
+    ("flash_attention", {"heads": 4, "kv_heads": 2, "Lq": 300, "Lk": 300, "head_dim": 64}),
+])
+def test_blas_ordered_fp32_sums_stay_within_1e6_of_the_exact_tile_order(kernel, shape):
+    from kernels.emulator import EMULATED
+    from oracle.metrics import compare
+
+    x = seeded_inputs(SPECS[kernel], shape, seed=2)
+    config = {**SPECS[kernel].tunables}
+    exact = EMULATED[kernel](shape, {**config, "exact_tiles": True}, x)
+    fast = EMULATED[kernel](shape, {**config, "exact_tiles": False}, x)
+    for name in exact:
+        c = compare(exact[name], fast[name])
+        # One bf16 ulp where a sum lands on a rounding boundary, otherwise FP32-level.
+        assert c.rel_l2 < (1e-3 if exact[name].dtype == torch.bfloat16 else 1e-6), c.rel_l2

@@ -358,3 +358,37 @@ def test_floor_rounding_lands_above_the_band():
     a, b = gemm_operands(ROWS, 2048, 512, seed=7)
     error = compare(fp32_reference(a, b), gemm_bfp16(a, b, out_dtype=torch.float32, fmt=FLOOR))
     assert error.mean_rel_l1 > GEMM_MEAN_REL_L1_BAND[1]
+
+
+# --- the compiled quantizer ------------------------------------------------------------------
+
+def _blocks(seed: int, n: int = 8192) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    spread = torch.logspace(-44, 37, 8)
+    return [torch.randn(n, 8, generator=g),
+            torch.randn(n, 8, generator=g) * spread[torch.randperm(8, generator=g)],
+            torch.randn(n, 8, generator=g) * 1e-40,                       # subnormal blocks
+            (torch.rand(n, 8, generator=g) * 255.99).floor() * 2.0**-10,  # carries (nearest)
+            torch.randn(n, 8, generator=g).to(torch.bfloat16).float()]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_compiled_quantizer_is_bit_identical_to_the_torch_one(seed):
+    from kernels.numerics import _quantize_bfp16ebs8_fast, _quantize_blocks_torch
+
+    for x in _blocks(seed):
+        want = _quantize_blocks_torch(x.clone(), BFP16EBS8)
+        got = _quantize_bfp16ebs8_fast(x.clone())
+        assert got is not None
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+
+
+def test_compiled_quantizer_leaves_inf_and_nan_to_the_torch_path():
+    from kernels.numerics import _quantize_bfp16ebs8_fast, to_bfp16
+
+    x = torch.randn(4096, 8)
+    x[100, 3] = float("inf")
+    x[7, 0] = float("nan")
+    assert _quantize_bfp16ebs8_fast(x.clone()) is None
+    q = to_bfp16(x)                       # the public path still answers, through torch
+    assert torch.isinf(q[100, 3]) and torch.isnan(q[7, 0])
