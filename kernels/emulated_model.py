@@ -77,6 +77,8 @@ class EmulatedModel:
                 config = {**config, "eps": self.args.norm_eps}
             if use.spec.name.startswith("gemm") or use.spec.name == "flash_attention":
                 config = {**config, "exact_tiles": self.exact_tiles}
+            if use.spec.name.startswith("gemm"):
+                config = {**config, "static_b": True}    # every B here is a weight
             self._configs[use.key] = config
         return self._configs[use.key]
 

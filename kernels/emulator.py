@@ -25,6 +25,7 @@ from .numerics import (
     _quantize_last_dim,
     gemm_bfp16,
     gemv_fp32acc,
+    quantize_gemm_b,
     to_bf16,
 )
 from .specs import KernelSpec, Shape
@@ -39,10 +40,27 @@ def _f32(t: torch.Tensor) -> torch.Tensor:
 
 # --- emulated kernels (bf16 in, bf16 out unless the kernel says fp32) ----------------------
 
+# Static weights converted to the block format once, as a deployment writes them once.
+# Keyed by the tensor's storage and version, and holding the tensor so the key stays unique.
+_STATIC_B: dict[tuple[int, int, tuple[int, ...]], tuple[torch.Tensor, torch.Tensor]] = {}
+_STATIC_B_MAX = 1024
+
+
+def _static_b(b: torch.Tensor) -> torch.Tensor:
+    key = (b.data_ptr(), b._version, tuple(b.shape))
+    hit = _STATIC_B.get(key)
+    if hit is None:
+        if len(_STATIC_B) >= _STATIC_B_MAX:
+            _STATIC_B.clear()
+        hit = _STATIC_B[key] = (b, quantize_gemm_b(b))
+    return hit[1]
+
+
 def _gemm(out_dtype: torch.dtype) -> Kernel:
     def run(s: Shape, c: dict, x: Tensors) -> Tensors:
+        b_q = _static_b(x["b"]) if c.get("static_b") else None
         return {"c": gemm_bfp16(x["a"], x["b"], tile_k=int(c["tile_k_l1"]), out_dtype=out_dtype,
-                                exact_tiles=bool(c.get("exact_tiles", True)))}
+                                exact_tiles=bool(c.get("exact_tiles", True)), b_quantized=b_q)}
     return run
 
 

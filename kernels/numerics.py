@@ -246,7 +246,8 @@ def _exact_pow2(e: torch.Tensor) -> torch.Tensor:
 
 def gemm_bfp16(a: torch.Tensor, b: torch.Tensor, *, tile_k: int = DEFAULT_TILE_K,
                out_dtype: torch.dtype = torch.bfloat16,
-               fmt: BFPFormat = BFP16EBS8, exact_tiles: bool = True) -> torch.Tensor:
+               fmt: BFPFormat = BFP16EBS8, exact_tiles: bool = True,
+               b_quantized: torch.Tensor | None = None) -> torch.Tensor:
     """C = A @ B as the AIE2P GEMM computes it: A [..., K] and B [K, N] bf16, both converted to
     `fmt` along K, tile sums (`tile_k` of K each, exact) added in K order in FP32, then one cast
     to `out_dtype` (bf16, or float32 for the fp32-out kernels).
@@ -255,7 +256,9 @@ def gemm_bfp16(a: torch.Tensor, b: torch.Tensor, *, tile_k: int = DEFAULT_TILE_K
     same quantized operands, a different FP32 summation order. That can move a result by
     FP32 rounding only (the products of 8-bit mantissas are exact; on the tests' inputs the
     two agree bit for bit), against the ~1e-2 of the block format, and runs 2-3x faster.
-    Whole-model emulation uses it; kernel validation keeps the exact tile order."""
+    Whole-model emulation uses it; kernel validation keeps the exact tile order.
+
+    `b_quantized`, `quantize_gemm_b(b)` computed earlier: a static weight converted once."""
     _check_bf16("gemm_bfp16", a=a, b=b)
     if b.dim() != 2 or a.dim() < 1 or a.shape[-1] != b.shape[0]:
         raise ValueError(f"gemm_bfp16: need a [..., K] and b [K, N], got {tuple(a.shape)} and "
@@ -268,10 +271,15 @@ def gemm_bfp16(a: torch.Tensor, b: torch.Tensor, *, tile_k: int = DEFAULT_TILE_K
                          f"got {out_dtype}")
     k, n = b.shape
     a_q = _quantize_last_dim(a.reshape(-1, k).to(torch.float32), fmt)
-    b_q = _quantize_last_dim(b.t().to(torch.float32), fmt).t()  # blocks down B's columns [S1]
+    b_q = quantize_gemm_b(b, fmt) if b_quantized is None else b_quantized
     c = _accumulate_k_tiles(a_q, b_q, tile_k) if exact_tiles else a_q @ b_q
     return to_bf16(c).view(*a.shape[:-1], n) if out_dtype == torch.bfloat16 \
         else c.view(*a.shape[:-1], n)
+
+
+def quantize_gemm_b(b: torch.Tensor, fmt: BFPFormat = BFP16EBS8) -> torch.Tensor:
+    """B [K, N] as the GEMM reads it: blocks run down its columns, along K [S1]."""
+    return _quantize_last_dim(b.t().to(torch.float32), fmt).t()
 
 
 # Rows of C per pass of the K-tile loop: 2**20 float64 partial sums (8 MiB) stay in the L3, so a
