@@ -19,7 +19,7 @@ from oracle.reference import rope_table
 from .hardware import XDNA2, Hardware
 from .numerics import to_bf16
 from .selection import select
-from .specs import SPECS, KernelUse, Prefill, Shape, model_kernels
+from .specs import SPECS, KernelUse, Shape
 
 
 @dataclass(frozen=True)
@@ -135,6 +135,3 @@ class EmulatedModel:
             x = self._run("add", rows, a=x, b=down)
         n = self._run("rmsnorm", rows, x=x, weight=self.final_norm)
         return self._run("gemm_fp32", {"M": L, "K": h, "N": a.vocab}, a=n, b=self.lm_head)
-
-    def kernel_uses(self, seq: int) -> list[KernelUse]:
-        return model_kernels(self.args, Prefill(seq))

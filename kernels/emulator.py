@@ -23,6 +23,7 @@ from .numerics import (
     BFP16EBS8,
     DEFAULT_TILE_K,
     _quantize_last_dim,
+    fp32_reference,
     gemm_bfp16,
     gemv_fp32acc,
     quantize_gemm_b,
@@ -163,8 +164,8 @@ def _ref_norm(s: Shape, c: dict, x: Tensors) -> Tensors:
 
 
 REFERENCE: dict[str, Callable[[Shape, dict, Tensors], Tensors]] = {
-    "gemm_bf16": lambda s, c, x: {"c": _f32(x["a"]) @ _f32(x["b"])},
-    "gemm_fp32": lambda s, c, x: {"c": _f32(x["a"]) @ _f32(x["b"])},
+    "gemm_bf16": lambda s, c, x: {"c": fp32_reference(x["a"], x["b"])},
+    "gemm_fp32": lambda s, c, x: {"c": fp32_reference(x["a"], x["b"])},
     "gemv": lambda s, c, x: {"y": _f32(x["w"]) @ _f32(x["x"])},
     "rmsnorm": _ref_norm, "qk_norm": _ref_norm, "rope": _ref_rope,
     "flash_attention": _ref_attention, "decode_attention": _ref_attention,

@@ -16,7 +16,7 @@ from typing import Any
 
 from .checker import Finding, blocking, check_with_usage
 from .hardware import Hardware
-from .specs import KernelSpec, KernelUse, Shape
+from .specs import KernelSpec, KernelUse, Shape, unique_kernels
 
 # Values to try per tunable, calibrated value first (NPU_FACTS: GEMM m64 / kl2 256 /
 # kl1 32 / n128 on an 8x4 herd; GEMV herd_m 8; element-wise herds of 8).
@@ -101,6 +101,4 @@ def select(use: KernelUse, hw: Hardware, roles: tuple[str, ...] = ()) -> Selecti
 
 def select_all(uses: list[KernelUse], hw: Hardware) -> list[Selection]:
     """One selection per distinct (kernel, shape), with the roles that share it."""
-    from .specs import unique_kernels
-
     return [select(use, hw, tuple(roles)) for use, roles in unique_kernels(uses)]

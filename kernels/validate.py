@@ -13,7 +13,9 @@ from typing import Any, Protocol
 
 import torch
 
+from oracle.config import RopeScaling
 from oracle.metrics import Comparison, compare
+from oracle.reference import rope_cos_sin
 
 from .checker import Finding, check
 from .emulator import REFERENCE
@@ -68,13 +70,9 @@ def seeded_inputs(spec: KernelSpec, shape: Shape, seed: int = 0) -> dict[str, to
     for op in spec.operands(shape):
         if op.role == "output":
             continue
-        if op.role == "table":
-            positions = torch.arange(op.dims[0], dtype=torch.float64)
-            inv = 1.0 / 10000.0 ** (torch.arange(0, op.dims[1], 2, dtype=torch.float64)
-                                    / op.dims[1])
-            angles = positions[:, None] * inv[None, :]
-            angles = torch.cat((angles, angles), dim=-1)
-            out[op.name] = to_bf16(angles.cos() if op.name == "cos" else angles.sin())
+        if op.role == "table":     # the oracle's own RoPE table, theta 10000
+            cos, sin = rope_cos_sin(op.dims[1], 10000.0, RopeScaling(), torch.arange(op.dims[0]))
+            out[op.name] = to_bf16(cos if op.name == "cos" else sin)
             continue
         t = torch.randn(op.dims, generator=gen)
         if op.role == "weight" and spec.name.startswith(("gemm", "gemv")):

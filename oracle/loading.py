@@ -18,7 +18,7 @@ import torch
 
 from .adapters import Weights, weights_from_state_dict
 from .config import ModelArgs, model_args, read_config
-from .errors import BadConfig, ModelCorrupt, ModelNotFound, OracleError, TokenizerMismatch
+from .errors import BadConfig, ModelCorrupt, ModelNotFound, TokenizerMismatch
 from .reference import Reference
 from .sources import ModelSource, resolve
 
@@ -111,8 +111,6 @@ def load_hf_model(directory: Path) -> Any:
 
     try:
         model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32)
-    except OracleError:
-        raise
     except Exception as e:  # noqa: BLE001 (every failure becomes one line)
         raise BadConfig(f"transformers could not load {directory} ({type(e).__name__}: "
                         f"{str(e)[:160]})") from None

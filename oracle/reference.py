@@ -67,10 +67,16 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Te
 
 
 def rope_table(args: ModelArgs, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin, each [seq, head_dim] in FP32: the table a RoPE kernel is given.
-    Angles are formed in float64: in FP32 the angle at position 2000 is already off by
-    ~1e-4 rad, and the table should be the truth, not one more rounding."""
-    inv = rope_inv_freq(args.head_dim, args.rope_theta, args.rope_scaling)
+    """cos and sin, each [seq, head_dim] in FP32: the table a RoPE kernel is given."""
+    return rope_cos_sin(args.head_dim, args.rope_theta, args.rope_scaling, positions)
+
+
+def rope_cos_sin(head_dim: int, theta: float, scaling: RopeScaling, positions: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """`rope_table` from the three numbers it depends on. Angles are formed in float64: in
+    FP32 the angle at position 2000 is already off by ~1e-4 rad, and the table should be
+    the truth, not one more rounding."""
+    inv = rope_inv_freq(head_dim, theta, scaling)
     angles = positions.to(torch.float64)[:, None] * inv[None, :]
     angles = torch.cat((angles, angles), dim=-1)
     return angles.cos().to(torch.float32), angles.sin().to(torch.float32)
