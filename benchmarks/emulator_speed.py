@@ -3,6 +3,11 @@ same model and tokens in the same run (both on this machine's CPU).
 
 Target (issue 4): emulated prefill time / HF FP32 forward time <= 1.5 for SmolLM2-135M at
 2048 tokens. Prints the time per emulated kernel so the slow ones are visible.
+
+One untimed prefill of each runs first: the emulator then holds its static weights in the
+block format (a deployment writes weights once) and numba's compiled loops are loaded; torch
+has warmed its allocator for both. Each repeat times the two back to back, and the verdict
+is on the median of the per-repeat ratios (the two share whatever load the machine had).
 """
 
 from __future__ import annotations
@@ -55,6 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     model = EmulatedModel(loaded.args, loaded.weights, backend)
     tokens = torch.randint(0, loaded.args.vocab, (args.seq_len,),
                            generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        model.prefill(tokens)
+        loaded.hf(tokens[None])
     emulated, hf = [], []
     for _ in range(args.repeats):
         backend.seconds.clear()
@@ -66,11 +74,13 @@ def main(argv: list[str] | None = None) -> int:
             ref = loaded.hf(tokens[None]).logits[0]
             hf.append(time.perf_counter() - t0)
     te, th = statistics.median(emulated), statistics.median(hf)
+    ratio = statistics.median(e / h for e, h in zip(emulated, hf, strict=True))
     agreement = compare(ref, logits)
     report = {
         "machine": {"cpu": cpu_name(), "torch_threads": torch.get_num_threads()},
         "model": args.model, "seq_len": args.seq_len, "source": "measured-cpu",
-        "emulated_s": te, "hf_fp32_s": th, "ratio": te / th, "target_ratio": TARGET_RATIO,
+        "emulated_s": te, "hf_fp32_s": th, "ratio": ratio, "target_ratio": TARGET_RATIO,
+        "emulated_runs_s": emulated, "hf_fp32_runs_s": hf,
         "kernel_seconds": dict(sorted(backend.seconds.items(), key=lambda kv: -kv[1])),
         "logits_cosine": agreement.cosine, "logits_mean_rel_l1": agreement.mean_rel_l1,
         "top1_agreement": float((ref.argmax(-1) == logits.argmax(-1)).float().mean()),
@@ -89,8 +99,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"    {name:18s} {s:8.2f} s")
     print(f"  logits vs HF: cosine {agreement.cosine:.5f}, mean_rel_L1 "
           f"{agreement.mean_rel_l1:.3g}, top-1 agreement {report['top1_agreement']:.3f}")
-    verdict = "PASS" if te / th <= TARGET_RATIO else "MISS"
-    print(f"{verdict}  emulated / HF FP32 <= {TARGET_RATIO}: measured {te / th:.2f}")
+    print("  ratio per repeat: " + ", ".join(f"{e / h:.2f}" for e, h in zip(emulated, hf,
+                                                                          strict=True)))
+    verdict = "PASS" if ratio <= TARGET_RATIO else "MISS"
+    print(f"{verdict}  emulated / HF FP32 <= {TARGET_RATIO}: measured {ratio:.2f} (median of "
+          f"the per-repeat ratios)")
     return 0
 
 

@@ -1,60 +1,70 @@
-"""The compiled loop behind `numerics._quantize_bfp16ebs8_fast` (numba, cached on disk)."""
+"""The compiled loops behind `numerics` (numba, cached on disk): the bfp16ebs8 quantizer and the
+two passes of the attention softmax. Each has a torch twin in `numerics` that it is tested
+against bit for bit; no fast-math flag is used, so every float operation is the IEEE one
+written here, in the order written here.
+
+Rows and blocks are spread over numba's threads. They are independent, so no result depends
+on the number of threads.
+"""
 
 from __future__ import annotations
-
-from typing import Any
 
 import numba
 import numpy as np
 
+_F32_BIAS = 127
+_F32_MANT = 23
 
-@numba.njit(cache=True, nogil=True, parallel=True)
-def quantize_bfp16ebs8(x: np.ndarray, out: np.ndarray, lsb_offset: int) -> bool:
-    """Blocks are the rows of `x` (float32 [nblocks, block]). Each block shares the largest
-    exponent field E; values become rint(x / 2^(E-127-lsb_offset)) LSBs (ties to even), a
-    block whose mantissa reaches +128 moves E up by one and is quantized again. Returns
-    False, with `out` unfinished, when a block holds an inf or a NaN. Blocks are spread
-    over numba's threads (independent, so the result does not depend on their number).
 
-    Scaling by a power of two is exact in float32 (a result too small to be normal is far
-    below half an LSB and rounds to zero either way), so the loop stays in float32."""
-    bits = x.view(np.int32)
-    nblocks, block = x.shape
-    top = np.float32(2.0 ** (lsb_offset + 1))
-    bad = np.zeros(nblocks, dtype=np.bool_)
-    for i in numba.prange(nblocks):
-        emax = 0
+def scale_tables(lsb_offset: int) -> np.ndarray:
+    """float32 [4, 256]: for a block exponent field E, the LSB 2^(E-127-lsb_offset), its
+    inverse, and the same two after a carry (E+1). An LSB that is not a normal float32, or an
+    inverse that overflows, is 0: those blocks take the float64 path."""
+    t = np.zeros((4, 256), dtype=np.float32)
+    for e in range(255):
+        for row, x in ((0, e - _F32_BIAS - lsb_offset), (2, e + 1 - _F32_BIAS - lsb_offset)):
+            if -126 <= x <= 126:
+                t[row, e] = np.float32(2.0 ** x)
+                t[row + 1, e] = np.float32(2.0 ** -x)
+    return t
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _quantize_block(x: np.ndarray, bits: np.ndarray, out: np.ndarray, i: int,
+                    tables: np.ndarray, lsb_offset: int, top: np.float32) -> bool:
+    """Row i of x (float32 [nblocks, block]) as one block, into row i of `out` (not `x`);
+    `bits` is x viewed as int32, `top` = 2^(lsb_offset+1), the mantissa that does not fit.
+    False, with nothing written, if the block holds an inf or a NaN."""
+    block = x.shape[1]
+    emax = 0
+    for j in range(block):
+        emax = max(emax, (bits[i, j] & 0x7FFFFFFF) >> _F32_MANT)
+    if emax == 0xFF:
+        return False
+    inv = tables[1, emax]
+    if inv == 0:                         # the LSB is subnormal in float32: float64 here
+        _block_float64(x[i], out[i], emax, lsb_offset, top)
+        return True
+    carry = False
+    for j in range(block):
+        q = np.rint(x[i, j] * inv)       # exact scaling by a power of two, nearest-even
+        carry |= q == top
+        out[i, j] = q
+    if carry:                            # +top does not fit: the exponent goes up by one
+        inv, lsb = tables[3, emax], tables[2, emax]
         for j in range(block):
-            e = (bits[i, j] & 0x7FFFFFFF) >> 23
-            emax = max(emax, e)
-        if emax == 0xFF:
-            bad[i] = True
-            continue
-        # 2^(E-127-lsb_offset) and its inverse, built from float64 (exact, any E < 255).
-        lsb = np.float64(2.0) ** (emax - 127 - lsb_offset)
-        if emax - 127 - lsb_offset < -126:
-            # The LSB itself is subnormal in float32 (and 1/LSB overflows): float64 here.
-            _block_float64(x[i], out[i], lsb, top)
-            continue
-        inv = np.float32(1.0 / lsb)
-        lsb32 = np.float32(lsb)
-        carry = False
+            out[i, j] = (np.rint(x[i, j] * inv) + np.float32(0.0)) * lsb
+    else:
+        lsb = tables[0, emax]
         for j in range(block):
-            q = np.rint(x[i, j] * inv)
-            carry |= q == top
-            out[i, j] = q
-        if carry:
-            lsb32 = np.float32(lsb * 2.0)
-            inv = np.float32(0.5 / lsb)
-            for j in range(block):
-                out[i, j] = np.rint(x[i, j] * inv)
-        for j in range(block):
-            out[i, j] = (out[i, j] + np.float32(0.0)) * lsb32   # -0.0 -> +0.0, then scale
-    return not bad.any()
+            out[i, j] = (out[i, j] + np.float32(0.0)) * lsb   # -0.0 -> +0.0, then scale
+    return True
 
 
 @numba.njit(cache=True, nogil=True)
-def _block_float64(x: np.ndarray, out: np.ndarray, lsb: float, top: Any) -> None:
+def _block_float64(x: np.ndarray, out: np.ndarray, emax: int, lsb_offset: int,
+                   top: np.float32) -> None:
+    lsb = np.float64(2.0) ** (emax - _F32_BIAS - lsb_offset)
     carry = False
     for j in range(x.shape[0]):
         carry |= np.rint(np.float64(x[j]) / lsb) == top
@@ -62,3 +72,126 @@ def _block_float64(x: np.ndarray, out: np.ndarray, lsb: float, top: Any) -> None
         lsb *= 2.0
     for j in range(x.shape[0]):
         out[j] = np.float32((np.rint(np.float64(x[j]) / lsb) + 0.0) * lsb)
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def quantize_bfp16ebs8(x: np.ndarray, out: np.ndarray, tables: np.ndarray,
+                       lsb_offset: int) -> bool:
+    """Blocks are the rows of `x` (float32 [nblocks, block]). Each block shares the largest
+    exponent field E; values become rint(x / 2^(E-127-lsb_offset)) LSBs (ties to even), and a
+    block whose mantissa reaches +2^(lsb_offset+1) moves E up by one and is quantized again.
+    Returns False, with `out` unfinished, when a block holds an inf or a NaN.
+
+    Scaling by a power of two is exact in float32 (a result too small to be normal is far
+    below half an LSB and rounds to zero either way), so the loop stays in float32."""
+    bits = x.view(np.int32)
+    nblocks = x.shape[0]
+    top = np.float32(2.0 ** (lsb_offset + 1))
+    bad = np.zeros(nblocks, dtype=np.bool_)
+    for i in numba.prange(nblocks):
+        bad[i] = not _quantize_block(x, bits, out, i, tables, lsb_offset, top)
+    return not bad.any()
+
+
+# --- the attention softmax -------------------------------------------------------------------
+
+# exp(x) for x <= 0, in float64 and rounded once to float32: x = k ln2 + r with |r| <= ln2/2
+# (Cody-Waite: ln2 in a high and a low part), e^r by its Taylor polynomial of degree 9
+# (truncation error below 1e-11 relative), times 2^k built from its bits. Against the
+# correctly rounded float32 exp it is off by one ulp at most (measured: 7e-6 of the values).
+LOG2E = 1.4426950408889634
+LN2_HI = 0.6931471803691238
+LN2_LO = 1.9082149292705877e-10
+EXP_TAYLOR = (1 / 362880, 1 / 40320, 1 / 5040, 1 / 720, 1 / 120, 1 / 24, 1 / 6, 0.5, 1.0, 1.0)
+EXP_MIN_ARG = -110.0    # exp(-110) is below half the smallest float32 subnormal: rounds to 0
+
+
+@numba.njit(cache=True, nogil=True)
+def exp_row(x: np.ndarray, out: np.ndarray, bits: np.ndarray, poly: np.ndarray) -> None:
+    """out[j] = exp(x[j]) for float32 x <= 0 (or -inf), as described above. `bits` (int64)
+    and `poly` (float64) are scratch at least as long as x. `out` may be `x`."""
+    n = x.shape[0]
+    for j in range(n):
+        xd = max(np.float64(x[j]), EXP_MIN_ARG)
+        k = np.rint(xd * LOG2E)
+        r = (xd - k * LN2_HI) - k * LN2_LO
+        p = EXP_TAYLOR[0]
+        for c in EXP_TAYLOR[1:]:
+            p = p * r + c
+        poly[j] = p
+        bits[j] = (np.int64(k) + 1023) << 52          # 2^k, k in [-159, 0]
+    pow2 = bits[:n].view(np.float64)
+    for j in range(n):
+        out[j] = np.float32(poly[j] * pow2[j])
+
+
+# The softmax's row sum runs in this many FP32 lanes (lane j takes every LANES-th key, in order),
+# then the lanes are added by pairwise halving: a vector reduction, as the NPU kernels do theirs.
+SOFTMAX_LANES = 16
+# Rows per work item: the scratch rows are allocated once per item.
+_ROWS_PER_ITEM = 32
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def softmax_bfp16(s: np.ndarray, valid: np.ndarray, scale: np.float32, out: np.ndarray,
+                  tables: np.ndarray, lsb_offset: int, block: int) -> bool:
+    """Row r of `out` (float32 [R, C]): the softmax of s[r] * scale over its first valid[r]
+    keys -- t = s * scale - max, e = exp(t) (`exp_row`), the sum in SOFTMAX_LANES FP32 lanes,
+    e / sum -- rounded to bf16 (nearest-even), converted to bfp16ebs8 in blocks of `block`
+    along the keys; zeros past valid[r]. `s` is not written. Returns False, with `out`
+    unfinished, when a score times the scale is not finite (the caller then takes the torch
+    path, which propagates it)."""
+    rows, cols = s.shape
+    top = np.float32(2.0 ** (lsb_offset + 1))
+    nb_max = (cols + block - 1) // block
+    items = (rows + _ROWS_PER_ITEM - 1) // _ROWS_PER_ITEM
+    bad = np.zeros(items, dtype=np.bool_)
+    for item in numba.prange(items):
+        exp_bits = np.empty(cols, dtype=np.int64)
+        exp_poly = np.empty(cols, dtype=np.float64)
+        p = np.empty((nb_max, block), dtype=np.float32)
+        q = np.empty((nb_max, block), dtype=np.float32)
+        flat_p, flat_q = p.reshape(-1), q.reshape(-1)
+        pbits, ibits = flat_p.view(np.uint32), p.view(np.int32)
+        lanes = np.empty(SOFTMAX_LANES, dtype=np.float32)
+        for r in range(item * _ROWS_PER_ITEM, min(rows, (item + 1) * _ROWS_PER_ITEM)):
+            n = valid[r]
+            row = out[r]
+            m = np.float32(-np.inf)
+            for j in range(n):
+                v = s[r, j] * scale
+                bad[item] |= not np.isfinite(v)
+                m = max(m, v)
+            if bad[item]:
+                break
+            for j in range(n):
+                row[j] = s[r, j] * scale - m
+            exp_row(row[:n], row[:n], exp_bits, exp_poly)
+            lanes[:] = 0.0
+            full = n // SOFTMAX_LANES * SOFTMAX_LANES
+            for j0 in range(0, full, SOFTMAX_LANES):
+                for lane in range(SOFTMAX_LANES):
+                    lanes[lane] += row[j0 + lane]
+            for j in range(full, n):
+                lanes[j - full] += row[j]
+            width = SOFTMAX_LANES
+            while width > 1:
+                width //= 2
+                for j in range(width):
+                    lanes[j] = lanes[j] + lanes[j + width]
+            total = lanes[0]
+            nb = (n + block - 1) // block      # blocks holding a valid key; the rest stay 0
+            for j in range(n):
+                flat_p[j] = row[j] / total
+                b = pbits[j]               # float32 -> bf16, nearest-even (finite values)
+                pbits[j] = (b + np.uint32(0x7FFF) + ((b >> 16) & np.uint32(1))) \
+                    & np.uint32(0xFFFF0000)
+            for j in range(n, nb * block):
+                flat_p[j] = 0.0
+            for i in range(nb):
+                _quantize_block(p, ibits, q, i, tables, lsb_offset, top)
+            for j in range(n):
+                row[j] = flat_q[j]
+            for j in range(n, cols):
+                row[j] = 0.0
+    return not bad.any()

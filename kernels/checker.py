@@ -251,30 +251,70 @@ def _streaming(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
 
 def _attention(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
                usage: dict[str, int]) -> list[Finding]:
+    """mlir-air's FlashAttention (programming_examples/flash_attention/kernel_fusion_based,
+    attn_npu2.py): a herd of (heads_per_unroll x q_tiles) columns by `cascade` rows; each
+    compute tile takes a q block of q_tile / q_tiles rows and streams K and V in k_tile
+    chunks (the K chunk is also the head-dim tile), and the cascade rows merge their partial
+    softmax states. The resource figures follow that program's L1 allocations."""
     f: list[Finding] = []
-    # NPU_FACTS: the measured kernel uses 32 tiles with 4 q tiles and 4 cascade stages, so
-    # each (q tile, stage) pair takes two tiles (inferred from that one figure).
-    tiles = int(c["q_tiles"]) * int(c["cascade"]) * 2
-    usage.update(tiles=tiles)
-    if tiles > hw.tiles:
-        f.append(Finding("herd", "error", f"{tiles} tiles (q_tiles x cascade x 2) exceed the "
-                         f"{hw.tiles} of {hw.name}", tiles, hw.tiles))
+    heads, hd = s["heads"], s["head_dim"]
+    per_unroll, q_tiles, cascade = int(c["heads_per_unroll"]), int(c["q_tiles"]), int(c["cascade"])
+    q_tile, k_tile = int(c["q_tile"]), int(c["k_tile"])
+    dv_tile = int(c.get("dv_tile") or k_tile)
+    cols = per_unroll * q_tiles
+    _herd(f, cascade, cols, hw)
+    # NPU_FACTS: 32 tiles for 4 q tiles and 4 cascade stages -- the example's default of two
+    # heads per unroll.
+    usage.update(tiles=cols * cascade)
     if s["heads"] % s["kv_heads"]:
         f.append(Finding("divisible", "error", f"{s['heads']} query heads do not share "
                          f"{s['kv_heads']} KV heads evenly", s["heads"], s["kv_heads"]))
-    if s["head_dim"] >= 128 and c["layout"] == "seq-first":
+    if heads % per_unroll:
+        f.append(Finding("divisible", "error", f"heads={heads} is not a multiple of "
+                         f"heads_per_unroll={per_unroll}; use a divisor of {heads}", heads,
+                         per_unroll))
+    if q_tile % q_tiles:
+        f.append(Finding("divisible", "error", f"q_tile={q_tile} does not split into "
+                         f"q_tiles={q_tiles} equal blocks", q_tile, q_tiles))
+    tq = q_tile // max(q_tiles, 1)
+    if tq != k_tile:
+        f.append(Finding("divisible", "error", f"causal masking needs q blocks as long as the K "
+                         f"chunks: q_tile/q_tiles={tq} but k_tile={k_tile}", tq, k_tile))
+    for name, dim, step in (("head_dim", hd, k_tile), ("head_dim (V)", hd, dv_tile)):
+        if dim % step:
+            f.append(Finding("divisible", "error", f"{name}={dim} is not a multiple of the "
+                             f"tile {step}; use a tile that divides it", dim, step))
+    if dv_tile % 8:
+        f.append(Finding("divisible", "error", f"dv_tile={dv_tile} is not a multiple of the "
+                         "8-wide matmul", dv_tile, 8))
+    # L1 per tile, bf16, single buffers as allocated: Q kept whole (head_dim wide), one K
+    # chunk, one V chunk, the score block, the output accumulator, and two per-row vectors
+    # (max and sum); during the cascade merge one more accumulator and six row vectors.
+    l1 = BF16 * (tq * hd + k_tile * k_tile + k_tile * dv_tile + tq * k_tile
+                 + 2 * tq * dv_tile + 8 * tq)
+    _l1(f, l1, hw, f"Q {tq}x{hd}, K {k_tile}x{k_tile}, V {k_tile}x{dv_tile}, scores "
+        f"{tq}x{k_tile}, two {tq}x{dv_tile} accumulators, row vectors; bf16",
+        "use a smaller dv_tile or k_tile")
+    # L2 per column: a K and a V chunk per cascade stage, and the q block's output.
+    l2 = BF16 * (cascade * (k_tile * k_tile + k_tile * dv_tile) + q_tile * dv_tile)
+    if l2 > hw.l2_bytes:
+        f.append(Finding("l2", "error", f"L2 footprint {l2 / 1024:.1f} KiB (K and V chunks per "
+                         f"stage, the output block) exceeds the {hw.l2_bytes // 1024} KiB of a "
+                         "memory tile; use fewer cascade stages or a smaller k_tile", l2,
+                         hw.l2_bytes))
+    usage.update(l1_bytes=l1, l2_bytes=l2)
+    if hd >= 128 and c["layout"] == "seq-first":
         f.append(Finding("layout", "error", f"seq-first FlashAttention with head_dim="
-                         f"{s['head_dim']} splits K into chunks and hangs on NPU2 "
-                         "(ERT_CMD_STATE_TIMEOUT, measured); use layout=head-first", s["head_dim"],
-                         128))
+                         f"{hd} splits K into chunks and hangs on NPU2 "
+                         "(ERT_CMD_STATE_TIMEOUT, measured); use layout=head-first", hd, 128))
     compiled = c.get("compiled_for")
-    if compiled is not None and tuple(compiled) != (s["Lq"], s["Lk"], s["head_dim"]):
+    if compiled is not None and tuple(compiled) != (s["Lq"], s["Lk"], hd):
         f.append(Finding("known_failure", "corrupt", f"kernel object compiled for "
                          f"(Lq, Lk, head_dim)={tuple(compiled)} launched at "
-                         f"{(s['Lq'], s['Lk'], s['head_dim'])}: NaN or garbage output; "
+                         f"{(s['Lq'], s['Lk'], hd)}: NaN or garbage output; "
                          "recompile it for the launch sizes", 0, 0))
-    _pad(f, "Lq", s["Lq"], int(c["q_tile"]))
-    _pad(f, "Lk", s["Lk"], int(c["k_tile"]))
+    _pad(f, "Lq", s["Lq"], q_tile)
+    _pad(f, "Lk", s["Lk"], k_tile * cascade)
     return f
 
 

@@ -27,16 +27,27 @@ from .numerics import (
     gemm_bfp16,
     gemv_fp32acc,
     quantize_gemm_b,
+    softmax_bfp16,
     to_bf16,
 )
 from .specs import KernelSpec, Shape
 
 Tensors = dict[str, torch.Tensor]
-Kernel = Callable[[Shape, dict, Tensors], Tensors]
+# (shape, config, inputs[, outputs]) -> results. A kernel may write a result straight into the
+# output buffer it is given and return that buffer; the backend copies the others.
+Kernel = Callable[..., Tensors]
 
 
 def _f32(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.float32)
+
+
+def _bf16_out(value: torch.Tensor, out: Tensors | None, name: str) -> torch.Tensor:
+    """`value` (FP32) cast once to bf16: into the kernel's output buffer when there is one."""
+    dest = None if out is None else out.get(name)
+    if dest is None or dest.dtype != torch.bfloat16:
+        return to_bf16(value)
+    return dest.copy_(value.reshape(dest.shape))  # the same nearest-even cast as to_bf16
 
 
 # --- emulated kernels (bf16 in, bf16 out unless the kernel says fp32) ----------------------
@@ -58,33 +69,39 @@ def _static_b(b: torch.Tensor) -> torch.Tensor:
 
 
 def _gemm(out_dtype: torch.dtype) -> Kernel:
-    def run(s: Shape, c: dict, x: Tensors) -> Tensors:
+    def run(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensors:
         b_q = _static_b(x["b"]) if c.get("static_b") else None
+        dest = None if out is None else out["c"]
+        if dest is not None and (not dest.is_contiguous() or dest.dtype != out_dtype):
+            dest = None
         return {"c": gemm_bfp16(x["a"], x["b"], tile_k=int(c["tile_k_l1"]), out_dtype=out_dtype,
-                                exact_tiles=bool(c.get("exact_tiles", True)), b_quantized=b_q)}
+                                exact_tiles=bool(c.get("exact_tiles", True)), b_quantized=b_q,
+                                out=None if dest is None else dest.view(*x["a"].shape[:-1], -1))}
     return run
 
 
-def _gemv(s: Shape, c: dict, x: Tensors) -> Tensors:
+def _gemv(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensors:
     return {"y": gemv_fp32acc(x["w"], x["x"])}
 
 
-def _rmsnorm(s: Shape, c: dict, x: Tensors) -> Tensors:
-    return {"y": to_bf16(ref_ops.rms_norm(_f32(x["x"]), _f32(x["weight"]), float(c["eps"])))}
+def _rmsnorm(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensors:
+    return {"y": _bf16_out(ref_ops.rms_norm(_f32(x["x"]), _f32(x["weight"]), float(c["eps"])),
+                           out, "y")}
 
 
-def _rope(s: Shape, c: dict, x: Tensors) -> Tensors:
+def _rope(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensors:
     seq, width = s["seq"], s["width"]
     rows = _f32(x["x"]).view(-1, seq, width)           # head-first: [heads, seq, width]
-    out = ref_ops.apply_rope(rows, _f32(x["cos"]), _f32(x["sin"]))
-    return {"y": to_bf16(out.reshape(-1, width))}
+    y = ref_ops.apply_rope(rows, _f32(x["cos"]), _f32(x["sin"]))
+    return {"y": _bf16_out(y.reshape(-1, width), out, "y")}
 
 
-def _attention(s: Shape, c: dict, x: Tensors) -> Tensors:
+def _attention(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensors:
     """Causal attention, all heads at once: S = QK^T and O = PV through the BFP16 datapath
     (exactly what `gemm_bfp16` computes per head: blocks along the K dim, exact K-tile sums
-    rounded to FP32 and added in order), the softmax in FP32, P handed on as bf16. K tiles
-    of PV that lie wholly past a row block's causal limit hold zeros and are skipped."""
+    rounded to FP32 and added in order), the softmax of S / sqrt(head_dim) in FP32 with P
+    handed on as bf16 (`softmax_bf16`; computed fused with P's block conversion). K tiles of
+    PV that lie wholly past a row block's causal limit hold zeros and are skipped."""
     fmt, tk = BFP16EBS8, DEFAULT_TILE_K
     h, hkv, lq, lk, d = s["heads"], s["kv_heads"], s["Lq"], s["Lk"], s["head_dim"]
     group, start = h // hkv, lk - lq
@@ -96,14 +113,13 @@ def _attention(s: Shape, c: dict, x: Tensors) -> Tensors:
     kq = kq.repeat_interleave(group, dim=0).to(dtype)
     vq = _quantize_last_dim(_f32(x["v"]).transpose(1, 2).reshape(-1, lk), fmt)
     vq = vq.view(hkv, d, lk).transpose(1, 2).repeat_interleave(group, dim=0).to(dtype)
-    out = torch.empty(h, lq, d, dtype=torch.bfloat16)
+    o = torch.empty(h, lq, d, dtype=torch.bfloat16)
     rows = max(1, (1 << 22) // max(h * lk, 1))          # bounds the FP64 scratch to ~32 MiB
     for r0 in range(0, lq, rows):
         r1 = min(lq, r0 + rows)
         # Keys past the block's last position are masked: their probabilities are exact
-        # zeros, which form whole zero blocks and K tiles (upto is a multiple of tk). Leaving
-        # them out can change at most the FP32 rounding of the softmax's sum; the tests
-        # find the result bit-identical to gemm_bfp16 per head over all keys.
+        # zeros, which form whole zero blocks and K tiles (upto is a multiple of tk), so
+        # they are left out of both products.
         upto = min(lk, -(-(start + r1) // tk) * tk)
         if not exact:
             scores = torch.bmm(qq[:, r0:r1], kq[:, :upto].transpose(1, 2))
@@ -112,31 +128,29 @@ def _attention(s: Shape, c: dict, x: Tensors) -> Tensors:
             for d0 in range(0, d, tk):
                 scores += torch.bmm(qq[:, r0:r1, d0:d0 + tk],
                                     kq[:, :upto, d0:d0 + tk].transpose(1, 2)).float()
-        mask = torch.arange(upto)[None, :] > (torch.arange(r0, r1)[:, None] + start)
-        scores = (scores / math.sqrt(d)).masked_fill(mask, float("-inf"))
-        p = to_bf16(torch.softmax(scores, dim=-1))
-        pq = _quantize_last_dim(p.float().reshape(-1, upto), fmt).view(h, r1 - r0, upto)
-        pq = pq.to(dtype)
+        valid = (torch.arange(r0, r1) + start + 1).clamp(max=upto).repeat(h)
+        pq = softmax_bfp16(scores.view(-1, upto), valid, 1.0 / math.sqrt(d))
+        pq = pq.view(h, r1 - r0, upto).to(dtype)
         if not exact:
             acc = torch.bmm(pq, vq[:, :upto])
         else:
             acc = torch.zeros(h, r1 - r0, d)
             for k0 in range(0, upto, tk):
                 acc += torch.bmm(pq[:, :, k0:k0 + tk], vq[:, k0:k0 + tk]).float()
-        out[:, r0:r1] = to_bf16(acc)
-    return {"o": out}
+        o[:, r0:r1] = to_bf16(acc)
+    return {"o": o}
 
 
-def _silu_mul(s: Shape, c: dict, x: Tensors) -> Tensors:
-    return {"y": to_bf16(ref_ops.silu_mul(_f32(x["gate"]), _f32(x["up"])))}
+def _silu_mul(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensors:
+    return {"y": _bf16_out(ref_ops.silu_mul(_f32(x["gate"]), _f32(x["up"])), out, "y")}
 
 
-def _add(s: Shape, c: dict, x: Tensors) -> Tensors:
-    return {"y": to_bf16(_f32(x["a"]) + _f32(x["b"]))}
+def _add(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensors:
+    return {"y": _bf16_out(_f32(x["a"]) + _f32(x["b"]), out, "y")}
 
 
-def _bias_add(s: Shape, c: dict, x: Tensors) -> Tensors:
-    return {"y": to_bf16(_f32(x["x"]) + _f32(x["bias"]))}
+def _bias_add(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensors:
+    return {"y": _bf16_out(_f32(x["x"]) + _f32(x["bias"]), out, "y")}
 
 
 EMULATED: dict[str, Kernel] = {
@@ -188,5 +202,6 @@ class EmulatorBackend:
         kernel = EMULATED.get(spec.name)
         if kernel is None:
             raise KeyError(f"the emulator has no kernel {spec.name!r}")
-        for name, value in kernel(shape, {**spec.tunables, **config}, inputs).items():
-            outputs[name].copy_(value.reshape(outputs[name].shape))
+        for name, value in kernel(shape, {**spec.tunables, **config}, inputs, outputs).items():
+            if value.data_ptr() != outputs[name].data_ptr():
+                outputs[name].copy_(value.reshape(outputs[name].shape))

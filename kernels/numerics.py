@@ -73,10 +73,12 @@ Sources (read, not copied):
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import torch
 
 Rounding = Literal["nearest_even", "floor"]
@@ -199,8 +201,16 @@ def _quantize_bfp16ebs8_fast(xb: torch.Tensor) -> torch.Tensor | None:
 
     flat = xb.reshape(-1, xb.shape[-1]).numpy()
     out = torch.empty_like(xb)
-    ok = quantize_bfp16ebs8(flat, out.view(-1, xb.shape[-1]).numpy(), BFP16EBS8.lsb_offset)
+    ok = quantize_bfp16ebs8(flat, out.view(-1, xb.shape[-1]).numpy(), _bfp16ebs8_tables(),
+                            BFP16EBS8.lsb_offset)
     return out if ok else None
+
+
+@functools.cache
+def _bfp16ebs8_tables() -> np.ndarray:
+    from ._bfp_kernel import scale_tables
+
+    return scale_tables(BFP16EBS8.lsb_offset)
 
 
 def _quantize_blocks_torch(xb: torch.Tensor, fmt: BFPFormat) -> torch.Tensor:
@@ -247,7 +257,8 @@ def _exact_pow2(e: torch.Tensor) -> torch.Tensor:
 def gemm_bfp16(a: torch.Tensor, b: torch.Tensor, *, tile_k: int = DEFAULT_TILE_K,
                out_dtype: torch.dtype = torch.bfloat16,
                fmt: BFPFormat = BFP16EBS8, exact_tiles: bool = True,
-               b_quantized: torch.Tensor | None = None) -> torch.Tensor:
+               b_quantized: torch.Tensor | None = None,
+               out: torch.Tensor | None = None) -> torch.Tensor:
     """C = A @ B as the AIE2P GEMM computes it: A [..., K] and B [K, N] bf16, both converted to
     `fmt` along K, tile sums (`tile_k` of K each, exact) added in K order in FP32, then one cast
     to `out_dtype` (bf16, or float32 for the fp32-out kernels).
@@ -258,7 +269,9 @@ def gemm_bfp16(a: torch.Tensor, b: torch.Tensor, *, tile_k: int = DEFAULT_TILE_K
     two agree bit for bit), against the ~1e-2 of the block format, and runs 2-3x faster.
     Whole-model emulation uses it; kernel validation keeps the exact tile order.
 
-    `b_quantized`, `quantize_gemm_b(b)` computed earlier: a static weight converted once."""
+    `b_quantized`, `quantize_gemm_b(b)` computed earlier: a static weight converted once.
+    `out`, a contiguous [..., N] tensor of `out_dtype`: C is written there (as the kernel
+    writes its output buffer) and returned."""
     _check_bf16("gemm_bfp16", a=a, b=b)
     if b.dim() != 2 or a.dim() < 1 or a.shape[-1] != b.shape[0]:
         raise ValueError(f"gemm_bfp16: need a [..., K] and b [K, N], got {tuple(a.shape)} and "
@@ -272,9 +285,19 @@ def gemm_bfp16(a: torch.Tensor, b: torch.Tensor, *, tile_k: int = DEFAULT_TILE_K
     k, n = b.shape
     a_q = _quantize_last_dim(a.reshape(-1, k).to(torch.float32), fmt)
     b_q = quantize_gemm_b(b, fmt) if b_quantized is None else b_quantized
+    shape = (*a.shape[:-1], n)
+    if out is not None and (tuple(out.shape) != shape or out.dtype != out_dtype
+                            or not out.is_contiguous()):
+        raise ValueError(f"gemm_bfp16: out must be a contiguous {out_dtype} tensor of shape "
+                         f"{shape}, got {out.dtype} {tuple(out.shape)}")
+    if out is not None and out_dtype == torch.float32 and not exact_tiles:
+        torch.mm(a_q, b_q, out=out.view(-1, n))
+        return out
     c = _accumulate_k_tiles(a_q, b_q, tile_k) if exact_tiles else a_q @ b_q
-    return to_bf16(c).view(*a.shape[:-1], n) if out_dtype == torch.bfloat16 \
-        else c.view(*a.shape[:-1], n)
+    if out is not None:
+        out.view(-1, n).copy_(c)  # float32 -> bf16 here is the same nearest-even cast
+        return out
+    return to_bf16(c).view(shape) if out_dtype == torch.bfloat16 else c.view(shape)
 
 
 def quantize_gemm_b(b: torch.Tensor, fmt: BFPFormat = BFP16EBS8) -> torch.Tensor:
@@ -308,6 +331,76 @@ def _accumulate_k_tiles(a_q: torch.Tensor, b_q: torch.Tensor, tile_k: int) -> to
             p32.copy_(p64)  # the tile sum, rounded to FP32 once
             acc.add_(p32)   # the FP32 accumulator, in K order
     return c
+
+
+# --- the attention softmax: FP32, P handed to the PV matmul as bf16 --------------------------
+
+
+
+def softmax_bf16(scores: torch.Tensor, valid: torch.Tensor, scale: float) -> torch.Tensor:
+    """The attention probabilities of each row of `scores` (float32 [R, C]) over its first
+    valid[r] keys (zeros past them), as bf16: t = scores * scale (scale rounded to FP32) minus
+    the row max, exp(t) in FP32 (`exp_fp32`), the sum in SOFTMAX_LANES lanes, e / sum, one cast
+    to bf16.
+
+    The definition; `softmax_bfp16` computes the same values, converted to the block format,
+    in one compiled pass (tested bit for bit)."""
+    rows, cols = scores.shape
+    if rows and int(valid.min()) < 1:
+        raise ValueError("softmax_bf16: every row needs at least one valid key")
+    masked = torch.arange(cols)[None, :] >= valid[:, None]
+    t = (scores.to(torch.float32) * float(_f32_scalar(scale))).masked_fill(masked, float("-inf"))
+    from ._bfp_kernel import SOFTMAX_LANES as lanes
+
+    e = exp_fp32(t - t.amax(dim=-1, keepdim=True))
+    e_pad = torch.nn.functional.pad(e, (0, -cols % lanes)).view(rows, -1, lanes)
+    acc = torch.zeros(rows, lanes)
+    for k in range(e_pad.shape[1]):
+        acc += e_pad[:, k]      # adding +0.0 past the valid keys changes no sum
+    while acc.shape[1] > 1:
+        half = acc.shape[1] // 2
+        acc = acc[:, :half] + acc[:, half:]
+    return to_bf16(e / acc)
+
+
+def exp_fp32(x: torch.Tensor) -> torch.Tensor:
+    """exp of float32 x <= 0 as the emulated softmax computes it (see kernels/_bfp_kernel.py:
+    float64 range reduction and a degree-9 polynomial, one rounding to float32, within one ulp
+    of the correctly rounded value). Not libm's or torch's exp, whose last bit depends on the
+    vector width and on where a tensor's tail falls."""
+    from ._bfp_kernel import EXP_MIN_ARG, EXP_TAYLOR, LN2_HI, LN2_LO, LOG2E
+
+    xd = x.to(torch.float64).clamp(min=EXP_MIN_ARG)
+    k = torch.round(xd * LOG2E)
+    r = (xd - k * LN2_HI) - k * LN2_LO
+    p = torch.full_like(r, EXP_TAYLOR[0])
+    for c in EXP_TAYLOR[1:]:
+        p = p * r + c
+    pow2 = ((k.to(torch.int64) + 1023) << 52).view(torch.float64)
+    return (p * pow2).to(torch.float32)
+
+
+def softmax_bfp16(scores: torch.Tensor, valid: torch.Tensor, scale: float) -> torch.Tensor:
+    """`to_bfp16(softmax_bf16(scores, valid, scale))` along the keys (float32 out), bit for
+    bit, in one compiled pass over each row: P as the PV matmul reads it."""
+    from ._bfp_kernel import softmax_bfp16 as compiled
+
+    if scores.dtype != torch.float32 or scores.dim() != 2:
+        raise ValueError("softmax_bfp16: scores must be a float32 [R, C] tensor")
+    if scores.shape[0] and int(valid.min()) < 1:
+        raise ValueError("softmax_bfp16: every row needs at least one valid key")
+    scores = scores.contiguous()
+    valid = valid.to(torch.int64).clamp(max=scores.shape[1]).contiguous()
+    out = torch.empty_like(scores)
+    if compiled(scores.numpy(), valid.numpy(), _f32_scalar(scale), out.numpy(),
+                _bfp16ebs8_tables(), BFP16EBS8.lsb_offset, BFP16EBS8.block):
+        return out
+    # A score that is not finite: the definition, which propagates it.
+    return to_bfp16(softmax_bf16(scores, valid, scale).to(torch.float32))
+
+
+def _f32_scalar(x: float) -> np.float32:
+    return np.float32(x)
 
 
 # --- GEMV: FP32 vector accumulation -------------------------------------------------------------

@@ -62,8 +62,11 @@ def _candidates(spec: KernelSpec, shape: Shape, hw: Hardware) -> Iterator[dict[s
     elif spec.name == "gemv":
         space = _GEMV
     elif spec.name == "flash_attention":
-        # Head-first for head_dim >= 128 (NPU_FACTS: seq-first hangs there).
-        yield {"layout": "head-first" if shape["head_dim"] >= 128 else "seq-first"}
+        # Head-first for head_dim >= 128 (NPU_FACTS: seq-first hangs there); two heads per
+        # unroll as measured, else one (an odd head count).
+        layout = "head-first" if shape["head_dim"] >= 128 else "seq-first"
+        for per_unroll in (2, 1):
+            yield {"layout": layout, "heads_per_unroll": per_unroll}
         return
     elif "tile_rows" in spec.tunables:
         space = _ROWS

@@ -126,6 +126,43 @@ def test_head_dim_128_seq_first_attention_hangs():
     assert not blocking(check(SPECS["flash_attention"], shape, {"layout": "head-first"}, XDNA2))
 
 
+def test_attention_resources_follow_the_mlir_air_program():
+    """NPU_FACTS: 32 tiles for 4 q tiles x 4 cascade stages; the example unrolls two heads."""
+    from kernels.checker import check_with_usage
+
+    shape = {"heads": 32, "kv_heads": 8, "Lq": 2048, "Lk": 2048, "head_dim": 64}
+    findings, usage = check_with_usage(SPECS["flash_attention"], shape, {}, XDNA2)
+    assert not blocking(findings) and usage["tiles"] == 32
+    # Q 64x64, K 64x64, V 64x64, scores 64x64, two 64x64 accumulators, 8 row vectors of 64.
+    assert usage["l1_bytes"] == 2 * (6 * 64 * 64 + 8 * 64) == 50176
+    # A 128-wide V tile at head_dim 128 does not fit a compute tile's 64 KiB.
+    wide = {**shape, "head_dim": 128}
+    over = [f for f in check(SPECS["flash_attention"], wide, {"layout": "head-first",
+                                                               "dv_tile": 128}, XDNA2)
+            if f.kind == "l1"]
+    assert over and "64 KiB" in over[0].message and "dv_tile" in over[0].message
+    assert over[0].value > 64 * 1024
+
+
+@pytest.mark.parametrize("config,needle", [
+    ({"heads_per_unroll": 4}, "herd"),                 # 4 x 4 q tiles = 16 columns
+    ({"q_tile": 512}, "divisible"),                    # q blocks of 128 against K chunks of 64
+    ({"heads_per_unroll": 3}, "divisible"),            # 32 heads do not split by 3
+])
+def test_attention_configurations_that_cannot_exist(config, needle):
+    shape = {"heads": 32, "kv_heads": 8, "Lq": 2048, "Lk": 2048, "head_dim": 64}
+    assert needle in kinds(check(SPECS["flash_attention"], shape, config, XDNA2), "error")
+
+
+def test_odd_head_counts_get_one_head_per_unroll():
+    from kernels.selection import select
+
+    uses = {u.role: u for u in model_kernels(CATALOG["smollm2-135m"].args, Prefill(2048))}
+    chosen = select(uses["attention"], XDNA2)
+    assert chosen.config["heads_per_unroll"] == 1 and chosen.usage["tiles"] == 16
+    assert not blocking(chosen.findings)
+
+
 def test_attention_compiled_for_other_sizes_is_corrupt():
     shape = {"heads": 32, "kv_heads": 8, "Lq": 2048, "Lk": 2048, "head_dim": 64}
     found = check(SPECS["flash_attention"], shape, {"compiled_for": (1024, 1024, 64)}, XDNA2)
