@@ -318,9 +318,29 @@ def _attention(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
     return f
 
 
+def _decode_attention(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
+                      usage: dict[str, int]) -> list[Finding]:
+    """One query per head against the cache: each column takes whole KV heads, streams their
+    K and V in k_tile chunks (ping-pong), keeps the group's queries, scores (FP32) and output
+    accumulator (FP32). Our model of a decode-attention launch, not a measured program."""
+    f: list[Finding] = []
+    kt, cols = int(c["k_tile"]), min(int(c["herd_n"]), s["kv_heads"])
+    group, hd = s["heads"] // max(s["kv_heads"], 1), s["head_dim"]
+    _herd(f, 1, cols, hw)
+    if s["heads"] % s["kv_heads"]:
+        f.append(Finding("divisible", "error", f"{s['heads']} query heads do not share "
+                         f"{s['kv_heads']} KV heads evenly", s["heads"], s["kv_heads"]))
+    l1 = BF16 * (group * hd + 2 * 2 * kt * hd) + FP32 * (group * kt + group * hd)
+    _l1(f, l1, hw, f"queries {group}x{hd}, K and V chunks {kt}x{hd} bf16 twice, scores and "
+        "accumulator FP32", "use a smaller k_tile")
+    _shim(f, cols, 2, 1, hw)
+    usage.update(tiles=cols, l1_bytes=l1)
+    return f
+
+
 _FAMILY = {
     "gemm_bf16": _gemm, "gemm_fp32": _gemm, "gemv": _gemv,
     "rmsnorm": _streaming, "qk_norm": _streaming, "rope": _streaming,
     "silu_mul": _streaming, "add": _streaming, "bias_add": _streaming,
-    "flash_attention": _attention,
+    "flash_attention": _attention, "npu_decode_attention": _decode_attention,
 }

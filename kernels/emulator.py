@@ -71,13 +71,37 @@ def _static_b(b: torch.Tensor) -> torch.Tensor:
 def _gemm(out_dtype: torch.dtype) -> Kernel:
     def run(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensors:
         b_q = _static_b(x["b"]) if c.get("static_b") else None
+        kw = {"tile_k": int(c["tile_k_l1"]), "out_dtype": out_dtype, "b_quantized": b_q,
+              "exact_tiles": bool(c.get("exact_tiles", True))}
+        if _layout(c, "c", "seq-first") == "head-first":
+            # The output DMA writes C as [N / head_dim, M, head_dim]: a permutation.
+            cm = gemm_bfp16(x["a"], x["b"], **kw)
+            return {"c": _head_first(cm, int(c["head_dim"]))}
         dest = None if out is None else out["c"]
         if dest is not None and (not dest.is_contiguous() or dest.dtype != out_dtype):
             dest = None
-        return {"c": gemm_bfp16(x["a"], x["b"], tile_k=int(c["tile_k_l1"]), out_dtype=out_dtype,
-                                exact_tiles=bool(c.get("exact_tiles", True)), b_quantized=b_q,
+        return {"c": gemm_bfp16(x["a"], x["b"], **kw,
                                 out=None if dest is None else dest.view(*x["a"].shape[:-1], -1))}
     return run
+
+
+def _layout(c: dict, operand: str, default: str) -> str:
+    """How the tensor bound to `operand` is stored: a plan passes its bindings' layouts as
+    config["layouts"]; alone, an operand has the layout of its dims in the spec."""
+    return str(c.get("layouts", {}).get(operand, default))
+
+
+def _head_first(t: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """[L, heads * head_dim] -> [heads, L, head_dim]."""
+    rows = t.shape[0]
+    return t.reshape(rows, -1, head_dim).transpose(0, 1).contiguous()
+
+
+def _as_head_first(t: torch.Tensor, heads: int, seq: int, d: int, layout: str) -> torch.Tensor:
+    """A [heads, seq, d] view of an operand stored in `layout`."""
+    if layout == "seq-first":
+        return t.reshape(seq, heads, d).transpose(0, 1)
+    return t.reshape(heads, seq, d)
 
 
 def _gemv(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensors:
@@ -91,8 +115,13 @@ def _rmsnorm(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tenso
 
 def _rope(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensors:
     seq, width = s["seq"], s["width"]
-    rows = _f32(x["x"]).view(-1, seq, width)           # head-first: [heads, seq, width]
-    y = ref_ops.apply_rope(rows, _f32(x["cos"]), _f32(x["sin"]))
+    cos, sin = _f32(x["cos"]), _f32(x["sin"])
+    if _layout(c, "x", "head-first") == "seq-first":
+        rows = _f32(x["x"]).view(seq, -1, width)       # [seq, heads, width]
+        cos, sin = cos[:, None], sin[:, None]
+    else:
+        rows = _f32(x["x"]).view(-1, seq, width)       # [heads, seq, width]
+    y = ref_ops.apply_rope(rows, cos, sin)
     return {"y": _bf16_out(y.reshape(-1, width), out, "y")}
 
 
@@ -108,10 +137,13 @@ def _attention(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Ten
     # exact: FP64 K-tile sums, as gemm_bfp16 does; otherwise one FP32 BLAS call per product.
     exact = bool(c.get("exact_tiles", True))
     dtype = torch.float64 if exact else torch.float32
-    qq = _quantize_last_dim(_f32(x["q"]).reshape(-1, d), fmt).view(h, lq, d).to(dtype)
-    kq = _quantize_last_dim(_f32(x["k"]).reshape(-1, d), fmt).view(hkv, lk, d)
+    q = _as_head_first(_f32(x["q"]), h, lq, d, _layout(c, "q", "head-first"))
+    k = _as_head_first(_f32(x["k"]), hkv, lk, d, _layout(c, "k", "head-first"))
+    v = _as_head_first(_f32(x["v"]), hkv, lk, d, _layout(c, "v", "head-first"))
+    qq = _quantize_last_dim(q.reshape(-1, d), fmt).view(h, lq, d).to(dtype)
+    kq = _quantize_last_dim(k.reshape(-1, d), fmt).view(hkv, lk, d)
     kq = kq.repeat_interleave(group, dim=0).to(dtype)
-    vq = _quantize_last_dim(_f32(x["v"]).transpose(1, 2).reshape(-1, lk), fmt)
+    vq = _quantize_last_dim(v.transpose(1, 2).reshape(-1, lk), fmt)
     vq = vq.view(hkv, d, lk).transpose(1, 2).repeat_interleave(group, dim=0).to(dtype)
     o = torch.empty(h, lq, d, dtype=torch.bfloat16)
     rows = max(1, (1 << 22) // max(h * lk, 1))          # bounds the FP64 scratch to ~32 MiB
@@ -138,6 +170,8 @@ def _attention(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Ten
             for k0 in range(0, upto, tk):
                 acc += torch.bmm(pq[:, :, k0:k0 + tk], vq[:, k0:k0 + tk]).float()
         o[:, r0:r1] = to_bf16(acc)
+    if _layout(c, "o", "head-first") == "seq-first":
+        return {"o": o.transpose(0, 1).reshape(lq, h * d)}
     return {"o": o}
 
 
@@ -157,7 +191,8 @@ EMULATED: dict[str, Kernel] = {
     "gemm_bf16": _gemm(torch.bfloat16), "gemm_fp32": _gemm(torch.float32), "gemv": _gemv,
     "rmsnorm": _rmsnorm, "qk_norm": _rmsnorm, "rope": _rope,
     "flash_attention": _attention, "decode_attention": _attention,
-    "silu_mul": _silu_mul, "add": _add, "bias_add": _bias_add,
+    "npu_decode_attention": _attention, "silu_mul": _silu_mul, "add": _add,
+    "bias_add": _bias_add,
 }
 
 
@@ -183,6 +218,7 @@ REFERENCE: dict[str, Callable[[Shape, dict, Tensors], Tensors]] = {
     "gemv": lambda s, c, x: {"y": _f32(x["w"]) @ _f32(x["x"])},
     "rmsnorm": _ref_norm, "qk_norm": _ref_norm, "rope": _ref_rope,
     "flash_attention": _ref_attention, "decode_attention": _ref_attention,
+    "npu_decode_attention": _ref_attention,
     "silu_mul": lambda s, c, x: {"y": F.silu(_f32(x["gate"])) * _f32(x["up"])},
     "add": lambda s, c, x: {"y": _f32(x["a"]) + _f32(x["b"])},
     "bias_add": lambda s, c, x: {"y": _f32(x["x"]) + _f32(x["bias"])},
