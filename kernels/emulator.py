@@ -71,17 +71,16 @@ def _static_b(b: torch.Tensor) -> torch.Tensor:
 def _gemm(out_dtype: torch.dtype) -> Kernel:
     def run(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensors:
         b_q = _static_b(x["b"]) if c.get("static_b") else None
-        kw = {"tile_k": int(c["tile_k_l1"]), "out_dtype": out_dtype, "b_quantized": b_q,
-              "exact_tiles": bool(c.get("exact_tiles", True))}
-        if _layout(c, "c", "seq-first") == "head-first":
-            # The output DMA writes C as [N / head_dim, M, head_dim]: a permutation.
-            cm = gemm_bfp16(x["a"], x["b"], **kw)
-            return {"c": _head_first(cm, int(c["head_dim"]))}
         dest = None if out is None else out["c"]
-        if dest is not None and (not dest.is_contiguous() or dest.dtype != out_dtype):
+        head_first = _layout(c, "c", "seq-first") == "head-first"
+        if dest is not None and (head_first or not dest.is_contiguous()
+                                 or dest.dtype != out_dtype):
             dest = None
-        return {"c": gemm_bfp16(x["a"], x["b"], **kw,
-                                out=None if dest is None else dest.view(*x["a"].shape[:-1], -1))}
+        cm = gemm_bfp16(x["a"], x["b"], tile_k=int(c["tile_k_l1"]), out_dtype=out_dtype,
+                        exact_tiles=bool(c.get("exact_tiles", True)), b_quantized=b_q,
+                        out=None if dest is None else dest.view(*x["a"].shape[:-1], -1))
+        # A head-first C is written by the output DMA as [N / head_dim, M, head_dim].
+        return {"c": _head_first(cm, int(c["head_dim"])) if head_first else cm}
     return run
 
 
