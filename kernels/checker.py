@@ -183,13 +183,17 @@ def _gemm(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
                          ("C (row stride N)", N)):
         _stride(f, name, stride, hw)
     _align(f, "an A row", tk1, BF16, hw)
-    _bds(f, streams=3, tails=sum(x != y for x, y in ((M, Mp), (K, Kp))), hw=hw)
+    _bds(f, streams=3, tails=sum(x != y for x, y in ((M, Mp), (K, Kp))), hw=hw, usage=usage)
     return f
 
 
-def _bds(f: list[Finding], streams: int, tails: int, hw: Hardware) -> None:
+def _bds(f: list[Finding], streams: int, tails: int, hw: Hardware,
+         usage: dict[str, int] | None = None) -> None:
     # Each stream ping-pongs over two descriptors; an unaligned tail needs its own pair.
-    need = streams * 2 + tails * 2 * streams
+    base, extra = streams * 2, tails * 2 * streams
+    need = base + extra
+    if usage is not None:
+        usage.update(bd_base=base, bd_tails=extra)
     if need > hw.shim_bds:
         f.append(Finding("bds", "error", f"{need} buffer descriptors needed per shim tile, "
                          f"{hw.shim_bds} exist ('Allocator exhausted available buffer "
@@ -217,7 +221,7 @@ def _gemv(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
             "split M into more partitions (one launch each)")
     _stride(f, "W (row stride K)", K, hw)
     _align(f, "a W row", tk, BF16, hw)
-    _bds(f, streams=3, tails=int(Mp != rows) + int(Kp != K), hw=hw)
+    _bds(f, streams=3, tails=int(Mp != rows) + int(Kp != K), hw=hw, usage=usage)
     return f
 
 
@@ -335,6 +339,54 @@ def _decode_attention(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardwar
         "accumulator FP32", "use a smaller k_tile")
     _shim(f, cols, 2, 1, hw)
     usage.update(tiles=cols, l1_bytes=l1)
+    return f
+
+
+# --- merging launches into one dispatch (a multi-launch ELF) ------------------------------
+
+# FlashAttention is built as its own program (mlir-air flash_attention/kernel_fusion_based,
+# with its own segment and cascade routing) and the measured deployment runs it alone in its
+# dispatch. That it cannot share an ELF is our reading of that deployment, not a documented
+# hardware limit.
+OWN_ELF = frozenset({"flash_attention"})
+
+
+def check_merge(launches: list[tuple[KernelSpec, Shape, dict[str, Any]]], hw: Hardware
+                ) -> list[Finding]:
+    """Why these launches cannot run as one dispatch; [] when they can.
+
+    * Each launch must fit on its own: a launch whose herd, channels or memory do not fit
+      makes the ELF fail too.
+    * The launches run one after another and reuse the shim descriptors of aligned streams,
+      but every unaligned tail keeps descriptors of its own for the whole ELF (NPU_FACTS:
+      "BD pool exhausted by unaligned dims: pad to 1024-aligned or split the ELF"), so the
+      ELF needs max(base) + sum(tails) descriptors per shim tile.
+    * A kernel built as its own program (OWN_ELF) runs alone."""
+    f: list[Finding] = []
+    base = tails = 0
+    for spec, shape, config in launches:
+        if spec.where != "npu":
+            f.append(Finding("merge", "error", f"{spec.name} runs on the host; a dispatch "
+                             "holds NPU launches only", 0, 0))
+            continue
+        found, usage = check_with_usage(spec, shape, config, hw)
+        for bad in blocking(found):
+            f.append(Finding(bad.kind, bad.severity, f"{spec.name}: {bad.message}", bad.value,
+                             bad.limit))
+        base = max(base, usage.get("bd_base", 0))
+        tails += usage.get("bd_tails", 0)
+    if len(launches) > 1:
+        alone = sorted({spec.name for spec, _, _ in launches} & OWN_ELF)
+        for name in alone:
+            f.append(Finding("merge", "error", f"{name} is built as its own program and runs "
+                             "alone in its dispatch (as in the measured deployment); merge "
+                             "the launches before and after it separately", len(launches), 1))
+        if base + tails > hw.shim_bds:
+            f.append(Finding("bds", "error", f"{len(launches)} launches in one ELF need "
+                             f"{base} + {tails} (unaligned tails) = {base + tails} buffer "
+                             f"descriptors per shim tile, {hw.shim_bds} exist ('Allocator "
+                             "exhausted available buffer descriptor IDs'); pad the dims to "
+                             "aligned sizes or split the ELF", base + tails, hw.shim_bds))
     return f
 
 

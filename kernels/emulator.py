@@ -183,7 +183,12 @@ def _add(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensors:
 
 
 def _bias_add(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensors:
-    return {"y": _bf16_out(_f32(x["x"]) + _f32(x["bias"]), out, "y")}
+    xs, bias = _f32(x["x"]), _f32(x["bias"])
+    if _layout(c, "x", "seq-first") == "head-first":     # stored [heads, L, head_dim]
+        hd = int(c["head_dim"])
+        y = xs.reshape(-1, s["rows"], hd) + bias.view(-1, 1, hd)
+        return {"y": _bf16_out(y.reshape(s["rows"], s["width"]), out, "y")}
+    return {"y": _bf16_out(xs + bias, out, "y")}
 
 
 EMULATED: dict[str, Kernel] = {

@@ -172,8 +172,11 @@ class PlanRunner:
             else:
                 put("y", x.transpose(0, 1).reshape(s["rows"], s["heads"] * hd).contiguous())
         elif step.op == "kv_store":
-            put("k_cache", get("k").reshape(s["kv_heads"], s["Lk"], s["head_dim"]).clone())
-            put("v_cache", get("v").reshape(s["kv_heads"], s["Lk"], s["head_dim"]).clone())
+            for name in ("k", "v"):
+                t = get(name)
+                if step.binding(name).layout == "seq-first":
+                    t = t.reshape(s["Lk"], s["kv_heads"], s["head_dim"]).transpose(0, 1)
+                put(f"{name}_cache", t.reshape(s["kv_heads"], s["Lk"], s["head_dim"]).clone())
         elif step.op == "kv_append":
             pos, kvh, hd = int(p["pos"]), s["kv_heads"], s["head_dim"]
             for name in ("k", "v"):

@@ -233,9 +233,9 @@ def baseline_plan(model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2
     b = _Builder(args, hw)
     if isinstance(mode, Prefill):
         _prefill_steps(b, mode.seq)
-    else:
-        _decode_steps(b, mode.pos)
-    return DispatchPlan(model, args, mode, tuple(b.steps))
+        return DispatchPlan(model, args, mode, tuple(b.steps), "full")
+    _decode_steps(b, mode.pos)
+    return DispatchPlan(model, args, mode, tuple(b.steps), "last-token")  # one token
 
 
 def _w(layer: int | None, name: str) -> str:
@@ -270,22 +270,18 @@ def _prefill_steps(b: _Builder, L: int) -> None:
         if a.qk_norm:
             for name, heads in (("q", a.n_heads), ("k", a.n_kv_heads)):
                 b.launch("qk_norm", f"{name}_norm", i, {"rows": heads * L, "width": hd},
-                         {"layout": hf}, x=Binding("x", t + name + "h", "input", hf),
+                         x=Binding("x", t + name + "h", "input", hf),
                          weight=_w(i, f"{name}_norm"),
                          y=Binding("y", t + name + "hn", "output", hf))
         src = "hn" if a.qk_norm else "h"
         for name, heads in (("q", a.n_heads), ("k", a.n_kv_heads)):
             b.launch("rope", f"rope_{name}", i, {"rows": heads * L, "width": hd, "seq": L},
-                     {"layout": hf}, x=Binding("x", t + name + src, "input", hf),
+                     x=Binding("x", t + name + src, "input", hf),
                      cos="rope.cos", sin="rope.sin",
                      y=Binding("y", t + name + "r", "output", hf))
-        b.host("kv_store", "kv_store", i, {"kv_heads": a.n_kv_heads, "Lk": L, "head_dim": hd},
-               {"k": Binding("k", t + "kr", "input", hf), "v": Binding("v", t + "vh", "input", hf),
-                "k_cache": Binding("k_cache", t + "k_cache", "output", hf),
-                "v_cache": Binding("v_cache", t + "v_cache", "output", hf)})
         b.launch("flash_attention", "attention", i,
                  {"heads": a.n_heads, "kv_heads": a.n_kv_heads, "Lq": L, "Lk": L, "head_dim": hd},
-                 {"layout": hf, "out_layout": hf},
+                 {"layout": hf},     # the head-first program, as its operands are here
                  q=Binding("q", t + "qr", "input", hf), k=Binding("k", t + "kr", "input", hf),
                  v=Binding("v", t + "vh", "input", hf), o=Binding("o", t + "oh", "output", hf))
         b.host("transpose", "o_to_seq_first", i, {"rows": L, "heads": a.n_heads, "head_dim": hd},
@@ -304,6 +300,12 @@ def _prefill_steps(b: _Builder, L: int) -> None:
         b.launch("gemm_bf16", "down_proj", i, {"M": L, "K": a.ffn, "N": h}, a=t + "act",
                  b=_w(i, "down_proj"), c=t + "ffn")
         b.launch("add", "ffn_residual", i, rows, a=t + "h1", b=t + "ffn", y=f"x.{i + 1}")
+        # The layer's K and V go to the host for decode (after the layer's dispatches, so
+        # that they can merge).
+        b.host("kv_store", "kv_store", i, {"kv_heads": a.n_kv_heads, "Lk": L, "head_dim": hd},
+               {"k": Binding("k", t + "kr", "input", hf), "v": Binding("v", t + "vh", "input", hf),
+                "k_cache": Binding("k_cache", t + "k_cache", "output", hf),
+                "v_cache": Binding("v_cache", t + "v_cache", "output", hf)})
     x = f"x.{a.n_layers}"
     b.launch("rmsnorm", "final_norm", None, rows, x=x, weight=_w(None, "final_norm"), y="xn")
     b.launch("gemm_fp32", "lm_head", None, {"M": L, "K": h, "N": a.vocab}, a="xn",
@@ -365,12 +367,20 @@ def _decode_steps(b: _Builder, p: int) -> None:
     lm_head_gemv(b, "xn", rows_total=a.vocab)
 
 
+# NPU_FACTS measures the LM head as GEMV partitions of 16384 x hidden; a partition of a
+# multiple of 1024 rows leaves no unaligned tail (symptom table: "pad to 1024-aligned").
+LM_HEAD_PARTITION_ROWS = 16384
+_PARTITION_ALIGN = 1024
+
+
 def lm_head_gemv(b: _Builder, x: str, rows_total: int) -> None:
-    """The LM head as GEMV launches over partitions of the vocabulary, one dispatch each
-    (the selected `partitions`: the checker splits M until the repeat count fits)."""
+    """The LM head as GEMV launches over partitions of the vocabulary, one dispatch each: at
+    least as many as the checker needs for the repeat count, and none over the measured
+    16384 rows; each but the last a multiple of 1024 rows."""
     h = b.args.hidden
-    parts = int(b.config("gemv", {"M": rows_total, "K": h})["partitions"])
-    step = math.ceil(rows_total / parts)
+    need = int(b.config("gemv", {"M": rows_total, "K": h})["partitions"])
+    parts = max(need, math.ceil(rows_total / LM_HEAD_PARTITION_ROWS))
+    step = math.ceil(math.ceil(rows_total / parts) / _PARTITION_ALIGN) * _PARTITION_ALIGN
     for k, r0 in enumerate(range(0, rows_total, step)):
         r1 = min(rows_total, r0 + step)
         shape = {"M": r1 - r0, "K": h}

@@ -56,15 +56,20 @@ def _waste(findings: list[Finding]) -> float:
     return 1 - useful
 
 
+def attention_layout(head_dim: int) -> str:
+    """The FlashAttention program for a head_dim: seq-first as measured at 64, head-first
+    from 128 (NPU_FACTS: seq-first hangs there)."""
+    return "head-first" if head_dim >= 128 else "seq-first"
+
+
 def _candidates(spec: KernelSpec, shape: Shape, hw: Hardware) -> Iterator[dict[str, Any]]:
     if spec.name.startswith("gemm"):
         space = _GEMM
     elif spec.name == "gemv":
         space = _GEMV
     elif spec.name == "flash_attention":
-        # Head-first for head_dim >= 128 (NPU_FACTS: seq-first hangs there); two heads per
-        # unroll as measured, else one (an odd head count).
-        layout = "head-first" if shape["head_dim"] >= 128 else "seq-first"
+        # Two heads per unroll as measured, else one (an odd head count).
+        layout = attention_layout(shape["head_dim"])
         for per_unroll in (2, 1):
             yield {"layout": layout, "heads_per_unroll": per_unroll}
         return

@@ -408,5 +408,120 @@ def kernels_cmd(model: str, seq_len: int, decode_pos: int | None, hw_name: str,
         sys.exit(EXIT_FAILED)
 
 
+@main.command("plan")
+@click.argument("model")
+@click.option("--mode", type=click.Choice(["prefill", "decode"]), default="prefill",
+              show_default=True, help="A prefill of --seq-len tokens, or one decode step.")
+@click.option("--seq-len", type=click.IntRange(1, 2048), default=2048, show_default=True,
+              help="Prefill length L (and, for decode, the default position).")
+@click.option("--pos", type=click.IntRange(min=0), default=None,
+              help="Decode position p (default: --seq-len).")
+@click.option("--optimize", is_flag=True,
+              help="Apply the plan transforms one at a time, keeping the faster plans.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, optimize: bool,
+             as_json: bool) -> None:
+    """The dispatch plan of MODEL, its modeled profile on XDNA 2, and (with --optimize) the
+    transforms that make it faster.
+
+    Every time is modeled: the performance model is calibrated on the Llama-3.2-1B figures
+    measured on NPU2 (NPU_FACTS.md); nothing here ran on an NPU.
+    """
+    from kernels import XDNA2
+    from kernels.optimize import optimize as run_optimize
+    from kernels.perf import estimate
+    from kernels.plan import baseline_plan
+    from kernels.specs import Decode, Prefill
+
+    described, args = model_shape(model)
+    step_mode = Prefill(seq_len) if mode == "prefill" else Decode(seq_len if pos is None
+                                                                   else pos)
+    try:
+        plan = baseline_plan(model, args, step_mode, XDNA2)
+    except NotImplementedError as e:
+        fail(f"{model}: {e}; this model cannot be planned yet", EXIT_USAGE)
+    attempts: tuple = ()
+    if optimize:
+        result = run_optimize(plan, XDNA2)
+        plan, profile, attempts = result.plan, result.profile, result.attempts
+    else:
+        profile = estimate(plan, XDNA2)
+    if as_json:
+        emit_json(_plan_json(described, plan, profile, attempts))
+        return
+    _print_plan(described, plan, profile, attempts)
+
+
+def _plan_json(described: str, plan: Any, profile: Any, attempts: Any) -> dict[str, Any]:
+    from kernels.plan import Dispatch
+
+    steps = []
+    for step, prof in zip(plan.steps, profile.steps, strict=True):
+        row: dict[str, Any] = {"name": prof.name, "where": prof.where,
+                               "modeled_s": prof.seconds, "device_s": prof.device_s,
+                               "python_s": prof.python_s,
+                               "host_transfer_s": prof.host_transfer_s,
+                               "host_bytes": prof.host_bytes}
+        if isinstance(step, Dispatch):
+            row["launches"] = [{"kernel": ln.kernel, "role": ln.role, "layer": ln.layer,
+                                "shape": ln.shape_dict, "config": ln.config_dict,
+                                "bindings": [{"operand": b.operand, "tensor": b.tensor,
+                                              "kind": b.kind, "layout": b.layout,
+                                              "rows": b.rows} for b in ln.bindings],
+                                "modeled_s": lp.seconds, "flops": lp.flops, "bytes": lp.bytes,
+                                "bound": lp.bound}
+                               for ln, lp in zip(step.launches, prof.launches, strict=True)]
+        else:
+            row["op"] = step.op
+        steps.append(row)
+    return {"model": described, "mode": str(plan.mode), "source": profile.source,
+            "calibration": profile.calibration, "transforms": list(plan.history),
+            "lm_head": plan.lm_head, "total_s": profile.total_s,
+            "one_time_s": profile.one_time_s, "tokens_per_s": profile.tokens_per_s,
+            "eta": profile.eta, "dispatches": len(plan.dispatches), "steps": steps,
+            "attempts": [{"transform": a.transform, "skill": a.skill, "before_s": a.before_s,
+                          "after_s": a.after_s, "kept": a.kept, "reason": a.reason}
+                         for a in attempts]}
+
+
+def _print_plan(described: str, plan: Any, profile: Any, attempts: Any) -> None:
+    from kernels import XDNA2
+    from kernels.specs import Prefill
+
+    out = console()
+    out.print(f"{described}, {plan.mode}, on {XDNA2.name}")
+    out.print("Every time below is modeled: the performance model is calibrated on the "
+              "Llama-3.2-1B figures measured on NPU2 (NPU_FACTS.md). Nothing ran on an NPU.")
+    if attempts:
+        t = Table(title="transforms, in the order tried (modeled)", title_justify="left")
+        for col in ("transform", "skill", "before ms", "after ms", "speed-up", "kept"):
+            t.add_column(col, justify="right" if "ms" in col or col == "speed-up" else "left")
+        for a in attempts:
+            after = "-" if a.after_s is None else f"{a.after_s * 1e3:.1f}"
+            speed = "-" if a.speedup is None else f"{a.speedup:.2f}x"
+            t.add_row(a.transform, a.skill, f"{a.before_s * 1e3:.1f}", after, speed,
+                      "yes" if a.kept else a.reason)
+        out.print(t)
+    t = Table(title="steps of layer 0 and outside the layers (the other layers repeat "
+              "layer 0)", title_justify="left")
+    for col in ("step", "where", "launches", "synced MB", "modeled ms"):
+        t.add_column(col, justify="left" if col in ("step", "where") else "right")
+    for step, prof in zip(plan.steps, profile.steps, strict=True):
+        if getattr(step, "layer", None) not in (None, 0) or (
+                hasattr(step, "launches") and step.launches[0].layer not in (None, 0)):
+            continue
+        n = len(step.launches) if hasattr(step, "launches") else 0
+        t.add_row(prof.name, prof.where, str(n) if n else "-",
+                  f"{prof.host_bytes / 1e6:.1f}", f"{prof.seconds * 1e3:.3f}")
+    out.print(t)
+    kind = "TTFT" if isinstance(plan.mode, Prefill) else "per token"
+    out.print(f"{plan.summary}")
+    out.print(f"modeled {kind}: {profile.total_s * 1e3:.1f} ms"
+              + (f" (incl. {profile.one_time_s * 1e3:.1f} ms writing static weights once)"
+                 if isinstance(plan.mode, Prefill) else
+                 f", {profile.tokens_per_s:.1f} tokens/s")
+              + f"; eta {profile.eta:.2f} (1.00 = the measured Llama-3.2-1B deployment)")
+
+
 if __name__ == "__main__":
     main()

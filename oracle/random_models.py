@@ -49,6 +49,11 @@ RANDOM_MODELS: dict[str, tuple[str, dict[str, Any], str]] = {
         tie_word_embeddings=True,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
         "Qwen3-style: per-head QK RMSNorm, q_dim 128 != hidden 64"),
+    "tiny-qwen2-hd128": ("Qwen2Config", dict(
+        _BASE, hidden_size=256, intermediate_size=320, num_attention_heads=2,
+        num_key_value_heads=1, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+        "Qwen2.5-1.5B-style: QKV bias at head_dim 128 (head-first attention)"),
 }
 
 _CORPUS = (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -36,17 +37,17 @@ def seal_all(news: list[NewEvent], run_id: str = "r1") -> list:
     return out
 
 
-GATE = {"gate": "kernel", "passed": False, "checks": [
-    {"subject": "gemm_q", "metric": "max_abs", "value": 0.5, "threshold": 0.1,
-     "comparison": "<=", "passed": False}]}
+CHECK: dict[str, Any] = {"subject": "gemm_q", "metric": "max_abs", "value": 0.5,
+                         "threshold": 0.1, "comparison": "<=", "passed": False}
+GATE: dict[str, Any] = {"gate": "kernel", "passed": False, "checks": [CHECK]}
 
 
 @pytest.mark.parametrize("type_,payload,field", [
-    ("gate.evaluated", {**GATE, "checks": [{**GATE["checks"][0], "value": "big"}]},
+    ("gate.evaluated", {**GATE, "checks": [{**CHECK, "value": "big"}]},
      "gate.evaluated.checks[0].value"),
     ("gate.evaluated", {k: v for k, v in GATE.items() if k != "passed"}, "gate.evaluated.passed"),
     ("gate.evaluated", {**GATE, "passed": True}, "gate.evaluated.passed"),
-    ("gate.evaluated", {**GATE, "checks": [{**GATE["checks"][0], "passed": True}]},
+    ("gate.evaluated", {**GATE, "checks": [{**CHECK, "passed": True}]},
      "gemm_q/max_abs"),
     ("agent.message", {"role": "robot", "text": "x"}, "agent.message.role"),
     ("agent.message", {"role": "assistant", "text": "x", "mood": "ok"}, "agent.message.mood"),
@@ -120,7 +121,7 @@ def test_fold_follows_a_phase_through_failure_debug_pick_pass_and_approval():
     def at(type_, payload, actor="harness"):
         return NewEvent(type_, payload, actor=actor, phase=1, attempt=1)
     passed_gate = {**GATE, "passed": True, "checks": [
-        {**GATE["checks"][0], "value": 0.01, "passed": True}]}
+        {**CHECK, "value": 0.01, "passed": True}]}
     events = seal_all([
         at("phase.entered", {"name": "kernel validation"}),
         at("model.called", {"model": "c", "input_tokens": 100, "output_tokens": 20,

@@ -1,0 +1,301 @@
+"""Plan transforms: each a pure function DispatchPlan -> DispatchPlan that keeps the
+computation, and each the mechanics of one optimization skill.
+
+* `reuse_buffers`: weights become static buffers written once; tensors produced and consumed
+  on the device become intermediates, never synced to the host.
+* `align_layouts`: the projections, RoPE and attention agree on one layout, so the host
+  transposes between them go (a GEMM or attention output DMA can write either layout).
+* `merge_dispatches`: consecutive launches of a layer become one dispatch (a multi-launch
+  ELF), unless the checker finds the merge illegal (`check_merge`).
+* `last_token_lm_head`: in prefill, the final norm of the last row on the host and the LM
+  head as GEMV partitions, instead of the LM head GEMM over every row.
+* `decode_attention_on_cpu`: decode attention against the KV cache on the host instead of
+  an NPU launch.
+
+The first three run the same kernels on the same data, so the emulator gives the same bits
+(tested); the last two swap a kernel (GEMM -> GEMV, NPU -> CPU attention), so their outputs
+differ by the numerics of the swapped kernel, and the tests bound that difference.
+`IllegalTransform` carries the checker's findings when a transform cannot apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from .checker import Finding, check_merge
+from .hardware import XDNA2, Hardware
+from .plan import (
+    Binding,
+    Dispatch,
+    DispatchPlan,
+    HostStep,
+    Launch,
+    Layout,
+    Step,
+    _Builder,
+    lm_head_gemv,
+)
+from .selection import attention_layout
+from .specs import Decode, Prefill
+
+
+class IllegalTransform(ValueError):
+    """A transform that cannot apply to this plan, with the reasons."""
+
+    def __init__(self, transform: str, reason: str, findings: list[Finding] | None = None):
+        self.transform, self.findings = transform, findings or []
+        detail = "; ".join(f.message for f in self.findings)
+        super().__init__(f"{transform}: {reason}" + (f": {detail}" if detail else ""))
+
+
+def _with(plan: DispatchPlan, steps: list[Step], name: str,
+          lm_head: Literal["full", "last-token"] | None = None) -> DispatchPlan:
+    return replace(plan, steps=tuple(steps), history=(*plan.history, name),
+                   lm_head=lm_head or plan.lm_head)
+
+
+def _rebind(step: Step, fn: Callable[[Binding, Launch | HostStep], Binding]) -> Step:
+    if isinstance(step, HostStep):
+        return replace(step, bindings=tuple(fn(b, step) for b in step.bindings))
+    return replace(step, launches=tuple(
+        ln.with_bindings(tuple(fn(b, ln) for b in ln.bindings)) for ln in step.launches))
+
+
+# --- buffer object reuse ---------------------------------------------------------------
+
+def reuse_buffers(plan: DispatchPlan) -> DispatchPlan:
+    """Static weights written once; device-to-device tensors never synced: a tensor an NPU
+    launch wrote stays on the device for later launches, and is read back only when a host
+    step (or the caller: the logits) needs it."""
+    host_reads = {"logits"}
+    for host in plan.host_steps:
+        host_reads.update(b.tensor for b in host.bindings
+                          if b.operand not in ("y", "o", "k_cache", "v_cache"))
+    prefill = isinstance(plan.mode, Prefill)
+    on_device: set[str] = set()
+    steps: list[Step] = []
+    for step in plan.steps:
+        if isinstance(step, HostStep):
+            on_device.difference_update(b.tensor for b in step.bindings
+                                        if b.operand in ("y", "o", "k_cache", "v_cache"))
+            steps.append(step)
+            continue
+        launches = []
+        for ln in step.launches:
+            roles = {op.name: op.role for op in ln.spec.operands(ln.shape_dict)}
+            bindings = []
+            for b in ln.bindings:
+                if b.tensor.startswith("w.") or (prefill and b.tensor.startswith("rope.")):
+                    b = replace(b, kind="static")   # the prefill's table: positions 0..L-1
+                elif roles[b.operand] == "output":
+                    b = replace(b, kind="output" if b.tensor in host_reads else "intermediate")
+                elif b.tensor in on_device:
+                    b = replace(b, kind="intermediate")
+                bindings.append(b)
+            launches.append(ln.with_bindings(tuple(bindings)))
+            on_device.update(b.tensor for b in ln.bindings if roles[b.operand] == "output")
+        steps.append(replace(step, launches=tuple(launches)))
+    return _with(plan, steps, "reuse_buffers")
+
+
+# --- layout alignment ------------------------------------------------------------------
+
+def align_layouts(plan: DispatchPlan) -> DispatchPlan:
+    """Remove the host transposes around attention: every tensor between the Q/K/V
+    projections and attention takes the layout of the attention program (seq-first at
+    head_dim 64, head-first at 128); attention writes its output seq-first for the O GEMM."""
+    transposes = [s for s in plan.host_steps if s.op == "transpose"]
+    if not transposes:
+        raise IllegalTransform("align_layouts", "the plan has no host transposes to remove")
+    alias = {s.binding("y").tensor: s.binding("x").tensor for s in transposes}
+    attention = {ln.layer: ln for ln in plan.launches() if ln.kernel == "flash_attention"}
+    chain: dict[str, Layout] = {}           # tensor -> the layout it now takes
+    for step in plan.steps:
+        for b, layer in _bindings_with_layer(step):
+            ln = attention.get(layer)
+            if ln is None:
+                continue
+            target = _program_layout(ln)
+            if b.layout == "head-first" and not b.tensor.endswith(("_cache", ".oh")):
+                chain[alias.get(b.tensor, b.tensor)] = target
+    # A bias add feeding the chain works in the chain's layout too (the GEMM before it writes
+    # that layout).
+    for ln in plan.launches():
+        if ln.kernel == "bias_add" and ln.binding("y").tensor in chain:
+            chain[ln.binding("x").tensor] = chain[ln.binding("y").tensor]
+
+    def fn(b: Binding, owner: Launch | HostStep) -> Binding:
+        tensor = alias.get(b.tensor, b.tensor)
+        if isinstance(owner, Launch) and owner.kernel == "flash_attention" and b.operand == "o":
+            return replace(b, tensor=tensor, layout="seq-first")
+        if tensor.endswith(".oh"):
+            return replace(b, tensor=tensor, layout="seq-first")
+        if tensor in chain:
+            return replace(b, tensor=tensor, layout=chain[tensor])
+        return replace(b, tensor=tensor)
+
+    def program(step: Step) -> Step:
+        if isinstance(step, HostStep):
+            return step
+        return replace(step, launches=tuple(
+            ln.with_config(layout=_program_layout(ln)) if ln.kernel == "flash_attention" else ln
+            for ln in step.launches))
+
+    steps = [program(_rebind(s, fn)) for s in plan.steps
+             if not (isinstance(s, HostStep) and s.op == "transpose")]
+    return _with(plan, steps, "align_layouts")
+
+
+def _program_layout(attention: Launch) -> Layout:
+    return "head-first" if attention_layout(attention.shape_dict["head_dim"]) == "head-first" \
+        else "seq-first"
+
+
+def _bindings_with_layer(step: Step) -> list[tuple[Binding, int | None]]:
+    if isinstance(step, HostStep):
+        return [(b, step.layer) for b in step.bindings]
+    return [(b, ln.layer) for ln in step.launches for b in ln.bindings]
+
+
+# --- merging ----------------------------------------------------------------------------
+
+def merge(plan: DispatchPlan, first: int, last: int, name: str | None = None,
+          hw: Hardware = XDNA2) -> DispatchPlan:
+    """Steps first..last (inclusive, all dispatches, consecutive) as one dispatch; raises
+    IllegalTransform with the checker's findings when the merged ELF cannot exist."""
+    steps = list(plan.steps)
+    group = steps[first:last + 1]
+    if len(group) < 2 or not all(isinstance(s, Dispatch) for s in group):
+        raise IllegalTransform("merge", f"steps {first}..{last} are not two or more "
+                               "consecutive dispatches (a host step sits between them)")
+    launches = [ln for d in group if isinstance(d, Dispatch) for ln in d.launches]
+    findings = check_merge([(ln.spec, ln.shape_dict, ln.config_dict) for ln in launches], hw)
+    if findings:
+        raise IllegalTransform("merge", f"{len(launches)} launches cannot share one ELF",
+                               findings)
+    merged = Dispatch(name or "+".join(ln.role for ln in launches), tuple(launches))
+    return _with(plan, [*steps[:first], merged, *steps[last + 1:]], "merge")
+
+
+def merge_dispatches(plan: DispatchPlan, hw: Hardware = XDNA2) -> DispatchPlan:
+    """Each run of consecutive dispatches of one layer (and the LM head's) merged as far as
+    the checker allows: greedily, a run is closed when adding the next dispatch would make
+    the ELF illegal."""
+    out: list[Step] = []
+    run: list[Dispatch] = []
+    merged_any = False
+
+    def layer_of(d: Dispatch) -> int | None:
+        return d.launches[0].layer
+
+    def flush() -> None:
+        nonlocal merged_any
+        if len(run) > 1:
+            merged_any = True
+            launches = tuple(ln for d in run for ln in d.launches)
+            out.append(Dispatch(_group_name(launches), launches))
+        elif run:
+            out.append(run[0])
+        run.clear()
+
+    for step in plan.steps:
+        if not isinstance(step, Dispatch):
+            flush()
+            out.append(step)
+            continue
+        if run and (layer_of(run[0]) != layer_of(step) or check_merge(
+                [(ln.spec, ln.shape_dict, ln.config_dict)
+                 for d in (*run, step) for ln in d.launches], hw)):
+            flush()
+        run.append(step)
+    flush()
+    if not merged_any:
+        raise IllegalTransform("merge_dispatches", "no two consecutive dispatches can merge")
+    return _with(plan, out, "merge_dispatches")
+
+
+def _group_name(launches: tuple[Launch, ...]) -> str:
+    layer = launches[0].layer
+    where = "" if layer is None else f"L{layer}."
+    return where + "+".join(ln.role for ln in launches)
+
+
+# --- last-token LM head -----------------------------------------------------------------
+
+def last_token_lm_head(plan: DispatchPlan, hw: Hardware = XDNA2) -> DispatchPlan:
+    """Prefill needs the logits of the last position only: the final norm of that row on
+    the host, the LM head as GEMV partitions."""
+    if not isinstance(plan.mode, Prefill) or plan.lm_head != "full":
+        raise IllegalTransform("last_token_lm_head", "applies to a prefill plan whose LM head "
+                               "runs over the whole sequence")
+    steps: list[Step] = []
+    x_name = norm_weight = None
+    for step in plan.steps:
+        if isinstance(step, Dispatch):
+            kept = []
+            for ln in step.launches:
+                if ln.role == "final_norm":
+                    x_name, norm_weight = ln.binding("x").tensor, ln.binding("weight").tensor
+                elif ln.role != "lm_head":
+                    kept.append(ln)
+            if kept:
+                steps.append(replace(step, launches=tuple(kept)))
+            continue
+        steps.append(step)
+    if x_name is None or norm_weight is None:
+        raise IllegalTransform("last_token_lm_head", "the plan has no final norm")
+    a = plan.args
+    steps.append(HostStep("final_norm_last_row", "final_norm", None,
+                          (("rows", 1), ("width", a.hidden)),
+                          (Binding("x", x_name, "input"), Binding("weight", norm_weight, "static"),
+                           Binding("y", "xn", "output"))))
+    b = _Builder(a, hw)
+    lm_head_gemv(b, "xn", rows_total=a.vocab)
+    steps.extend(b.steps)
+    return _with(plan, steps, "last_token_lm_head", lm_head="last-token")
+
+
+# --- decode attention on the host -------------------------------------------------------
+
+def decode_attention_on_cpu(plan: DispatchPlan) -> DispatchPlan:
+    """Each decode attention launch becomes a host step (one query against the cache)."""
+    if not isinstance(plan.mode, Decode):
+        raise IllegalTransform("decode_attention_on_cpu", "applies to a decode plan")
+    steps: list[Step] = []
+    moved = 0
+    for step in plan.steps:
+        if isinstance(step, Dispatch) and any(ln.kernel == "npu_decode_attention"
+                                              for ln in step.launches):
+            if len(step.launches) != 1:
+                raise IllegalTransform("decode_attention_on_cpu", f"{step.name} holds other "
+                                       "launches; move attention before merging")
+            ln = step.launches[0]
+            steps.append(HostStep("decode_attention", ln.role, ln.layer, ln.shape,
+                                  tuple(replace(b, kind="input" if b.operand != "o"
+                                                else "output") for b in ln.bindings)))
+            moved += 1
+        else:
+            steps.append(step)
+    if not moved:
+        raise IllegalTransform("decode_attention_on_cpu", "no decode attention on the NPU")
+    return _with(plan, steps, "decode_attention_on_cpu")
+
+
+@dataclass(frozen=True)
+class Transform:
+    name: str
+    skill: str                       # the optimization skill whose mechanics this is
+    apply: Callable[[DispatchPlan], DispatchPlan]
+    preserves: str                   # "bits" (same kernels) or "numerics" (a kernel swapped)
+
+
+TRANSFORMS: dict[str, Transform] = {t.name: t for t in [
+    Transform("align_layouts", "layout-alignment", align_layouts, "bits"),
+    Transform("reuse_buffers", "buffer-object-reuse", reuse_buffers, "bits"),
+    Transform("last_token_lm_head", "last-token-lm-head", last_token_lm_head, "numerics"),
+    Transform("decode_attention_on_cpu", "decode-attention-on-cpu", decode_attention_on_cpu,
+              "numerics"),
+    Transform("merge_dispatches", "multi-kernel-merging", merge_dispatches, "bits"),
+]}

@@ -1,0 +1,314 @@
+"""Dispatch plans, their transforms and the NPU2 performance model (issue 5).
+
+Transforms run on the emulator with tiny random models: the ones that keep the kernels give
+the same bits; the two that swap a kernel stay within its numerics. The performance model
+is checked against the Llama-3.2-1B figures of NPU_FACTS.md it is calibrated on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from kernels import XDNA2
+from kernels.emulator import EmulatorBackend
+from kernels.execute import PlanRunner
+from kernels.perf import (
+    CALIBRATION,
+    PerfParams,
+    _first_with_role,
+    calibrate,
+    estimate,
+    reference_decode,
+    reference_prefill,
+)
+from kernels.plan import Dispatch, HostStep, baseline_plan
+from kernels.specs import Decode, Prefill
+from kernels.transforms import (
+    TRANSFORMS,
+    IllegalTransform,
+    align_layouts,
+    merge,
+    merge_dispatches,
+    reuse_buffers,
+)
+from oracle import CATALOG
+from oracle.metrics import compare
+
+LLAMA = CATALOG["llama-3.2-1b"].args
+TINY = ["tiny-llama", "tiny-llama-mha", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2-hd128"]
+L = 37
+
+
+# --- plans -----------------------------------------------------------------------------
+
+def test_baseline_prefill_is_one_dispatch_per_kernel_with_everything_synced():
+    plan = baseline_plan("llama-3.2-1b", LLAMA, Prefill(2048))
+    assert all(len(d.launches) == 1 for d in plan.dispatches)
+    kinds = {b.kind for ln in plan.launches() for b in ln.bindings}
+    assert kinds == {"input", "output"}                  # weights re-uploaded, all synced
+    assert plan.lm_head == "full"
+    lm = [ln for ln in plan.launches() if ln.role == "lm_head"]
+    assert lm and lm[0].shape_dict == {"M": 2048, "K": 2048, "N": 128256}
+    ops = [s.op for s in plan.host_steps]
+    # q, k, v to head-first and the attention output back, in every layer
+    assert ops.count("transpose") == 4 * LLAMA.n_layers and ops[0] == "embedding"
+    assert ops.count("kv_store") == LLAMA.n_layers
+    heads = {b.layout for ln in plan.launches() if ln.kernel == "flash_attention"
+             for b in ln.bindings}
+    assert heads == {"head-first"}
+
+
+def test_baseline_decode_keeps_host_steps_explicit():
+    plan = baseline_plan("llama-3.2-1b", LLAMA, Decode(100))
+    ops = {s.op for s in plan.host_steps}
+    assert ops == {"embedding", "kv_append"}
+    att = [ln for ln in plan.launches() if ln.role == "attention"]
+    assert len(att) == LLAMA.n_layers and att[0].kernel == "npu_decode_attention"
+    assert att[0].shape_dict["Lk"] == 101
+    gemv = [ln for ln in plan.launches() if ln.role.startswith("lm_head")]
+    assert len(gemv) == 8 and all(ln.shape_dict["M"] <= 16384 for ln in gemv)
+
+
+def test_every_target_model_gets_a_plan_and_a_profile():
+    for name, entry in CATALOG.items():
+        for mode in (Prefill(2048), Decode(2048)):
+            plan = reference_prefill(name, entry.args, 2048) if isinstance(mode, Prefill) \
+                else reference_decode(name, entry.args, 2048)
+            profile = estimate(plan)
+            assert profile.source == "modeled" and profile.total_s > 0, name
+            assert all(s.seconds > 0 for s in profile.steps)
+
+
+# --- transforms on the emulator ---------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def runs(tiny_models):
+    """name -> (runner, tokens, baseline prefill result)."""
+    out = {}
+    for name in TINY:
+        m = tiny_models[name]
+        runner = PlanRunner(m.args, m.weights, EmulatorBackend())
+        tokens = torch.arange(3, 3 + L) % m.args.vocab
+        out[name] = (runner, tokens, runner.run(baseline_plan(name, m.args, Prefill(L)), tokens))
+    return out
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_transforms_that_keep_the_kernels_keep_the_bits(name, tiny_models, runs):
+    runner, tokens, base = runs[name]
+    args = tiny_models[name].args
+    plan = baseline_plan(name, args, Prefill(L))
+    for t in ("align_layouts", "reuse_buffers", "merge_dispatches"):
+        assert TRANSFORMS[t].preserves == "bits"
+        plan = TRANSFORMS[t].apply(plan)
+        got = runner.run(plan, tokens)
+        assert torch.equal(got.logits, base.logits), t
+        for key, cache in base.cache.items():
+            assert torch.equal(got.cache[key], cache), (t, key)
+    assert not [s for s in plan.host_steps if s.op == "transpose"]
+    assert len(plan.dispatches) < len(baseline_plan(name, args, Prefill(L)).dispatches)
+
+    decode = baseline_plan(name, args, Decode(L))
+    before = runner.run(decode, torch.tensor([7]), base.cache)
+    for t in ("reuse_buffers", "merge_dispatches"):
+        decode = TRANSFORMS[t].apply(decode)
+        assert torch.equal(runner.run(decode, torch.tensor([7]), base.cache).logits,
+                           before.logits), t
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2-hd128"])
+def test_head_dim_128_aligns_on_head_first_attention(name, tiny_models):
+    plan = align_layouts(baseline_plan(name, tiny_models[name].args, Prefill(L)))
+    att = [ln for ln in plan.launches() if ln.kernel == "flash_attention"][0]
+    want = "head-first" if tiny_models[name].args.head_dim >= 128 else "seq-first"
+    assert att.config_dict["layout"] == want
+    assert {b.layout for b in att.bindings if b.operand != "o"} == {want}
+    assert att.binding("o").layout == "seq-first"          # the O GEMM reads it as is
+    q_proj = [ln for ln in plan.launches() if ln.role == "q_proj"][0]
+    assert q_proj.binding("c").layout == want             # the GEMM's output DMA writes it
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_last_token_lm_head_changes_only_the_lm_head_numerics(name, tiny_models, runs):
+    runner, tokens, base = runs[name]
+    args = tiny_models[name].args
+    plan = TRANSFORMS["last_token_lm_head"].apply(baseline_plan(name, args, Prefill(L)))
+    got = runner.run(plan, tokens)
+    assert got.logits.shape == (1, args.vocab) and plan.lm_head == "last-token"
+    c = compare(base.logits[-1:], got.logits.float())
+    # GEMV (FP32 lanes) against the BFP16 GEMM: the GEMM's ~1e-2 error, no more.
+    assert c.cosine > 0.9995 and c.mean_rel_l1 < 3e-2
+    assert int(got.logits.float().argmax()) == int(base.logits[-1].argmax())
+    for key, cache in base.cache.items():                  # the layers are untouched
+        assert torch.equal(got.cache[key], cache)
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_decode_attention_on_cpu_changes_only_attention_numerics(name, tiny_models, runs):
+    runner, tokens, base = runs[name]
+    args = tiny_models[name].args
+    npu = baseline_plan(name, args, Decode(L))
+    cpu = TRANSFORMS["decode_attention_on_cpu"].apply(npu)
+    assert [s.op for s in cpu.host_steps].count("decode_attention") == args.n_layers
+    a = runner.run(npu, torch.tensor([7]), base.cache)
+    b = runner.run(cpu, torch.tensor([7]), base.cache)
+    c = compare(a.logits.float(), b.logits.float())
+    assert c.cosine > 0.9995 and int(a.logits.argmax()) == int(b.logits.argmax())
+    # and both agree with a prefill of the longer sequence
+    longer = runner.run(baseline_plan(name, args, Prefill(L + 1)),
+                        torch.cat((tokens, torch.tensor([7]))))
+    assert compare(longer.logits[-1:], b.logits.float()).cosine > 0.999
+
+
+def test_transforms_are_pure():
+    plan = baseline_plan("llama-3.2-1b", LLAMA, Prefill(2048))
+    snapshot = dataclasses.astuple(plan)
+    merge_dispatches(reuse_buffers(align_layouts(plan)))
+    assert dataclasses.astuple(plan) == snapshot
+
+
+# --- illegal merges ------------------------------------------------------------------------
+
+def _index(plan, role, layer=0):
+    for i, s in enumerate(plan.steps):
+        if isinstance(s, Dispatch) and any(ln.role == role and ln.layer == layer
+                                           for ln in s.launches):
+            return i
+    raise KeyError(role)
+
+
+def test_checker_refuses_merging_attention_with_its_neighbours():
+    plan = reuse_buffers(align_layouts(baseline_plan("llama-3.2-1b", LLAMA, Prefill(2048))))
+    i = _index(plan, "attention")
+    with pytest.raises(IllegalTransform) as err:
+        merge(plan, i, i + 1)
+    assert "flash_attention" in str(err.value) and err.value.findings
+    # the launches before it merge
+    merged = merge(plan, _index(plan, "attn_norm"), _index(plan, "rope_k"), "rms_gemms_rope")
+    assert len(merged.steps) == len(plan.steps) - 5
+
+
+def test_checker_refuses_an_elf_whose_unaligned_tails_exhaust_the_descriptors():
+    args = CATALOG["smollm2-135m"].args          # hidden 576, ffn 1536: unaligned GEMVs
+    plan = reuse_buffers(baseline_plan("smollm2-135m", args, Decode(10)))
+    first, last = _index(plan, "q_proj"), _index(plan, "v_proj")
+    with pytest.raises(IllegalTransform) as err:
+        merge(plan, first, last)
+    bds = [f for f in err.value.findings if f.kind == "bds"]
+    assert bds and "Allocator exhausted" in bds[0].message and "split the ELF" in bds[0].message
+    assert bds[0].value > bds[0].limit == XDNA2.shim_bds
+
+
+def test_merge_refuses_across_a_host_step():
+    plan = baseline_plan("llama-3.2-1b", LLAMA, Prefill(2048))
+    i = _index(plan, "v_proj")
+    assert isinstance(plan.steps[i + 1], HostStep)
+    with pytest.raises(IllegalTransform, match="host step"):
+        merge(plan, i, i + 2)
+
+
+# --- the performance model ---------------------------------------------------------------
+
+def test_calibration_is_rerunnable_and_gives_the_stored_parameters():
+    got, stored = calibrate(), PerfParams()
+    for field in dataclasses.fields(PerfParams):
+        a, b = getattr(got, field.name), getattr(stored, field.name)
+        if isinstance(a, tuple) and isinstance(a[0], tuple):
+            assert a == b, field.name
+        elif isinstance(a, tuple):
+            assert a == pytest.approx(b, rel=1e-6), field.name
+        else:
+            assert a == pytest.approx(b, rel=1e-6), field.name
+    lo, hi = CALIBRATION.dispatch_overhead_range
+    assert lo <= stored.dispatch_overhead_s <= hi
+
+
+def test_llama_reference_plans_meet_the_measured_deployment():
+    pre = reference_prefill("llama-3.2-1b", LLAMA, 2048)
+    dec = reference_decode("llama-3.2-1b", LLAMA, 2048)
+    assert len([d for d in pre.dispatches if d.launches[0].layer == 0]) == 3
+    assert len([d for d in dec.dispatches if d.launches[0].layer == 0]) == 2
+    ptime, dtime = estimate(pre), estimate(dec)
+    assert ptime.total_s == pytest.approx(1.27, rel=0.10)           # TTFT
+    assert dtime.total_s == pytest.approx(0.092, rel=0.10)          # per token
+    for plan, prof, figures in ((pre, ptime, CALIBRATION.prefill_dispatches),
+                                (dec, dtime, CALIBRATION.decode_dispatches)):
+        for role, measured in figures:
+            step = prof.by_name(_first_with_role(plan, role).name)
+            assert step.device_s == pytest.approx(measured, rel=0.20), role
+
+
+def test_llama_baseline_is_within_25_percent_of_iron():
+    assert estimate(baseline_plan("llama-3.2-1b", LLAMA, Prefill(2048))).total_s \
+        == pytest.approx(2.744, rel=0.25)
+    assert estimate(baseline_plan("llama-3.2-1b", LLAMA, Decode(2048))).total_s \
+        == pytest.approx(0.370, rel=0.25)
+
+
+@pytest.mark.parametrize("mode", [Prefill(2048), Decode(2048)])
+def test_the_model_ranks_plans_as_the_measured_reference_did(mode):
+    base = baseline_plan("llama-3.2-1b", LLAMA, mode)
+    bo = reuse_buffers(base)                       # per-kernel dispatches, buffers reused
+    best = reference_prefill("llama-3.2-1b", LLAMA, 2048) if isinstance(mode, Prefill) \
+        else reference_decode("llama-3.2-1b", LLAMA, 2048)
+    times = [estimate(p).total_s for p in (base, bo, best)]
+    assert times[0] > times[1] > times[2]
+
+
+def test_every_report_carries_its_source_and_the_roofline():
+    prof = estimate(reference_prefill("llama-3.2-1b", LLAMA, 2048))
+    assert prof.source == "modeled" and "Llama-3.2-1B" in prof.calibration
+    gemm = [lp for s in prof.steps for lp in s.launches if lp.kernel == "gemm_bf16"]
+    assert all(0 < lp.roofline_fraction(XDNA2) <= 1 for lp in gemm)
+    assert all(lp.achieved_flops <= CALIBRATION.gemm_best for lp in gemm)
+    assert 0.8 < prof.eta < 1.2                   # the reference deployment is eta = 1
+
+
+def test_optimize_keeps_only_faster_steps():
+    from kernels.optimize import optimize
+
+    result = optimize(baseline_plan("llama-3.2-1b", LLAMA, Prefill(2048)))
+    kept = [a for a in result.attempts if a.kept]
+    assert [a.transform for a in kept] == ["align_layouts", "last_token_lm_head",
+                                           "reuse_buffers", "merge_dispatches"]
+    assert all(a.after_s is not None and a.after_s < a.before_s for a in kept)
+    assert result.profile.total_s == pytest.approx(
+        estimate(reference_prefill("llama-3.2-1b", LLAMA, 2048)).total_s)
+
+
+# --- the command line ------------------------------------------------------------------
+
+def test_plan_command_prints_the_plan_its_profile_and_the_transform_chain(cli):
+    result = cli("plan", "llama-3.2-1b", "--optimize")
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    assert "modeled" in out and "Nothing ran on an NPU" in out
+    for name in ("align_layouts", "last_token_lm_head", "reuse_buffers", "merge_dispatches"):
+        assert name in out
+    assert "L0.attention" in out and "TTFT" in out
+
+
+def test_plan_command_json_for_a_target_without_weights(cli):
+    import json
+
+    data = json.loads(cli("plan", "qwen2.5-1.5b", "--mode", "decode", "--pos", "500",
+                          "--optimize", "--json").stdout)
+    assert data["source"] == "modeled" and data["mode"] == "decode p=500"
+    assert data["tokens_per_s"] > 0 and data["attempts"]
+    assert any(a["transform"] == "decode_attention_on_cpu" for a in data["attempts"])
+    npu = [s for s in data["steps"] if s["where"] == "npu"]
+    assert npu and all(ln["bindings"] for s in npu for ln in s["launches"])
+    base = json.loads(cli("plan", "qwen2.5-1.5b", "--mode", "decode", "--pos", "500",
+                          "--json").stdout)
+    assert base["total_s"] > data["total_s"] and base["transforms"] == []
+
+
+def test_plan_command_rejects_bad_input_in_one_line(cli):
+    from conftest import assert_one_error
+
+    assert_one_error(cli("plan", "no-such-model"), "no-such-model")
+    result = cli("plan", "llama-3.2-1b", "--mode", "sideways")
+    assert result.exit_code == 2 and "sideways" in result.stderr
