@@ -453,6 +453,7 @@ def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, optimize: boo
 
 
 def _plan_json(described: str, plan: Any, profile: Any, attempts: Any) -> dict[str, Any]:
+    from kernels import XDNA2
     from kernels.plan import Dispatch
 
     steps = []
@@ -469,6 +470,9 @@ def _plan_json(described: str, plan: Any, profile: Any, attempts: Any) -> dict[s
                                               "kind": b.kind, "layout": b.layout,
                                               "rows": b.rows} for b in ln.bindings],
                                 "modeled_s": lp.seconds, "flops": lp.flops, "bytes": lp.bytes,
+                                "achieved_flops": lp.achieved_flops,
+                                "achieved_bytes_per_s": lp.achieved_bw,
+                                "roofline_fraction": lp.roofline_fraction(XDNA2),
                                 "bound": lp.bound}
                                for ln, lp in zip(step.launches, prof.launches, strict=True)]
         else:
@@ -514,6 +518,19 @@ def _print_plan(described: str, plan: Any, profile: Any, attempts: Any) -> None:
         t.add_row(prof.name, prof.where, str(n) if n else "-",
                   f"{prof.host_bytes / 1e6:.1f}", f"{prof.seconds * 1e3:.3f}")
     out.print(t)
+    k = Table(title="kernels of layer 0 and outside the layers against the roofline "
+              f"({XDNA2.peak_flops / 1e12:.0f} TFLOP/s, 58 GB/s DDR), modeled",
+              title_justify="left")
+    for col in ("launch", "kernel", "modeled ms", "GFLOP/s", "GB/s", "of roofline", "bound"):
+        k.add_column(col, justify="left" if col in ("launch", "kernel", "bound") else "right")
+    for prof in profile.steps:
+        for lp in prof.launches:
+            if lp.label.startswith("L") and not lp.label.startswith("L0."):
+                continue
+            k.add_row(lp.label, lp.kernel, f"{lp.seconds * 1e3:.3f}",
+                      f"{lp.achieved_flops / 1e9:.0f}", f"{lp.achieved_bw / 1e9:.1f}",
+                      f"{lp.roofline_fraction(XDNA2):.0%}", lp.bound)
+    out.print(k)
     kind = "TTFT" if isinstance(plan.mode, Prefill) else "per token"
     out.print(f"{plan.summary}")
     out.print(f"modeled {kind}: {profile.total_s * 1e3:.1f} ms"
