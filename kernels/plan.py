@@ -55,8 +55,32 @@ class Binding:
                              f"{KINDS}, got {self.kind!r}")
 
 
+class _Bound:
+    """What launches and host steps share: a role in a layer, a shape, bound operands."""
+
+    role: str
+    layer: int | None
+    shape: tuple[tuple[str, int], ...]
+    bindings: tuple[Binding, ...]
+
+    @property
+    def shape_dict(self) -> Shape:
+        return dict(self.shape)
+
+    @property
+    def label(self) -> str:
+        where = "" if self.layer is None else f"L{self.layer}."
+        return f"{where}{self.role}"
+
+    def binding(self, operand: str) -> Binding:
+        for b in self.bindings:
+            if b.operand == operand:
+                return b
+        raise KeyError(f"{self.label}: no binding for operand {operand!r}")
+
+
 @dataclass(frozen=True)
-class Launch:
+class Launch(_Bound):
     """One launch of a registry kernel: the role it plays, its shape, its configuration."""
 
     kernel: str
@@ -71,23 +95,8 @@ class Launch:
         return SPECS[self.kernel]
 
     @property
-    def shape_dict(self) -> Shape:
-        return dict(self.shape)
-
-    @property
     def config_dict(self) -> dict[str, Any]:
         return dict(self.config)
-
-    def binding(self, operand: str) -> Binding:
-        for b in self.bindings:
-            if b.operand == operand:
-                return b
-        raise KeyError(f"{self.label}: no binding for operand {operand!r}")
-
-    @property
-    def label(self) -> str:
-        where = "" if self.layer is None else f"L{self.layer}."
-        return f"{where}{self.role}"
 
     def with_bindings(self, bindings: tuple[Binding, ...]) -> Launch:
         return replace(self, bindings=bindings)
@@ -111,7 +120,7 @@ HOST_OPS = ("embedding", "decode_attention", "transpose", "final_norm_last_row",
 
 
 @dataclass(frozen=True)
-class HostStep:
+class HostStep(_Bound):
     """A step on the CPU. `op` is one of HOST_OPS."""
 
     op: str
@@ -126,23 +135,8 @@ class HostStep:
             raise ValueError(f"host step {self.role}: unknown op {self.op!r}; known: {HOST_OPS}")
 
     @property
-    def shape_dict(self) -> Shape:
-        return dict(self.shape)
-
-    @property
     def params_dict(self) -> dict[str, Any]:
         return dict(self.params)
-
-    @property
-    def label(self) -> str:
-        where = "" if self.layer is None else f"L{self.layer}."
-        return f"{where}{self.role}"
-
-    def binding(self, operand: str) -> Binding:
-        for b in self.bindings:
-            if b.operand == operand:
-                return b
-        raise KeyError(f"{self.label}: no binding for operand {operand!r}")
 
 
 Step = Dispatch | HostStep
