@@ -60,7 +60,7 @@ class RunResumed:
     unfinished_step: str | None = None
 
 
-@event_type("run.forked")
+@event_type("run.forked", schema_version=2)
 @dataclass(frozen=True)
 class RunForked:
     parent_run_id: str
@@ -71,6 +71,8 @@ class RunForked:
     agent: str
     code_version: str
     policy: str = "interactive"
+    note: str | None = None             # schema 2: why the fork was made
+    config: dict[str, Any] = field(default_factory=dict)    # schema 2: the parent's config
 
 
 @event_type("run.finished")
@@ -91,11 +93,15 @@ class PhaseEntered:
     debug_direction: str | None = None   # the picked debug direction, if any
 
 
-@event_type("phase.exited")
+@event_type("phase.exited", schema_version=2)
 @dataclass(frozen=True)
 class PhaseExited:
     outcome: Literal["passed", "failed", "needs_human", "aborted"]
     reason: str = ""
+    # schema 2: where the attempt's time went (measured on the CPU of the conductor's host)
+    wall_s: float = 0.0
+    agent_s: float = 0.0
+    backend_s: float = 0.0
 
 
 # --- the agent -------------------------------------------------------------

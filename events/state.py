@@ -14,7 +14,7 @@ from typing import Any, Final
 from .envelope import GENESIS_HASH, Event, parse_ts
 
 #: Bumped whenever `apply` changes meaning; snapshots of another version are ignored.
-REDUCER_VERSION: Final = 1
+REDUCER_VERSION: Final = 2
 
 PHASE_NAMES: Final = (
     "build CPU oracle", "kernel validation", "single block", "full model",
@@ -23,6 +23,9 @@ PHASE_NAMES: Final = (
 )
 
 TERMINAL_RUN_STATUSES: Final = ("finished", "aborted")
+
+#: The tool name under which the harness records running a phase's gate.
+GATE_TOOL: Final = "gate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +40,8 @@ class GateSummary:
 @dataclass(frozen=True, slots=True)
 class PhaseState:
     phase: int
-    status: str = "pending"  # pending working passed failed awaiting_human debugging exited:*
+    status: str = "pending"  # pending working gating passed failed awaiting_human debugging
+                             # exited:*
     attempts: int = 0
     gates: tuple[GateSummary, ...] = ()      # every gate result, oldest first
     pending_checkpoint: str | None = None
@@ -45,9 +49,13 @@ class PhaseState:
     pending_directions: tuple[dict[str, Any], ...] = ()
     instruction: str | None = None
     debug_direction: str | None = None
+    decision: str | None = None              # the last decision of this attempt
+    budget_from: int = 0                     # attempts before a person's last restart
     outcome: str | None = None
     entered_ts: str | None = None
     wall_time_s: float = 0.0
+    agent_time_s: float = 0.0
+    backend_time_s: float = 0.0
 
     @property
     def last_gate(self) -> GateSummary | None:
@@ -90,6 +98,7 @@ class DeploymentState:
     resumes: int = 0
     forked_from: tuple[str, int] | None = None
     profiles: int = 0
+    aborting: bool = False        # a person decided to abort; run.finished follows
 
     @property
     def wall_time_s(self) -> float:
@@ -141,7 +150,9 @@ def _on_run_forked(s: DeploymentState, e: Event, p: dict[str, Any]) -> Deploymen
 
 
 def _on_run_resumed(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
-    return replace(s, status="running", resumes=s.resumes + 1)
+    # A paused or crashed run goes on; one that stopped for a person still waits for one.
+    status = s.status if s.status == "needs_human" else "running"
+    return replace(s, status=status, resumes=s.resumes + 1)
 
 
 def _on_run_finished(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
@@ -157,7 +168,7 @@ def _on_phase_entered(s: DeploymentState, e: Event, p: dict[str, Any]) -> Deploy
     return _set_phase(s, e.phase, status="working", attempts=e.attempt or ph.attempts + 1,
                       instruction=p["instruction"], debug_direction=p["debug_direction"],
                       pending_checkpoint=None, pending_proposal=None, pending_directions=(),
-                      outcome=None, entered_ts=e.ts)
+                      decision=None, outcome=None, entered_ts=e.ts)
 
 
 def _on_phase_exited(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
@@ -168,7 +179,9 @@ def _on_phase_exited(s: DeploymentState, e: Event, p: dict[str, Any]) -> Deploym
     if p["outcome"] == "needs_human":
         s = replace(s, status="needs_human")
     return _set_phase(s, e.phase, status=f"exited:{p['outcome']}", outcome=p["outcome"],
-                      entered_ts=None, wall_time_s=ph.wall_time_s + spent)
+                      entered_ts=None, wall_time_s=ph.wall_time_s + spent,
+                      agent_time_s=ph.agent_time_s + p.get("agent_s", 0.0),
+                      backend_time_s=ph.backend_time_s + p.get("backend_s", 0.0))
 
 
 def _on_gate(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
@@ -191,17 +204,23 @@ def _on_debug(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentStat
 
 def _on_decision(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
     decision = p["decision"]
+    stopped = s.status == "needs_human"
     if decision == "pause":
         return replace(s, status="paused")
     if decision == "abort":
-        return replace(s, status="aborted")
+        return replace(s, aborting=True)
+    if decision == "redirect" and stopped and e.phase is not None:
+        # The phase restarts at its next phase.entered; until then the run stays stopped.
+        return _set_phase(s, e.phase, pending_checkpoint=None, instruction=p["instruction"],
+                          decision=decision, budget_from=s.phases[e.phase].attempts)
     s = replace(s, status="running")
     if decision == "approve":
-        return _set_phase(s, e.phase, pending_checkpoint=None)
+        return _set_phase(s, e.phase, pending_checkpoint=None, decision=decision)
     if decision == "redirect":
-        return _set_phase(s, e.phase, pending_checkpoint=None, instruction=p["instruction"])
+        return _set_phase(s, e.phase, pending_checkpoint=None, instruction=p["instruction"],
+                          decision=decision)
     return _set_phase(s, e.phase, pending_proposal=None, pending_directions=(),
-                      debug_direction=p["direction_id"])
+                      debug_direction=p["direction_id"], decision=decision)
 
 
 def _on_model_called(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
@@ -215,7 +234,10 @@ def _on_model_called(s: DeploymentState, e: Event, p: dict[str, Any]) -> Deploym
 
 
 def _on_tool_requested(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
-    return replace(s, totals=replace(s.totals, tool_calls=s.totals.tool_calls + 1))
+    s = replace(s, totals=replace(s.totals, tool_calls=s.totals.tool_calls + 1))
+    if p["tool"] == GATE_TOOL and e.actor == "harness":
+        s = _set_phase(s, e.phase, status="gating")     # the harness evaluates the gate
+    return s
 
 
 def _on_error(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:

@@ -19,8 +19,20 @@ def _model_called_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "cache_read_tokens": 0, "cache_write_tokens": 0}
 
 
+def _phase_exited_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    # Schema 1 did not record where a phase's time went.
+    return {"wall_s": 0.0, "agent_s": 0.0, "backend_s": 0.0, **payload}
+
+
+def _run_forked_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    # Schema 1 forks carried no note and no config.
+    return {"note": None, "config": {}, **payload}
+
+
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("model.called", 1): _model_called_v1_to_v2,
+    ("phase.exited", 1): _phase_exited_v1_to_v2,
+    ("run.forked", 1): _run_forked_v1_to_v2,
 }
 
 

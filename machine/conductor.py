@@ -1,0 +1,531 @@
+"""The conductor: the only writer of a run. It drives the machine through the phases.
+
+    enter phase -> the agent works through `PhaseRun.step` (every step an event) -> the
+    harness runs the gate from stored artifacts -> checkpoint -> decision -> next phase
+
+Every event is committed before the machine moves (`_record`), and the next action is
+always chosen from the folded state. Every event the conductor writes carries an
+idempotency key derived from (phase, attempt, what), so a conductor killed at any point and
+resumed writes each event once: an agent re-run after a crash replays its completed steps
+from the log instead of doing them again.
+
+Agents, gates and debug matchers are interfaces (`Pipeline`); the autopilot issue fills
+them with the real phases.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from events import DeploymentState, Event, NewEvent
+from events.payloads import validate_payload
+from events.state import GATE_TOOL, PHASE_NAMES
+from store import EventStore, RunWriter
+
+from .machine import DEFAULT_BUDGET, PHASES, DeploymentMachine, state_of, trigger_for
+
+POLL_S = 0.2                # how often a waiting conductor looks at the inbox
+
+
+# --- the interfaces ------------------------------------------------------------------------
+
+class Agent(Protocol):
+    """Does a phase's work through `PhaseRun.step` and `PhaseRun.say`."""
+
+    name: str
+
+    def work(self, run: PhaseRun) -> None: ...
+
+
+class Gate(Protocol):
+    """Evaluates a phase's gate from stored artifacts: a `gate.evaluated` payload."""
+
+    def evaluate(self, run: PhaseRun) -> dict[str, Any]: ...
+
+
+class DebugMatcher(Protocol):
+    """Ranks debug directions (DebugDirection payloads) for a failed gate."""
+
+    def propose(self, run: PhaseRun, gate: dict[str, Any]) -> list[dict[str, Any]]: ...
+
+
+class _RetryAsIs:
+    def propose(self, run: PhaseRun, gate: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"direction_id": "retry", "skill": "none", "title": "retry the phase as it is",
+                 "rationale": "no debug skill matched this failure", "score": 0.0}]
+
+
+@dataclass
+class Pipeline:
+    agent: Agent
+    gates: dict[int, Gate]
+    matcher: DebugMatcher = field(default_factory=_RetryAsIs)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Who decides at checkpoints and debug picks: a person (interactive), or the
+    auto-approve policy except at the phases in `pause_at`."""
+
+    auto_approve: bool = False
+    pause_at: frozenset[int] = frozenset()
+    budget: int = DEFAULT_BUDGET
+
+    @property
+    def name(self) -> str:
+        base = "auto-approve" if self.auto_approve else "interactive"
+        return base + (f" pause-at {sorted(self.pause_at)}" if self.pause_at else "")
+
+    def decides(self, phase: int) -> bool:
+        return self.auto_approve and phase not in self.pause_at
+
+
+@dataclass(frozen=True)
+class Halt:
+    """Why `Conductor.run` returned: finished, aborted, paused, needs_human, or waiting for
+    a person (awaiting_human, awaiting_pick) when asked not to wait."""
+
+    reason: str
+    detail: str = ""
+
+
+class StepInterrupted(RuntimeError):
+    """A step that is not idempotent was found started but not finished."""
+
+
+class _Stop(Exception):
+    """Unwinds an agent's work when a person paused or aborted the run."""
+
+
+# --- what an agent sees ---------------------------------------------------------------------
+
+class PhaseRun:
+    """One attempt of one phase, as its agent and gate see it."""
+
+    def __init__(self, conductor: Conductor, phase: int, attempt: int) -> None:
+        self.conductor, self.phase, self.attempt = conductor, phase, attempt
+        ph = conductor.state.phases[phase]
+        self.instruction: str | None = ph.instruction
+        self.debug_direction: str | None = ph.debug_direction
+        self._n = 0
+
+    @property
+    def name(self) -> str:
+        return PHASE_NAMES[self.phase]
+
+    def _key(self, what: str) -> str:
+        return f"p{self.phase}.a{self.attempt}.{what}"
+
+    def say(self, text: str) -> None:
+        """An agent message, recorded once."""
+        self._n += 1
+        self.conductor._record("agent.message", {"role": "assistant", "text": text},
+                               phase=self.phase, attempt=self.attempt, actor="agent",
+                               key=self._key(f"m{self._n}"))
+
+    def step(self, tool: str, arguments: dict[str, Any], fn: Callable[[], dict[str, Any]],
+             *, idempotent: bool = True, backend: bool = False) -> dict[str, Any]:
+        """Run `fn` as a recorded tool step and return its result. A step already completed
+        in the log (a resumed run) returns the stored result without running again."""
+        self._n += 1
+        return self.conductor._step(self.phase, self.attempt, f"s{self._n}", tool, arguments,
+                                    fn, idempotent=idempotent, backend=backend, actor="agent")
+
+
+# --- the conductor -------------------------------------------------------------------------
+
+class Conductor:
+    """Drives one run. Open it with `start` (a new run) or `attach` (resume)."""
+
+    def __init__(self, store: EventStore, writer: RunWriter, pipeline: Pipeline,
+                 policy: Policy, on_event: Callable[[Event], None] | None = None) -> None:
+        self.store, self.writer, self.pipeline, self.policy = store, writer, pipeline, policy
+        self.on_event = on_event
+        self.machine = DeploymentMachine(policy.budget, at=writer.state)
+        self.run_id = writer.run_id
+
+    # --- opening -------------------------------------------------------------------
+
+    @classmethod
+    def start(cls, store: EventStore, pipeline: Pipeline, policy: Policy, *, model: str,
+              backend: str = "emulator", code_version: str = "dev",
+              config: dict[str, Any] | None = None, run_id: str | None = None,
+              on_event: Callable[[Event], None] | None = None) -> Conductor:
+        started = {"model": model, "backend": backend, "agent": pipeline.agent.name,
+                   "code_version": code_version, "policy": policy.name,
+                   "config": {"budget": policy.budget, "auto_approve": policy.auto_approve,
+                              "pause_at": sorted(policy.pause_at), **(config or {})}}
+        writer = RunWriter.create(store, started, run_id=run_id)
+        return cls(store, writer, pipeline, policy, on_event)
+
+    def close(self) -> None:
+        self.writer.close()
+
+    @property
+    def state(self) -> DeploymentState:
+        return self.writer.state
+
+    # --- recording: commit, then apply ---------------------------------------------
+
+    def _record(self, type_: str, payload: dict[str, Any], *, phase: int | None = None,
+                attempt: int | None = None, actor: str = "harness", key: str | None = None,
+                consumes: str | None = None) -> Event:
+        payload = validate_payload(type_, payload)
+        if key is not None:
+            stored = self._stored(key)
+            if stored is not None:           # written before a crash: once is enough
+                return stored
+        pre = self.writer.state
+        trigger = trigger_for(type_, payload, phase, actor)
+        if trigger is not None:
+            self.machine.check(trigger, pre, payload, phase)     # refused before the commit
+        event = self.writer.append(NewEvent(type_, payload, actor=actor, phase=phase,
+                                            attempt=attempt, idempotency_key=key),
+                                   consumes=consumes)
+        if trigger is not None:
+            self.machine.fire(trigger, pre, payload, phase)          # ... applied after it
+        if type_ == "run.resumed":
+            self.machine.rebuild(self.writer.state)
+        if self.on_event is not None:
+            self.on_event(event)
+        if type_ == "phase.exited":
+            self.writer.snapshot()                                 # a phase boundary
+        return event
+
+    def _stored(self, key: str) -> Event | None:
+        return self.writer._by_key(key)
+
+    def _step(self, phase: int, attempt: int, what: str, tool: str, arguments: dict[str, Any],
+              fn: Callable[[], dict[str, Any]], *, idempotent: bool, backend: bool,
+              actor: str) -> dict[str, Any]:
+        key = f"p{phase}.a{attempt}.{what}"
+        done = self._stored(key + ".done")
+        if done is not None:
+            return dict(done.payload["result"])
+        self._between_steps()
+        args = {**arguments, "idempotent": idempotent, "backend": backend}
+        if self._stored(key) is not None and not idempotent:
+            raise StepInterrupted(f"step {tool} of phase {phase} attempt {attempt} was started "
+                                  "and not finished, and cannot be repeated safely")
+        self._record("tool.requested", {"call_id": key, "tool": tool, "arguments": args},
+                     phase=phase, attempt=attempt, actor=actor, key=key)
+        t0 = time.perf_counter()
+        result = fn()
+        self._record("tool.completed", {"call_id": key, "tool": tool, "ok": True,
+                                        "result": result,
+                                        "duration_s": time.perf_counter() - t0},
+                     phase=phase, attempt=attempt, actor=actor, key=key + ".done")
+        return result
+
+    # --- the inbox --------------------------------------------------------------------
+
+    def _consume_inbox(self, only: tuple[str, ...] | None = None) -> None:
+        """Record each pending command as a human.decision, exactly once (or refuse it,
+        recording why, when the run cannot take it now)."""
+        for cmd in self.store.pending_commands(self.run_id):
+            if only is not None and cmd["kind"] not in only:
+                continue
+            s = self.writer.state
+            phase = s.current_phase
+            payload = {**cmd["payload"], "decision": cmd["kind"],
+                       "command_id": cmd["command_id"], "author": cmd["author"]}
+            if cmd["kind"] == "approve" and phase is not None:
+                payload.setdefault("checkpoint_id", s.phases[phase].pending_checkpoint)
+            if cmd["kind"] == "pick" and phase is not None:
+                payload.setdefault("proposal_id", s.phases[phase].pending_proposal)
+            payload = validate_payload("human.decision", payload)
+            trigger = trigger_for("human.decision", payload, phase)
+            attempt = s.phases[phase].attempts if phase is not None else None
+            if trigger is not None and self.machine.allows(trigger, s, payload, phase):
+                self._record("human.decision", payload, phase=phase, attempt=attempt,
+                             actor="human", consumes=cmd["command_id"])
+            else:
+                self._record("error", {"kind": "command_refused", "recoverable": True,
+                                       "message": f"{cmd['kind']} cannot be taken while the run "
+                                                  f"is {self.machine.state}"},
+                             phase=phase, attempt=attempt, consumes=cmd["command_id"])
+
+    def _between_steps(self) -> None:
+        self._consume_inbox(only=("pause", "abort"))
+        if self.state.status == "paused" or self.state.aborting:
+            raise _Stop
+
+    # --- the loop ---------------------------------------------------------------------
+
+    def run(self, *, wait: bool = True, poll_s: float = POLL_S) -> Halt:
+        """Drive the run until it ends, stops for a person, or (wait=False) would wait."""
+        while True:
+            self._consume_inbox()
+            halt = self._advance(wait)
+            if halt is not None:
+                if halt.reason in ("awaiting_human", "awaiting_pick") and wait:
+                    time.sleep(poll_s)
+                    continue
+                return halt
+
+    def _advance(self, wait: bool) -> Halt | None:  # noqa: C901 - one branch per state
+        s = self.state
+        where = self.machine.state
+        assert where == state_of(s), (where, state_of(s))
+        if s.aborting:
+            self._record("run.finished", {"verdict": "ABORTED", "summary": "aborted by a person"},
+                         key="run.finished")
+            return None
+        if where in ("finished", "aborted"):
+            return Halt(where, s.verdict or "")
+        if where == "paused":
+            return Halt("paused", "npu-deploy resume RUN goes on")
+        if where == "needs_human":
+            k = s.current_phase
+            if k is not None and s.phases[k].decision == "redirect":
+                self._enter(k)
+                return None
+            return Halt("needs_human", s.phases[k].outcome or "" if k is not None else "")
+        if where == "ready":
+            self._enter(0)
+            return None
+        k, sub = _parse(where)
+        ph = s.phases[k]
+        if sub == "working":
+            return self._work(k, ph.attempts)
+        if sub == "gating":
+            self._gate(k, ph.attempts)
+        elif sub == "passed":
+            self._record("checkpoint.requested",
+                         {"checkpoint_id": f"p{k}.a{ph.attempts}",
+                          "summary": f"phase {k} ({PHASE_NAMES[k]}) passed its gate"},
+                         phase=k, attempt=ph.attempts, key=f"p{k}.a{ph.attempts}.checkpoint")
+        elif sub == "failed":
+            self._after_failure(k, ph.attempts)
+        elif sub == "awaiting_human":
+            if ph.decision == "approve":
+                self._exit(k, ph.attempts, "passed", "approved")
+            elif ph.decision == "redirect":
+                self._enter(k)
+            elif self.policy.decides(k):
+                self._policy_decision(k, ph.attempts, "approve",
+                                      checkpoint_id=ph.pending_checkpoint)
+            else:
+                return Halt("awaiting_human", f"phase {k} waits for approve, redirect, pause "
+                            "or abort")
+        elif sub == "debugging":
+            if ph.decision == "pick":
+                self._enter(k)
+            elif self.policy.auto_approve:
+                best = max(ph.pending_directions, key=lambda d: d["score"])
+                self._policy_decision(k, ph.attempts, "pick", proposal_id=ph.pending_proposal,
+                                      direction_id=best["direction_id"])
+            else:
+                return Halt("awaiting_pick", f"phase {k} waits for a debug direction")
+        elif sub == "done":
+            if k == PHASES[-1]:
+                self._record("run.finished", {"verdict": "PASS",
+                                              "summary": "every phase passed its gate"},
+                             key="run.finished")
+            else:
+                self._enter(k + 1)
+        return None
+
+    def _enter(self, k: int) -> None:
+        ph = self.state.phases[k]
+        attempt = ph.attempts + 1
+        self._record("phase.entered", {"name": PHASE_NAMES[k], "instruction": ph.instruction,
+                                       "debug_direction": ph.debug_direction
+                                       if ph.decision == "pick" else None},
+                     phase=k, attempt=attempt, key=f"p{k}.a{attempt}.entered")
+
+    def _work(self, k: int, attempt: int) -> Halt | None:
+        run = PhaseRun(self, k, attempt)
+        try:
+            self.pipeline.agent.work(run)
+        except _Stop:
+            return None
+        except StepInterrupted as e:
+            self._exit(k, attempt, "needs_human", str(e))
+            return None
+        self._step_gate_request(k, attempt)
+        return None
+
+    def _step_gate_request(self, k: int, attempt: int) -> None:
+        key = f"p{k}.a{attempt}.gate"
+        self._record("tool.requested", {"call_id": key, "tool": GATE_TOOL,
+                                        "arguments": {"gate": k, "idempotent": True,
+                                                      "backend": True}},
+                     phase=k, attempt=attempt, key=key)
+
+    def _gate(self, k: int, attempt: int) -> None:
+        key = f"p{k}.a{attempt}.gate"
+        gate = self.pipeline.gates.get(k)
+        if gate is None:
+            raise KeyError(f"the pipeline has no gate for phase {k}")
+        t0 = time.perf_counter()
+        result = gate.evaluate(PhaseRun(self, k, attempt))
+        self._record("tool.completed", {"call_id": key, "tool": GATE_TOOL, "ok": True,
+                                        "result": {"passed": bool(result["passed"])},
+                                        "duration_s": time.perf_counter() - t0},
+                     phase=k, attempt=attempt, key=key + ".done")
+        self._record("gate.evaluated", result, phase=k, attempt=attempt,
+                     key=f"p{k}.a{attempt}.gate.result")
+
+    def _after_failure(self, k: int, attempt: int) -> None:
+        s = self.state
+        ph = s.phases[k]
+        gate = ph.last_gate
+        failing = [c for c in (gate.checks if gate else ()) if c.get("gating", True)
+                   and not c["passed"]]
+        symptom = "; ".join(f"{c['subject']}/{c['metric']} = {c['value']:.3g} (needs "
+                            f"{c['comparison']} {c['threshold']:.3g})" for c in failing[:3])
+        if ph.attempts - ph.budget_from >= self.policy.budget:
+            self._exit(k, attempt, "needs_human",
+                       f"gate failed {self.policy.budget} times: {symptom}")
+            return
+        payload = {"gate": gate.gate if gate else "", "passed": False,
+                   "checks": list(gate.checks if gate else ())}
+        directions = self.pipeline.matcher.propose(PhaseRun(self, k, attempt), payload)
+        self._record("debug.proposed", {"proposal_id": f"p{k}.a{attempt}",
+                                        "symptom": symptom, "directions": directions},
+                     phase=k, attempt=attempt, key=f"p{k}.a{attempt}.debug")
+
+    def _policy_decision(self, k: int, attempt: int, decision: str, **fields: Any) -> None:
+        key = f"p{k}.a{attempt}.policy.{decision}"
+        self._record("human.decision", {"decision": decision, "command_id": key,
+                                        "author": f"policy:{self.policy.name}", **fields},
+                     phase=k, attempt=attempt, actor="harness", key=key)
+
+    def _exit(self, k: int, attempt: int, outcome: str, reason: str) -> None:
+        wall, agent, backend = self._phase_times(k)
+        self._record("phase.exited", {"outcome": outcome, "reason": reason, "wall_s": wall,
+                                      "agent_s": agent, "backend_s": backend},
+                     phase=k, attempt=attempt, key=f"p{k}.a{attempt}.exited")
+
+    def _phase_times(self, k: int) -> tuple[float, float, float]:
+        """Wall, agent and backend seconds of phase k so far, from its events: steps an
+        agent marked as backend work and the gates are backend time; the other steps and
+        the model calls are agent time."""
+        from events.envelope import parse_ts
+
+        first = last = None
+        agent = backend = 0.0
+        backend_calls: set[str] = set()
+        for e in self.store.events(self.run_id):
+            if e.phase != k:
+                continue
+            first = first or e.ts
+            last = e.ts
+            p = e.payload
+            if e.type == "tool.requested" and (p["tool"] == GATE_TOOL
+                                               or p["arguments"].get("backend")):
+                backend_calls.add(p["call_id"])
+            elif e.type == "tool.completed":
+                if p["call_id"] in backend_calls:
+                    backend += p["duration_s"]
+                else:
+                    agent += p["duration_s"]
+            elif e.type == "model.called":
+                agent += p["duration_s"]
+        wall = (parse_ts(last) - parse_ts(first)).total_seconds() if first and last else 0.0
+        return wall, agent, backend
+
+
+def _parse(where: str) -> tuple[int, str]:
+    _, phase, sub = where.split(".")
+    return int(phase[1:]), sub
+
+
+# --- resume and fork -------------------------------------------------------------------------
+
+class RunEnded(RuntimeError):
+    """The run is finished or aborted: there is nothing to resume."""
+
+
+def run_config(store: EventStore, run_id: str) -> dict[str, Any]:
+    """The configuration the run was started (or forked) with."""
+    first = store.event_at(run_id, 1)
+    if first is None:
+        raise KeyError(f"run {run_id} has no events")
+    return dict(first.payload.get("config") or {})
+
+
+def policy_of(config: dict[str, Any]) -> Policy:
+    return Policy(auto_approve=bool(config.get("auto_approve", False)),
+                  pause_at=frozenset(int(p) for p in config.get("pause_at", ())),
+                  budget=int(config.get("budget", DEFAULT_BUDGET)))
+
+
+def resume(store: EventStore, run_id: str, pipeline: Pipeline, *,
+           on_event: Callable[[Event], None] | None = None) -> Conductor:
+    """Take the run's lock, fold its log (from the newest valid snapshot), rebuild the
+    machine where the run stopped, and record `run.resumed`. The returned conductor goes on
+    with `run()`: it consumes the pending inbox commands first, re-runs an unfinished
+    idempotent step under its idempotency key, and stops for a person at a step that was
+    started and cannot be repeated."""
+    writer = RunWriter.attach(store, run_id)
+    try:
+        s = writer.state
+        if s.terminal:
+            raise RunEnded(f"run {run_id} is {s.status} (verdict {s.verdict}); nothing to "
+                           "resume. Fork it (npu-deploy fork RUN --at VERSION) to try again")
+        conductor = Conductor(store, writer, pipeline, policy_of(run_config(store, run_id)),
+                              on_event)
+        unfinished = _unfinished_step(store, run_id)
+        reason = s.status if s.status in ("paused", "needs_human") else "crashed"
+        conductor._record("run.resumed", {"from_version": s.version, "reason": reason,
+                                          "unfinished_step": unfinished})
+        return conductor
+    except BaseException:
+        writer.close()
+        raise
+
+
+def _unfinished_step(store: EventStore, run_id: str) -> str | None:
+    """The call id of a step requested and never completed nor abandoned, if any."""
+    open_calls: dict[str, str] = {}
+    for e in store.events(run_id):
+        if e.type == "tool.requested":
+            open_calls[e.payload["call_id"]] = e.payload["tool"]
+        elif e.type in ("tool.completed", "tool.abandoned"):
+            open_calls.pop(e.payload["call_id"], None)
+    return next(iter(open_calls), None)
+
+
+def fork(store: EventStore, run_id: str, at_version: int, note: str | None = None,
+         *, new_run_id: str | None = None) -> str:
+    """A new run whose history is `run_id`'s first `at_version` events (the source is only
+    read), starting with `run.forked`. Resume it to go on from that state."""
+    events = list(store.events(run_id, upto_version=at_version))
+    if not events or events[-1].run_version != at_version:
+        last = store.fold(run_id).version
+        raise ValueError(f"run {run_id} has versions 1..{last}; --at must be one of them")
+    first = events[0].payload
+    forked = {"parent_run_id": run_id, "parent_version": at_version,
+              "parent_hash": events[-1].hash, "model": first["model"],
+              "backend": first["backend"], "agent": first["agent"],
+              "code_version": first["code_version"], "policy": first.get("policy", ""),
+              "note": note, "config": dict(first.get("config") or {})}
+    with RunWriter.create(store, forked, run_id=new_run_id, first_type="run.forked") as w:
+        w.append_batch([NewEvent(e.type, e.payload, actor=e.actor, phase=e.phase,
+                                 attempt=e.attempt, causation_id=e.causation_id,
+                                 correlation_id=e.correlation_id,
+                                 idempotency_key=e.idempotency_key)
+                        for e in events[1:]])
+        return w.run_id
+
+
+def load_pipeline(spec: str) -> Pipeline:
+    """A pipeline from "module:function" (the function returns a Pipeline)."""
+    import importlib
+
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise ValueError(f"pipeline {spec!r}: expected module:function")
+    try:
+        factory = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"pipeline {spec!r} cannot be loaded: {e}") from None
+    pipeline = factory()
+    if not isinstance(pipeline, Pipeline):
+        raise ValueError(f"pipeline {spec!r} returned {type(pipeline).__name__}, not a Pipeline")
+    return pipeline
