@@ -52,6 +52,7 @@ class PhaseState:
     decision: str | None = None              # the last decision of this attempt
     budget_from: int = 0                     # attempts before a person's last restart
     outcome: str | None = None
+    exit_reason: str = ""
     entered_ts: str | None = None
     wall_time_s: float = 0.0
     agent_time_s: float = 0.0
@@ -179,7 +180,8 @@ def _on_phase_exited(s: DeploymentState, e: Event, p: dict[str, Any]) -> Deploym
     if p["outcome"] == "needs_human":
         s = replace(s, status="needs_human")
     return _set_phase(s, e.phase, status=f"exited:{p['outcome']}", outcome=p["outcome"],
-                      entered_ts=None, wall_time_s=ph.wall_time_s + spent,
+                      exit_reason=p.get("reason", ""), entered_ts=None,
+                      wall_time_s=ph.wall_time_s + spent,
                       agent_time_s=ph.agent_time_s + p.get("agent_s", 0.0),
                       backend_time_s=ph.backend_time_s + p.get("backend_s", 0.0))
 

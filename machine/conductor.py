@@ -270,12 +270,12 @@ class Conductor:
         s = self.state
         where = self.machine.state
         assert where == state_of(s), (where, state_of(s))
+        if where in ("finished", "aborted"):
+            return Halt(where, s.verdict or "")
         if s.aborting:
             self._record("run.finished", {"verdict": "ABORTED", "summary": "aborted by a person"},
                          key="run.finished")
             return None
-        if where in ("finished", "aborted"):
-            return Halt(where, s.verdict or "")
         if where == "paused":
             return Halt("paused", "npu-deploy resume RUN goes on")
         if where == "needs_human":
@@ -283,7 +283,7 @@ class Conductor:
             if k is not None and s.phases[k].decision == "redirect":
                 self._enter(k)
                 return None
-            return Halt("needs_human", s.phases[k].outcome or "" if k is not None else "")
+            return Halt("needs_human", s.phases[k].exit_reason if k is not None else "")
         if where == "ready":
             self._enter(0)
             return None

@@ -540,5 +540,7 @@ def _print_plan(described: str, plan: Any, profile: Any, attempts: Any) -> None:
               + f"; eta {profile.eta:.2f} (1.00 = the measured Llama-3.2-1B deployment)")
 
 
+from . import deploy as _deploy  # noqa: E402,F401 - registers deploy, decide, resume, fork
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,220 @@
+"""The commands that drive runs: deploy, decide, resume, fork (registered on the CLI group)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+from rich.console import Console
+
+from events import PHASE_NAMES, Event
+from store import EventStore, RunLocked
+
+from .cli import EXIT_FAILED, EXIT_USAGE, code_version, console, db_option, db_path, fail, main
+
+DEFAULT_PIPELINE = "skills.autopilot:pipeline"
+EXIT_NEEDS_HUMAN = 3      # the run stopped for a person (needs_human, or waiting headless)
+
+
+def _progress(out: Console) -> Any:
+    """The headless view: one line per event that moves the deployment."""
+    def show(e: Event) -> None:
+        p, where = e.payload, "" if e.phase is None else f"phase {e.phase} "
+        attempt = f" (attempt {e.attempt})" if e.attempt and e.attempt > 1 else ""
+        if e.type == "phase.entered":
+            extra = f": {p['instruction']}" if p.get("instruction") else ""
+            out.print(f"[bold]{where}{PHASE_NAMES[e.phase or 0]}[/]{attempt}{extra}")
+        elif e.type == "tool.completed" and e.actor == "agent":
+            out.print(f"  step {p['tool']} ({p['duration_s']:.2f} s)")
+        elif e.type == "gate.evaluated":
+            verdict = "[green]PASS[/]" if p["passed"] else "[red]FAIL[/]"
+            out.print(f"  gate {p['gate']}: {verdict}")
+            for c in p["checks"]:
+                mark = "ok " if c["passed"] else "BAD"
+                out.print(f"    {mark} {c['subject']}/{c['metric']} = {c['value']:.4g} "
+                          f"(needs {c['comparison']} {c['threshold']:.4g})")
+        elif e.type == "debug.proposed":
+            out.print(f"  debug: {p['symptom']}")
+            for i, d in enumerate(p["directions"], 1):
+                out.print(f"    {i}. {d['title']} ({d['skill']}, score {d['score']:.2f})")
+        elif e.type == "human.decision":
+            out.print(f"  decision: {p['decision']} by {p['author']}")
+        elif e.type == "phase.exited":
+            out.print(f"  {where}exited: {p['outcome']} {p['reason']} (wall {p['wall_s']:.1f} "
+                      f"s, agent {p['agent_s']:.1f} s, backend {p['backend_s']:.1f} s)")
+        elif e.type == "run.finished":
+            out.print(f"[bold]run finished: {p['verdict']}[/] {p['summary']}")
+        elif e.type == "error":
+            out.print(f"  [red]error[/] {p['kind']}: {p['message']}")
+    return show
+
+
+def _drive(conductor: Any, out: Console, wait: bool) -> None:
+    """Run the conductor to its next halt and exit with a code that says why it stopped."""
+    from machine import Halt
+
+    run_id = conductor.run_id
+    try:
+        if not wait:
+            halt: Halt = conductor.run(wait=False)
+        else:
+            halt = conductor.run(wait=False)
+            while halt.reason in ("awaiting_human", "awaiting_pick"):
+                out.print(f"waiting: {halt.detail}. From another terminal: npu-deploy decide "
+                          f"{run_id} approve | redirect TEXT | pick N | pause | abort")
+                halt = conductor.run(wait=True)
+    finally:
+        conductor.close()
+    if halt.reason == "finished":
+        sys.exit(0 if halt.detail == "PASS" else EXIT_FAILED)
+    if halt.reason == "aborted":
+        fail(f"run {run_id} was aborted", EXIT_FAILED)
+    if halt.reason == "paused":
+        out.print(f"run {run_id} is paused; `npu-deploy resume {run_id}` goes on")
+        sys.exit(0)
+    if halt.reason == "needs_human":
+        fail(f"run {run_id} needs a person: {halt.detail}; `npu-deploy decide {run_id} "
+             "redirect TEXT` then `npu-deploy resume` to retry, or `decide abort`",
+             EXIT_NEEDS_HUMAN)
+    fail(f"run {run_id} stopped: {halt.reason} {halt.detail}", EXIT_NEEDS_HUMAN)
+
+
+def _pipeline(spec: str) -> Any:
+    from machine import load_pipeline
+
+    try:
+        return load_pipeline(spec)
+    except ValueError as e:
+        hint = (" (the offline autopilot arrives with the skills issue; until then pass "
+                "--pipeline module:function)") if spec == DEFAULT_PIPELINE else ""
+        fail(f"{e}{hint}", EXIT_USAGE)
+
+
+def _phases(text: str) -> frozenset[int]:
+    try:
+        phases = frozenset(int(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        fail(f"--pause-at {text!r}: expected phase numbers like 3,5", EXIT_USAGE)
+    bad = sorted(p for p in phases if p not in range(len(PHASE_NAMES)))
+    if bad:
+        fail(f"--pause-at: no phase {bad[0]}; phases are 0-{len(PHASE_NAMES) - 1}", EXIT_USAGE)
+    return phases
+
+
+@main.command("deploy")
+@db_option
+@click.argument("model")
+@click.option("--headless", is_flag=True, help="Progress as text lines (the TUI comes later).")
+@click.option("--auto-approve", is_flag=True,
+              help="Approve passing gates and pick the top debug direction without a person.")
+@click.option("--pause-at", "pause_at", default="", metavar="PHASES",
+              help="Comma-separated phases whose checkpoint waits for a person anyway.")
+@click.option("--budget", type=click.IntRange(1, 50), default=3, show_default=True,
+              help="Attempts of a phase before the run stops for a person.")
+@click.option("--pipeline", "pipeline_spec", default=DEFAULT_PIPELINE, show_default=True,
+              help="module:function returning the agent, gates and debug matcher.")
+@click.option("--run-id", default=None, help="Name the run (default: a new UUIDv7).")
+def deploy_cmd(model: str, headless: bool, auto_approve: bool, pause_at: str, budget: int,
+               pipeline_spec: str, run_id: str | None) -> None:
+    """Deploy MODEL through phases 0-7 as a new run in the store."""
+    from machine import Conductor, Policy
+
+    if not headless:
+        fail("the terminal UI is not built yet: run with --headless", EXIT_USAGE)
+    policy = Policy(auto_approve=auto_approve, pause_at=_phases(pause_at), budget=budget)
+    pipeline = _pipeline(pipeline_spec)
+    out = console()
+    store = EventStore.open(db_path())
+    conductor = Conductor.start(store, pipeline, policy, model=model,
+                                code_version=code_version(), run_id=run_id,
+                                config={"pipeline": pipeline_spec}, on_event=_progress(out))
+    out.print(f"run {conductor.run_id}: {model}, policy {policy.name}, store {db_path()}")
+    _drive(conductor, out, wait=True)
+
+
+@main.command("resume")
+@db_option
+@click.argument("run")
+@click.option("--pipeline", "pipeline_spec", default=None,
+              help="module:function (default: the one the run was started with).")
+@click.option("--no-wait", is_flag=True, help="Stop instead of waiting for a person.")
+def resume_cmd(run: str, pipeline_spec: str | None, no_wait: bool) -> None:
+    """Go on with a run that crashed, was paused, or stopped for a person."""
+    from machine import RunEnded, resume
+    from machine.conductor import run_config
+
+    store = EventStore.open(db_path())
+    run_id = store.resolve_run(run)
+    spec = pipeline_spec or run_config(store, run_id).get("pipeline") or DEFAULT_PIPELINE
+    pipeline = _pipeline(spec)
+    out = console()
+    try:
+        conductor = resume(store, run_id, pipeline, on_event=_progress(out))
+    except RunLocked as e:
+        fail(str(e))
+    except RunEnded as e:
+        fail(str(e))
+    out.print(f"run {run_id} resumed at v{conductor.state.version}")
+    _drive(conductor, out, wait=not no_wait)
+
+
+@main.command("fork")
+@db_option
+@click.argument("run")
+@click.option("--at", "at_version", type=click.IntRange(min=1), required=True,
+              help="The last event (run version) of the source the fork keeps.")
+@click.option("--note", default=None, help="Why: recorded in the fork's first event.")
+def fork_cmd(run: str, at_version: int, note: str | None) -> None:
+    """Start a new run from RUN's history up to --at (RUN itself is not changed)."""
+    from machine import fork
+
+    store = EventStore.open(db_path())
+    run_id = store.resolve_run(run)
+    try:
+        new = fork(store, run_id, at_version, note)
+    except ValueError as e:
+        fail(str(e))
+    click.echo(new)
+    click.echo(f"forked {run_id} at v{at_version} as {new}; `npu-deploy resume {new}` goes on",
+               err=True)
+
+
+@main.command("decide")
+@db_option
+@click.argument("run")
+@click.argument("decision", type=click.Choice(["approve", "redirect", "pick", "pause",
+                                               "abort"]))
+@click.argument("value", required=False)
+def decide_cmd(run: str, decision: str, value: str | None) -> None:
+    """Leave a decision for a run: approve | redirect TEXT | pick N | pause | abort.
+
+    The run's conductor (in another terminal, or at the next resume) records it once."""
+    store = EventStore.open(db_path())
+    run_id = store.resolve_run(run)
+    s = store.fold(run_id)
+    if s.terminal:
+        fail(f"run {run_id} is {s.status}; it takes no more decisions")
+    k = s.current_phase
+    ph = s.phases[k] if k is not None else None
+    payload: dict[str, Any] = {}
+    if decision in ("approve", "redirect"):
+        stopped = s.status == "needs_human" and decision == "redirect"
+        if ph is None or (ph.pending_checkpoint is None and not stopped):
+            fail(f"run {run_id} is not waiting at a checkpoint (phase {k}: "
+                 f"{ph.status if ph else 'not started'}); nothing to {decision}")
+        if decision == "redirect":
+            if not value:
+                fail("redirect needs the instruction text: decide RUN redirect \"...\"",
+                     EXIT_USAGE)
+            payload["instruction"] = value
+    elif decision == "pick":
+        if ph is None or ph.pending_proposal is None:
+            fail(f"run {run_id} has no debug directions to pick from")
+        directions = ph.pending_directions
+        if value is None or not value.isdigit() or not 1 <= int(value) <= len(directions):
+            fail(f"pick needs a direction number from 1 to {len(directions)}", EXIT_USAGE)
+        payload["direction_id"] = directions[int(value) - 1]["direction_id"]
+    command_id = store.post_command(run_id, decision, payload)
+    click.echo(f"{decision} left for run {run_id} (command {command_id}); its conductor "
+               "records it once")
