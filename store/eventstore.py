@@ -45,7 +45,7 @@ from events.envelope import (
 from events.state import REDUCED_TYPES, reduce_body
 
 from .errors import StoreCorrupt, StoreError, UnknownRun
-from .schema import connect
+from .schema import connect, release
 
 if TYPE_CHECKING:
     from .writer import RunWriter
@@ -117,6 +117,7 @@ class EventStore:
         self.path = path
         self.db = db
         self.readonly = readonly
+        self._closed = False
         self._tail_bound: dict[str, tuple[int, int]] = {}
 
     @classmethod
@@ -126,7 +127,11 @@ class EventStore:
         return cls(p, connect(p, readonly=readonly), readonly=readonly)
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         self.db.close()
+        release(self.path)
 
     def __enter__(self) -> EventStore:
         return self
@@ -210,12 +215,21 @@ class EventStore:
     # --- reading ---------------------------------------------------------------
 
     def events(self, run_id: str, *, after_version: int = 0,
-               upto_version: int | None = None) -> Iterator[Event]:
-        """A run's events in order, from the oldest (or after a version)."""
+               upto_version: int | None = None, phase: int | None = None,
+               types: tuple[str, ...] = ()) -> Iterator[Event]:
+        """A run's events in order, from the oldest (or after a version); only those of
+        one phase, or of some types, when asked."""
         upto = upto_version if upto_version is not None else 2**62
+        where, args = "", [run_id, after_version, upto]
+        if phase is not None:
+            where += " AND phase = ?"
+            args.append(phase)
+        if types:
+            where += f" AND type IN ({', '.join('?' * len(types))})"
+            args.extend(types)
         cur = self.conn.execute(
             f"SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ? AND run_version > ? "
-            "AND run_version <= ? ORDER BY run_version", (run_id, after_version, upto))
+            f"AND run_version <= ?{where} ORDER BY run_version", args)
         while rows := cur.fetchmany(512):
             for row in rows:
                 yield event_from_row(row)

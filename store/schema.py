@@ -117,15 +117,38 @@ def _check_file(path: Path) -> None:
                            f"{pages * page_size}); restore it from a copy or an export")
 
 
+# Connections this process holds open, per store file. POSIX drops every lock a process
+# holds on a file when any descriptor of that file is closed, so while SQLite has the file
+# open here, reading its header with Python would silently release SQLite's locks; another
+# process could then take the WAL for its own and lose or corrupt our writes.
+_OPEN_HERE: dict[Path, int] = {}
+
+
+def release(path: Path) -> None:
+    """A connection from `connect(path)` was closed."""
+    key = Path(path).resolve()
+    _OPEN_HERE[key] = _OPEN_HERE.get(key, 1) - 1
+    if _OPEN_HERE[key] <= 0:
+        del _OPEN_HERE[key]
+
+
 def connect(path: Path, *, readonly: bool) -> Database:
-    """Open a store file, migrating it forward when opened for writing."""
+    """Open a store file, migrating it forward when opened for writing. Close it through
+    `release` too (EventStore does)."""
     path = Path(path)
-    if path.exists():
+    db = _connect(path, readonly=readonly)
+    key = path.resolve()
+    _OPEN_HERE[key] = _OPEN_HERE.get(key, 0) + 1
+    return db
+
+
+def _connect(path: Path, *, readonly: bool) -> Database:
+    if path.exists() and (path.is_dir() or path.resolve() not in _OPEN_HERE):
         _check_file(path)
-    elif readonly:
+    if not path.exists() and readonly:
         raise StoreUnreadable(f"no store at {path}; run a deployment first, or pass --db "
                               "(or NPU_DEPLOY_DB) with the path of an existing store")
-    else:
+    if not path.exists():
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:

@@ -377,3 +377,29 @@ def test_commands_posted_while_a_writer_appends_are_all_kept(run, children):
         assert [c["command_id"] for c in s.pending_commands(run_id)] == posted
         report = s.verify(run_id)
         assert report.ok and report.events == 401
+
+
+def test_reopening_a_store_in_the_writer_process_keeps_its_writes_visible(tmp_path):
+    """Opening the same store again in the writing process must not drop SQLite's locks
+    (POSIX drops a process's locks on a file when any descriptor of it closes): another
+    process would then take the WAL over, and the writer's later commits would vanish."""
+    db = tmp_path / "runs.db"
+    store = EventStore.open(db)
+    writer = store.create_run(STARTED)
+    EventStore.open(db).close()                 # a second store, as the writer opens its own
+    other = ("import sys; from store import EventStore\n"
+             "with EventStore.open(sys.argv[1]) as s:\n"
+             "    s.post_command(sys.argv[2], 'pause')\n")
+    subprocess.run([sys.executable, "-c", other, str(db), writer.run_id], check=True,
+                   cwd=Path(__file__).resolve().parent.parent)
+    for i in range(5):
+        writer.append(NewEvent("agent.message", {"role": "assistant", "text": f"m{i}"},
+                               actor="agent"))
+    count = ("import sys, sqlite3\n"
+             "print(sqlite3.connect(sys.argv[1]).execute('SELECT count(*) FROM events')"
+             ".fetchone()[0])\n")
+    seen = subprocess.run([sys.executable, "-c", count, str(db)], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    assert int(seen) == writer.version == 6
+    writer.close()
+    store.close()
