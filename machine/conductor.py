@@ -410,9 +410,7 @@ class Conductor:
         first = last = None
         agent = backend = 0.0
         backend_calls: set[str] = set()
-        for e in self.store.events(self.run_id):
-            if e.phase != k:
-                continue
+        for e in self.store.events(self.run_id, phase=k):
             first = first or e.ts
             last = e.ts
             p = e.payload
@@ -483,7 +481,7 @@ def resume(store: EventStore, run_id: str, pipeline: Pipeline, *,
 def _unfinished_step(store: EventStore, run_id: str) -> str | None:
     """The call id of a step requested and never completed nor abandoned, if any."""
     open_calls: dict[str, str] = {}
-    for e in store.events(run_id):
+    for e in store.events(run_id, types=("tool.requested", "tool.completed", "tool.abandoned")):
         if e.type == "tool.requested":
             open_calls[e.payload["call_id"]] = e.payload["tool"]
         elif e.type in ("tool.completed", "tool.abandoned"):

@@ -1,0 +1,255 @@
+"""Crash safety of the conductor, the run-control commands, and snapshots (issue 6).
+
+The crash test kills a real `npu-deploy` process with SIGKILL at 30 random points and
+resumes it each time; the fake pipeline (tests/fake_pipeline.py) keeps it fast.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from events import NewEvent
+from store import EventStore, RunWriter, StoreError
+
+TESTS = Path(__file__).resolve().parent
+VOLATILE = {"duration_s", "wall_s", "agent_s", "backend_s", "command_id"}
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "FAKE_STEP_S": "0.04", "FAKE_STEPS": "8",
+           "FAKE_FAIL": "2:1,5:1"}
+    env.pop("NPU_DEPLOY_DB", None)
+    return {**env, **extra}
+
+
+def _cli(db: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "npu_deploy", "--db", str(db), *args]
+
+
+DEPLOY = ("deploy", "tiny", "--headless", "--auto-approve", "--pause-at", "4,6",
+          "--pipeline", "fake_pipeline:make", "--run-id")
+
+
+def _normalized(db: Path, run_id: str) -> list[tuple]:
+    """The run's events without resumes, timestamps, ids, hashes and measured durations."""
+    def clean(value):
+        if isinstance(value, dict):
+            return tuple(sorted((k, clean(v)) for k, v in value.items() if k not in VOLATILE))
+        if isinstance(value, list):
+            return tuple(clean(v) for v in value)
+        return value
+
+    with EventStore.open(db, readonly=True) as store:
+        return [(e.type, e.phase, e.attempt, e.actor, e.idempotency_key, clean(e.payload))
+                for e in store.events(run_id) if e.type != "run.resumed"]
+
+
+def _state(db: Path, run_id: str):
+    if not db.exists():
+        return None
+    try:
+        store = EventStore.open(db, readonly=True)
+    except StoreError:             # being created by the first process
+        return None
+    with store:
+        if run_id not in store.run_ids():
+            return None
+        return store.fold(run_id)
+
+
+def _awaiting(state, phase: int) -> bool:
+    return (state is not None and state.current_phase == phase
+            and state.phases[phase].pending_checkpoint is not None)
+
+
+def _approve(db: Path, run_id: str) -> None:
+    with EventStore.open(db) as store:
+        store.post_command(run_id, "approve")
+
+
+def _uninterrupted(db: Path, run_id: str) -> None:
+    proc = subprocess.Popen(_cli(db, *DEPLOY, run_id), env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    approved: set[int] = set()
+    deadline = time.monotonic() + 120
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            state = _state(db, run_id)
+            for phase in (4, 6):
+                if phase not in approved and _awaiting(state, phase):
+                    _approve(db, run_id)
+                    approved.add(phase)
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.wait() == 0
+
+
+def test_kill_9_at_30_points_then_resume_gives_the_uninterrupted_run(tmp_path):
+    reference_db, db, run_id = tmp_path / "ref.db", tmp_path / "runs.db", "crash-run"
+    _uninterrupted(reference_db, run_id)
+    want = _normalized(reference_db, run_id)
+
+    rng = random.Random(6)
+    kills = kills_waiting = starts = 0
+    # The checkpoints of phases 4 and 6 wait for a person; they are approved only after
+    # 15 and then 30 kills, with a few kills while waiting, so every run is killed 30 times.
+    approve_after = {4: 15, 6: 30}
+    approved: set[int] = set()
+    proc = None
+    try:
+        while True:
+            state = _state(db, run_id)
+            if state is not None and state.terminal:
+                break
+            cmd = _cli(db, *DEPLOY, run_id) if state is None else _cli(db, "resume", run_id)
+            proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            starts += 1
+            deadline = time.monotonic() + (rng.uniform(0.3, 0.9) if kills < 30 else 60)
+            while proc.poll() is None and time.monotonic() < deadline:
+                state = _state(db, run_id)
+                for phase, after in approve_after.items():
+                    if (phase not in approved and _awaiting(state, phase) and kills >= after
+                            and kills_waiting >= 3):
+                        _approve(db, run_id)
+                        approved.add(phase)
+                time.sleep(0.02)
+            if proc.poll() is None:
+                state = _state(db, run_id)
+                waiting = any(_awaiting(state, p) and p not in approved for p in approve_after)
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                kills += 1
+                kills_waiting += waiting
+            assert starts < 200, "the run does not finish"
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+    assert kills >= 30 and kills_waiting >= 3
+
+    assert _normalized(db, run_id) == want
+    with EventStore.open(db, readonly=True) as store:
+        assert store.verify(run_id).ok
+        decisions = [e for e in store.events(run_id) if e.type == "human.decision"
+                     and e.actor == "human"]
+        assert len(decisions) == 2 and not store.pending_commands(run_id)
+        resumed = [e for e in store.events(run_id) if e.type == "run.resumed"]
+        assert len(resumed) >= 25
+
+
+# --- the commands ------------------------------------------------------------------------
+
+def test_deploy_needs_headless_and_a_pipeline_until_the_autopilot_exists(cli, tmp_path):
+    from conftest import assert_one_error
+
+    db = tmp_path / "runs.db"
+    assert_one_error(cli("--db", db, "deploy", "tiny"), "--headless")
+    line = assert_one_error(cli("--db", db, "deploy", "tiny", "--headless"), "autopilot")
+    assert "--pipeline" in line
+    assert_one_error(cli("--db", db, "deploy", "tiny", "--headless", "--pause-at", "9",
+                         "--pipeline", "fake_pipeline:make"), "no phase 9")
+
+
+def test_decide_checks_the_run_before_leaving_a_command(cli, tmp_path, monkeypatch):
+    from conftest import assert_one_error
+
+    monkeypatch.setenv("FAKE_FAIL", "0:1")
+    db = tmp_path / "runs.db"
+    from fake_pipeline import make
+
+    from machine import Conductor, Policy
+
+    with EventStore.open(db) as store:
+        c = Conductor.start(store, make(), Policy(), model="tiny", run_id="r1")
+        assert c.run(wait=False).reason == "awaiting_pick"
+        c.close()
+    assert_one_error(cli("--db", db, "decide", "r1", "approve"), "not waiting at a checkpoint")
+    assert_one_error(cli("--db", db, "decide", "r1", "pick", "7"), "from 1 to 2")
+    result = cli("--db", db, "decide", "r1", "pick", "2")
+    assert result.exit_code == 0 and "pick left for run r1" in result.stdout
+    with EventStore.open(db) as store:
+        (cmd,) = store.pending_commands("r1")
+        assert cmd["payload"] == {"direction_id": "bo"}
+    assert_one_error(cli("--db", db, "decide", "no-such-run", "pause"), "no-such-run")
+
+
+def test_resume_and_fork_commands(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_FAIL", "")
+    db = tmp_path / "runs.db"
+    from conftest import assert_one_error
+    from fake_pipeline import make
+
+    from machine import Conductor, Policy
+
+    with EventStore.open(db) as store:
+        c = Conductor.start(store, make(), Policy(), model="tiny", run_id="r1",
+                            config={"pipeline": "fake_pipeline:make"})
+        c.run(wait=False)
+        at = c.state.version
+        c.close()
+        store.post_command("r1", "approve")
+    result = cli("--db", db, "resume", "r1", "--no-wait")
+    assert result.exit_code == 3 and "r1" in result.stderr        # waits at phase 1
+    forked = cli("--db", db, "fork", "r1", "--at", str(at), "--note", "again")
+    assert forked.exit_code == 0
+    new = forked.stdout.strip()
+    with EventStore.open(db, readonly=True) as store:
+        first = store.event_at(new, 1)
+        assert first.type == "run.forked" and first.payload["note"] == "again"
+        assert store.fold(new).phases[0].pending_checkpoint is not None
+    assert_one_error(cli("--db", db, "fork", "r1", "--at", "99999"), "versions 1..")
+
+
+# --- snapshots ---------------------------------------------------------------------------
+
+def _big_run(store: EventStore, n: int) -> str:
+    w = RunWriter.create(store, {"model": "m", "backend": "emulator", "agent": "fake",
+                                 "code_version": "test"})
+    for start in range(0, n, 10_000):
+        w.append_batch([NewEvent("agent.message", {"role": "assistant", "text": f"step {i}"},
+                                 actor="agent") for i in range(start, min(n, start + 10_000))])
+    w.close()
+    return w.run_id
+
+
+def test_resume_and_replay_of_a_100k_event_run_take_under_a_second(tmp_path):
+    with EventStore.open(tmp_path / "runs.db") as store:
+        run_id = _big_run(store, 100_000)
+        t0 = time.perf_counter()
+        state = store.fold(run_id, 99_000)                # replay to any event
+        replay = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        with RunWriter.attach(store, run_id) as w:        # resume: lock, verify, fold
+            assert w.state.version == 100_001
+        resume_s = time.perf_counter() - t0
+    assert state.version == 99_000
+    assert replay < 1.0 and resume_s < 1.0, (replay, resume_s)
+
+
+def test_a_snapshot_of_another_reducer_is_ignored_and_rebuilt(tmp_path):
+    from events.state import REDUCER_VERSION
+
+    with EventStore.open(tmp_path / "runs.db") as store:
+        run_id = _big_run(store, 3000)
+        good = store.fold(run_id, use_snapshots=False)
+        store.conn.execute("UPDATE snapshots SET reducer_version = ?, state = ? WHERE run_id = ?",
+                           (REDUCER_VERSION - 1, '{"not": "a state"}', run_id))
+        store.conn.commit()
+        assert store.load_snapshot(run_id) is None
+        assert store.fold(run_id) == good
+        with RunWriter.attach(store, run_id) as w:        # the next writer saves a new one
+            w.append(NewEvent("agent.message", {"role": "assistant", "text": "resumed"},
+                              actor="agent"))
+        rows = store.conn.execute("SELECT reducer_version FROM snapshots WHERE run_id = ?",
+                                  (run_id,)).fetchall()
+        assert (REDUCER_VERSION,) in rows
+        assert store.fold(run_id).version == good.version + 1
+
