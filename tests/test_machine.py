@@ -259,3 +259,37 @@ def test_fork_keeps_the_source_and_continues_from_its_prefix(store, fake):
 def test_fake_pipeline_reads_its_knobs(monkeypatch):
     monkeypatch.setenv("FAKE_FAIL", "2:4")
     assert make().gates[2].fails == 4 and os.environ["FAKE_FAIL"] == "2:4"
+
+
+def test_resume_reruns_an_unfinished_idempotent_step_under_its_key(store, fake):
+    pipeline = fake()
+    c = Conductor.start(store, pipeline, Policy(auto_approve=True), model="tiny")
+    c._enter(0)
+    c._record("agent.message", {"role": "assistant", "text": "phase 0 attempt 1: no "
+                                "instruction"}, phase=0, attempt=1, actor="agent",
+              key="p0.a1.m1")
+    c._record("tool.requested", {"call_id": "p0.a1.s2", "tool": "compute",
+                                 "arguments": {"i": 0, "idempotent": True, "backend": False}},
+              phase=0, attempt=1, actor="agent", key="p0.a1.s2")
+    c.close()                                          # the process died inside the step
+    c = resume(store, c.run_id, pipeline)
+    assert c.run().reason == "finished"
+    c.close()
+    events = list(store.events(c.run_id))
+    assert [e.payload["unfinished_step"] for e in events if e.type == "run.resumed"] == \
+        ["p0.a1.s2"]
+    requested = [e for e in events if e.idempotency_key == "p0.a1.s2"]
+    done = [e for e in events if e.idempotency_key == "p0.a1.s2.done"]
+    assert len(requested) == 1 and len(done) == 1 and done[0].payload["result"] == {"value": 0}
+
+
+def test_headless_deploy_shows_phases_steps_and_gate_metrics(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_FAIL", "1:1")
+    result = cli("--db", tmp_path / "runs.db", "deploy", "tiny", "--headless",
+                 "--auto-approve", "--pipeline", "fake_pipeline:make", "--run-id", "h1")
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    assert "phase 0 build CPU oracle" in out and "phase 7 independent evaluator" in out
+    assert "gate fake-1: FAIL" in out and "block/rel_l2 = 0.3 (needs <= 0.001)" in out
+    assert "1. check tile divisibility" in out and "run finished: PASS" in out
+    assert "backend" in out and "step compute" in out
