@@ -22,7 +22,7 @@ PHASE_NAMES: Final = (
     "independent evaluator",
 )
 
-TERMINAL_RUN_STATUSES: Final = ("finished", "aborted")
+TERMINAL_RUN_STATUSES: Final = ("finished", "failed", "aborted")
 
 #: The tool name under which the harness records running a phase's gate.
 GATE_TOOL: Final = "gate"
@@ -84,7 +84,7 @@ class DeploymentState:
     run_id: str = ""
     version: int = 0
     last_hash: str = GENESIS_HASH
-    status: str = "new"   # new running paused needs_human finished aborted
+    status: str = "new"   # new running paused needs_human finished failed aborted
     model: str = ""
     backend: str = ""
     agent: str = ""
@@ -157,7 +157,7 @@ def _on_run_resumed(s: DeploymentState, e: Event, p: dict[str, Any]) -> Deployme
 
 
 def _on_run_finished(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
-    status = "aborted" if p["verdict"] == "ABORTED" else "finished"
+    status = {"ABORTED": "aborted", "FAIL": "failed"}.get(p["verdict"], "finished")
     return replace(s, status=status, verdict=p["verdict"])
 
 

@@ -270,7 +270,7 @@ class Conductor:
         s = self.state
         where = self.machine.state
         assert where == state_of(s), (where, state_of(s))
-        if where in ("finished", "aborted"):
+        if where in ("finished", "failed", "aborted"):
             return Halt(where, s.verdict or "")
         if s.aborting:
             self._record("run.finished", {"verdict": "ABORTED", "summary": "aborted by a person"},

@@ -27,7 +27,7 @@ from events.state import GATE_TOOL, PHASE_NAMES
 PHASES: Final = tuple(range(len(PHASE_NAMES)))
 SUBSTATES: Final = ("working", "gating", "passed", "failed", "awaiting_human", "debugging",
                     "done")
-RUN_STATES: Final = ("new", "ready", "paused", "needs_human", "finished", "aborted")
+RUN_STATES: Final = ("new", "ready", "paused", "needs_human", "finished", "failed", "aborted")
 DEFAULT_BUDGET: Final = 3          # attempts of one phase before a person is asked
 
 
@@ -76,6 +76,8 @@ RUN_TABLE: Final = (
     ("request_abort", ["ready", "running", "paused", "needs_human"], None, ()),
     ("abort", ["ready", "running", "paused", "needs_human"], "aborted", ("aborting",)),
     ("finish", phase_state(PHASES[-1], "done"), "finished", ()),
+    # FAIL: the evaluator's verdict, or a run given up on, blocks acceptance.
+    ("fail", ["running", "needs_human"], "failed", ()),
     ("resume", ["ready", "running", "paused", "needs_human"], None, ()),
 )
 
@@ -105,7 +107,7 @@ def transitions_table() -> list[dict[str, Any]]:
 def states_table() -> list[Any]:
     phases = [{"name": f"p{k}", "children": list(SUBSTATES)} for k in PHASES]
     return ["new", "ready", {"name": "running", "children": phases}, "paused",
-            "needs_human", "finished", "aborted"]
+            "needs_human", "finished", "failed", "aborted"]
 
 
 # --- from events to triggers and from the fold to states -----------------------------------
@@ -119,7 +121,7 @@ def trigger_for(type_: str, payload: dict[str, Any], phase: int | None,
     if type_ == "run.resumed":
         return "resume"
     if type_ == "run.finished":
-        return "abort" if payload.get("verdict") == "ABORTED" else "finish"
+        return {"ABORTED": "abort", "FAIL": "fail"}.get(payload.get("verdict", ""), "finish")
     if type_ == "human.decision" and payload["decision"] == "pause":
         return "pause"
     if type_ == "human.decision" and payload["decision"] == "abort":
@@ -138,7 +140,7 @@ def trigger_for(type_: str, payload: dict[str, Any], phase: int | None,
 
 def state_of(s: DeploymentState) -> str:
     """The machine state a folded deployment is in."""
-    if s.status in ("new", "paused", "needs_human", "finished", "aborted"):
+    if s.status in ("new", "paused", "needs_human", "finished", "failed", "aborted"):
         return s.status
     if s.current_phase is None:
         return "ready"

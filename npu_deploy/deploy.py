@@ -66,7 +66,7 @@ def _drive(conductor: Any, out: Console, wait: bool) -> None:
                 halt = conductor.run(wait=True)
     finally:
         conductor.close()
-    if halt.reason == "finished":
+    if halt.reason in ("finished", "failed"):
         sys.exit(0 if halt.detail == "PASS" else EXIT_FAILED)
     if halt.reason == "aborted":
         fail(f"run {run_id} was aborted", EXIT_FAILED)

@@ -293,3 +293,14 @@ def test_headless_deploy_shows_phases_steps_and_gate_metrics(cli, tmp_path, monk
     assert "gate fake-1: FAIL" in out and "block/rel_l2 = 0.3 (needs <= 0.001)" in out
     assert "1. check tile divisibility" in out and "run finished: PASS" in out
     assert "backend" in out and "step compute" in out
+
+
+def test_a_fail_verdict_ends_the_run_as_failed(store, fake):
+    c = Conductor.start(store, fake(fail="7:9"), Policy(auto_approve=True, budget=1),
+                        model="tiny")
+    assert c.run().reason == "needs_human" and c.state.current_phase == 7
+    c._record("run.finished", {"verdict": "FAIL", "summary": "the evaluator failed"},
+              key="run.finished")
+    assert c.machine.state == "failed" and c.state.status == "failed" and c.state.terminal
+    assert c.run().reason == "failed"
+    c.close()
