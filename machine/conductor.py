@@ -105,8 +105,9 @@ class _Stop(Exception):
 class PhaseRun:
     """One attempt of one phase, as its agent and gate see it."""
 
-    def __init__(self, conductor: Conductor, phase: int, attempt: int) -> None:
+    def __init__(self, conductor: Conductor, phase: int, attempt: int, role: str = "") -> None:
         self.conductor, self.phase, self.attempt = conductor, phase, attempt
+        self.role = role            # "" for the agent; the gate's steps get their own keys
         ph = conductor.state.phases[phase]
         self.instruction: str | None = ph.instruction
         self.debug_direction: str | None = ph.debug_direction
@@ -117,7 +118,7 @@ class PhaseRun:
         return PHASE_NAMES[self.phase]
 
     def _key(self, what: str) -> str:
-        return f"p{self.phase}.a{self.attempt}.{what}"
+        return f"p{self.phase}.a{self.attempt}.{self.role}{what}"
 
     def say(self, text: str) -> None:
         """An agent message, recorded once."""
@@ -131,8 +132,9 @@ class PhaseRun:
         """Run `fn` as a recorded tool step and return its result. A step already completed
         in the log (a resumed run) returns the stored result without running again."""
         self._n += 1
-        return self.conductor._step(self.phase, self.attempt, f"s{self._n}", tool, arguments,
-                                    fn, idempotent=idempotent, backend=backend, actor="agent")
+        return self.conductor._step(self.phase, self.attempt, f"{self.role}s{self._n}", tool,
+                                    arguments, fn, idempotent=idempotent, backend=backend,
+                                    actor="harness" if self.role else "agent")
 
 
 # --- the conductor -------------------------------------------------------------------------
@@ -362,7 +364,10 @@ class Conductor:
         if gate is None:
             raise KeyError(f"the pipeline has no gate for phase {k}")
         t0 = time.perf_counter()
-        result = gate.evaluate(PhaseRun(self, k, attempt))
+        try:
+            result = gate.evaluate(PhaseRun(self, k, attempt, role="gate."))
+        except _Stop:
+            return
         self._record("tool.completed", {"call_id": key, "tool": GATE_TOOL, "ok": True,
                                         "result": {"passed": bool(result["passed"])},
                                         "duration_s": time.perf_counter() - t0},
@@ -384,7 +389,11 @@ class Conductor:
             return
         payload = {"gate": gate.gate if gate else "", "passed": False,
                    "checks": list(gate.checks if gate else ())}
-        directions = self.pipeline.matcher.propose(PhaseRun(self, k, attempt), payload)
+        try:
+            directions = self.pipeline.matcher.propose(
+                PhaseRun(self, k, attempt, role="debug."), payload)
+        except _Stop:
+            return
         self._record("debug.proposed", {"proposal_id": f"p{k}.a{attempt}",
                                         "symptom": symptom, "directions": directions},
                      phase=k, attempt=attempt, key=f"p{k}.a{attempt}.debug")
