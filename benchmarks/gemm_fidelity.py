@@ -27,7 +27,6 @@ failed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -45,7 +44,7 @@ _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
-from benchmarks.host import cpu_name  # noqa: E402
+from benchmarks.host import cpu_name, emit  # noqa: E402
 from kernels.numerics import (  # noqa: E402
     BFP16EBS8,
     DEFAULT_TILE_K,
@@ -241,12 +240,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    report = run_benchmark(args)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print_report(report)
-    return 0
+    return emit(run_benchmark(args), args.json, print_report)
 
 
 if __name__ == "__main__":

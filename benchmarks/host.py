@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import platform
+from collections.abc import Callable
+from typing import Any
 
 
 def cpu_name() -> str:
@@ -15,3 +18,12 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def emit(report: dict[str, Any], as_json: bool, print_report: Callable[[Any], None]) -> int:
+    """Print a benchmark's report as JSON or as text; the exit code of its main()."""
+    if as_json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_report(report)
+    return 0

@@ -28,7 +28,6 @@ something failed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -49,7 +48,7 @@ _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
-from benchmarks.host import cpu_name  # noqa: E402
+from benchmarks.host import cpu_name, emit  # noqa: E402
 from oracle.metrics import Comparison, compare  # noqa: E402
 
 ATOL, RTOL = 1e-5, 1.6e-2
@@ -324,12 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.first_call_child:
         print(first_call_s())
         return 0
-    report = run_benchmark(args)
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print_report(report)
-    return 0
+    return emit(run_benchmark(args), args.json, print_report)
 
 
 if __name__ == "__main__":

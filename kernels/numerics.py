@@ -349,7 +349,7 @@ def softmax_bf16(scores: torch.Tensor, valid: torch.Tensor, scale: float) -> tor
     if rows and int(valid.min()) < 1:
         raise ValueError("softmax_bf16: every row needs at least one valid key")
     masked = torch.arange(cols)[None, :] >= valid[:, None]
-    t = (scores.to(torch.float32) * float(_f32_scalar(scale))).masked_fill(masked, float("-inf"))
+    t = (scores.to(torch.float32) * float(np.float32(scale))).masked_fill(masked, float("-inf"))
     from ._bfp_kernel import SOFTMAX_LANES as lanes
 
     e = exp_fp32(t - t.amax(dim=-1, keepdim=True))
@@ -392,15 +392,11 @@ def softmax_bfp16(scores: torch.Tensor, valid: torch.Tensor, scale: float) -> to
     scores = scores.contiguous()
     valid = valid.to(torch.int64).clamp(max=scores.shape[1]).contiguous()
     out = torch.empty_like(scores)
-    if compiled(scores.numpy(), valid.numpy(), _f32_scalar(scale), out.numpy(),
+    if compiled(scores.numpy(), valid.numpy(), np.float32(scale), out.numpy(),
                 _bfp16ebs8_tables(), BFP16EBS8.lsb_offset, BFP16EBS8.block):
         return out
     # A score that is not finite: the definition, which propagates it.
     return to_bfp16(softmax_bf16(scores, valid, scale).to(torch.float32))
-
-
-def _f32_scalar(x: float) -> np.float32:
-    return np.float32(x)
 
 
 # --- GEMV: FP32 vector accumulation -------------------------------------------------------------

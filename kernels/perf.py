@@ -265,12 +265,8 @@ def _rows(mode: Mode) -> int:
     return mode.seq if isinstance(mode, Prefill) else 1
 
 
-def _binding_bytes(plan: DispatchPlan, ln: Launch | HostStep, operand: str) -> int:
-    spec_ops = ln.spec.operands(ln.shape_dict) if isinstance(ln, Launch) else []
-    for op in spec_ops:
-        if op.name == operand:
-            return op.nbytes
-    return 0
+def _operand_bytes(ln: Launch) -> dict[str, int]:
+    return {op.name: op.nbytes for op in ln.spec.operands(ln.shape_dict)}
 
 
 def estimate(plan: DispatchPlan, hw: Hardware = XDNA2, params: PerfParams | None = None
@@ -282,7 +278,7 @@ def estimate(plan: DispatchPlan, hw: Hardware = XDNA2, params: PerfParams | None
     static: dict[str, int] = {}
     for step in plan.steps:
         if isinstance(step, Dispatch):
-            steps.append(_dispatch(plan, step, p, py, static))
+            steps.append(_dispatch(step, p, py, static))
         else:
             steps.append(_host_step(plan, step, p, py))
     flops = model_flops(plan.args, plan.mode)
@@ -291,7 +287,7 @@ def estimate(plan: DispatchPlan, hw: Hardware = XDNA2, params: PerfParams | None
                    model_weight_bytes(plan.args), params=p)
 
 
-def _dispatch(plan: DispatchPlan, d: Dispatch, p: PerfParams, py: float,
+def _dispatch(d: Dispatch, p: PerfParams, py: float,
               static: dict[str, int]) -> StepProfile:
     launches = []
     synced: dict[str, int] = {}
@@ -300,8 +296,9 @@ def _dispatch(plan: DispatchPlan, d: Dispatch, p: PerfParams, py: float,
         derate = 1.0 if ln.kernel in ("gemv", "npu_decode_attention") else p.kernel_derate
         launches.append(LaunchProfile(ln.label, ln.kernel, derate * work + p.launch_overhead_s,
                                       flops, nbytes, bound))
+        sizes = _operand_bytes(ln)
         for b in ln.bindings:
-            size = _binding_bytes(plan, ln, b.operand)
+            size = sizes[b.operand]
             key = f"{b.tensor}[{b.rows}]"
             if b.kind == "static":
                 static[key] = size

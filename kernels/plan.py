@@ -178,7 +178,7 @@ def _frozen(d: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(d.items()))
 
 
-class _Builder:
+class PlanBuilder:
     """Emits one dispatch per kernel, every activation an input/output synced each call,
     every weight re-uploaded (`input`)."""
 
@@ -224,7 +224,7 @@ def baseline_plan(model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2
     """The plan a first deployment starts from (see the module docstring)."""
     if args.o_bias or args.mlp_bias:
         raise NotImplementedError("O-projection and MLP biases have no kernel yet")
-    b = _Builder(args, hw)
+    b = PlanBuilder(args, hw)
     if isinstance(mode, Prefill):
         _prefill_steps(b, mode.seq)
         return DispatchPlan(model, args, mode, tuple(b.steps), "full")
@@ -236,7 +236,7 @@ def _w(layer: int | None, name: str) -> str:
     return f"w.{name}" if layer is None else f"w.L{layer}.{name}"
 
 
-def _prefill_steps(b: _Builder, L: int) -> None:
+def _prefill_steps(b: PlanBuilder, L: int) -> None:
     a = b.args
     h, hd, q, kv = a.hidden, a.head_dim, a.q_dim, a.kv_dim
     rows = {"rows": L, "width": h}
@@ -306,7 +306,7 @@ def _prefill_steps(b: _Builder, L: int) -> None:
              b=_w(None, "lm_head"), c="logits")
 
 
-def _decode_steps(b: _Builder, p: int) -> None:
+def _decode_steps(b: PlanBuilder, p: int) -> None:
     a = b.args
     h, hd, q, kv = a.hidden, a.head_dim, a.q_dim, a.kv_dim
     rows = {"rows": 1, "width": h}
@@ -367,7 +367,7 @@ LM_HEAD_PARTITION_ROWS = 16384
 _PARTITION_ALIGN = 1024
 
 
-def lm_head_gemv(b: _Builder, x: str, rows_total: int) -> None:
+def lm_head_gemv(b: PlanBuilder, x: str, rows_total: int) -> None:
     """The LM head as GEMV launches over partitions of the vocabulary, one dispatch each: at
     least as many as the checker needs for the repeat count, and none over the measured
     16384 rows; each but the last a multiple of 1024 rows."""
@@ -383,11 +383,5 @@ def lm_head_gemv(b: _Builder, x: str, rows_total: int) -> None:
                  y=Binding("y", "logits", "output", rows=(r0, r1)))
 
 
-def kernel_uses(plan: DispatchPlan) -> list[KernelUse]:
-    """The registry uses of a plan's launches (for tables and the checker)."""
-    return [KernelUse(ln.role, ln.spec, ln.shape_dict, ln.layer is not None)
-            for ln in plan.launches()]
-
-
 __all__ = ["KINDS", "Binding", "Decode", "Dispatch", "DispatchPlan", "HostStep", "Launch",
-           "Prefill", "baseline_plan", "kernel_uses"]
+           "PlanBuilder", "Prefill", "baseline_plan", "lm_head_gemv"]

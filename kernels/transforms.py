@@ -33,8 +33,8 @@ from .plan import (
     HostStep,
     Launch,
     Layout,
+    PlanBuilder,
     Step,
-    _Builder,
     lm_head_gemv,
 )
 from .selection import attention_layout
@@ -251,7 +251,7 @@ def last_token_lm_head(plan: DispatchPlan, hw: Hardware = XDNA2) -> DispatchPlan
                           (("rows", 1), ("width", a.hidden)),
                           (Binding("x", x_name, "input"), Binding("weight", norm_weight, "static"),
                            Binding("y", "xn", "output"))))
-    b = _Builder(a, hw)
+    b = PlanBuilder(a, hw)
     lm_head_gemv(b, "xn", rows_total=a.vocab)
     steps.extend(b.steps)
     return _with(plan, steps, "last_token_lm_head", lm_head="last-token")

@@ -198,7 +198,7 @@ class Conductor:
         return event
 
     def _stored(self, key: str) -> Event | None:
-        return self.writer._by_key(key)
+        return self.writer.find(key)
 
     def _step(self, phase: int, attempt: int, what: str, tool: str, arguments: dict[str, Any],
               fn: Callable[[], dict[str, Any]], *, idempotent: bool, backend: bool,

@@ -27,7 +27,6 @@ from events.state import GATE_TOOL, PHASE_NAMES
 PHASES: Final = tuple(range(len(PHASE_NAMES)))
 SUBSTATES: Final = ("working", "gating", "passed", "failed", "awaiting_human", "debugging",
                     "done")
-RUN_STATES: Final = ("new", "ready", "paused", "needs_human", "finished", "failed", "aborted")
 DEFAULT_BUDGET: Final = 3          # attempts of one phase before a person is asked
 
 

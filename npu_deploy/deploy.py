@@ -56,14 +56,11 @@ def _drive(conductor: Any, out: Console, wait: bool) -> None:
 
     run_id = conductor.run_id
     try:
-        if not wait:
-            halt: Halt = conductor.run(wait=False)
-        else:
-            halt = conductor.run(wait=False)
-            while halt.reason in ("awaiting_human", "awaiting_pick"):
-                out.print(f"waiting: {halt.detail}. From another terminal: npu-deploy decide "
-                          f"{run_id} approve | redirect TEXT | pick N | pause | abort")
-                halt = conductor.run(wait=True)
+        halt: Halt = conductor.run(wait=False)
+        while wait and halt.reason in ("awaiting_human", "awaiting_pick"):
+            out.print(f"waiting: {halt.detail}. From another terminal: npu-deploy decide "
+                      f"{run_id} approve | redirect TEXT | pick N | pause | abort")
+            halt = conductor.run(wait=True)
     finally:
         conductor.close()
     if halt.reason in ("finished", "failed"):

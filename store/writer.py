@@ -287,6 +287,10 @@ class RunWriter:
         raise CommandAlreadyConsumed(f"inbox command {command_id} was already recorded by "
                                      f"event {row[0]}")
 
+    def find(self, key: str) -> Event | None:
+        """The event this run stored under idempotency key `key`, if any."""
+        return self._by_key(key)
+
     def _by_key(self, key: str) -> Event | None:
         row = self._conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ? AND "
                                  "idempotency_key = ?", (self.run_id, key)).fetchone()
