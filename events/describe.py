@@ -36,6 +36,7 @@ _SUMMARIES: dict[str, Callable[[dict[str, Any]], str]] = {
     "debug.proposed": lambda p: f"{p['symptom']}: {len(p['directions'])} directions",
     "skill.loaded": lambda p: p["skill"],
     "lesson.recorded": lambda p: f"{p['symptom']} -> {p['target_skill']}",
+    "lesson.approved": lambda p: f"{p['lesson_id']} by {p['author']} -> {p['applied_to']}",
     "experience.recorded": lambda p: f"{p['topic']}: {p['outcome']}",
     "error": lambda p: f"{p['kind']}: {p['message']}",
 }

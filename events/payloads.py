@@ -172,6 +172,7 @@ class GateCheck:
     comparison: Literal["<=", "<", ">=", ">", "=="]
     passed: bool
     gating: bool = True   # False: recorded as a lens, does not decide the gate
+    message: str = ""     # what a person (and the debug matcher) should read about it
 
     def check(self) -> None:
         holds = _compare(self.value, self.comparison, self.threshold)
@@ -275,7 +276,7 @@ class SkillLoaded:
     digest: str
 
 
-@event_type("lesson.recorded")
+@event_type("lesson.recorded", schema_version=2)
 @dataclass(frozen=True)
 class LessonRecorded:
     symptom: str
@@ -284,15 +285,35 @@ class LessonRecorded:
     target_skill: str
     event_refs: list[str] = field(default_factory=list)
     draft: bool = True    # a person approves before the catalog changes
+    # schema 2: a lesson's id within its run, and what it proposes to change in the catalog
+    # ({"kind": "trigger", "skill": ..., "trigger": {...}}), if anything
+    lesson_id: str = ""
+    proposes: dict[str, Any] | None = None
 
 
-@event_type("experience.recorded")
+@event_type("lesson.approved")
+@dataclass(frozen=True)
+class LessonApproved:
+    lesson_id: str
+    author: str
+    applied_to: str         # where the catalog change was written
+
+
+@event_type("experience.recorded", schema_version=2)
 @dataclass(frozen=True)
 class ExperienceRecorded:
     topic: str
     summary: str
     outcome: Literal["worked", "failed"]
     evidence: list[str] = field(default_factory=list)
+    # schema 2: a plan transform tried, for the optimization memory
+    transform: str | None = None
+    model: str | None = None
+    shape: str | None = None            # e.g. "prefill L=128"
+    speedup: float | None = None        # time before / time after (None: not applicable)
+    source: Source | None = None        # where the two times came from
+    plan_before: BlobRef | None = None
+    plan_after: BlobRef | None = None
 
 
 @event_type("error")

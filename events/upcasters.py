@@ -29,7 +29,20 @@ def _run_forked_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
     return {"note": None, "config": {}, **payload}
 
 
+def _lesson_recorded_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    # Schema 1 lessons had no id and proposed no catalog change.
+    return {"lesson_id": "", "proposes": None, **payload}
+
+
+def _experience_recorded_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    # Schema 1 experiences were free text: no transform, no times.
+    return {"transform": None, "model": None, "shape": None, "speedup": None, "source": None,
+            "plan_before": None, "plan_after": None, **payload}
+
+
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
+    ("lesson.recorded", 1): _lesson_recorded_v1_to_v2,
+    ("experience.recorded", 1): _experience_recorded_v1_to_v2,
     ("model.called", 1): _model_called_v1_to_v2,
     ("phase.exited", 1): _phase_exited_v1_to_v2,
     ("run.forked", 1): _run_forked_v1_to_v2,

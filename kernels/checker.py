@@ -132,6 +132,9 @@ def _gemm(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
     tm, tk2, tk1, tn, hm, hn = (int(c[k]) for k in
                                 ("tile_m", "tile_k_l2", "tile_k_l1", "tile_n", "herd_m", "herd_n"))
     f: list[Finding] = []
+    if c.get("datapath", "bfp16") not in ("bfp16", "bf16"):
+        f.append(Finding("datapath", "error", f"datapath={c['datapath']!r}: the AIE2P matmul "
+                         "runs bfp16 (8x8x8 blocks) or bf16 (native 4x8x8)", 0, 0))
     _herd(f, hm, hn, hw)
     # L1: A and B tiles double-buffered, the C tile accumulated in FP32 in place.
     l1 = 2 * tm * tk1 * BF16 + 2 * tk1 * tn * BF16 + tm * tn * FP32

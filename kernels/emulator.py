@@ -24,6 +24,7 @@ from .numerics import (
     DEFAULT_TILE_K,
     _quantize_last_dim,
     fp32_reference,
+    gemm_bf16_native,
     gemm_bfp16,
     gemv_fp32acc,
     quantize_gemm_b,
@@ -70,18 +71,38 @@ def _static_b(b: torch.Tensor) -> torch.Tensor:
 
 def _gemm(out_dtype: torch.dtype) -> Kernel:
     def run(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensors:
-        b_q = _static_b(x["b"]) if c.get("static_b") else None
-        dest = None if out is None else out["c"]
         head_first = _layout(c, "c", "seq-first") == "head-first"
-        if dest is not None and (head_first or not dest.is_contiguous()
-                                 or dest.dtype != out_dtype):
-            dest = None
-        cm = gemm_bfp16(x["a"], x["b"], tile_k=int(c["tile_k_l1"]), out_dtype=out_dtype,
-                        exact_tiles=bool(c.get("exact_tiles", True)), b_quantized=b_q,
-                        out=None if dest is None else dest.view(*x["a"].shape[:-1], -1))
+        span_n = int(c["tile_n"]) * int(c["herd_n"])
+        if c.get("datapath", "bfp16") == "bf16":
+            cm = gemm_bf16_native(x["a"], x["b"], tile_k=int(c["tile_k_l1"]),
+                                  out_dtype=out_dtype,
+                                  exact_tiles=bool(c.get("exact_tiles", True)))
+        else:
+            b_q = _static_b(x["b"]) if c.get("static_b") else None
+            dest = None if out is None else out["c"]
+            if dest is not None and (head_first or not dest.is_contiguous()
+                                     or dest.dtype != out_dtype or s["N"] % span_n):
+                dest = None
+            cm = gemm_bfp16(x["a"], x["b"], tile_k=int(c["tile_k_l1"]), out_dtype=out_dtype,
+                            exact_tiles=bool(c.get("exact_tiles", True)), b_quantized=b_q,
+                            out=None if dest is None else dest.view(*x["a"].shape[:-1], -1))
+        if s["N"] % span_n:
+            cm = _misplaced_columns(cm, span_n)
         # A head-first C is written by the output DMA as [N / head_dim, M, head_dim].
         return {"c": _head_first(cm, int(c["head_dim"])) if head_first else cm}
     return run
+
+
+def _misplaced_columns(c: torch.Tensor, span_n: int) -> torch.Tensor:
+    """What a GEMM whose N is not a multiple of tile_n x herd_n writes. NPU_FACTS: the output
+    is silently corrupt (cosine ~0.02). The mechanism is our reading, not a measurement: the
+    output DMA walks C as if its rows were N rounded up to the tile span, so row r lands
+    r x (padding) elements early and every row after the first is shifted."""
+    rows, n = c.reshape(-1, c.shape[-1]).shape
+    padded = -(-n // span_n) * span_n
+    wide = torch.zeros(rows, padded, dtype=c.dtype)
+    wide[:, :n] = c.reshape(rows, n)
+    return wide.reshape(-1)[:rows * n].reshape(c.shape).contiguous()
 
 
 def _layout(c: dict, operand: str, default: str) -> str:

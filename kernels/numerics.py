@@ -300,6 +300,25 @@ def gemm_bfp16(a: torch.Tensor, b: torch.Tensor, *, tile_k: int = DEFAULT_TILE_K
     return to_bf16(c).view(shape) if out_dtype == torch.bfloat16 else c.view(shape)
 
 
+def gemm_bf16_native(a: torch.Tensor, b: torch.Tensor, *, tile_k: int = DEFAULT_TILE_K,
+                     out_dtype: torch.dtype = torch.bfloat16, exact_tiles: bool = True
+                     ) -> torch.Tensor:
+    """C = A @ B on AIE2P's native bf16 MMA (aie_api's mmul<4, 8, 8, bfloat16> when
+    AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16 is not set): bf16 products, exact in FP32, tile
+    sums added in K order in FP32, one cast to `out_dtype`. No block format, so none of its
+    ~1e-2 error; the instruction does 4x8x8 MACs where the BFP16 one does 8x8x8, half the rate
+    (see kernels.perf)."""
+    _check_bf16("gemm_bf16_native", a=a, b=b)
+    if b.dim() != 2 or a.dim() < 1 or a.shape[-1] != b.shape[0]:
+        raise ValueError(f"gemm_bf16_native: need a [..., K] and b [K, N], got "
+                         f"{tuple(a.shape)} and {tuple(b.shape)}")
+    k, n = b.shape
+    a2, b2 = a.reshape(-1, k).to(torch.float32), b.to(torch.float32)
+    c = _accumulate_k_tiles(a2, b2, tile_k) if exact_tiles else a2 @ b2
+    shape = (*a.shape[:-1], n)
+    return to_bf16(c).view(shape) if out_dtype == torch.bfloat16 else c.view(shape)
+
+
 def quantize_gemm_b(b: torch.Tensor, fmt: BFPFormat = BFP16EBS8) -> torch.Tensor:
     """B [K, N] as the GEMM reads it: blocks run down its columns, along K [S1]."""
     return _quantize_last_dim(b.t().to(torch.float32), fmt).t()

@@ -44,6 +44,11 @@ _STREAM_FAMILY = {"rmsnorm": "rmsnorm", "qk_norm": "rmsnorm", "rope": "rope", "a
                   "bias_add": "add", "silu_mul": "silu_mul"}
 
 
+# The native bf16 MMA does 4x8x8 MACs per instruction where the BFP16 one does 8x8x8 (aie_api,
+# AIE2P): half the compute rate. Inferred from the instruction shapes, never measured.
+BF16_DATAPATH_RATE = 0.5
+
+
 @dataclass(frozen=True)
 class PerfParams:
     """Every parameter of the model, with the values `calibrate()` derives (see there)."""
@@ -244,6 +249,8 @@ def launch_work(ln: Launch, p: PerfParams) -> tuple[float, float, int, str]:
         padded = 2.0 * _up(s["M"], mt) * _up(s["K"], kt) * _up(s["N"], nt)
         a, bk, bn = p.gemm_fp32 if spec.name == "gemm_fp32" else p.gemm_bf16
         rate = min(p.gemm_cap, a * (s["K"] / 2048) ** bk * (s["N"] / 2048) ** bn)
+        if c.get("datapath", "bfp16") == "bf16":
+            rate *= BF16_DATAPATH_RATE
         compute, memory = padded / rate, nbytes / DDR_ROOF
     elif spec.name == "gemv":
         compute, memory = 0.0, BF16 * s["M"] * s["K"] / p.gemv_bw

@@ -23,7 +23,7 @@ re-uploaded, the LM head over the whole sequence. `kernels.transforms` improves 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -182,17 +182,24 @@ class PlanBuilder:
     """Emits one dispatch per kernel, every activation an input/output synced each call,
     every weight re-uploaded (`input`)."""
 
-    def __init__(self, args: ModelArgs, hw: Hardware) -> None:
+    def __init__(self, args: ModelArgs, hw: Hardware,
+                 configs: Mapping[str, dict[str, Any]] | None = None,
+                 gemm_datapath: str | None = None) -> None:
         self.args, self.hw = args, hw
         self.steps: list[Step] = []
         self._configs: dict[Any, dict[str, Any]] = {}
+        self.chosen = dict(configs or {})       # config_key -> a configuration chosen earlier
+        self.gemm_datapath = gemm_datapath
 
     def config(self, kernel: str, shape: Shape) -> dict[str, Any]:
         use = KernelUse(kernel, SPECS[kernel], shape)
         if use.key not in self._configs:
-            config = select(use, self.hw).config
+            chosen = self.chosen.get(config_key(kernel, shape))
+            config = dict(chosen) if chosen is not None else select(use, self.hw).config
             if "eps" in config:                 # compiled into the norm kernels
                 config = {**config, "eps": self.args.norm_eps}
+            if self.gemm_datapath and kernel.startswith("gemm"):
+                config = {**config, "datapath": self.gemm_datapath}
             self._configs[use.key] = config
         return self._configs[use.key]
 
@@ -219,12 +226,21 @@ class PlanBuilder:
         self.steps.append(HostStep(op, role, layer, _frozen(shape), bs, _frozen(params)))
 
 
-def baseline_plan(model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2
-                  ) -> DispatchPlan:
-    """The plan a first deployment starts from (see the module docstring)."""
+def config_key(kernel: str, shape: Shape) -> str:
+    """How a (kernel, shape) names its configuration in a stored table: 'gemm_bf16 K=576
+    M=128 N=576'."""
+    return kernel + " " + " ".join(f"{d}={shape[d]}" for d in sorted(shape))
+
+
+def baseline_plan(model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2, *,
+                  configs: Mapping[str, dict[str, Any]] | None = None,
+                  gemm_datapath: str | None = None) -> DispatchPlan:
+    """The plan a first deployment starts from (see the module docstring). `configs`
+    (config_key -> configuration) are used where given, the selection elsewhere;
+    `gemm_datapath` sets every GEMM's matmul datapath ("bfp16" or "bf16")."""
     if args.o_bias or args.mlp_bias:
         raise NotImplementedError("O-projection and MLP biases have no kernel yet")
-    b = PlanBuilder(args, hw)
+    b = PlanBuilder(args, hw, configs, gemm_datapath)
     if isinstance(mode, Prefill):
         _prefill_steps(b, mode.seq)
         return DispatchPlan(model, args, mode, tuple(b.steps), "full")

@@ -70,8 +70,14 @@ def _candidates(spec: KernelSpec, shape: Shape, hw: Hardware) -> Iterator[dict[s
     elif spec.name == "flash_attention":
         # Two heads per unroll as measured, else one (an odd head count).
         layout = attention_layout(shape["head_dim"])
-        for per_unroll in (2, 1):
-            yield {"layout": layout, "heads_per_unroll": per_unroll}
+        # The K chunk is also the head-dim tile: heads narrower than 64 take a chunk that
+        # divides them, with q blocks as long (the causal mask needs them equal).
+        for chunk in (64, 32, 16):
+            if chunk != 64 and shape["head_dim"] % chunk:
+                continue
+            for per_unroll in (2, 1):
+                yield {"layout": layout, "heads_per_unroll": per_unroll, "k_tile": chunk,
+                       "q_tile": 4 * chunk, "q_tiles": 4, "dv_tile": chunk}
         return
     elif "tile_rows" in spec.tunables:
         space = _ROWS

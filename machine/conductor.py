@@ -28,6 +28,8 @@ from store import EventStore, RunWriter
 from .machine import DEFAULT_BUDGET, PHASES, DeploymentMachine, state_of, trigger_for
 
 POLL_S = 0.2                # how often a waiting conductor looks at the inbox
+#: What `PhaseRun.record` takes: facts, never moves of the machine.
+AGENT_FACTS = ("profile.recorded", "skill.loaded", "lesson.recorded", "experience.recorded")
 
 
 # --- the interfaces ------------------------------------------------------------------------
@@ -126,6 +128,16 @@ class PhaseRun:
         self.conductor._record("agent.message", {"role": "assistant", "text": text},
                                phase=self.phase, attempt=self.attempt, actor="agent",
                                key=self._key(f"m{self._n}"))
+
+    def record(self, type_: str, payload: dict[str, Any]) -> None:
+        """A fact the agent (or gate) establishes, recorded once: a profile, a loaded skill,
+        a lesson, an experience."""
+        if type_ not in AGENT_FACTS:
+            raise ValueError(f"an agent records {', '.join(AGENT_FACTS)}, not {type_}")
+        self._n += 1
+        self.conductor._record(type_, payload, phase=self.phase, attempt=self.attempt,
+                               actor="harness" if self.role else "agent",
+                               key=self._key(f"f{self._n}"))
 
     def step(self, tool: str, arguments: dict[str, Any], fn: Callable[[], dict[str, Any]],
              *, idempotent: bool = True, backend: bool = False) -> dict[str, Any]:
@@ -427,6 +439,8 @@ class Conductor:
                                                or p["arguments"].get("backend")):
                 backend_calls.add(p["call_id"])
             elif e.type == "tool.completed":
+                if ".gate." in p["call_id"]:
+                    continue        # a step inside a gate: the gate's own time holds it
                 if p["call_id"] in backend_calls:
                     backend += p["duration_s"]
                 else:

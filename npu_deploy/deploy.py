@@ -83,9 +83,19 @@ def _pipeline(spec: str) -> Any:
     try:
         return load_pipeline(spec)
     except ValueError as e:
-        hint = (" (the offline autopilot arrives with the skills issue; until then pass "
-                "--pipeline module:function)") if spec == DEFAULT_PIPELINE else ""
-        fail(f"{e}{hint}", EXIT_USAGE)
+        fail(str(e), EXIT_USAGE)
+
+
+def _check_model(spec: str) -> None:
+    """Refuse a model the autopilot cannot deploy before the run is created."""
+    from oracle import OracleError, model_args, resolve
+    from oracle.config import read_config
+
+    try:
+        source = resolve(spec)
+        model_args(read_config(source.directory / "config.json"), spec)
+    except OracleError as e:
+        fail(str(e))
 
 
 def _phases(text: str) -> frozenset[int]:
@@ -112,8 +122,16 @@ def _phases(text: str) -> frozenset[int]:
 @click.option("--pipeline", "pipeline_spec", default=DEFAULT_PIPELINE, show_default=True,
               help="module:function returning the agent, gates and debug matcher.")
 @click.option("--run-id", default=None, help="Name the run (default: a new UUIDv7).")
+@click.option("--seq-len", type=click.IntRange(8, 2048), default=128, show_default=True,
+              help="Prefill length of the gates' long prompt and of the optimized plans.")
+@click.option("--steps", type=click.IntRange(1, 256), default=32, show_default=True,
+              help="Greedy tokens per prompt in the token-set gates.")
+@click.option("--seed-fault", type=click.Choice(["gemm-tile"]), default=None,
+              help="A drill: seed a known fault (a GEMM tile that does not divide N) for the "
+                   "gates and debug skills to catch.")
 def deploy_cmd(model: str, headless: bool, auto_approve: bool, pause_at: str, budget: int,
-               pipeline_spec: str, run_id: str | None) -> None:
+               pipeline_spec: str, run_id: str | None, seq_len: int, steps: int,
+               seed_fault: str | None) -> None:
     """Deploy MODEL through phases 0-7 as a new run in the store."""
     from machine import Conductor, Policy
 
@@ -121,11 +139,15 @@ def deploy_cmd(model: str, headless: bool, auto_approve: bool, pause_at: str, bu
         fail("the terminal UI is not built yet: run with --headless", EXIT_USAGE)
     policy = Policy(auto_approve=auto_approve, pause_at=_phases(pause_at), budget=budget)
     pipeline = _pipeline(pipeline_spec)
+    if pipeline_spec == DEFAULT_PIPELINE:
+        _check_model(model)
     out = console()
     store = EventStore.open(db_path())
+    config = {"pipeline": pipeline_spec, "seq_len": seq_len, "steps": steps,
+              "fault": seed_fault}
     conductor = Conductor.start(store, pipeline, policy, model=model,
                                 code_version=code_version(), run_id=run_id,
-                                config={"pipeline": pipeline_spec}, on_event=_progress(out))
+                                config=config, on_event=_progress(out))
     out.print(f"run {conductor.run_id}: {model}, policy {policy.name}, store {db_path()}")
     _drive(conductor, out, wait=True)
 

@@ -40,6 +40,7 @@ class PromptResult:
     steps: int
     ours_text: str
     hf_text: str
+    ours_tokens: tuple[int, ...] = ()
 
     def passed(self, rel_tol: float = LOGITS_REL_TOL) -> bool:
         return (self.prefill_rel_l2 <= rel_tol and self.decode_rel_l2 <= rel_tol
@@ -103,7 +104,7 @@ def check_prompt(loaded: LoadedModel, prompt: Prompt, steps: int = GREEDY_STEPS
         prefill_max_abs=pre.max_abs, prefill_cosine=pre.cosine, decode_rel_l2=decode_worst,
         steps_identical=same, steps=steps,
         ours_text=loaded.tokenizer.decode(ours_tokens),
-        hf_text=loaded.tokenizer.decode(hf_tokens))
+        hf_text=loaded.tokenizer.decode(hf_tokens), ours_tokens=tuple(ours_tokens))
 
 
 def phase0_gate(loaded: LoadedModel, prompts: list[Prompt] | None = None, *,

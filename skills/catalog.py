@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,12 @@ class Skill:
     path: Path
     front: dict[str, Any] = field(default_factory=dict)
     triggers: tuple[Trigger, ...] = ()
+
+    @property
+    def digest(self) -> str:
+        """sha256 of the SKILL.md an agent read: which version of the skill it followed."""
+        import hashlib
+        return "sha256:" + hashlib.sha256((self.path / "SKILL.md").read_bytes()).hexdigest()
 
     @property
     def phase(self) -> int | None:
@@ -127,12 +133,22 @@ class Catalog:
         return self.skills[name]
 
 
-def load_catalog(root: Path = CATALOG_DIR) -> Catalog:
+def overlay_dir(store_path: Path) -> Path:
+    """Where the triggers approved from a store's lessons live: next to the store."""
+    return Path(store_path).parent / "skills"
+
+
+def load_catalog(root: Path = CATALOG_DIR, overlay: Path | None = None) -> Catalog:
+    """The catalog under `root`; with `overlay`, the triggers a person approved from lessons
+    (overlay/<skill>/triggers.yaml) are added to their skills."""
     skills = {}
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
         if not (folder / "SKILL.md").exists():
             continue
         skill = load_skill(folder)
+        learned = overlay / folder.name / "triggers.yaml" if overlay else None
+        if learned is not None and learned.exists():
+            skill = replace(skill, triggers=skill.triggers + _triggers(learned))
         skills[folder.name] = skill
     return Catalog(skills)
 
@@ -265,7 +281,9 @@ def _fires(t: Trigger, s: Symptoms) -> bool:
             if (t.below is not None and value >= t.below) or \
                     (t.above is not None and value <= t.above):
                 continue
-            if t.isolated and any(not o.get("passed", True) for o in s.checks if o is not c
+            # isolated: no other subject fails (its own other metrics may)
+            if t.isolated and any(not o.get("passed", True) for o in s.checks
+                                  if o.get("subject") != c.get("subject")
                                   and o.get("gating", True)):
                 continue
             return True
@@ -300,10 +318,20 @@ class SkillMatcher:
 
     def __init__(self, catalog: Catalog | None = None,
                  context: dict[str, Any] | None = None) -> None:
-        self.catalog = catalog or load_catalog()
+        self._catalog = catalog
         self.context = dict(context or {})
 
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            self._catalog = load_catalog()
+        return self._catalog
+
     def propose(self, run: Any, gate: dict[str, Any]) -> list[dict[str, Any]]:
+        conductor = getattr(run, "conductor", None)
+        if self._catalog is None and conductor is not None:
+            # the store's own approved lessons count for its runs
+            self._catalog = load_catalog(overlay=overlay_dir(conductor.store.path))
         failing = [c for c in gate.get("checks", []) if not c.get("passed", True)]
         errors = tuple(f"{c.get('subject')} {c.get('metric')} {c.get('message', '')}"
                        for c in failing) + tuple(gate.get("errors", ()))

@@ -171,7 +171,7 @@ def test_every_event_type_the_system_needs_is_defined():
         "phase.exited", "agent.message", "model.called", "tool.requested", "tool.completed",
         "tool.abandoned", "gate.evaluated", "profile.recorded", "checkpoint.requested",
         "human.decision", "debug.proposed", "skill.loaded", "lesson.recorded",
-        "experience.recorded", "error"}
+        "lesson.approved", "experience.recorded", "error"}
 
 
 def test_a_forked_process_does_not_repeat_its_parents_event_ids():

@@ -1,0 +1,214 @@
+"""The autopilot: a deterministic, offline agent that performs the eight phases through the
+toolbox, following the skill catalog. It needs no network and no API key.
+
+It decides what the skills tell it to decide, and nothing else: which datapath the GEMMs run
+(phase 3: the native bf16 MMA when the BFP16 one changes the answer to the chat question),
+which transforms to try and in what order (phases 4 and 5: the skill's order, reordered by
+the optimization memory), and, after a failed gate, what the picked debug skill says to do.
+It never evaluates a gate: it hands each phase to the harness.
+
+`pipeline()` (the default of `npu-deploy deploy`) is the autopilot with the real gates and
+the catalog's trigger matcher.
+
+Seeded faults (drills, `deploy --seed-fault`): `gemm-tile` makes the first phase-1 attempt
+pick, for one GEMM, a tile_n x herd_n that does not divide N, the mistake NPU_FACTS says
+corrupts the output silently. The gate must catch it and the debug skill must repair it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from kernels.optimize import DECODE_ORDER, PREFILL_ORDER
+from kernels.specs import Decode, Mode, Prefill
+from machine import Pipeline
+from oracle.prompts import CAPITAL_QUESTION
+
+from .catalog import SkillMatcher
+from .gates import gates
+from .memory import harvest_lessons, lessons_markdown, transform_order
+from .runtime import Greedy
+from .toolbox import Toolbox, kernel_uses_cached, mode_text
+from .workspace import Workspace, blob_json
+
+PHASE_SKILLS = ("phase-0-cpu-oracle", "phase-1-kernel-validation", "phase-2-single-block",
+                "phase-3-full-model", "phase-4-prefill-optimization",
+                "phase-5-decode-optimization", "phase-6-finalize-and-learn",
+                "phase-7-independent-evaluation")
+FAULTS = ("gemm-tile",)
+
+
+class Autopilot:
+    name = "autopilot"
+
+    def work(self, run: Any) -> None:
+        tb = Toolbox(run)
+        if run.phase == 0:
+            tb.load_skill("deploy-new-llm")
+        tb.load_skill(PHASE_SKILLS[run.phase])
+        if run.debug_direction and run.debug_direction != "retry":
+            tb.load_skill(run.debug_direction)
+            run.say(f"retrying phase {run.phase} following {run.debug_direction}")
+        if run.instruction:
+            run.say(f"instruction noted: {run.instruction} (the autopilot follows its skills; "
+                    "a person's instruction is recorded for the next agent)")
+        getattr(self, f"phase{run.phase}")(run, tb)
+
+    # --- 0: the oracle -------------------------------------------------------------------
+
+    def phase0(self, run: Any, tb: Toolbox) -> None:
+        r = tb.build_oracle()
+        run.say(f"oracle built: {r['tensors']} golden tensors, greedy runs of "
+                f"{', '.join(r['prompts'])}")
+
+    # --- 1: kernels ----------------------------------------------------------------------
+
+    def phase1(self, run: Any, tb: Toolbox) -> None:
+        tb.list_kernels()
+        overrides = {}
+        if tb.ws.settings.fault == "gemm-tile" and run.debug_direction is None:
+            overrides = seeded_gemm_fault(tb.ws)
+        # silent-gemm-corruption (and any re-pick): the selection's configurations, which the
+        # checker has cleared of indivisible tiles
+        sel = tb.select_tiles(overrides)
+        bad = []
+        for key in sorted(kernel_uses_cached(tb.ws)):
+            r = tb.validate_kernel(key)
+            if not r["passed"]:
+                bad.append(key)
+        if bad:
+            run.say(f"{len(bad)} kernel(s) fail my own validation: {', '.join(bad)}; the gate "
+                    "will say why")
+        else:
+            run.say(f"{sel['configs']} kernel configurations validated on the backend")
+
+    # --- 2: one block ----------------------------------------------------------------------
+
+    def phase2(self, run: Any, tb: Toolbox) -> None:
+        m = tb.run_block()["metrics"]["L0.ffn_residual"]
+        run.say(f"layer 0 output: cosine {m['cosine']:.6f}, worst position "
+                f"{m['cosine_pos_min']:.6f}")
+
+    # --- 3: the whole model ----------------------------------------------------------------
+
+    def phase3(self, run: Any, tb: Toolbox) -> None:
+        lens = tb.layer_lens()["cosine"]
+        worst = min(lens, key=lens.get)
+        run.say(f"layer lens: worst {worst} cosine {lens[worst]:.6f}")
+        chat = [p for p in tb.ws.prompts() if p.chat]
+        if not chat:
+            return
+        first = tb.run_model(chat[0].name)
+        answer_end = answer_length(tb, chat[0].name)
+        if first["agreed"] >= answer_end or tb.ws.recipe().gemm_datapath != "bfp16":
+            run.say(f"the chat answer agrees with the oracle for {first['agreed']} tokens")
+            return
+        # The skill: a BFP16 datapath that changes the answer itself is not acceptable even
+        # when the token-set check passes; the native bf16 MMA trades half the GEMM rate.
+        tb.choose_datapath("bf16", f"the answer departs from the oracle's at token "
+                                   f"{first['agreed']} of {answer_end} with bfp16 GEMMs")
+        second = tb.run_model(chat[0].name)
+        if second["agreed"] <= first["agreed"]:
+            tb.choose_datapath("bfp16", "bf16 GEMMs did not bring the answer closer")
+            run.say("kept the BFP16 datapath: the native bf16 one did not help")
+        else:
+            run.say(f"GEMMs on the native bf16 datapath: the answer now agrees for "
+                    f"{second['agreed']} tokens (was {first['agreed']})")
+
+    # --- 4 and 5: optimization -------------------------------------------------------------
+
+    def phase4(self, run: Any, tb: Toolbox) -> None:
+        self._optimize(run, tb, Prefill(tb.ws.settings.seq_len), PREFILL_ORDER)
+
+    def phase5(self, run: Any, tb: Toolbox) -> None:
+        self._optimize(run, tb, Decode(tb.ws.settings.seq_len), DECODE_ORDER)
+
+    def _optimize(self, run: Any, tb: Toolbox, mode: Mode, base: tuple[str, ...]) -> None:
+        scope = "prefill" if isinstance(mode, Prefill) else "decode"
+        order, why = transform_order(tb.ws.store, base, scope, exclude_run=tb.ws.run_id)
+        run.say("transform order from the optimization memory: " +
+                "; ".join(f"{t} ({why[t]})" for t in order))
+        start = tb.profile(mode, scope)["total_s"]
+        for name in tb.propose_transform(mode, order)["candidates"]:
+            tb.load_skill(TRANSFORM_SKILLS[name])
+            r = tb.apply_transform(name, mode)
+            speedup = r["before_s"] / r["after_s"] if r.get("after_s") else None
+            tb.record_experience({
+                "topic": f"{name} on {tb.ws.settings.model}",
+                "summary": r["reason"], "outcome": "worked" if r["kept"] else "failed",
+                "evidence": [k for k in ("plan_before", "plan_after") if r.get(k)],
+                "transform": name, "model": tb.ws.settings.model, "shape": mode_text(mode),
+                "speedup": speedup, "source": r["source"], "plan_before": r["plan_before"],
+                "plan_after": r.get("plan_after")})
+        end = tb.profile(mode, scope)["total_s"]
+        run.say(f"{scope}: {start * 1e3:.2f} ms -> {end * 1e3:.2f} ms modeled "
+                f"({start / end:.2f}x)")
+
+    # --- 6: the runner, the report, the lessons --------------------------------------------
+
+    def phase6(self, run: Any, tb: Toolbox) -> None:
+        chat = any(p.chat for p in tb.ws.prompts())
+        answer = tb.generate(CAPITAL_QUESTION if chat else "The capital of France is")
+        run.say(f"the runner answers: {answer['answer']!r}")
+        write_report(run, tb)
+        for lesson in harvest_lessons(tb.ws.store, tb.ws.run_id):
+            tb.record_lesson(lesson)
+
+    # --- 7: the evaluator ------------------------------------------------------------------
+
+    def phase7(self, run: Any, tb: Toolbox) -> None:
+        run.say("handing the run to the independent evaluator: a fresh process that reads "
+                "the store read-only and re-runs every gate")
+
+
+TRANSFORM_SKILLS = {"align_layouts": "layout-alignment", "reuse_buffers": "buffer-object-reuse",
+                    "last_token_lm_head": "last-token-lm-head",
+                    "decode_attention_on_cpu": "decode-attention-on-cpu",
+                    "merge_dispatches": "multi-kernel-merging"}
+
+
+def answer_length(tb: Toolbox, prompt: str) -> int:
+    """How many tokens the oracle's answer to `prompt` has before its end of turn."""
+    from .toolbox import stop_tokens
+
+    ref = Greedy.from_dict(tb.answers()[prompt])
+    stops = stop_tokens(tb.ws)
+    return next((i for i, t in enumerate(ref.tokens) if t in stops), len(ref.tokens))
+
+
+def seeded_gemm_fault(ws: Workspace) -> dict[str, dict[str, Any]]:
+    """The drill's wrong choice: for the first prefill GEMM, tile_n x herd_n that does not
+    divide N (tile_n 32 on as many columns as leave a remainder)."""
+    for key, use in sorted(kernel_uses_cached(ws).items()):
+        if use["kernel"] == "gemm_bf16":
+            n = use["shape"]["N"]
+            herd = next((h for h in range(8, 0, -1) if n % (32 * h)), None)
+            if herd is not None:
+                return {key: {"tile_n": 32, "herd_n": herd}}
+    raise ValueError("the gemm-tile drill needs a GEMM whose N is not a multiple of 32 x "
+                     "some herd width from 1 to 8")
+
+
+def write_report(run: Any, tb: Toolbox) -> dict[str, Any]:
+    """The performance report (markdown, roofline and timeline plots) and lessons.md, as
+    blobs of the run."""
+    ws = tb.ws
+
+    def work() -> dict[str, Any]:
+        from .reporting import render_to_blobs, report_data
+        data = report_data(ws)
+        files = render_to_blobs(ws, data)
+        lessons = harvest_lessons(ws.store, ws.run_id)
+        files["lessons.md"] = ws.store.put_blob(lessons_markdown(lessons).encode())
+        return {"report_data": blob_json(ws.store, _plain(data)), "files": files}
+    return run.step("write_report", {}, work)
+
+
+def _plain(data: Any) -> dict[str, Any]:
+    return asdict(data)
+
+
+def pipeline() -> Pipeline:
+    return Pipeline(Autopilot(), gates(), SkillMatcher())
+

@@ -1,0 +1,149 @@
+"""What deployments learn: the optimization memory and the lessons.
+
+Optimization memory. Every plan transform a phase tries is an `experience.recorded` event
+(the plans before and after, the transform, the speed-up and where its times came from).
+They stay in the store across runs; `transform_order` reads every run's and orders the
+transforms of the next deployment: those that worked before first, those never tried next,
+those that only ever failed last (each group keeping the skill's order, which respects what
+must come before what).
+
+Lessons. Phase 6 reads its run's log: each failed gate followed by a debug pick and a passing
+retry is a lesson (symptom, root cause, fix, target skill, the events it rests on). A lesson
+whose failure no trigger of the target skill caught proposes a new trigger; it stays a draft
+until a person approves it (`approve_lesson`), which writes the trigger to the user's skill
+overlay and records `lesson.approved`. `lessons_markdown` renders them as lessons.md.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from events import NewEvent
+from store import EventStore, RunWriter
+
+from .catalog import load_catalog
+
+
+def experiences(store: EventStore, *, exclude_run: str | None = None) -> list[dict[str, Any]]:
+    """Every transform experience in the store (payloads, with their run id)."""
+    out = []
+    for run_id in store.run_ids():
+        if run_id == exclude_run:
+            continue
+        for e in store.events(run_id, types=("experience.recorded",)):
+            if e.payload.get("transform"):
+                out.append({**e.payload, "run_id": run_id})
+    return out
+
+
+def transform_order(store: EventStore, base: tuple[str, ...], scope: str, *,
+                    exclude_run: str | None = None) -> tuple[list[str], dict[str, str]]:
+    """`base` reordered by what earlier runs saw for `scope` ("prefill" or "decode"), and
+    why each transform is where it is."""
+    seen: dict[str, list[str]] = {}
+    for x in experiences(store, exclude_run=exclude_run):
+        if str(x.get("shape") or "").startswith(scope):
+            seen.setdefault(x["transform"], []).append(x["outcome"])
+    worked = [t for t in base if "worked" in seen.get(t, [])]
+    fresh = [t for t in base if t not in seen]
+    failed = [t for t in base if t in seen and "worked" not in seen[t]]
+    why = {t: f"worked in {seen[t].count('worked')} of {len(seen[t])} earlier tries"
+           for t in worked}
+    why |= {t: "never tried before" for t in fresh}
+    why |= {t: f"failed in all {len(seen[t])} earlier tries: tried last" for t in failed}
+    return worked + fresh + failed, why
+
+
+# --- lessons -------------------------------------------------------------------------------
+
+def harvest_lessons(store: EventStore, run_id: str) -> list[dict[str, Any]]:
+    """lesson.recorded payloads for each debug pick of the run that led to a passing gate."""
+    catalog = load_catalog()
+    events = list(store.events(run_id))
+    lessons: list[dict[str, Any]] = []
+    for i, e in enumerate(events):
+        if e.type != "debug.proposed":
+            continue
+        pick = next((d for d in events[i + 1:] if d.type == "human.decision"
+                     and d.phase == e.phase and d.payload["decision"] == "pick"), None)
+        if pick is None:
+            continue
+        passed = next((g for g in events[i + 1:] if g.type == "gate.evaluated"
+                       and g.phase == e.phase and g.payload["passed"]), None)
+        if passed is None:
+            continue
+        chosen = next((d for d in e.payload["directions"]
+                       if d["direction_id"] == pick.payload["direction_id"]), None)
+        skill = chosen["skill"] if chosen else "none"
+        gate = next(g for g in reversed(events[:i]) if g.type == "gate.evaluated")
+        failing = [c for c in gate.payload["checks"] if c.get("gating", True) and not c["passed"]]
+        lesson: dict[str, Any] = {
+            "lesson_id": f"{run_id[:8]}-p{e.phase}-{len(lessons) + 1}",
+            "symptom": e.payload["symptom"],
+            "root_cause": (chosen or {}).get("title", "not identified by a skill"),
+            "fix": f"retry of phase {e.phase} following {skill}: gate passed at attempt "
+                   f"{passed.attempt}",
+            "target_skill": skill,
+            "event_refs": [gate.event_id, e.event_id, pick.event_id, passed.event_id],
+            "draft": True, "proposes": None}
+        if skill in catalog.skills and chosen is not None and chosen["score"] < 0.5 and failing:
+            c = failing[0]
+            lesson["proposes"] = {"kind": "trigger", "skill": skill, "trigger": {
+                "id": f"learned-{re.sub(r'[^a-z0-9]+', '-', c['metric'].lower())}",
+                "kind": "gate_metric", "metric": c["metric"],
+                ("below" if c["comparison"] in (">=", ">") else "above"): c["threshold"],
+                "weight": 0.5}}
+        lessons.append(lesson)
+    return lessons
+
+
+def lessons_markdown(lessons: list[dict[str, Any]]) -> str:
+    lines = ["# Lessons", ""]
+    if not lessons:
+        lines.append("No gate failed and was fixed in this run: nothing to learn.")
+    for x in lessons:
+        lines += [f"## {x['lesson_id']} ({'draft' if x['draft'] else 'approved'})", "",
+                  f"- symptom: {x['symptom']}", f"- root cause: {x['root_cause']}",
+                  f"- fix: {x['fix']}", f"- skill: {x['target_skill']}",
+                  f"- events: {', '.join(r[:13] for r in x['event_refs'])}"]
+        if x.get("proposes"):
+            lines.append(f"- proposes: {x['proposes']['kind']} for {x['proposes']['skill']}: "
+                         f"{x['proposes']['trigger']} (a person approves it: npu-deploy "
+                         f"lessons approve RUN {x['lesson_id']})")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def approve_lesson(store: EventStore, run_id: str, lesson_id: str, overlay: Path,
+                   author: str) -> Path:
+    """Write the lesson's proposed trigger to the overlay catalog and record the approval
+    in the run. Refuses a lesson that proposes nothing or was approved already."""
+    lesson = next((e.payload for e in store.events(run_id, types=("lesson.recorded",))
+                   if e.payload.get("lesson_id") == lesson_id), None)
+    if lesson is None:
+        raise KeyError(f"run {run_id} has no lesson {lesson_id}; `npu-deploy lessons {run_id}`"
+                       " lists them")
+    if any(e.payload["lesson_id"] == lesson_id
+           for e in store.events(run_id, types=("lesson.approved",))):
+        raise ValueError(f"lesson {lesson_id} is approved already")
+    proposal = lesson.get("proposes")
+    if not proposal:
+        raise ValueError(f"lesson {lesson_id} proposes no catalog change; there is nothing "
+                         "to approve")
+    path = overlay / proposal["skill"] / "triggers.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = yaml.safe_load(path.read_text()) if path.exists() else None
+    data = data or {"skill": proposal["skill"], "triggers": []}
+    if not any(t["id"] == proposal["trigger"]["id"] for t in data["triggers"]):
+        data["triggers"].append(proposal["trigger"])
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump(data, sort_keys=False))
+    tmp.replace(path)
+    with RunWriter.attach(store, run_id) as w:
+        w.append(NewEvent("lesson.approved", {"lesson_id": lesson_id, "author": author,
+                                              "applied_to": str(path)}, actor="human"))
+    return path

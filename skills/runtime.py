@@ -1,0 +1,174 @@
+"""A deployment as data, and the model it runs.
+
+A `Recipe` is everything the phases decided: the tile configuration of each (kernel, shape)
+phase 1 validated, the GEMM datapath phase 3 chose, and the plan transforms phases 4 and 5
+kept, in order. It is small JSON, stored as a blob, and it rebuilds the dispatch plan of any
+prefill length or decode position (`Recipe.plan`), so that the runner, the gates and the
+independent evaluator all run exactly what the phases decided.
+
+`DeployedModel` runs a recipe on a backend: prefill, KV-cache decode, and greedy generation
+that keeps the top-k of every step for the token-set check (`topk_check`, the idea of vLLM's
+`check_logprobs_close`: two greedy runs agree until they first differ; there, each one's
+token must be among the other's k most likely; after it nothing is compared, because the
+two continue from different text).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from kernels.execute import PlanRunner
+from kernels.hardware import XDNA2, Hardware
+from kernels.plan import DispatchPlan, baseline_plan
+from kernels.specs import Decode, Mode, Prefill
+from kernels.transforms import TRANSFORMS
+from oracle.config import ModelArgs
+
+TOP_K = 5
+
+
+@dataclass(frozen=True)
+class Recipe:
+    configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    gemm_datapath: str = "bfp16"
+    prefill_transforms: tuple[str, ...] = ()
+    decode_transforms: tuple[str, ...] = ()
+
+    def to_json(self) -> bytes:
+        return json.dumps({"configs": self.configs, "gemm_datapath": self.gemm_datapath,
+                           "prefill_transforms": list(self.prefill_transforms),
+                           "decode_transforms": list(self.decode_transforms)},
+                          sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Recipe:
+        d = json.loads(data)
+        return cls(dict(d["configs"]), str(d["gemm_datapath"]),
+                   tuple(d["prefill_transforms"]), tuple(d["decode_transforms"]))
+
+    def transforms(self, mode: Mode) -> tuple[str, ...]:
+        return self.prefill_transforms if isinstance(mode, Prefill) else self.decode_transforms
+
+    def with_transform(self, mode: Mode, name: str) -> Recipe:
+        if isinstance(mode, Prefill):
+            return replace(self, prefill_transforms=(*self.prefill_transforms, name))
+        return replace(self, decode_transforms=(*self.decode_transforms, name))
+
+    def baseline(self, model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2
+                 ) -> DispatchPlan:
+        """The baseline plan with this recipe's configurations and datapath. Decode runs
+        GEMVs, so the datapath only changes prefill."""
+        return baseline_plan(model, args, mode, hw, configs=self.configs,
+                             gemm_datapath=self.gemm_datapath)
+
+    def plan(self, model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2
+             ) -> DispatchPlan:
+        plan = self.baseline(model, args, mode, hw)
+        for name in self.transforms(mode):
+            plan = TRANSFORMS[name].apply(plan)
+        return plan
+
+
+@dataclass(frozen=True)
+class Greedy:
+    """A greedy run: the tokens, and the k most likely tokens at each step (best first)."""
+
+    tokens: list[int]
+    topk: list[list[int]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tokens": self.tokens, "topk": self.topk}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Greedy:
+        return cls([int(t) for t in d["tokens"]], [[int(t) for t in k] for k in d["topk"]])
+
+
+def greedy_step(logits: torch.Tensor, k: int = TOP_K) -> tuple[int, list[int]]:
+    top = torch.topk(logits.float(), k).indices.tolist()
+    return int(logits.float().argmax()), [int(t) for t in top]
+
+
+@dataclass(frozen=True)
+class TokenCheck:
+    """The token-set check of one prompt."""
+
+    prompt: str
+    agreed: int                 # leading tokens identical
+    steps: int
+    ours: int | None = None     # the two tokens at the first difference
+    theirs: int | None = None
+    ours_in_their_topk: bool = True
+    theirs_in_our_topk: bool = True
+
+    @property
+    def passed(self) -> bool:
+        return self.ours_in_their_topk and self.theirs_in_our_topk
+
+
+def topk_check(prompt: str, ours: Greedy, reference: Greedy) -> TokenCheck:
+    steps = min(len(ours.tokens), len(reference.tokens))
+    for i in range(steps):
+        a, b = ours.tokens[i], reference.tokens[i]
+        if a != b:
+            return TokenCheck(prompt, i, steps, a, b, a in reference.topk[i],
+                              b in ours.topk[i])
+    return TokenCheck(prompt, steps, steps)
+
+
+def reference_greedy(reference: Any, ids: torch.Tensor, steps: int) -> Greedy:
+    """The FP32 oracle's greedy run."""
+    tokens, logits = reference.generate(ids, steps)
+    return Greedy(tokens, [greedy_step(row)[1] for row in logits])
+
+
+class DeployedModel:
+    """A recipe run on a backend: the deployed model."""
+
+    def __init__(self, name: str, args: ModelArgs, weights: Any, recipe: Recipe, backend: Any,
+                 hw: Hardware = XDNA2) -> None:
+        self.name, self.args, self.recipe, self.hw = name, args, recipe, hw
+        self.runner = PlanRunner(args, weights, backend)
+        self._plans: dict[Mode, DispatchPlan] = {}
+
+    def plan(self, mode: Mode) -> DispatchPlan:
+        if mode not in self._plans:
+            self._plans[mode] = self.recipe.plan(self.name, self.args, mode, self.hw)
+        return self._plans[mode]
+
+    def prefill(self, ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The last position's logits [vocab] and the KV cache."""
+        out = self.runner.run(self.plan(Prefill(int(ids.shape[0]))), ids)
+        return out.logits[-1], out.cache
+
+    def decode(self, token: int, pos: int, cache: dict[str, torch.Tensor]
+               ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        out = self.runner.run(self.plan(Decode(pos)), torch.tensor([token]), cache)
+        return out.logits[-1], out.cache
+
+    def generate(self, ids: torch.Tensor, steps: int, *, stop: set[int] | None = None,
+                 on_token: Callable[[int], None] | None = None) -> Greedy:
+        """Greedy decoding for `steps` tokens (or until a token of `stop`)."""
+        if int(ids.shape[0]) + steps > self.args.max_positions:
+            raise ValueError(f"{ids.shape[0]} prompt tokens + {steps} steps pass the model's "
+                             f"max_position_embeddings={self.args.max_positions}")
+        logits, cache = self.prefill(ids)
+        pos = int(ids.shape[0])
+        tokens: list[int] = []
+        topk: list[list[int]] = []
+        for step in range(steps):
+            token, top = greedy_step(logits)
+            tokens.append(token)
+            topk.append(top)
+            if on_token is not None:
+                on_token(token)
+            if (stop and token in stop) or step + 1 == steps:
+                break
+            logits, cache = self.decode(token, pos, cache)
+            pos += 1
+        return Greedy(tokens, topk)

@@ -1,0 +1,394 @@
+"""The operations agents act through. Every call is a recorded step of the conductor
+(`PhaseRun.step`): a `tool.requested` and a `tool.completed` event under an idempotency key,
+so a resumed run gets the stored result instead of doing the work twice. Results are small
+JSON; tensors, tables and plans go to content-addressed blobs named in the result.
+
+Operations (their names are what the skill files say): build_oracle, list_kernels,
+select_tiles, validate_kernel, run_block, run_model, choose_datapath, propose_transform,
+apply_transform, profile, generate, load_skill, record_lesson, record_experience.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from kernels.checker import check
+from kernels.perf import Profile, estimate
+from kernels.plan import Dispatch, DispatchPlan, config_key
+from kernels.selection import select
+from kernels.specs import SPECS, Decode, KernelUse, Mode, Prefill
+from kernels.transforms import TRANSFORMS, IllegalTransform
+from kernels.validate import validate_kernel
+from oracle.metrics import compare
+from oracle.reference import golden_name
+
+from .catalog import load_catalog
+from .runtime import DeployedModel, Greedy, Recipe, reference_greedy, topk_check
+from .workspace import (
+    Workspace,
+    blob_json,
+    blob_tensors,
+    read_json,
+    read_tensors,
+    workspace_of,
+)
+
+# Plan tensor -> the oracle's op of the same layer (the block lens of phases 2 and 3).
+BLOCK_TENSORS = {"n1": "attn_norm", "q": "q", "k": "k", "v": "v", "o": "attn", "attn": "o",
+                 "h1": "attn_residual", "n2": "ffn_norm", "gate": "gate", "up": "up",
+                 "act": "silu_mul", "ffn": "down"}
+
+
+def mode_text(mode: Mode) -> str:
+    return f"prefill L={mode.seq}" if isinstance(mode, Prefill) else f"decode p={mode.pos}"
+
+
+def plan_json(plan: DispatchPlan) -> dict[str, Any]:
+    """A plan as the optimization memory keeps it: its steps, names and kernels."""
+    steps = []
+    for s in plan.steps:
+        if isinstance(s, Dispatch):
+            steps.append({"dispatch": s.name,
+                          "launches": [f"{ln.label}:{ln.kernel}" for ln in s.launches]})
+        else:
+            steps.append({"host": s.label})
+    return {"summary": plan.summary, "history": list(plan.history), "steps": steps}
+
+
+def profile_payload(profile: Profile, scope: str, tokens: int) -> dict[str, Any]:
+    """A `profile.recorded` payload: per step, modeled (the emulator measures nothing)."""
+    entries = [{"name": s.name, "seconds": s.seconds,
+                "kind": "dispatch" if s.where == "npu" else "host"} for s in profile.steps]
+    return {"scope": scope, "source": profile.source, "total_s": profile.total_s,
+            "entries": entries, "tokens": tokens}
+
+
+def kernel_uses(ws: Workspace, recipe: Recipe) -> dict[str, dict[str, Any]]:
+    """Every (kernel, shape) the deployment launches: those of the prefill plan at seq_len
+    and of the decode plan at that position, keyed by config_key, with their roles."""
+    a = ws.loaded.args
+    uses: dict[str, dict[str, Any]] = {}
+    for mode in (Prefill(ws.settings.seq_len), Decode(ws.settings.seq_len)):
+        for ln in recipe.baseline(ws.settings.model, a, mode, ws.hw).launches():
+            key = config_key(ln.kernel, ln.shape_dict)
+            entry = uses.setdefault(key, {"kernel": ln.kernel, "shape": ln.shape_dict,
+                                          "roles": [], "mode": mode_text(mode)})
+            if ln.role not in entry["roles"]:
+                entry["roles"].append(ln.role)
+    return uses
+
+
+def validation_summary(report: Any) -> dict[str, Any]:
+    """The figures of a kernel validation, per output, JSON-safe."""
+    out: dict[str, Any] = {"passed": report.passed, "atol": report.atol, "rtol": report.rtol,
+                           "findings": [str(f) for f in report.findings], "outputs": {}}
+    for name, c in report.metrics.items():
+        out["outputs"][name] = {k: _finite(v) for k, v in (
+            ("within_frac", c.within_frac), ("n_outside", c.n_outside),
+            ("cosine", c.cosine), ("max_abs", c.max_abs), ("rel_l2", c.rel_l2),
+            ("mean_rel_l1", c.mean_rel_l1), ("pearson", c.pearson))}
+    return out
+
+
+def _finite(v: float) -> float:
+    v = float(v)
+    return v if math.isfinite(v) else (-1.0 if v != v else math.copysign(1e300, v))
+
+
+def run_kernel(ws: Workspace, key: str, config: dict[str, Any], seed: int) -> Any:
+    use = kernel_uses_cached(ws)[key]
+    return validate_kernel(SPECS[use["kernel"]], use["shape"], config, ws.backend, seed=seed,
+                           hw=ws.hw)
+
+
+_USES: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+
+
+def kernel_uses_cached(ws: Workspace) -> dict[str, dict[str, Any]]:
+    key = (ws.settings.model, str(ws.settings.seq_len))
+    if key not in _USES:
+        _USES[key] = kernel_uses(ws, Recipe())
+    return _USES[key]
+
+
+def block_metrics(ws: Workspace, recipe: Recipe, goldens: dict[str, torch.Tensor]
+                  ) -> dict[str, dict[str, float]]:
+    """Layer 0 alone on the backend (a one-layer plan of the model, with the recipe's
+    configurations) against the oracle's golden tensors, tensor by tensor."""
+    a, w = ws.loaded.args, ws.loaded.weights
+    one = replace(a, n_layers=1)
+    model = DeployedModel(ws.settings.model, one, replace(w, layers=w.layers[:1]),
+                          replace(recipe, prefill_transforms=()), ws.backend, ws.hw)
+    ids = ws.ids(ws.block_prompt())
+    tensors = model.runner.run(model.plan(Prefill(int(ids.shape[0]))), ids).tensors
+    out = {}
+    for ours, op in (*BLOCK_TENSORS.items(), ("x.1", "ffn_residual")):
+        name = ours if ours.startswith("x.") else f"L0.{ours}"
+        gold = goldens.get(golden_name(0, op))
+        if name in tensors and gold is not None:
+            c = compare(gold.float(), tensors[name].float().reshape(gold.shape))
+            out[f"L0.{op}"] = {"cosine": c.cosine, "cosine_pos_min": c.cosine_pos_min,
+                               "max_abs": c.max_abs, "rel_l2": c.rel_l2, "pearson": c.pearson}
+    return out
+
+
+def layer_lens(ws: Workspace, recipe: Recipe, goldens: dict[str, torch.Tensor]
+               ) -> dict[str, float]:
+    """Cosine of every layer's output (and the logits) of the deployed prefill against
+    the oracle's, for the block prompt: where the error grows, layer by layer."""
+    model = ws.deployed(replace(recipe, prefill_transforms=()))
+    ids = ws.ids(ws.block_prompt())
+    tensors = model.runner.run(model.plan(Prefill(int(ids.shape[0]))), ids).tensors
+    n = ws.loaded.args.n_layers
+    lens = {}
+    for i in range(n):
+        gold = goldens[golden_name(i, "ffn_residual")]
+        lens[f"L{i}"] = compare(gold.float(), tensors[f"x.{i + 1}"].float()).cosine
+    gold = goldens[golden_name(n, "logits")]
+    lens["logits"] = compare(gold.float(), tensors["logits"].float().reshape(gold.shape)).cosine
+    return lens
+
+
+def token_checks(ws: Workspace, recipe: Recipe, answers: dict[str, Any]) -> list[dict[str, Any]]:
+    """The token-set check of the deployed model against the oracle's greedy runs
+    (`answers`: prompt name -> Greedy dict), prompt by prompt."""
+    model = ws.deployed(recipe)
+    out = []
+    for p in ws.prompts():
+        ours = model.generate(ws.ids(p), ws.settings.steps)
+        ref = Greedy.from_dict(answers[p.name])
+        tc = topk_check(p.name, ours, ref)
+        out.append({"prompt": p.name, "passed": tc.passed, "agreed": tc.agreed,
+                    "steps": tc.steps, "ours": tc.ours, "theirs": tc.theirs,
+                    "text": ws.loaded.tokenizer.decode(ours.tokens)})
+    return out
+
+
+class Toolbox:
+    """The operations, bound to one attempt of one phase."""
+
+    def __init__(self, run: Any) -> None:
+        self.run = run
+        self.ws = workspace_of(run)
+
+    @property
+    def store(self) -> Any:
+        return self.ws.store
+
+    # --- phase 0 ---------------------------------------------------------------------
+
+    def build_oracle(self) -> dict[str, Any]:
+        """The FP32 reference's golden tensors for the block prompt and its greedy runs of
+        every canonical prompt."""
+        ws = self.ws
+
+        def work() -> dict[str, Any]:
+            ref = ws.loaded.reference()
+            ids = ws.ids(ws.block_prompt())
+            goldens = ref.capture(ids)
+            answers = {p.name: reference_greedy(ref, ws.ids(p), ws.settings.steps).to_dict()
+                       for p in ws.prompts()}
+            return {"goldens": blob_tensors(self.store, goldens),
+                    "answers": blob_json(self.store, answers), "tensors": len(goldens),
+                    "prompts": sorted(answers)}
+        return self.run.step("build_oracle", {"model": ws.settings.model,
+                                              "seq_len": ws.settings.seq_len,
+                                              "steps": ws.settings.steps}, work)
+
+    def goldens(self) -> dict[str, torch.Tensor]:
+        r = self.ws.latest("goldens", tool="build_oracle")
+        if r is None:
+            raise LookupError("no oracle in this run: phase 0 builds it")
+        return read_tensors(self.store, r["goldens"])
+
+    def answers(self) -> dict[str, Any]:
+        r = self.ws.latest("answers", tool="build_oracle")
+        if r is None:
+            raise LookupError("no oracle in this run: phase 0 builds it")
+        return dict(read_json(self.store, r["answers"]))
+
+    # --- phase 1 ---------------------------------------------------------------------
+
+    def list_kernels(self) -> dict[str, Any]:
+        def work() -> dict[str, Any]:
+            uses = kernel_uses_cached(self.ws)
+            return {"kernels": sorted(uses), "count": len(uses)}
+        return self.run.step("list_kernels", {"seq_len": self.ws.settings.seq_len}, work)
+
+    def select_tiles(self, overrides: dict[str, dict[str, Any]] | None = None,
+                     ) -> dict[str, Any]:
+        """A configuration for every kernel use: the selection's, or the agent's own
+        (`overrides`), each with the checker's findings. Starts the recipe."""
+        ws = self.ws
+
+        def work() -> dict[str, Any]:
+            configs, findings = {}, {}
+            for key, u in kernel_uses_cached(ws).items():
+                sel = select(KernelUse(u["roles"][0], SPECS[u["kernel"]], u["shape"]), ws.hw)
+                config = {**sel.config, **(overrides or {}).get(key, {})}
+                configs[key] = config
+                found = check(SPECS[u["kernel"]], u["shape"], config, ws.hw)
+                if found:
+                    findings[key] = [str(f) for f in found]
+            recipe = replace(ws.recipe(), configs=configs)
+            return {"recipe": ws.put_recipe(recipe), "configs": len(configs),
+                    "findings": findings}
+        return self.run.step("select_tiles", {"overrides": overrides or {}}, work)
+
+    def validate_kernel(self, key: str, seed: int = 0) -> dict[str, Any]:
+        ws = self.ws
+
+        def work() -> dict[str, Any]:
+            config = ws.recipe().configs[key]
+            return {"kernel": key, **validation_summary(run_kernel(ws, key, config, seed))}
+        return self.run.step("validate_kernel", {"kernel": key, "seed": seed}, work,
+                             backend=True)
+
+    # --- phases 2 and 3 --------------------------------------------------------------
+
+    def run_block(self) -> dict[str, Any]:
+        def work() -> dict[str, Any]:
+            return {"metrics": block_metrics(self.ws, self.ws.recipe(), self.goldens())}
+        return self.run.step("run_block", {"layer": 0}, work, backend=True)
+
+    def run_model(self, prompt: str) -> dict[str, Any]:
+        """The deployed model's greedy run of one canonical prompt against the oracle's."""
+        ws = self.ws
+
+        def work() -> dict[str, Any]:
+            p = next(p for p in ws.prompts() if p.name == prompt)
+            ours = ws.deployed(ws.recipe()).generate(ws.ids(p), ws.settings.steps)
+            tc = topk_check(prompt, ours, Greedy.from_dict(self.answers()[prompt]))
+            return {"prompt": prompt, "agreed": tc.agreed, "steps": tc.steps,
+                    "passed": tc.passed, "text": ws.loaded.tokenizer.decode(ours.tokens)}
+        return self.run.step("run_model", {"prompt": prompt,
+                                           "datapath": ws.recipe().gemm_datapath}, work,
+                             backend=True)
+
+    def layer_lens(self) -> dict[str, Any]:
+        def work() -> dict[str, Any]:
+            return {"cosine": layer_lens(self.ws, self.ws.recipe(), self.goldens())}
+        return self.run.step("run_model", {"prompt": self.ws.block_prompt().name,
+                                           "lens": "layers"}, work, backend=True)
+
+    def choose_datapath(self, datapath: str, why: str) -> dict[str, Any]:
+        def work() -> dict[str, Any]:
+            recipe = replace(self.ws.recipe(), gemm_datapath=datapath)
+            return {"recipe": self.ws.put_recipe(recipe), "datapath": datapath}
+        return self.run.step("choose_datapath", {"datapath": datapath, "why": why}, work)
+
+    # --- phases 4 and 5 --------------------------------------------------------------
+
+    def profile(self, mode: Mode, scope: str | None = None, *,
+                recipe: Recipe | None = None) -> dict[str, Any]:
+        """The modeled profile of the recipe's plan for `mode`, recorded as a profile."""
+        ws = self.ws
+        recipe = recipe or ws.recipe()
+
+        def work() -> dict[str, Any]:
+            plan = recipe.plan(ws.settings.model, ws.loaded.args, mode, ws.hw)
+            prof = estimate(plan, ws.hw)
+            return {"total_s": prof.total_s, "source": prof.source, "mode": mode_text(mode),
+                    "dispatches": len(plan.dispatches), "summary": plan.summary,
+                    "payload": profile_payload(prof, scope or _scope(mode), _tokens(mode))}
+        result = self.run.step("profile", {"mode": mode_text(mode),
+                                           "transforms": list(recipe.transforms(mode))}, work)
+        self.run.record("profile.recorded", result["payload"])
+        return result
+
+    def propose_transform(self, mode: Mode, order: list[str]) -> dict[str, Any]:
+        """The transforms to try on the `mode` plan, in the order given (the agent's, from
+        the optimization memory), without those the recipe already has."""
+        def work() -> dict[str, Any]:
+            have = set(self.ws.recipe().transforms(mode))
+            return {"candidates": [t for t in order if t in TRANSFORMS and t not in have]}
+        return self.run.step("propose_transform", {"mode": mode_text(mode), "order": order},
+                             work)
+
+    def apply_transform(self, name: str, mode: Mode) -> dict[str, Any]:
+        """Try one transform on the recipe's `mode` plan: is it legal, is it faster (modeled),
+        and does the phase-3 token-set check still pass? Kept only if both; the recipe
+        changes only then."""
+        ws = self.ws
+
+        def work() -> dict[str, Any]:
+            before_recipe = ws.recipe()
+            model, args = ws.settings.model, ws.loaded.args
+            before = before_recipe.plan(model, args, mode, ws.hw)
+            t_before = estimate(before, ws.hw).total_s
+            result: dict[str, Any] = {"transform": name, "skill": TRANSFORMS[name].skill,
+                                      "mode": mode_text(mode), "before_s": t_before,
+                                      "source": "modeled",
+                                      "plan_before": blob_json(self.store, plan_json(before))}
+            try:
+                after = TRANSFORMS[name].apply(before)
+            except IllegalTransform as e:
+                return {**result, "kept": False, "after_s": None, "reason": str(e)}
+            t_after = estimate(after, ws.hw).total_s
+            result.update(after_s=t_after, plan_after=blob_json(self.store, plan_json(after)))
+            if not t_after < t_before:
+                return {**result, "kept": False, "reason": "not faster (modeled)"}
+            candidate = before_recipe.with_transform(mode, name)
+            checks = token_checks(ws, candidate, self.answers())
+            failed = [c["prompt"] for c in checks if not c["passed"]]
+            if failed:
+                return {**result, "kept": False, "checks": checks,
+                        "reason": "the phase-3 token-set check fails on " + ", ".join(failed)}
+            return {**result, "kept": True, "checks": checks, "reason": "faster and the "
+                    "phase-3 check passes", "recipe": ws.put_recipe(candidate)}
+        return self.run.step("apply_transform", {"transform": name, "mode": mode_text(mode)},
+                             work, backend=True)
+
+    # --- phase 6 ---------------------------------------------------------------------
+
+    def generate(self, text: str, max_tokens: int = 32) -> dict[str, Any]:
+        """The deployed runner's answer to a chat message."""
+        ws = self.ws
+
+        def work() -> dict[str, Any]:
+            from oracle.prompts import Prompt
+            chat = bool(getattr(ws.loaded.tokenizer, "chat_template", None))
+            ids = ws.ids(Prompt("ask", text, chat=chat))
+            out = ws.deployed(ws.recipe()).generate(ids, max_tokens, stop=stop_tokens(ws))
+            return {"prompt": text, "answer": ws.loaded.tokenizer.decode(
+                out.tokens, skip_special_tokens=True).strip(), "tokens": len(out.tokens)}
+        return self.run.step("generate", {"prompt": text, "max_tokens": max_tokens}, work,
+                             backend=True)
+
+    # --- skills and memory -----------------------------------------------------------
+
+    def load_skill(self, name: str) -> dict[str, Any]:
+        def work() -> dict[str, Any]:
+            skill = load_catalog()[name]
+            return {"skill": name, "digest": skill.digest, "kind": skill.kind}
+        result = self.run.step("load_skill", {"skill": name}, work)
+        self.run.record("skill.loaded", {"skill": name, "digest": result["digest"]})
+        return result
+
+    def record_experience(self, payload: dict[str, Any]) -> None:
+        self.run.record("experience.recorded", payload)
+
+    def record_lesson(self, payload: dict[str, Any]) -> None:
+        self.run.record("lesson.recorded", payload)
+
+
+def stop_tokens(ws: Workspace) -> set[int]:
+    tok = ws.loaded.tokenizer
+    ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    if isinstance(im_end, int) and im_end != tok.unk_token_id:
+        ids.add(im_end)
+    return {int(i) for i in ids}
+
+
+def _scope(mode: Mode) -> str:
+    return "prefill" if isinstance(mode, Prefill) else "decode"
+
+
+def _tokens(mode: Mode) -> int:
+    return mode.seq if isinstance(mode, Prefill) else 1
+
