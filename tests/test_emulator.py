@@ -35,9 +35,24 @@ CASES = [
 @pytest.mark.parametrize("kernel,shape", CASES, ids=[f"{k}-{'x'.join(map(str, s.values()))}"
                                                       for k, s in CASES])
 def test_every_kernel_passes_against_its_fp32_reference(kernel, shape):
-    report = validate_kernel(SPECS[kernel], shape, {}, EMU)
+    from kernels.selection import select
+    from kernels.specs import KernelUse
+
+    config = select(KernelUse(kernel, SPECS[kernel], shape), XDNA2).config
+    report = validate_kernel(SPECS[kernel], shape, config, EMU)
     assert report.passed, report.summary()
     assert report.backend == "emulator" and report.rtol == 1.6e-2
+
+
+def test_a_gemm_whose_n_the_tiles_do_not_divide_writes_a_corrupt_output():
+    """NPU_FACTS: N not divisible by tile_n x herd_n is silently corrupt (cosine ~0.02).
+    The spec's defaults span 1024 columns; 4864 is not a multiple."""
+    report = validate_kernel(SPECS["gemm_bf16"], {"M": 64, "K": 896, "N": 4864}, {}, EMU)
+    c = report.metrics["c"]
+    assert not report.passed and c.within_frac < 0.2 and abs(c.cosine) < 0.2
+    assert any(f.severity == "corrupt" and "tile_n" in f.message for f in report.findings)
+    # the first row is where the DMA starts: it is still right
+    assert report.metrics["c"].n_outside < 64 * 4864
 
 
 def test_emulated_gemm_shows_the_hardware_error_not_bf16_rounding():
