@@ -189,24 +189,18 @@ class ModelGate(_Gate):
         return verdict("phase3.model", checks)
 
 
-class PrefillGate(_Gate):
-    phase = 4
+class SpeedGate(_Gate):
+    """Phases 4 and 5: the phase-3 check still passes, and the mode's plan is faster."""
+
+    def __init__(self, phase: int, decode: bool) -> None:
+        self.phase, self.decode = phase, decode
 
     def compute(self, ws: Workspace, tb: Toolbox) -> dict[str, Any]:
         recipe = ws.recipe()
         checks, _ = model_checks(ws, recipe, tb.answers())
-        checks.append(speed_check(ws, recipe, Prefill(ws.settings.seq_len)))
-        return verdict("phase4.prefill", checks)
-
-
-class DecodeGate(_Gate):
-    phase = 5
-
-    def compute(self, ws: Workspace, tb: Toolbox) -> dict[str, Any]:
-        recipe = ws.recipe()
-        checks, _ = model_checks(ws, recipe, tb.answers())
-        checks.append(speed_check(ws, recipe, Decode(ws.settings.seq_len)))
-        return verdict("phase5.decode", checks)
+        L = ws.settings.seq_len
+        checks.append(speed_check(ws, recipe, Decode(L) if self.decode else Prefill(L)))
+        return verdict("phase5.decode" if self.decode else "phase4.prefill", checks)
 
 
 class RunnerGate(_Gate):
@@ -255,4 +249,5 @@ class EvaluatorGate(_Gate):
 
 def gates() -> dict[int, Any]:
     return {g.phase: g for g in (OracleGate(), KernelGate(), BlockGate(), ModelGate(),
-                                 PrefillGate(), DecodeGate(), RunnerGate(), EvaluatorGate())}
+                                 SpeedGate(4, decode=False), SpeedGate(5, decode=True),
+                                 RunnerGate(), EvaluatorGate())}

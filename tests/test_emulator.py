@@ -147,7 +147,11 @@ def test_validate_kernel_on_the_oracle_golden_tensors(tiny_models):
     w = loaded.weights.layers[1]
     a = to_bf16(goldens["L01.attn_norm"])
     shape = {"M": a.shape[0], "K": a.shape[1], "N": w.wq.shape[0]}
-    report = validate_kernel(SPECS["gemm_bf16"], shape, {}, EMU,
+    from kernels.selection import select
+    from kernels.specs import KernelUse
+
+    config = select(KernelUse("q_proj", SPECS["gemm_bf16"], shape), XDNA2).config
+    report = validate_kernel(SPECS["gemm_bf16"], shape, config, EMU,
                              inputs={"a": a, "b": to_bf16(w.wq.t().contiguous())})
     assert report.passed, report.summary()
     # The emulated GEMM lands near the oracle's own q projection, with the NPU's error.

@@ -147,15 +147,17 @@ def test_kill_9_at_30_points_then_resume_gives_the_uninterrupted_run(tmp_path):
 
 # --- the commands ------------------------------------------------------------------------
 
-def test_deploy_needs_headless_and_a_pipeline_until_the_autopilot_exists(cli, tmp_path):
+def test_deploy_refuses_bad_options_and_models_before_creating_a_run(cli, tmp_path):
     from conftest import assert_one_error
 
     db = tmp_path / "runs.db"
     assert_one_error(cli("--db", db, "deploy", "tiny"), "--headless")
-    line = assert_one_error(cli("--db", db, "deploy", "tiny", "--headless"), "autopilot")
-    assert "--pipeline" in line
+    assert_one_error(cli("--db", db, "deploy", "tiny", "--headless"), "tiny")
+    assert_one_error(cli("--db", db, "deploy", "tiny", "--headless", "--pipeline", "nope"),
+                     "module:function")
     assert_one_error(cli("--db", db, "deploy", "tiny", "--headless", "--pause-at", "9",
                          "--pipeline", "fake_pipeline:make"), "no phase 9")
+    assert not db.exists() or EventStore.open(db, readonly=True).run_ids() == []
 
 
 def test_decide_checks_the_run_before_leaving_a_command(cli, tmp_path, monkeypatch):
