@@ -201,12 +201,8 @@ def write_report(run: Any, tb: Toolbox) -> dict[str, Any]:
         files = render_to_blobs(ws, data)
         lessons = harvest_lessons(ws.store, ws.run_id)
         files["lessons.md"] = ws.store.put_blob(lessons_markdown(lessons).encode())
-        return {"report_data": blob_json(ws.store, _plain(data)), "files": files}
+        return {"report_data": blob_json(ws.store, asdict(data)), "files": files}
     return run.step("write_report", {}, work)
-
-
-def _plain(data: Any) -> dict[str, Any]:
-    return asdict(data)
 
 
 def pipeline() -> Pipeline:

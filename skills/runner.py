@@ -13,7 +13,7 @@ import torch
 
 from oracle.prompts import Prompt
 
-from .runtime import DeployedModel, Greedy
+from .runtime import DeployedModel
 from .toolbox import stop_tokens
 from .workspace import Workspace
 
@@ -70,6 +70,5 @@ class Runner:
                 on_text(text[len(shown):])
                 shown = text
 
-        out: Greedy = self.model.generate(ids, min(max_tokens, room), stop=stops, on_token=emit)
-        del out
+        self.model.generate(ids, min(max_tokens, room), stop=stops, on_token=emit)
         return str(self.tokenizer.decode(tokens, skip_special_tokens=True)).strip()
