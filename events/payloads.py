@@ -232,7 +232,7 @@ class CheckpointRequested:
     options: list[str] = field(default_factory=lambda: ["approve", "redirect", "pause", "abort"])
 
 
-@event_type("human.decision")
+@event_type("human.decision", schema_version=2)
 @dataclass(frozen=True)
 class HumanDecision:
     decision: Literal["approve", "redirect", "pick", "pause", "abort"]
@@ -242,8 +242,13 @@ class HumanDecision:
     proposal_id: str | None = None
     instruction: str | None = None
     direction_id: str | None = None
+    # Schema 2: an approve that passes a phase whose gate failed. Only an explicit
+    # override may do that, so a stale approve can never pass a failed gate by accident.
+    override: bool = False
 
     def check(self) -> None:
+        if self.override and self.decision != "approve":
+            raise InvalidEvent("human.decision.override: only an approve can override a gate")
         if self.decision == "redirect" and not self.instruction:
             raise InvalidEvent("human.decision.instruction: a redirect needs an instruction")
         if self.decision == "pick" and not self.direction_id:

@@ -179,6 +179,8 @@ def _on_phase_exited(s: DeploymentState, e: Event, p: dict[str, Any]) -> Deploym
     spent = (parse_ts(e.ts) - parse_ts(ph.entered_ts)).total_seconds() if ph.entered_ts else 0.0
     if p["outcome"] == "needs_human":
         s = replace(s, status="needs_human")
+    elif p["outcome"] == "passed" and s.status == "needs_human":
+        s = replace(s, status="running")      # a person overrode the gate of a stopped phase
     return _set_phase(s, e.phase, status=f"exited:{p['outcome']}", outcome=p["outcome"],
                       exit_reason=p.get("reason", ""), entered_ts=None,
                       wall_time_s=ph.wall_time_s + spent,
@@ -215,7 +217,13 @@ def _on_decision(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentS
         # The phase restarts at its next phase.entered; until then the run stays stopped.
         return _set_phase(s, e.phase, pending_checkpoint=None, instruction=p["instruction"],
                           decision=decision, budget_from=s.phases[e.phase].attempts)
+    if decision == "approve" and p.get("override") and stopped:
+        # A person passes the phase in spite of its gate; its phase.exited follows.
+        return _set_phase(s, e.phase, decision=decision)
     s = replace(s, status="running")
+    if decision == "approve" and p.get("override"):
+        return _set_phase(s, e.phase, pending_proposal=None, pending_directions=(),
+                          decision=decision)
     if decision == "approve":
         return _set_phase(s, e.phase, pending_checkpoint=None, decision=decision)
     if decision == "redirect":

@@ -40,7 +40,13 @@ def _experience_recorded_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
             "plan_before": None, "plan_after": None, **payload}
 
 
+def _human_decision_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    # Schema 1 had no gate override: every approve answered a checkpoint.
+    return {"override": False, **payload}
+
+
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
+    ("human.decision", 1): _human_decision_v1_to_v2,
     ("lesson.recorded", 1): _lesson_recorded_v1_to_v2,
     ("experience.recorded", 1): _experience_recorded_v1_to_v2,
     ("model.called", 1): _model_called_v1_to_v2,

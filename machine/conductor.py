@@ -28,6 +28,7 @@ from store import EventStore, RunWriter
 from .machine import DEFAULT_BUDGET, PHASES, DeploymentMachine, state_of, trigger_for
 
 POLL_S = 0.2                # how often a waiting conductor looks at the inbox
+OVERRIDDEN = "a person overrode the failed gate"   # the phase.exited reason; the evaluator fails it
 #: What `PhaseRun.record` takes: facts, never moves of the machine.
 AGENT_FACTS = ("profile.recorded", "skill.loaded", "lesson.recorded", "experience.recorded")
 
@@ -297,6 +298,9 @@ class Conductor:
             if k is not None and s.phases[k].decision == "redirect":
                 self._enter(k)
                 return None
+            if k is not None and s.phases[k].decision == "approve":
+                self._exit(k, s.phases[k].attempts, "passed", OVERRIDDEN)
+                return None
             return Halt("needs_human", s.phases[k].exit_reason if k is not None else "")
         if where == "ready":
             self._enter(0)
@@ -328,6 +332,8 @@ class Conductor:
         elif sub == "debugging":
             if ph.decision == "pick":
                 self._enter(k)
+            elif ph.decision == "approve":
+                self._exit(k, ph.attempts, "passed", OVERRIDDEN)
             elif self.policy.auto_approve:
                 best = max(ph.pending_directions, key=lambda d: d["score"])
                 self._policy_decision(k, ph.attempts, "pick", proposal_id=ph.pending_proposal,
@@ -418,9 +424,11 @@ class Conductor:
 
     def _exit(self, k: int, attempt: int, outcome: str, reason: str) -> None:
         wall, agent, backend = self._phase_times(k)
+        # An override may follow this attempt's needs_human exit: it is an exit of its own.
+        what = "overridden" if reason == OVERRIDDEN else "exited"
         self._record("phase.exited", {"outcome": outcome, "reason": reason, "wall_s": wall,
                                       "agent_s": agent, "backend_s": backend},
-                     phase=k, attempt=attempt, key=f"p{k}.a{attempt}.exited")
+                     phase=k, attempt=attempt, key=f"p{k}.a{attempt}.{what}")
 
     def _phase_times(self, k: int) -> tuple[float, float, float]:
         """Wall, agent and backend seconds of phase k so far, from its events: steps an

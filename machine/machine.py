@@ -63,7 +63,11 @@ PHASE_TABLE: Final = (
     ("decide", "awaiting_human", None, ("checkpoint_open",)),
     ("decide", "debugging", None, ("proposal_open",)),
     ("decide", "@needs_human", None, ("stopped_here",)),
+    ("decide", "debugging", None, ("override_open",)),
+    ("decide", "@needs_human", None, ("override_open",)),
     ("exit", "awaiting_human", "done", ("approved",)),
+    ("exit", "debugging", "done", ("approved",)),
+    ("exit", "@needs_human", "done", ("approved",)),
     ("exit", "failed", "@needs_human", ("budget_exhausted",)),
     ("exit", "working", "@needs_human", ("interrupted",)),
     ("exit", "gating", "@needs_human", ("interrupted",)),
@@ -182,7 +186,8 @@ GUARDS: dict[str, Callable[[Facts], bool]] = {
     "interrupted": lambda f: f.payload["outcome"] == "needs_human",
     "retry_decided": lambda f: _phase(f).decision in ("redirect", "pick"),
     "checkpoint_open": lambda f: (
-        _phase(f).pending_checkpoint is not None and f.payload["decision"] in
+        _phase(f).pending_checkpoint is not None and not f.payload.get("override")
+        and f.payload["decision"] in
         ("approve", "redirect") and f.payload.get("checkpoint_id") in
         (None, _phase(f).pending_checkpoint)),
     "proposal_open": lambda f: (
@@ -191,6 +196,13 @@ GUARDS: dict[str, Callable[[Facts], bool]] = {
         {d["direction_id"] for d in _phase(f).pending_directions}),
     "stopped_here": lambda f: (f.pre.current_phase == f.phase
                                and f.payload["decision"] == "redirect"),
+    # A person passes a phase whose last gate failed: while its debug directions wait, or
+    # after it stopped for a person. Only an explicit override (never a plain approve).
+    "override_open": lambda f: (
+        f.payload["decision"] == "approve" and bool(f.payload.get("override"))
+        and f.pre.current_phase == f.phase and _phase(f).last_gate is not None
+        and not _phase(f).last_gate.passed
+        and (_phase(f).pending_proposal is not None or f.pre.status == "needs_human")),
     "approved": lambda f: (_phase(f).decision == "approve"
                            and f.payload["outcome"] == "passed"),
     "aborting": lambda f: f.pre.aborting,

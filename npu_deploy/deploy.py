@@ -205,7 +205,10 @@ def fork_cmd(run: str, at_version: int, note: str | None) -> None:
 @click.argument("decision", type=click.Choice(["approve", "redirect", "pick", "pause",
                                                "abort"]))
 @click.argument("value", required=False)
-def decide_cmd(run: str, decision: str, value: str | None) -> None:
+@click.option("--override", is_flag=True,
+              help="With approve: pass the phase although its gate failed (the independent "
+                   "evaluator will then fail the run).")
+def decide_cmd(run: str, decision: str, value: str | None, override: bool) -> None:
     """Leave a decision for a run: approve | redirect TEXT | pick N | pause | abort.
 
     The run's conductor (in another terminal, or at the next resume) records it once."""
@@ -217,7 +220,16 @@ def decide_cmd(run: str, decision: str, value: str | None) -> None:
     k = s.current_phase
     ph = s.phases[k] if k is not None else None
     payload: dict[str, Any] = {}
-    if decision in ("approve", "redirect"):
+    if override:
+        gate = ph.last_gate if ph is not None else None
+        if decision != "approve":
+            fail("--override goes with approve only", EXIT_USAGE)
+        if gate is None or gate.passed or ph is None or (
+                ph.pending_proposal is None and s.status != "needs_human"):
+            fail(f"run {run_id} has no failed gate waiting for a person (phase {k}); "
+                 "nothing to override")
+        payload["override"] = True
+    elif decision in ("approve", "redirect"):
         stopped = s.status == "needs_human" and decision == "redirect"
         if ph is None or (ph.pending_checkpoint is None and not stopped):
             fail(f"run {run_id} is not waiting at a checkpoint (phase {k}: "

@@ -304,3 +304,33 @@ def test_a_fail_verdict_ends_the_run_as_failed(store, fake):
     assert c.machine.state == "failed" and c.state.status == "failed" and c.state.terminal
     assert c.run().reason == "failed"
     c.close()
+
+
+def test_a_person_can_override_a_failed_gate_only_explicitly(store, fake, cli):
+    c = Conductor.start(store, fake(fail="0:9"), Policy(budget=2), model="tiny")
+    assert c.run(wait=False).reason == "awaiting_pick"           # phase 0 failed once
+    # a plain approve never passes a failed gate: it is consumed and refused
+    store.post_command(c.run_id, "approve")
+    assert c.run(wait=False).reason == "awaiting_pick"
+    assert [e for e in store.events(c.run_id) if e.type == "error"][-1].payload["kind"] == \
+        "command_refused"
+    store.post_command(c.run_id, "approve", {"override": True})
+    assert c.run(wait=False).reason == "awaiting_human"          # phase 1's checkpoint
+    exited = [e for e in store.events(c.run_id) if e.type == "phase.exited"]
+    assert exited[0].phase == 0 and exited[0].payload["outcome"] == "passed"
+    assert "overrode" in exited[0].payload["reason"]
+    assert c.state.phases[0].last_gate.passed is False
+    c.close()
+    # after the budget ran out (a stopped run), the CLI's --override passes the phase too
+    c = Conductor.start(store, fake(fail="0:9"), Policy(auto_approve=True, budget=1),
+                        model="tiny")
+    assert c.run().reason == "needs_human"
+    c.close()
+    db = str(store.path)
+    assert cli("decide", c.run_id, "approve", "--db", db).exit_code != 0   # no checkpoint
+    assert cli("decide", c.run_id, "redirect", "x", "--override", "--db", db).exit_code != 0
+    assert cli("decide", c.run_id, "approve", "--override", "--db", db).exit_code == 0
+    c = resume(store, c.run_id, fake(fail="0:9"))
+    assert c.run().reason == "finished"
+    c.close()
+    assert store.fold(c.run_id).phases[0].outcome == "passed"
