@@ -542,6 +542,7 @@ def _print_plan(described: str, plan: Any, profile: Any, attempts: Any) -> None:
 
 from . import deploy as _deploy  # noqa: E402,F401 - registers deploy, decide, resume, fork
 from . import serve as _serve  # noqa: E402,F401 - registers generate, chat, report, lessons
+from . import tui as _tui  # noqa: E402,F401 - registers tui, attach, replay
 
 if __name__ == "__main__":
     main()

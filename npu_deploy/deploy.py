@@ -77,7 +77,7 @@ def _drive(conductor: Any, out: Console, wait: bool) -> None:
     fail(f"run {run_id} stopped: {halt.reason} {halt.detail}", EXIT_NEEDS_HUMAN)
 
 
-def _pipeline(spec: str) -> Any:
+def load_pipeline_or_fail(spec: str) -> Any:
     from machine import load_pipeline
 
     try:
@@ -112,7 +112,8 @@ def _phases(text: str) -> frozenset[int]:
 @main.command("deploy")
 @db_option
 @click.argument("model")
-@click.option("--headless", is_flag=True, help="Progress as text lines (the TUI comes later).")
+@click.option("--headless", is_flag=True,
+              help="Progress as text lines instead of the terminal UI.")
 @click.option("--auto-approve", is_flag=True,
               help="Approve passing gates and pick the top debug direction without a person.")
 @click.option("--pause-at", "pause_at", default="", metavar="PHASES",
@@ -135,21 +136,46 @@ def deploy_cmd(model: str, headless: bool, auto_approve: bool, pause_at: str, bu
     """Deploy MODEL through phases 0-7 as a new run in the store."""
     from machine import Conductor, Policy
 
-    if not headless:
-        fail("the terminal UI is not built yet: run with --headless", EXIT_USAGE)
     policy = Policy(auto_approve=auto_approve, pause_at=_phases(pause_at), budget=budget)
-    pipeline = _pipeline(pipeline_spec)
+    pipeline = load_pipeline_or_fail(pipeline_spec)
     if pipeline_spec == DEFAULT_PIPELINE:
         _check_model(model)
-    out = console()
-    store = EventStore.open(db_path())
     config = {"pipeline": pipeline_spec, "seq_len": seq_len, "steps": steps,
               "fault": seed_fault}
+    if not headless:
+        _deploy_in_tui(model, policy, pipeline_spec, config, run_id)
+        return
+    out = console()
+    store = EventStore.open(db_path())
     conductor = Conductor.start(store, pipeline, policy, model=model,
                                 code_version=code_version(), run_id=run_id,
                                 config=config, on_event=_progress(out))
     out.print(f"run {conductor.run_id}: {model}, policy {policy.name}, store {db_path()}")
     _drive(conductor, out, wait=True)
+
+
+def _deploy_in_tui(model: str, policy: Any, pipeline_spec: str, config: dict[str, Any],
+                   run_id: str | None) -> None:
+    """The TUI, with the conductor in a worker thread of this process."""
+    from events import uuid7
+    from store.eventstore import validate_run_id
+
+    from .tui import ConductorDriver, needs_terminal, run_app
+
+    needs_terminal("deploy without --headless")
+    from events import InvalidEvent
+
+    try:
+        run_id = validate_run_id(run_id) if run_id else uuid7()
+    except InvalidEvent as e:
+        fail(f"--run-id: {e}", EXIT_USAGE)
+    store = EventStore.open(db_path())
+    taken = run_id in store.run_ids()
+    store.close()
+    if taken:
+        fail(f"run {run_id} already exists; choose another --run-id", EXIT_USAGE)
+    driver = ConductorDriver(db_path(), pipeline_spec, policy, model, config)
+    run_app(run_id, live=True, driver=driver, drive="deploy")
 
 
 @main.command("resume")
@@ -166,7 +192,7 @@ def resume_cmd(run: str, pipeline_spec: str | None, no_wait: bool) -> None:
     store = EventStore.open(db_path())
     run_id = store.resolve_run(run)
     spec = pipeline_spec or run_config(store, run_id).get("pipeline") or DEFAULT_PIPELINE
-    pipeline = _pipeline(spec)
+    pipeline = load_pipeline_or_fail(spec)
     out = console()
     try:
         conductor = resume(store, run_id, pipeline, on_event=_progress(out))

@@ -1,0 +1,121 @@
+"""The terminal UI's commands: tui, attach, replay (and deploy without --headless), and the
+driver that runs a conductor in a worker thread of the TUI's process."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+
+from store import EventStore
+
+from .cli import EXIT_USAGE, code_version, db_option, db_path, fail, main
+
+
+@dataclass
+class ConductorDriver:
+    """Runs a conductor for the TUI. Each call opens its own store connection: it runs in
+    a worker thread, and SQLite connections stay in the thread that opened them."""
+
+    store_path: Any
+    pipeline_spec: str = ""
+    policy: Any = None
+    model: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+
+    def deploy(self, run_id: str) -> str:
+        from machine import Conductor
+
+        from .deploy import load_pipeline_or_fail
+
+        store = EventStore.open(self.store_path)
+        try:
+            conductor = Conductor.start(store, load_pipeline_or_fail(self.pipeline_spec),
+                                        self.policy, model=self.model,
+                                        code_version=code_version(), run_id=run_id,
+                                        config=self.config)
+            return self._drive(conductor)
+        finally:
+            store.close()
+
+    def resume(self, run_id: str) -> str:
+        from machine import resume
+        from machine.conductor import run_config
+
+        from .deploy import DEFAULT_PIPELINE, load_pipeline_or_fail
+
+        store = EventStore.open(self.store_path)
+        try:
+            spec = run_config(store, run_id).get("pipeline") or DEFAULT_PIPELINE
+            return self._drive(resume(store, run_id, load_pipeline_or_fail(spec)))
+        finally:
+            store.close()
+
+    def fork(self, run_id: str, at_version: int, note: str | None) -> str:
+        from machine import fork
+
+        store = EventStore.open(self.store_path)
+        try:
+            return fork(store, run_id, at_version, note)
+        finally:
+            store.close()
+
+    @staticmethod
+    def _drive(conductor: Any) -> str:
+        try:
+            halt = conductor.run(wait=True)
+        finally:
+            conductor.close()
+        return f"{halt.reason} {halt.detail}".strip()
+
+
+def needs_terminal(what: str) -> None:
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        fail(f"{what} opens the terminal UI, which needs a terminal; "
+             "use --headless (deploy) or `npu-deploy show RUN` here", EXIT_USAGE)
+
+
+def run_app(run_id: str | None, *, live: bool, driver: Any = None,
+            drive: str | None = None) -> None:
+    from npu_tui import DeployApp
+
+    DeployApp(db_path(), run_id=run_id, live=live, driver=driver, drive=drive).run()
+
+
+def _existing_run(run: str) -> str:
+    store = EventStore.open(db_path())
+    try:
+        return store.resolve_run(run)
+    finally:
+        store.close()
+
+
+@main.command("tui")
+@db_option
+def tui_cmd() -> None:
+    """The run browser: every run in the store; open, attach, resume or fork one."""
+    needs_terminal("tui")
+    EventStore.open(db_path()).close()          # refuse a bad store before the screen opens
+    run_app(None, live=False, driver=ConductorDriver(db_path()))
+
+
+@main.command("attach")
+@db_option
+@click.argument("run")
+def attach_cmd(run: str) -> None:
+    """Watch RUN live while another process (e.g. a headless deploy) executes it."""
+    run_id = _existing_run(run)
+    needs_terminal("attach")
+    run_app(run_id, live=True)
+
+
+@main.command("replay")
+@db_option
+@click.argument("run")
+def replay_cmd(run: str) -> None:
+    """Replay RUN from its first event: step, jump to failures and decisions, play."""
+    run_id = _existing_run(run)
+    needs_terminal("replay")
+    run_app(run_id, live=False)

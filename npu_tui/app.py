@@ -1,0 +1,160 @@
+"""The npu-deploy terminal UI. It reads the store and writes only inbox commands; the log,
+not any widget, is the truth. A conductor may run in this process (a worker thread, given
+as a `Driver`), or in another one (attach)."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import tomllib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import ClassVar, Protocol
+
+from platformdirs import user_config_path
+from textual import work
+from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+
+from store import EventStore
+
+from .screens.run import RunScreen
+from .screens.runs import RunsScreen
+
+
+class Driver(Protocol):
+    """What runs a conductor for the TUI (supplied by the CLI, which may import `machine`).
+    `deploy` and `resume` block until the conductor halts and return why it halted."""
+
+    def deploy(self, run_id: str) -> str: ...
+
+    def resume(self, run_id: str) -> str: ...
+
+    def fork(self, run_id: str, at_version: int, note: str | None) -> str: ...
+
+
+def keymap_path() -> Path:
+    env = os.environ.get("NPU_DEPLOY_KEYMAP")
+    return Path(env) if env else user_config_path("npu-deploy") / "keymap.toml"
+
+
+def read_keymap(path: Path) -> dict[str, str]:
+    """`[keymap]` of a TOML file: binding id = keys, e.g. "run.decide" = "ctrl+d"."""
+    if not path.exists():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as e:
+        raise ValueError(f"{path}: not a keymap ({e}); fix or remove it") from None
+    keymap = data.get("keymap", {})
+    if not isinstance(keymap, dict) or not all(isinstance(v, str) for v in keymap.values()):
+        raise ValueError(f"{path}: [keymap] must map binding ids to key strings, "
+                         'e.g. "run.decide" = "ctrl+d"')
+    return {str(k): v for k, v in keymap.items()}
+
+
+class DeployApp(App[None]):
+    """Open on the run browser (`run_id=None`), or on one run, live or in replay."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "npu-deploy"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("question_mark,f1", "help", "Help", id="app.help"),
+        Binding("q", "quit", "Quit", id="app.quit"),
+        Binding("R", "runs", "Runs", show=False, id="app.runs"),
+    ]
+
+    def __init__(self, store_path: str | os.PathLike[str], *, run_id: str | None = None,
+                 live: bool = True, driver: Driver | None = None,
+                 drive: str | None = None) -> None:
+        super().__init__()
+        self.store_path = Path(store_path)
+        self.start_run, self.start_live = run_id, live
+        self.driver, self.drive = driver, drive       # drive: "deploy" | "resume" | None
+        self.author = f"{getpass.getuser()}@tui"
+        self.driving: set[str] = set()
+        self.store: EventStore
+
+    def on_mount(self) -> None:
+        self.store = EventStore.open(self.store_path)
+        try:
+            self.set_keymap(read_keymap(keymap_path()))
+        except ValueError as e:
+            self.notify(str(e), severity="error", timeout=10)
+        if self.start_run is None:
+            self.push_screen(RunsScreen())
+            return
+        if self.drive == "deploy":
+            self._drive(self.start_run, "deploy")
+        elif self.drive == "resume":
+            self._drive(self.start_run, "resume")
+        self.open_run(self.start_run, live=self.start_live)
+
+    def on_unmount(self) -> None:
+        if self.driving:
+            for run_id in list(self.driving):
+                # The conductor runs in this process: leave it a pause so that it stops at
+                # its next step boundary and the run is resumable, not cut mid-write.
+                self.store.post_command(run_id, "pause", author=self.author)
+        self.store.close()
+
+    # --- navigation ---------------------------------------------------------------------------
+
+    def open_run(self, run_id: str, *, live: bool) -> None:
+        screen = RunScreen(run_id, live=live)
+        if isinstance(self.screen, RunScreen):
+            self.switch_screen(screen)
+        else:
+            self.push_screen(screen)
+
+    def show_runs(self) -> None:
+        if any(isinstance(s, RunsScreen) for s in self.screen_stack):
+            while not isinstance(self.screen, RunsScreen):
+                self.pop_screen()
+        else:
+            self.switch_screen(RunsScreen())
+
+    def action_runs(self) -> None:
+        self.show_runs()
+
+    def action_help(self) -> None:
+        if self.screen.query("HelpPanel"):
+            self.action_hide_help_panel()
+        else:
+            self.action_show_help_panel()
+
+    # --- driving a conductor in this process ----------------------------------------------------
+
+    def drive_resume(self, run_id: str) -> None:
+        self._drive(run_id, "resume")
+        self.open_run(run_id, live=True)
+
+    def _drive(self, run_id: str, how: str) -> None:
+        self.driving.add(run_id)
+        self._conduct(run_id, how)
+
+    @work(thread=True, group="conductor")
+    def _conduct(self, run_id: str, how: str) -> None:
+        driver = self.driver
+        assert driver is not None
+        try:
+            outcome = driver.deploy(run_id) if how == "deploy" else driver.resume(run_id)
+        except Exception as e:  # noqa: BLE001 - shown to the person, recorded by the conductor
+            outcome = f"stopped: {type(e).__name__}: {e}"
+        self.call_from_thread(self._driven, run_id, outcome)
+
+    def _driven(self, run_id: str, outcome: str) -> None:
+        self.driving.discard(run_id)
+        self.notify(f"run {run_id}: the conductor in this process returned ({outcome})",
+                    timeout=8)
+
+    # --- the command palette -------------------------------------------------------------------
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        commands = getattr(screen, "commands", None)
+        if commands is not None:
+            yield from commands()
+        if not isinstance(screen, RunsScreen):
+            yield SystemCommand("Runs", "every run in the store", self.show_runs)

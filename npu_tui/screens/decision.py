@@ -1,0 +1,239 @@
+"""The decision dialog: a modal over the live run (which keeps updating beneath it). It shows
+the phase, the attempt and the gate, and leaves exactly one inbox command, or none."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, OptionList, Static
+from textual.widgets.option_list import Option
+
+from events import PHASE_NAMES, DeploymentState, Event
+
+from ..timeline import gate_rows
+from ..widgets.panels import gate_table
+
+if TYPE_CHECKING:
+    from ..app import DeployApp
+
+DECISION_KINDS = ("approve", "redirect", "pick")
+
+
+def situation(state: DeploymentState) -> tuple[str, str | None]:
+    """What the current phase waits for: ("checkpoint" | "proposal" | "stopped" | "none",
+    the checkpoint or proposal id)."""
+    k = state.current_phase
+    if k is None or state.terminal:
+        return "none", None
+    ph = state.phases[k]
+    if state.status == "needs_human":
+        return "stopped", f"p{k}.a{ph.attempts}.stopped"
+    if ph.pending_checkpoint:
+        return "checkpoint", ph.pending_checkpoint
+    if ph.pending_proposal:
+        return "proposal", ph.pending_proposal
+    return "none", None
+
+
+class DecisionDialog(ModalScreen[str | None]):
+    """Approve, redirect with an instruction, or pick a debug direction. Cancel writes
+    nothing. Dismisses with the id of the inbox command it left, or None."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel", id="decision.cancel")]
+
+    def __init__(self, run_id: str, state: DeploymentState, *, initial: str | None = None
+                 ) -> None:
+        super().__init__()
+        self.run_id, self.state, self.initial = run_id, state, initial
+        self.kind, self.waiting_id = situation(state)
+        self.phase = state.current_phase if state.current_phase is not None else 0
+        self.ph = state.phases[self.phase]
+        self.closed_by: str | None = None       # set when someone else decided first
+
+    @property
+    def deploy_app(self) -> DeployApp:
+        return self.app    # type: ignore[return-value]
+
+    # --- building -------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        k, ph = self.phase, self.ph
+        gate = ph.last_gate
+        with Vertical(id="decision"):
+            yield Label(f"Phase {k} — {PHASE_NAMES[k]} — attempt {ph.attempts}",
+                        id="decision-title")
+            yield Static(self._why(), id="decision-why")
+            if gate is not None:
+                rows = gate_rows(ph.gates)
+                shown = rows[:12]
+                more = f" (and {len(rows) - 12} more)" if len(rows) > 12 else ""
+                yield Static(Text.assemble(
+                    (f"gate {gate.gate}: ", "bold"),
+                    ("PASS", "bold green") if gate.passed else ("FAIL", "bold red"), more),
+                    id="decision-gate-head")
+                yield Static(gate_table(shown), id="decision-gate")
+            if self.kind == "proposal":
+                yield Label("Debug directions (from the debug skills that matched):")
+                yield OptionList(*(self._direction(i, d) for i, d in
+                                   enumerate(ph.pending_directions, 1)), id="directions")
+            if self.kind in ("checkpoint", "stopped"):
+                yield Input(placeholder="instruction for a redirect (the phase runs again)",
+                            id="instruction")
+            yield Static(id="stale")
+            with Horizontal(id="decision-buttons"):
+                if self.kind == "checkpoint":
+                    yield Button("Approve", id="approve", variant="success")
+                if self.kind in ("checkpoint", "stopped"):
+                    yield Button("Redirect", id="redirect", variant="primary")
+                if self.kind == "proposal":
+                    yield Button("Pick", id="pick", variant="primary")
+                if self.kind in ("proposal", "stopped") and gate is not None and not gate.passed:
+                    yield Button("Approve anyway…", id="override", variant="error")
+                yield Button("Cancel", id="cancel")
+
+    def _why(self) -> str:
+        s, ph = self.state, self.ph
+        if self.kind == "checkpoint":
+            return "The gate passed. Approve to go on, or redirect the phase with an instruction."
+        if self.kind == "proposal":
+            return ("The gate failed. Pick the debug direction the next attempt follows "
+                    f"({ph.attempts - ph.budget_from} of the phase's budget used).")
+        if self.kind == "stopped":
+            return (f"The run stopped for a person: {ph.exit_reason}. Redirect the phase with "
+                    "an instruction (a fresh budget), or override the gate.")
+        return f"Run {self.run_id} is {s.status}: nothing waits for a decision."
+
+    @staticmethod
+    def _direction(i: int, d: dict[str, Any]) -> Option:
+        return Option(Text.assemble((f"{i}. {d['title']}", "bold"),
+                                    f"  [{d['skill']}, score {d['score']:.2f}]\n   ",
+                                    (d["rationale"], "italic")), id=d["direction_id"])
+
+    def on_mount(self) -> None:
+        if self.initial == "redirect" and self.kind in ("checkpoint", "stopped"):
+            self.query_one("#instruction", Input).focus()
+        elif self.kind == "proposal":
+            self.query_one(OptionList).focus()
+            self.query_one(OptionList).highlighted = 0
+        elif self.initial == "override" and self.query("#override"):
+            self.query_one("#override", Button).focus()
+        elif self.query("#approve"):
+            self.query_one("#approve", Button).focus()
+
+    # --- the live run beneath ---------------------------------------------------------------
+
+    def saw(self, events: list[Event], head: DeploymentState) -> None:
+        """The run moved on while the dialog was open: has the decision been taken?"""
+        if self.closed_by is not None:
+            return
+        kind, waiting = situation(head)
+        if (kind, waiting) == (self.kind, self.waiting_id):
+            return
+        decided = [e for e in events if e.type == "human.decision"]
+        who = (f"{decided[-1].payload['decision']} by {decided[-1].payload['author']}"
+               if decided else f"the run is now {head.status}")
+        self._close_by(f"Another client decided first: {who}. Nothing was written.")
+
+    def _close_by(self, text: str) -> None:
+        self.closed_by = text
+        self.query_one("#stale", Static).update(Text(text, style="bold yellow"))
+        for b in self.query(Button):
+            if b.id != "cancel":
+                b.disabled = True
+        self.query_one("#cancel", Button).label = "Close"
+
+    # --- deciding ---------------------------------------------------------------------------
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        what = event.button.id
+        if what == "cancel":
+            self.dismiss(None)
+        elif what == "approve":
+            self._leave("approve", {"checkpoint_id": self.waiting_id})
+        elif what == "redirect":
+            self._redirect()
+        elif what == "pick":
+            self._pick()
+        elif what == "override":
+            self._override()
+
+    @on(Input.Submitted, "#instruction")
+    def _submitted(self) -> None:
+        self._redirect()
+
+    @on(OptionList.OptionSelected, "#directions")
+    def _selected(self) -> None:
+        self._pick()
+
+    def _redirect(self) -> None:
+        text = self.query_one("#instruction", Input).value.strip()
+        if not text:
+            self.notify("a redirect needs an instruction: type what the next attempt should "
+                        "do differently", severity="error")
+            self.query_one("#instruction", Input).focus()
+            return
+        payload: dict[str, Any] = {"instruction": text}
+        if self.kind == "checkpoint":
+            payload["checkpoint_id"] = self.waiting_id
+        self._leave("redirect", payload)
+
+    def _pick(self) -> None:
+        options = self.query_one(OptionList)
+        if options.highlighted is None:
+            self.notify("choose a direction first", severity="error")
+            return
+        option = options.get_option_at_index(options.highlighted)
+        self._leave("pick", {"proposal_id": self.waiting_id, "direction_id": option.id})
+
+    def _override(self) -> None:
+        from .dialogs import Confirm
+
+        gate = self.ph.last_gate
+        failing = sum(1 for r in gate_rows(self.ph.gates) if r.gating and not r.passed)
+        name = gate.gate if gate else "?"
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self._leave("approve", {"override": True})
+
+        self.app.push_screen(Confirm(
+            f"Gate {name} of phase {self.phase} FAILED ({failing} gating checks). Approving "
+            "passes the phase anyway: the log records your override, and the independent "
+            "evaluator (phase 7) will fail this run. Override the gate?", "Override"),
+            confirmed)
+
+    def _leave(self, kind: str, payload: dict[str, Any]) -> None:
+        """Post the command, unless the decision was already taken by another client."""
+        if self.closed_by is not None:
+            return
+        store = self.deploy_app.store
+        fresh = store.fold(self.run_id)
+        now = situation(fresh)
+        if now != (self.kind, self.waiting_id):
+            self._close_by(f"Another client decided first: the run is now {fresh.status} "
+                           f"at v{fresh.version}. Nothing was written.")
+            return
+        queued = [c for c in store.pending_commands(self.run_id) if c["kind"] in
+                  DECISION_KINDS]
+        if queued:
+            c = queued[0]
+            self._close_by(f"Another client decided first: {c['kind']} by {c['author']} is "
+                           "in the inbox, not yet recorded. Nothing was written.")
+            return
+        payload = {k: v for k, v in payload.items() if v is not None}
+        command_id = store.post_command(self.run_id, kind, payload,
+                                        author=self.deploy_app.author)
+        self.notify(f"{kind} left for run {self.run_id}; its conductor records it once",
+                    timeout=4)
+        self.dismiss(command_id)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,413 @@
+"""The run screen: one screen for watching a run live and for replaying it (live is replay
+pinned to the newest event). Everything on it is drawn from the log at the cursor."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Static, TabbedContent, TabPane
+from textual.worker import get_current_worker
+
+from events import PHASE_NAMES, DeploymentState
+from events import fold as fold_events
+from store import EventStore
+
+from ..messages import CursorMoved, EventsArrived, Seek, ShowEvent
+from ..timeline import RunTimeline, waiting_for
+from ..widgets.event_stream import EventStream
+from ..widgets.panels import AgentPanel, GatesPanel, PerformancePanel, PlanPanel
+from ..widgets.phase_strip import PhaseStrip
+from ..widgets.scrubber import Scrubber
+
+if TYPE_CHECKING:
+    from ..app import DeployApp
+
+POLL_S = 0.1                 # how often the live worker looks at the store
+REPAINT_S = 0.25             # heavy panels repaint at most this often while events stream in
+SPEEDS = (1, 4, 16, 64, 256, 1024)     # replay speeds, events per second
+
+
+class RunScreen(Screen[None]):
+    """A run, live or in replay."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("d", "decide", "Decide", id="run.decide"),
+        Binding("comma", "step(-1)", "Step back", show=False, id="replay.step_back"),
+        Binding("full_stop", "step(1)", "Step fwd", show=False, id="replay.step_forward"),
+        Binding("left_square_bracket", "phase(-1)", "Prev phase", id="replay.prev_phase"),
+        Binding("right_square_bracket", "phase(1)", "Next phase", id="replay.next_phase"),
+        Binding("f", "failure(1)", "Next fail", id="replay.next_failure"),
+        Binding("F", "failure(-1)", "Prev fail", show=False, id="replay.prev_failure"),
+        Binding("n", "next_decision", "Next decision", show=False, id="replay.next_decision"),
+        Binding("space", "play", "Play/pause", id="replay.play"),
+        Binding("plus", "speed(1)", "Faster", show=False, id="replay.faster"),
+        Binding("minus", "speed(-1)", "Slower", show=False, id="replay.slower"),
+        Binding("g", "goto", "Go to", id="replay.goto"),
+        Binding("end", "follow", "Live", id="run.follow"),
+        Binding("P", "pause_run", "Pause run", show=False, id="run.pause"),
+        Binding("escape", "back", "Runs", id="run.back"),
+    ]
+
+    def __init__(self, run_id: str, *, live: bool) -> None:
+        super().__init__()
+        self.run_id = run_id
+        self.follow = live
+        self.playing = False
+        self.speed = 3                       # index into SPEEDS
+        self._dirty = False
+        self._stale_tabs: set[str] = set()
+        self._play_from = 0.0
+        self._play_start = 0
+        self.cursor = 0
+
+    @property
+    def deploy_app(self) -> DeployApp:
+        return self.app    # type: ignore[return-value]
+
+    @property
+    def store(self) -> EventStore:
+        return self.deploy_app.store
+
+    # --- building -----------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        self.timeline = RunTimeline(self.store, self.run_id)
+        self.head_state = self.timeline.state_at(self.timeline.head)
+        self.cursor = self.timeline.head if self.follow else min(1, self.timeline.head)
+        yield Static(id="run-title")
+        yield PhaseStrip(id="phases")
+        yield Static(id="banner")
+        with Horizontal(id="run-body"):
+            yield EventStream(self.timeline, id="stream")
+            with TabbedContent(id="tabs", initial="tab-gates"):
+                with TabPane("Gates", id="tab-gates"):
+                    yield GatesPanel(id="gates")
+                with TabPane("Performance", id="tab-perf"):
+                    yield PerformancePanel(id="perf")
+                with TabPane("Agent", id="tab-agent"):
+                    yield AgentPanel(id="agent")
+                with TabPane("Plan", id="tab-plan"):
+                    yield PlanPanel(id="plan")
+        with Vertical(id="replay-bar"):
+            yield Scrubber(self.timeline, id="scrubber")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        stream = self.query_one(EventStream)
+        stream.set_cursor(self.cursor)
+        stream.focus()
+        self.update_all()
+        self.set_interval(REPAINT_S, self._flush)
+        self._poll()
+        self._warm()
+
+    # --- workers ------------------------------------------------------------------------
+
+    @work(thread=True, exclusive=True, group="poll")
+    def _poll(self) -> None:
+        """Tail the store from its own connection; one message per poll that found events."""
+        worker = get_current_worker()
+        store = EventStore.open(self.store.path, readonly=True)
+        try:
+            row = store.conn.execute("SELECT head_seq FROM runs WHERE run_id = ?",
+                                     (self.run_id,)).fetchone()
+            cursor = int(row[0] or 0) if row else 0
+            # start from what the screen already read: its head's seq
+            head = self.timeline.head
+            if head:
+                seen = store.event_at(self.run_id, head)
+                cursor = seen.seq if seen is not None else cursor
+            while not worker.is_cancelled:
+                events = store.tail(self.run_id, cursor)
+                if events:
+                    cursor = events[-1].seq
+                    self.post_message(EventsArrived(self.run_id, events))
+                else:
+                    time.sleep(POLL_S)
+        finally:
+            store.close()
+
+    @work(thread=True, exclusive=True, group="warm")
+    def _warm(self) -> None:
+        """Keyframes for the whole run, so that any seek folds at most KEYFRAME events."""
+        store = EventStore.open(self.store.path, readonly=True)
+        try:
+            self.timeline.warm(store)
+        finally:
+            store.close()
+
+    # --- live events ----------------------------------------------------------------------
+
+    def on_events_arrived(self, message: EventsArrived) -> None:
+        events = [e for e in message.events if e.run_version > self.head_state.version]
+        if message.run_id != self.run_id or not events:
+            return
+        self.timeline.add(events)
+        self.timeline.note_head(events[-1].run_version)
+        if events[0].run_version == self.head_state.version + 1:
+            self.head_state = fold_events(events, self.head_state)
+        else:
+            self.head_state = self.timeline.state_at(events[-1].run_version)
+        stream = self.query_one(EventStream)
+        stream.sync_head()
+        if self.follow:
+            self.cursor = self.timeline.head
+            stream.set_cursor(self.cursor)
+        self._show_banner()
+        self._dirty = True
+        from .decision import DecisionDialog
+
+        if isinstance(self.app.screen, DecisionDialog):
+            self.app.screen.saw(events, self.head_state)
+
+    def _flush(self) -> None:
+        if self.playing:
+            self._advance_play()
+        if self._dirty:
+            self._dirty = False
+            self.update_all()
+
+    # --- the cursor -------------------------------------------------------------------------
+
+    def seek(self, version: int, *, follow: bool = False) -> None:
+        """Move the cursor to event `version` and bring every panel to that point."""
+        head = self.timeline.head
+        self.cursor = max(1 if head else 0, min(version, head))
+        self.follow = follow
+        self.query_one(EventStream).set_cursor(self.cursor)
+        self.update_all()
+
+    @on(CursorMoved)
+    def _cursor_moved(self, message: CursorMoved) -> None:
+        self.cursor = message.version
+        self.follow = False
+        self.update_all()
+
+    @on(Seek)
+    def _seek(self, message: Seek) -> None:
+        self.seek(message.version)
+
+    def state_at_cursor(self) -> DeploymentState:
+        if self.cursor >= self.head_state.version:
+            return self.head_state
+        return self.timeline.state_at(self.cursor)
+
+    # --- drawing ---------------------------------------------------------------------------
+
+    def update_all(self) -> None:
+        state = self.state_at_cursor()
+        self.query_one(PhaseStrip).show(state)
+        self.query_one(Scrubber).show(self.cursor)
+        self._show_title(state)
+        self._show_banner()
+        active = self.query_one(TabbedContent).active
+        self._stale_tabs = {"tab-gates", "tab-perf", "tab-agent", "tab-plan"}
+        self._show_tab(active, state)
+
+    def _show_title(self, state: DeploymentState) -> None:
+        mode = "LIVE" if self.follow else ("PLAY x" + str(SPEEDS[self.speed]) if self.playing
+                                           else "REPLAY")
+        status = self.store.live_status(self.run_id, self.head_state.status)
+        k = state.current_phase
+        where = f"phase {k} {PHASE_NAMES[k]}" if k is not None else "not started"
+        self.query_one("#run-title", Static).update(
+            f"[b]{self.run_id}[/b]  {state.model}  {state.backend}  agent {state.agent}  "
+            f"[b]{mode}[/b] v{self.cursor}/{self.timeline.head}  {where}  run {status}"
+            + (f"  verdict {self.head_state.verdict}" if self.head_state.verdict else ""))
+
+    def _show_banner(self) -> None:
+        banner = self.query_one("#banner", Static)
+        text = waiting_for(self.head_state)
+        if text is None:
+            banner.display = False
+            return
+        banner.display = True
+        banner.update(f"⚠  {text}  —  press [b]d[/b] to decide")
+
+    def _show_tab(self, tab: str, state: DeploymentState | None = None) -> None:
+        if tab not in self._stale_tabs:
+            return
+        self._stale_tabs.discard(tab)
+        state = state or self.state_at_cursor()
+        c = self.cursor
+        if tab == "tab-gates":
+            line = self.timeline.line(c)
+            phase = line.phase if line is not None and line.phase is not None else \
+                state.current_phase
+            self.query_one(GatesPanel).show(state, phase)
+        elif tab == "tab-perf":
+            self.query_one(PerformancePanel).show(self.timeline.profiles_at(c), self._report(c))
+        elif tab == "tab-agent":
+            self.query_one(AgentPanel).show(state, self.timeline.transcript_at(c))
+        elif tab == "tab-plan":
+            results = self.timeline.plan_results_at(c)
+            recipe = plan = None
+            for e in reversed(results):
+                r = e.payload["result"]
+                if recipe is None and isinstance(r.get("recipe"), str):
+                    recipe = self.timeline.blob_json(r["recipe"])
+                if plan is None and r.get("kept") and r.get("plan_after"):
+                    plan = self.timeline.blob_json(r["plan_after"])
+            self.query_one(PlanPanel).show(results, recipe, plan)
+
+    def _report(self, version: int) -> dict[str, Any] | None:
+        for e in reversed(self.timeline.plan_results_at(version)):
+            if e.payload["tool"] == "write_report":
+                data = self.timeline.blob_json(e.payload["result"].get("report_data"))
+                return data if isinstance(data, dict) else None
+        return None
+
+    @on(TabbedContent.TabActivated)
+    def _tab_shown(self, event: TabbedContent.TabActivated) -> None:
+        pane = event.pane.id or ""
+        self._show_tab(pane)
+
+    # --- replay actions ----------------------------------------------------------------------
+
+    def action_step(self, delta: int) -> None:
+        self.seek(self.cursor + delta)
+
+    def action_phase(self, direction: int) -> None:
+        m = self.timeline.next_mark(self.cursor, ("phase",), forward=direction > 0)
+        if m is None:
+            self.notify("no phase starts " + ("after" if direction > 0 else "before") +
+                        " this event", severity="warning")
+            return
+        self.seek(m.version)
+
+    def action_failure(self, direction: int) -> None:
+        m = self.timeline.next_mark(self.cursor, ("gate_fail",), forward=direction > 0)
+        if m is None:
+            self.notify("no gate failure " + ("after" if direction > 0 else "before") +
+                        " this event", severity="information")
+            return
+        self.seek(m.version)
+        self.query_one(TabbedContent).active = "tab-gates"
+
+    def action_next_decision(self) -> None:
+        m = self.timeline.next_mark(self.cursor, ("decision",))
+        if m is None:
+            self.notify("no decision after this event")
+            return
+        self.seek(m.version)
+
+    def action_play(self) -> None:
+        self.playing = not self.playing
+        if self.playing:
+            if self.cursor >= self.timeline.head:
+                self.seek(1)
+            self._play_from, self._play_start = time.monotonic(), self.cursor
+            self.follow = False
+        self.update_all()
+
+    def action_speed(self, step: int) -> None:
+        self.speed = max(0, min(len(SPEEDS) - 1, self.speed + step))
+        self._play_from, self._play_start = time.monotonic(), self.cursor
+        self.notify(f"replay speed {SPEEDS[self.speed]} events/s", timeout=2)
+        self._show_title(self.state_at_cursor())
+
+    def _advance_play(self) -> None:
+        target = self._play_start + int((time.monotonic() - self._play_from) * SPEEDS[self.speed])
+        if target >= self.timeline.head:
+            self.playing = False
+            target = self.timeline.head
+        if target != self.cursor:
+            self.seek(target)
+
+    def action_goto(self) -> None:
+        from .dialogs import GotoDialog
+
+        def go(version: int | None) -> None:
+            if version is not None:
+                self.seek(version)
+
+        self.app.push_screen(GotoDialog(self.timeline.head), go)
+
+    def action_follow(self) -> None:
+        self.playing = False
+        self.seek(self.timeline.head, follow=True)
+
+    def action_back(self) -> None:
+        self.deploy_app.show_runs()
+
+    @on(ShowEvent)
+    def _show_event(self, message: ShowEvent) -> None:
+        from .dialogs import EventDetail
+
+        event = self.timeline.event(message.version)
+        if event is not None:
+            self.app.push_screen(EventDetail(event))
+
+    # --- decisions ----------------------------------------------------------------------
+
+    def action_decide(self, initial: str | None = None) -> None:
+        from .decision import DecisionDialog
+
+        state = self.store.fold(self.run_id)
+        if waiting_for(state) is None:
+            self.notify(f"run {self.run_id} is not waiting for a decision "
+                        f"({self.store.live_status(self.run_id, state.status)})",
+                        severity="warning")
+            return
+        self.app.push_screen(DecisionDialog(self.run_id, state, initial=initial))
+
+    def action_pause_run(self) -> None:
+        state = self.store.fold(self.run_id)
+        if state.terminal or state.status == "paused":
+            self.notify(f"run {self.run_id} is {state.status}; nothing to pause",
+                        severity="warning")
+            return
+        self.store.post_command(self.run_id, "pause", author=self.deploy_app.author)
+        self.notify("pause left in the inbox; the run stops after its current step")
+
+    def action_abort_run(self) -> None:
+        from .dialogs import Confirm
+
+        def abort(yes: bool | None) -> None:
+            if yes:
+                self.store.post_command(self.run_id, "abort", author=self.deploy_app.author)
+                self.notify("abort left in the inbox")
+
+        self.app.push_screen(Confirm(f"Abort run {self.run_id}? It ends as ABORTED and "
+                                     "cannot be resumed (a fork can).", "Abort"), abort)
+
+    def commands(self) -> Iterable[SystemCommand]:
+        """The palette's commands for this run, as they apply right now."""
+        s = self.head_state
+        k = s.current_phase
+        ph = s.phases[k] if k is not None else None
+        if ph is not None and not s.terminal:
+            if ph.pending_checkpoint:
+                yield SystemCommand(f"Approve phase {k}", f"phase {k} passed its gate",
+                                    lambda: self.action_decide("approve"))
+                yield SystemCommand(f"Redirect phase {k}", "retry it with an instruction",
+                                    lambda: self.action_decide("redirect"))
+            if ph.pending_proposal:
+                yield SystemCommand(f"Pick a debug direction for phase {k}",
+                                    f"{len(ph.pending_directions)} proposed",
+                                    lambda: self.action_decide("pick"))
+            if (ph.pending_proposal or s.status == "needs_human") and ph.last_gate \
+                    and not ph.last_gate.passed:
+                yield SystemCommand(f"Override the failed gate of phase {k}",
+                                    "approve although the gate failed",
+                                    lambda: self.action_decide("override"))
+            if s.status == "needs_human":
+                yield SystemCommand(f"Redirect phase {k}", "it stopped for a person",
+                                    lambda: self.action_decide("redirect"))
+            if s.status not in ("paused",):
+                yield SystemCommand("Pause the run", "after its current step",
+                                    self.action_pause_run)
+            yield SystemCommand("Abort the run", "ends it as ABORTED", self.action_abort_run)
+        yield SystemCommand("Go to event…", "by its number", self.action_goto)
+        yield SystemCommand("Next gate failure", "replay", lambda: self.action_failure(1))
+        yield SystemCommand("Previous gate failure", "replay", lambda: self.action_failure(-1))
+        yield SystemCommand("Next decision", "replay", self.action_next_decision)
+        yield SystemCommand("Follow the newest event", "live", self.action_follow)
+        yield SystemCommand("Play / pause the replay", "", self.action_play)

@@ -1,0 +1,228 @@
+"""The runs screen: every run in the store, a preview of the selected one, and the ways in:
+open (replay), attach live, resume, fork, filter."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Static
+
+from events import PHASE_NAMES
+from store import RunSummary
+
+from ..timeline import unfinished_step, waiting_for
+
+if TYPE_CHECKING:
+    from ..app import DeployApp
+
+COLUMNS = ("run", "model", "started", "phase", "status", "verdict", "tokens", "cost", "events")
+STATUS_STYLE = {"running": "bold cyan", "crashed": "bold red", "needs_human": "bold yellow",
+                "finished": "green", "failed": "red", "aborted": "dim", "paused": "yellow"}
+
+
+def status_of(r: RunSummary) -> str:
+    """running (lock held), crashed (lock free, log not ended), needs_human, finished..."""
+    return r.status
+
+
+class RunsScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "open", "Open", id="runs.open"),
+        Binding("a", "attach", "Attach live", id="runs.attach"),
+        Binding("r", "resume", "Resume", id="runs.resume"),
+        Binding("k", "fork", "Fork", id="runs.fork"),
+        Binding("slash", "filter", "Filter", id="runs.filter"),
+        Binding("escape", "clear_filter", "Clear filter", show=False, id="runs.clear_filter"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.summaries: dict[str, RunSummary] = {}
+        self.filter_text = ""
+
+    @property
+    def deploy_app(self) -> DeployApp:
+        return self.app    # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="runs-title")
+        yield Input(placeholder="filter: run, model, status or verdict", id="runs-filter")
+        with Horizontal(id="runs-body"):
+            yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
+            yield Static(id="preview")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for c in COLUMNS:
+            table.add_column(c, key=c)
+        self.query_one("#runs-filter", Input).display = False
+        self.reload()
+        self.set_interval(1.0, self.reload)
+        table.focus()
+
+    # --- the list ---------------------------------------------------------------------------
+
+    def reload(self) -> None:
+        runs = self.deploy_app.store.runs()
+        self.summaries = {r.run_id: r for r in runs}
+        needle = self.filter_text.lower()
+        shown = [r for r in reversed(runs) if not needle or needle in
+                 " ".join((r.run_id, r.model, r.status, r.verdict or "")).lower()]
+        table = self.query_one(DataTable)
+        selected = self.selected()
+        table.clear()
+        for r in shown:
+            phase = "—" if r.phase_reached is None else f"{r.phase_reached} " \
+                f"{PHASE_NAMES[r.phase_reached].split()[0]}"
+            table.add_row(r.run_id[:26], r.model, r.created_ts[:19].replace("T", " "), phase,
+                          Text(r.status, style=STATUS_STYLE.get(r.status, "")),
+                          r.verdict or "—", f"{r.input_tokens + r.output_tokens:,}",
+                          f"${r.cost_usd:.2f}", str(r.events), key=r.run_id)
+        if selected in {r.run_id for r in shown}:
+            table.move_cursor(row=table.get_row_index(selected), animate=False)
+        self.query_one("#runs-title", Static).update(
+            f"[b]npu-deploy[/b]  {self.deploy_app.store.path}  {len(runs)} runs"
+            + (f", {len(shown)} shown (filter {self.filter_text!r})" if needle else ""))
+        self._preview()
+
+    def selected(self) -> str | None:
+        table = self.query_one(DataTable)
+        if not table.row_count:
+            return None
+        try:
+            key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
+        except Exception:  # noqa: BLE001 - no row under the cursor
+            return None
+        return str(key.value) if key.value is not None else None
+
+    @on(DataTable.RowHighlighted)
+    def _highlighted(self) -> None:
+        self._preview()
+
+    @on(DataTable.RowSelected)
+    def _selected(self) -> None:
+        self.action_open()
+
+    def _preview(self) -> None:
+        preview = self.query_one("#preview", Static)
+        run_id = self.selected()
+        if run_id is None:
+            preview.update(Text("No runs yet: `npu-deploy deploy MODEL` starts one.",
+                                style="dim"))
+            return
+        store = self.deploy_app.store
+        s = store.fold(run_id)
+        r = self.summaries.get(run_id)
+        grid = Table.grid(padding=(0, 1))
+        grid.add_row("run", run_id)
+        grid.add_row("model", f"{s.model} on {s.backend}, agent {s.agent}")
+        grid.add_row("policy", s.policy)
+        grid.add_row("status", r.status if r else s.status)
+        if s.forked_from:
+            grid.add_row("forked", f"from {s.forked_from[0]} at v{s.forked_from[1]}")
+        for ph in s.phases:
+            if ph.attempts:
+                gate = ph.last_gate
+                verdict = "" if gate is None else ("PASS" if gate.passed else "FAIL")
+                grid.add_row(f"phase {ph.phase}", f"{ph.status} a{ph.attempts} {verdict} "
+                             f"{ph.wall_time_s:.1f}s")
+        waits = waiting_for(s)
+        if waits:
+            grid.add_row("waits", Text(waits, style="yellow"))
+        grid.add_row("events", f"{s.version}, resumed {s.resumes}x")
+        preview.update(grid)
+
+    # --- actions -------------------------------------------------------------------------------
+
+    def action_open(self) -> None:
+        run_id = self.selected()
+        if run_id:
+            r = self.summaries.get(run_id)
+            self.deploy_app.open_run(run_id, live=bool(r and r.status == "running"))
+
+    def action_attach(self) -> None:
+        run_id = self.selected()
+        if run_id:
+            self.deploy_app.open_run(run_id, live=True)
+
+    def action_resume(self) -> None:
+        from .dialogs import ResumeConfirm
+
+        run_id = self.selected()
+        if run_id is None:
+            return
+        app = self.deploy_app
+        if app.driver is None:
+            self.notify("this TUI has no deployment driver; run `npu-deploy resume RUN`",
+                        severity="error")
+            return
+        r = self.summaries[run_id]
+        if r.status in ("finished", "failed", "aborted", "running"):
+            self.notify(f"run {run_id} is {r.status}: there is nothing to resume"
+                        + (" (another process writes it; attach instead)"
+                           if r.status == "running" else ""), severity="warning")
+            return
+        s = app.store.fold(run_id)
+        done = [ph for ph in s.phases if ph.status == "exited:passed"]
+        last = (f"{done[-1].phase} ({PHASE_NAMES[done[-1].phase]})" if done else "none")
+
+        def go(yes: bool | None) -> None:
+            if yes:
+                app.drive_resume(run_id)
+
+        app.push_screen(ResumeConfirm(run_id, last, unfinished_step(app.store, run_id),
+                                      r.status), go)
+
+    def action_fork(self) -> None:
+        from .dialogs import ForkDialog
+
+        run_id = self.selected()
+        app = self.deploy_app
+        if run_id is None:
+            return
+        if app.driver is None:
+            self.notify("this TUI has no deployment driver; run `npu-deploy fork RUN --at N`",
+                        severity="error")
+            return
+        head = self.summaries[run_id].events
+
+        def go(answer: tuple[int, str] | None) -> None:
+            if answer is not None and app.driver is not None:
+                try:
+                    new = app.driver.fork(run_id, answer[0], answer[1] or None)
+                except ValueError as e:
+                    self.notify(str(e), severity="error")
+                    return
+                self.notify(f"forked {run_id} at v{answer[0]} as {new}")
+                self.reload()
+
+        app.push_screen(ForkDialog(run_id, head, head), go)
+
+    def action_filter(self) -> None:
+        box = self.query_one("#runs-filter", Input)
+        box.display = True
+        box.focus()
+
+    @on(Input.Changed, "#runs-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value.strip()
+        self.reload()
+
+    @on(Input.Submitted, "#runs-filter")
+    def _filter_done(self) -> None:
+        self.query_one(DataTable).focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.query_one("#runs-filter", Input)
+        box.value, box.display = "", False
+        self.filter_text = ""
+        self.reload()
+        self.query_one(DataTable).focus()

@@ -1,0 +1,380 @@
+"""A run as the TUI reads it: event lines in pages, marks for the scrubber, the folded state
+at any event (from keyframes), and what each panel shows at that event.
+
+No Textual here: the screens call this from the UI thread (every call is one or two indexed
+SQLite reads) and the warm-up worker calls `warm` from its own thread and connection.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+from events import PHASE_NAMES, DeploymentState, Event
+from events import fold as fold_events
+from events.describe import describe
+from events.state import GateSummary
+from store import EventStore
+from store.eventstore import EVENT_COLUMNS, event_from_row
+
+PAGE: Final = 256              # event lines read per query
+PAGES_KEPT: Final = 64         # about 16k lines in memory, whatever the run's length
+KEYFRAME: Final = 1000         # a folded state kept every this many events
+
+#: What the scrubber and the jump keys need, found once per run with one indexed query.
+MARKED_TYPES: Final = ("phase.entered", "phase.exited", "gate.evaluated", "checkpoint.requested",
+                       "debug.proposed", "human.decision", "run.finished", "run.resumed",
+                       "error", "profile.recorded")
+#: Tool results the Plan and Performance panels read.
+PLAN_TOOLS: Final = ("select_tiles", "choose_datapath", "apply_transform", "write_report")
+#: The agent's side of the log: the Agent panel.
+AGENT_TYPES: Final = ("agent.message", "model.called", "tool.requested", "tool.completed",
+                      "tool.abandoned", "skill.loaded", "lesson.recorded", "error")
+
+GLYPHS: Final = {
+    "run.started": "▶", "run.forked": "⑂", "run.resumed": "↻", "run.finished": "■",
+    "phase.entered": "»", "phase.exited": "«", "agent.message": "✎", "model.called": "◇",
+    "tool.requested": "→", "tool.completed": "←", "tool.abandoned": "↯",
+    "gate.evaluated": "⊨", "profile.recorded": "⏱", "checkpoint.requested": "?",
+    "human.decision": "◆", "debug.proposed": "⚑", "skill.loaded": "§",
+    "lesson.recorded": "✱", "lesson.approved": "✔", "experience.recorded": "∿", "error": "✗",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EventLine:
+    """One line of the event stream."""
+
+    version: int
+    seq: int
+    type: str
+    phase: int | None
+    attempt: int | None
+    actor: str
+    ts: str
+    summary: str
+    tone: str            # how the line is coloured: pass fail human agent harness muted
+
+    @property
+    def glyph(self) -> str:
+        return GLYPHS.get(self.type, "·")
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """An event the scrubber shows and the jump keys stop at."""
+
+    version: int
+    kind: str            # phase gate_pass gate_fail checkpoint debug decision finished error
+    phase: int | None
+    label: str
+
+
+def tone_of(e: Event) -> str:
+    p = e.payload
+    if e.type == "gate.evaluated":
+        return "pass" if p.get("passed") else "fail"
+    if e.type in ("error", "tool.abandoned") or (e.type == "tool.completed" and not p.get("ok")):
+        return "fail"
+    if e.type == "run.finished":
+        return "pass" if p.get("verdict") == "PASS" else "fail"
+    if e.type in ("human.decision", "checkpoint.requested", "debug.proposed"):
+        return "human"
+    if e.type in ("phase.entered", "phase.exited", "run.started", "run.forked", "run.resumed"):
+        return "phase"
+    if e.actor == "agent":
+        return "agent"
+    return "muted"
+
+
+def line_of(e: Event) -> EventLine:
+    return EventLine(e.run_version, e.seq, e.type, e.phase, e.attempt, e.actor, e.ts,
+                     describe(e, 200), tone_of(e))
+
+
+def mark_of(e: Event) -> Mark | None:
+    p, k = e.payload, e.phase
+    where = f"phase {k}" if k is not None else "run"
+    if e.type == "phase.entered":
+        return Mark(e.run_version, "phase", k, f"{where} attempt {e.attempt}")
+    if e.type == "gate.evaluated":
+        kind = "gate_pass" if p["passed"] else "gate_fail"
+        return Mark(e.run_version, kind, k, f"{where} gate {'PASS' if p['passed'] else 'FAIL'}")
+    if e.type == "checkpoint.requested":
+        return Mark(e.run_version, "checkpoint", k, f"{where} checkpoint")
+    if e.type == "debug.proposed":
+        return Mark(e.run_version, "debug", k, f"{where} debug directions")
+    if e.type == "human.decision":
+        return Mark(e.run_version, "decision", k, f"{where} {p['decision']} by {p['author']}")
+    if e.type == "run.finished":
+        return Mark(e.run_version, "finished", k, f"run {p['verdict']}")
+    if e.type == "error":
+        return Mark(e.run_version, "error", k, f"{where} error {p['kind']}")
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseBand:
+    phase: int
+    first: int           # the version of its first phase.entered
+    last: int            # the version before the next phase began (or the head)
+
+
+class RunTimeline:
+    """One run of one store, read in pages. Not thread-safe except `warm` (own store)."""
+
+    def __init__(self, store: EventStore, run_id: str) -> None:
+        self.store, self.run_id = store, run_id
+        self.head = 0
+        self._pages: OrderedDict[int, list[EventLine]] = OrderedDict()
+        self._keys: dict[int, DeploymentState] = {}
+        self._key_versions: list[int] = []
+        self._keys_lock = threading.Lock()
+        self.marks: list[Mark] = []
+        self._mark_versions: list[int] = []
+        self.profiles: list[int] = []            # versions of profile.recorded
+        self.plan_results: list[int] = []        # versions of tool.completed of PLAN_TOOLS
+        self._indexed_upto = 0
+        self.refresh()
+
+    # --- the head and the index ---------------------------------------------------------
+
+    def refresh(self) -> int:
+        """Read the run's head and index what is new; returns the head."""
+        row = self.store.conn.execute("SELECT head_version FROM runs WHERE run_id = ?",
+                                      (self.run_id,)).fetchone()
+        head = int(row[0]) if row else 0
+        if head != self.head:
+            self._pages.pop(self.head // PAGE, None)     # the last page grew
+            self.head = head
+        if head > self._indexed_upto:
+            self._index(self._indexed_upto, head)
+        return head
+
+    def _index(self, after: int, upto: int) -> None:
+        types = MARKED_TYPES + ("tool.completed",)
+        marks = ", ".join("?" * len(types))
+        tools = ", ".join("?" * len(PLAN_TOOLS))
+        rows = self.store.conn.execute(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ? AND run_version > ? "
+            f"AND run_version <= ? AND type IN ({marks}) AND (type != 'tool.completed' OR "
+            f"json_extract(payload, '$.tool') IN ({tools})) ORDER BY run_version",
+            (self.run_id, after, upto, *types, *PLAN_TOOLS)).fetchall()
+        self.add((event_from_row(r) for r in rows), upto)
+
+    def add(self, events: Iterable[Event], upto: int | None = None) -> None:
+        """Index events already read (the live poll hands them over)."""
+        for e in events:
+            if e.run_version <= self._indexed_upto:
+                continue
+            m = mark_of(e)
+            if m is not None:
+                self.marks.append(m)
+                self._mark_versions.append(m.version)
+            if e.type == "profile.recorded":
+                self.profiles.append(e.run_version)
+            elif e.type == "tool.completed" and e.payload.get("tool") in PLAN_TOOLS:
+                self.plan_results.append(e.run_version)
+            self._indexed_upto = e.run_version
+        if upto is not None:
+            self._indexed_upto = max(self._indexed_upto, upto)
+
+    def note_head(self, head: int) -> None:
+        """The live poll saw the run grow to `head`."""
+        if head != self.head:
+            self._pages.pop(self.head // PAGE, None)
+            self.head = head
+
+    # --- lines -----------------------------------------------------------------------------
+
+    def line(self, version: int) -> EventLine | None:
+        """The line of event `version` (1-based), read with its page."""
+        if not 1 <= version <= self.head:
+            return None
+        index = (version - 1) // PAGE
+        page = self._pages.get(index)
+        if page is None or len(page) < min(PAGE, self.head - index * PAGE):
+            page = self._read_page(index)
+        else:
+            self._pages.move_to_end(index)
+        offset = version - 1 - index * PAGE
+        return page[offset] if offset < len(page) else None
+
+    def _read_page(self, index: int) -> list[EventLine]:
+        first = index * PAGE
+        page = [line_of(e) for e in self.store.events(self.run_id, after_version=first,
+                                                      upto_version=first + PAGE)]
+        self._pages[index] = page
+        while len(self._pages) > PAGES_KEPT:
+            self._pages.popitem(last=False)
+        return page
+
+    def event(self, version: int) -> Event | None:
+        return self.store.event_at(self.run_id, version)
+
+    # --- the folded state, from keyframes --------------------------------------------------
+
+    def state_at(self, version: int) -> DeploymentState:
+        """The run's state after event `version`: the nearest keyframe (ours or the store's
+        snapshot) folded forward, keeping a keyframe every KEYFRAME events on the way."""
+        version = max(0, min(version, self.head))
+        state = self._nearest(version)
+        return self._fold_to(self.store, state, version)
+
+    def _nearest(self, version: int) -> DeploymentState:
+        with self._keys_lock:
+            i = bisect.bisect_right(self._key_versions, version)
+            ours = self._keys[self._key_versions[i - 1]] if i else None
+        snap = self.store.load_snapshot(self.run_id, version)
+        best = max((s for s in (ours, snap) if s is not None), key=lambda s: s.version,
+                   default=None)
+        return best or DeploymentState()
+
+    def _fold_to(self, store: EventStore, state: DeploymentState, version: int
+                 ) -> DeploymentState:
+        while state.version < version:
+            stop = min(version, (state.version // KEYFRAME + 1) * KEYFRAME)
+            before = state.version
+            state = fold_events(store.events(self.run_id, after_version=before,
+                                             upto_version=stop), state)
+            if state.version == before:          # nothing there (a cut log): stop
+                break
+            if state.version % KEYFRAME == 0:
+                self._keep(state)
+        return state
+
+    def _keep(self, state: DeploymentState) -> None:
+        with self._keys_lock:
+            if state.version not in self._keys:
+                self._keys[state.version] = state
+                bisect.insort(self._key_versions, state.version)
+
+    def warm(self, store: EventStore, upto: int | None = None) -> None:
+        """Fold the whole run once, keeping keyframes (a worker thread, its own store)."""
+        target = upto if upto is not None else self.head
+        with self._keys_lock:
+            start = self._keys[self._key_versions[-1]] if self._key_versions else None
+        self._fold_to(store, start or DeploymentState(), target)
+
+    # --- marks and bands ---------------------------------------------------------------------
+
+    def next_mark(self, version: int, kinds: Sequence[str], forward: bool = True) -> Mark | None:
+        if forward:
+            i = bisect.bisect_right(self._mark_versions, version)
+            candidates = self.marks[i:]
+        else:
+            i = bisect.bisect_left(self._mark_versions, version)
+            candidates = list(reversed(self.marks[:i]))
+        return next((m for m in candidates if m.kind in kinds), None)
+
+    def bands(self) -> list[PhaseBand]:
+        entered = [m for m in self.marks if m.kind == "phase" and m.phase is not None]
+        out: list[PhaseBand] = []
+        for i, m in enumerate(entered):
+            last = entered[i + 1].version - 1 if i + 1 < len(entered) else self.head
+            assert m.phase is not None
+            if out and out[-1].phase == m.phase:          # a retry: the same band goes on
+                out[-1] = replace(out[-1], last=last)
+            else:
+                out.append(PhaseBand(m.phase, m.version, last))
+        return out
+
+    # --- what the panels show at an event ------------------------------------------------------
+
+    def latest(self, versions: list[int], upto: int, count: int = 1) -> list[Event]:
+        i = bisect.bisect_right(versions, upto)
+        found = [self.event(v) for v in versions[max(0, i - count):i]]
+        return [e for e in found if e is not None]
+
+    def profiles_at(self, version: int) -> dict[str, Event]:
+        """The newest profile of each scope at or before `version`."""
+        out: dict[str, Event] = {}
+        for e in reversed(self.latest(self.profiles, version, count=16)):
+            out.setdefault(e.payload["scope"], e)
+        return out
+
+    def plan_results_at(self, version: int, count: int = 40) -> list[Event]:
+        return self.latest(self.plan_results, version, count=count)
+
+    def transcript_at(self, version: int, count: int = 200) -> list[Event]:
+        """The agent's newest `count` events at or before `version`, oldest first."""
+        rows = self.store.conn.execute(
+            f"SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ? AND run_version <= ? AND "
+            f"type IN ({', '.join('?' * len(AGENT_TYPES))}) ORDER BY run_version DESC LIMIT ?",
+            (self.run_id, version, *AGENT_TYPES, count)).fetchall()
+        return [event_from_row(r) for r in reversed(rows)]
+
+    def blob_json(self, ref: str | None) -> Any:
+        if not ref:
+            return None
+        try:
+            return json.loads(self.store.get_blob(ref))
+        except (ValueError, OSError, Exception):  # noqa: BLE001 - a panel shows what it can
+            return None
+
+
+# --- gate rows ------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class GateRow:
+    subject: str
+    metric: str
+    value: float
+    comparison: str
+    threshold: float
+    passed: bool
+    gating: bool
+    history: tuple[float | None, ...]     # the value at each attempt of the phase, oldest first
+    message: str
+
+
+def gate_rows(gates: Sequence[GateSummary]) -> list[GateRow]:
+    """The newest gate's checks, failures first, each with its values across attempts."""
+    if not gates:
+        return []
+    by_attempt = [{(c["subject"], c["metric"]): c["value"] for c in g.checks} for g in gates]
+    rows = []
+    for c in gates[-1].checks:
+        key = (c["subject"], c["metric"])
+        rows.append(GateRow(c["subject"], c["metric"], float(c["value"]), c["comparison"],
+                            float(c["threshold"]), bool(c["passed"]), bool(c.get("gating", True)),
+                            tuple(a.get(key) for a in by_attempt), c.get("message", "")))
+    rows.sort(key=lambda r: (r.passed, not r.gating))
+    return rows
+
+
+def waiting_for(state: DeploymentState) -> str | None:
+    """What the run waits on a person for, in words; None when it waits for nobody."""
+    k = state.current_phase
+    if k is None or state.terminal:
+        return None
+    ph = state.phases[k]
+    if state.status == "needs_human":
+        return f"phase {k} ({PHASE_NAMES[k]}) stopped for a person: {ph.exit_reason}"
+    if ph.pending_checkpoint:
+        return f"phase {k} ({PHASE_NAMES[k]}) passed its gate: approve or redirect"
+    if ph.pending_proposal:
+        return (f"phase {k} ({PHASE_NAMES[k]}) failed its gate: pick one of "
+                f"{len(ph.pending_directions)} debug directions")
+    return None
+
+
+def unfinished_step(store: EventStore, run_id: str) -> str | None:
+    """The newest tool step that was requested and never completed (a crash mid-step)."""
+    done: set[str] = set()
+    rows = store.conn.execute(
+        "SELECT type, json_extract(payload, '$.call_id'), json_extract(payload, '$.tool'), "
+        "phase, attempt FROM events WHERE run_id = ? AND type IN ('tool.requested', "
+        "'tool.completed', 'tool.abandoned') ORDER BY run_version DESC LIMIT 200",
+        (run_id,)).fetchall()
+    for type_, call_id, tool, phase, attempt in rows:
+        if type_ != "tool.requested":
+            done.add(call_id)
+        elif call_id not in done:
+            return f"{tool} (phase {phase}, attempt {attempt}, call {call_id})"
+    return None

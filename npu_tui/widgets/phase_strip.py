@@ -1,0 +1,57 @@
+"""The phase strip: phases 0-7 with their state, attempts and wall time."""
+
+from __future__ import annotations
+
+from rich.style import Style
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from events import PHASE_NAMES, DeploymentState
+
+SHORT = ("oracle", "kernels", "block", "model", "prefill", "decode", "finalize", "evaluator")
+STATE_GLYPH = {"pending": "·", "working": "…", "gating": "⊨", "passed": "✓?",
+               "failed": "✗", "awaiting_human": "?", "debugging": "⚑",
+               "exited:passed": "✓", "exited:needs_human": "✋", "exited:failed": "✗"}
+
+
+def phase_cells(state: DeploymentState) -> list[tuple[str, str, str]]:
+    """Per phase: its label, its detail line, and a style name."""
+    out = []
+    for ph in state.phases:
+        glyph = STATE_GLYPH.get(ph.status, ph.status)
+        style = {"exited:passed": "pass", "failed": "fail", "debugging": "fail",
+                 "exited:needs_human": "fail", "awaiting_human": "human",
+                 "pending": "muted"}.get(ph.status, "active")
+        if state.current_phase == ph.phase and style == "muted":
+            style = "active"
+        wall = ph.wall_time_s
+        detail = f"{glyph} a{ph.attempts}" + (f" {wall:.1f}s" if wall else "")
+        out.append((f"{ph.phase} {SHORT[ph.phase]}", detail if ph.attempts else "·", style))
+    return out
+
+
+class PhaseStrip(Static):
+    """Receives a folded state; draws one cell per phase."""
+
+    DEFAULT_CLASSES = "phase-strip"
+
+    def show(self, state: DeploymentState) -> None:
+        table = Table.grid(expand=True, padding=(0, 1))
+        cells = phase_cells(state)
+        for _ in cells:
+            table.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
+        styles = {name: self.get_component_rich_style(f"phase-strip--{name}")
+                  for name in ("pass", "fail", "human", "muted", "active")}
+        table.add_row(*(Text(label, style=styles[s] + _bold(state, i))
+                        for i, (label, _, s) in enumerate(cells)))
+        table.add_row(*(Text(detail, style=styles[s]) for _, detail, s in cells))
+        self.update(table)
+        self.tooltip = " · ".join(f"{i} {n}" for i, n in enumerate(PHASE_NAMES))
+
+    COMPONENT_CLASSES = {"phase-strip--pass", "phase-strip--fail", "phase-strip--human",
+                         "phase-strip--muted", "phase-strip--active"}
+
+
+def _bold(state: DeploymentState, phase: int) -> Style:
+    return Style(bold=True, underline=True) if state.current_phase == phase else Style()
