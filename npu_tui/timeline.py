@@ -93,7 +93,7 @@ def tone_of(e: Event) -> str:
 
 
 def line_of(e: Event) -> EventLine:
-    return EventLine(e.run_version, e.seq, e.type, e.phase, e.attempt, e.actor, e.ts,
+    return EventLine(e.run_version, e.seq or 0, e.type, e.phase, e.attempt, e.actor, e.ts,
                      describe(e, 200), tone_of(e))
 
 

@@ -50,7 +50,8 @@ class RunScreen(Screen[None]):
         Binding("plus", "speed(1)", "Faster", show=False, id="replay.faster"),
         Binding("minus", "speed(-1)", "Slower", show=False, id="replay.slower"),
         Binding("g", "goto", "Go to", id="replay.goto"),
-        Binding("end", "follow", "Live", id="run.follow"),
+        # priority: the event stream would otherwise take `end` as "scroll to the bottom"
+        Binding("end", "follow", "Live", id="run.follow", priority=True),
         Binding("P", "pause_run", "Pause run", show=False, id="run.pause"),
         Binding("escape", "back", "Runs", id="run.back"),
     ]
@@ -116,18 +117,13 @@ class RunScreen(Screen[None]):
         worker = get_current_worker()
         store = EventStore.open(self.store.path, readonly=True)
         try:
-            row = store.conn.execute("SELECT head_seq FROM runs WHERE run_id = ?",
-                                     (self.run_id,)).fetchone()
-            cursor = int(row[0] or 0) if row else 0
-            # start from what the screen already read: its head's seq
-            head = self.timeline.head
-            if head:
-                seen = store.event_at(self.run_id, head)
-                cursor = seen.seq if seen is not None else cursor
+            # start after what the screen has already read (nothing, for a run not yet begun)
+            seen = store.event_at(self.run_id, self.timeline.head)
+            cursor = seen.seq if seen is not None and seen.seq is not None else 0
             while not worker.is_cancelled:
                 events = store.tail(self.run_id, cursor)
                 if events:
-                    cursor = events[-1].seq
+                    cursor = events[-1].seq or cursor
                     self.post_message(EventsArrived(self.run_id, events))
                 else:
                     time.sleep(POLL_S)

@@ -3,12 +3,13 @@ open (replay), attach live, resume, fork, filter."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.table import Table
 from rich.text import Text
 from textual import on
-from textual.app import ComposeResult
+from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.screen import Screen
@@ -25,11 +26,6 @@ if TYPE_CHECKING:
 COLUMNS = ("run", "model", "started", "phase", "status", "verdict", "tokens", "cost", "events")
 STATUS_STYLE = {"running": "bold cyan", "crashed": "bold red", "needs_human": "bold yellow",
                 "finished": "green", "failed": "red", "aborted": "dim", "paused": "yellow"}
-
-
-def status_of(r: RunSummary) -> str:
-    """running (lock held), crashed (lock free, log not ended), needs_human, finished..."""
-    return r.status
 
 
 class RunsScreen(Screen[None]):
@@ -219,6 +215,22 @@ class RunsScreen(Screen[None]):
     @on(Input.Submitted, "#runs-filter")
     def _filter_done(self) -> None:
         self.query_one(DataTable).focus()
+
+    def commands(self) -> Iterable[SystemCommand]:
+        """The palette's commands for the selected run."""
+        run_id = self.selected()
+        if run_id is None:
+            return
+        short = run_id[:12]
+        yield SystemCommand(f"Open run {short}", "replay it", self.action_open)
+        yield SystemCommand(f"Attach to run {short}", "follow it live", self.action_attach)
+        r = self.summaries.get(run_id)
+        if r is not None and r.status in ("crashed", "paused", "needs_human"):
+            yield SystemCommand(f"Resume run {short}", "run its conductor here",
+                                self.action_resume)
+        yield SystemCommand(f"Fork run {short}", "a new run from a prefix", self.action_fork)
+        yield SystemCommand("Filter runs", "by id, model, status or verdict",
+                            self.action_filter)
 
     def action_clear_filter(self) -> None:
         box = self.query_one("#runs-filter", Input)

@@ -1,0 +1,460 @@
+"""The TUI under Pilot, on real stores written by the real conductor (fake pipeline): every
+decision path ends in exactly the inbox rows it should, and the conductor applies them;
+replay seeks and jumps land on the right events; the run browser's resume and fork work."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from fake_pipeline import make
+
+from machine import Conductor, Policy
+from npu_deploy.tui import ConductorDriver
+from npu_tui import DeployApp
+from npu_tui.screens.decision import DecisionDialog
+from npu_tui.screens.dialogs import Confirm, ForkDialog, GotoDialog, ResumeConfirm
+from npu_tui.screens.run import RunScreen
+from npu_tui.screens.runs import RunsScreen
+from npu_tui.timeline import RunTimeline
+from store import EventStore
+
+SIZE = (150, 45)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    def pipeline(fail: str = "", steps: int = 3):
+        monkeypatch.setenv("FAKE_FAIL", fail)
+        monkeypatch.setenv("FAKE_STEPS", str(steps))
+        return make()
+    return pipeline
+
+
+def start(store: EventStore, pipeline, policy: Policy | None = None, run_id: str = "r1"
+          ) -> Conductor:
+    return Conductor.start(store, pipeline, policy or Policy(), model="tiny", run_id=run_id,
+                           config={"pipeline": "fake_pipeline:make"})
+
+
+async def until(pilot, cond: Callable[[], object], timeout: float = 8.0) -> None:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        if loop.time() > end:
+            raise AssertionError("timed out waiting for the TUI")
+        await pilot.pause(0.05)
+
+
+def tui_commands(store: EventStore, run_id: str) -> list[dict]:
+    return [c for c in store.pending_commands(run_id) if c["author"].endswith("@tui")]
+
+
+# --- decisions ---------------------------------------------------------------------------------
+
+async def test_approve_at_a_checkpoint_is_one_inbox_command_that_the_conductor_applies(
+        store, db_path, fake):
+    c = start(store, fake())
+    assert c.run(wait=False).reason == "awaiting_human"
+    app = DeployApp(db_path, run_id="r1", live=True)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+        assert screen.query_one("#banner").display                 # a checkpoint waits
+        await pilot.press("d")
+        assert isinstance(app.screen, DecisionDialog)
+        await pilot.press("enter")                                 # Approve has the focus
+        await until(pilot, lambda: not isinstance(app.screen, DecisionDialog))
+        [cmd] = tui_commands(store, "r1")
+        assert cmd["kind"] == "approve" and cmd["payload"] == {"checkpoint_id": "p0.a1"}
+        assert c.run(wait=False).reason == "awaiting_human"        # now at phase 1
+        await until(pilot, lambda: screen.head_state.current_phase == 1
+                    and screen.head_state.phases[1].pending_checkpoint)
+        assert screen.cursor == screen.timeline.head               # live follows the head
+    c.close()
+    s = store.fold("r1")
+    assert s.phases[0].status == "exited:passed" and s.phases[0].decision == "approve"
+    assert not store.pending_commands("r1")
+
+
+async def test_redirect_needs_an_instruction_and_records_it(store, db_path, fake):
+    c = start(store, fake())
+    c.run(wait=False)
+    app = DeployApp(db_path, run_id="r1", live=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("d")
+        await pilot.click("#redirect")                             # empty: refused
+        assert isinstance(app.screen, DecisionDialog) and not tui_commands(store, "r1")
+        app.screen.query_one("#instruction").value = "use smaller tiles"
+        await pilot.pause(0.3)                          # a button ignores a second press
+        await pilot.click("#redirect")                  # within its 0.2 s press effect
+        await until(pilot, lambda: tui_commands(store, "r1"))
+    [cmd] = tui_commands(store, "r1")
+    assert cmd["kind"] == "redirect" and cmd["payload"]["instruction"] == "use smaller tiles"
+    c.run(wait=False)
+    c.close()
+    entered = [e for e in store.events("r1") if e.type == "phase.entered"]
+    assert entered[-1].attempt == 2 and entered[-1].payload["instruction"] == "use smaller tiles"
+
+
+async def test_pick_a_debug_direction_by_its_skill(store, db_path, fake):
+    c = start(store, fake(fail="0:1"))
+    assert c.run(wait=False).reason == "awaiting_pick"
+    app = DeployApp(db_path, run_id="r1", live=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("d")
+        dialog = app.screen
+        assert isinstance(dialog, DecisionDialog) and dialog.kind == "proposal"
+        await pilot.press("down")                                  # the second direction
+        await pilot.click("#pick")
+        await until(pilot, lambda: tui_commands(store, "r1"))
+    [cmd] = tui_commands(store, "r1")
+    assert cmd["kind"] == "pick"
+    assert cmd["payload"] == {"proposal_id": "p0.a1", "direction_id": "bo"}
+    c.run(wait=False)
+    c.close()
+    assert store.fold("r1").phases[0].debug_direction == "bo"
+
+
+@pytest.mark.parametrize("confirm", [True, False])
+async def test_overriding_a_failed_gate_takes_a_second_confirmation(store, db_path, fake,
+                                                                    confirm):
+    c = start(store, fake(fail="0:9"))
+    c.run(wait=False)
+    app = DeployApp(db_path, run_id="r1", live=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("d")
+        await pilot.click("#override")
+        assert isinstance(app.screen, Confirm)
+        await pilot.click("#yes" if confirm else "#no")
+        await pilot.pause(0.2)
+    cmds = tui_commands(store, "r1")
+    if not confirm:
+        assert cmds == []
+        c.close()
+        return
+    [cmd] = cmds
+    assert cmd["kind"] == "approve" and cmd["payload"] == {"override": True}
+    c.run(wait=False)
+    c.close()
+    exited = [e for e in store.events("r1") if e.type == "phase.exited"]
+    assert exited[0].payload["outcome"] == "passed" and "overrode" in exited[0].payload["reason"]
+
+
+async def test_a_stopped_run_offers_redirect_and_override(store, db_path, fake):
+    c = start(store, fake(fail="0:9"), Policy(auto_approve=True, budget=1))
+    assert c.run().reason == "needs_human"
+    c.close()
+    app = DeployApp(db_path, run_id="r1", live=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("d")
+        dialog = app.screen
+        assert isinstance(dialog, DecisionDialog) and dialog.kind == "stopped"
+        assert dialog.query("#redirect") and dialog.query("#override")
+        assert not dialog.query("#approve")               # a plain approve cannot pass it
+        dialog.query_one("#instruction").value = "fix it"
+        await pilot.press("enter")
+        await until(pilot, lambda: tui_commands(store, "r1"))
+    assert tui_commands(store, "r1")[0]["payload"] == {"instruction": "fix it"}
+
+
+async def test_cancel_writes_nothing(store, db_path, fake):
+    c = start(store, fake())
+    c.run(wait=False)
+    c.close()
+    app = DeployApp(db_path, run_id="r1", live=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("d")
+        await pilot.press("escape")
+        assert isinstance(app.screen, RunScreen)
+        await pilot.press("d")
+        await pilot.click("#cancel")
+        assert isinstance(app.screen, RunScreen)
+    assert store.pending_commands("r1") == []
+
+
+async def test_when_another_client_decided_first_the_dialog_says_so(store, db_path, fake):
+    c = start(store, fake())
+    c.run(wait=False)
+    app = DeployApp(db_path, run_id="r1", live=True)
+    async with app.run_test(size=SIZE) as pilot:
+        # a decision still in the inbox
+        await pilot.press("d")
+        store.post_command("r1", "redirect", {"instruction": "other"}, author="ana")
+        await pilot.click("#approve")
+        dialog = app.screen
+        assert isinstance(dialog, DecisionDialog)
+        assert dialog.closed_by and "redirect by ana" in dialog.closed_by
+        assert dialog.query_one("#approve").disabled
+        await pilot.click("#cancel")
+        # a decision recorded while the dialog is open: the live run beneath moves on
+        c.run(wait=False)                                  # records ana's redirect
+        store.post_command("r1", "approve", author="ana")
+        await until(pilot, lambda: app.screen.query("#banner")
+                    and app.screen.head_state.phases[0].attempts == 2)
+        await pilot.press("d")
+        dialog = app.screen
+        assert isinstance(dialog, DecisionDialog)
+        c.run(wait=False)                                  # records ana's approve
+        await until(pilot, lambda: dialog.closed_by is not None)
+        assert "approve by ana" in dialog.closed_by
+    c.close()
+    assert tui_commands(store, "r1") == []
+    assert not [e for e in store.events("r1") if e.type == "human.decision"
+                and e.payload["author"].endswith("@tui")]
+
+
+async def test_decide_is_refused_when_nothing_waits(store, db_path, fake):
+    c = start(store, fake(), Policy(auto_approve=True))
+    c.run()
+    c.close()
+    app = DeployApp(db_path, run_id="r1", live=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("d")
+        assert isinstance(app.screen, RunScreen)
+        assert not app.screen.query_one("#banner").display
+
+
+async def test_the_palette_offers_what_applies_now(store, db_path, fake):
+    c = start(store, fake())
+    c.run(wait=False)
+    app = DeployApp(db_path, run_id="r1", live=True)
+    async with app.run_test(size=SIZE) as pilot:
+        titles = [cmd.title for cmd in app.get_system_commands(app.screen)]
+        assert "Approve phase 0" in titles and "Pick a debug direction for phase 0" not in titles
+        store.post_command("r1", "approve")
+        c.run(wait=False)
+        await until(pilot, lambda: app.screen.head_state.phases[1].pending_checkpoint)
+        titles = [cmd.title for cmd in app.get_system_commands(app.screen)]
+        assert "Approve phase 1" in titles and "Approve phase 0" not in titles
+    c.close()
+
+
+# --- replay ------------------------------------------------------------------------------------
+
+@pytest.fixture
+def finished_run(store, fake):
+    """A run through all phases: phase 2's gate fails once, the policy picks and retries."""
+    c = start(store, fake(fail="2:1,5:1"), Policy(auto_approve=True))
+    assert c.run().reason == "finished"
+    c.close()
+    return "r1"
+
+
+async def test_replay_jumps_to_failures_phases_decisions_and_event_numbers(store, db_path,
+                                                                         finished_run):
+    events = list(store.events(finished_run))
+    fails = [e.run_version for e in events if e.type == "gate.evaluated"
+             and not e.payload["passed"]]
+    entered = [e.run_version for e in events if e.type == "phase.entered"]
+    decisions = [e.run_version for e in events if e.type == "human.decision"]
+    app = DeployApp(db_path, run_id=finished_run, live=False)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        assert isinstance(screen, RunScreen) and screen.cursor == 1 and not screen.follow
+        await pilot.press("f")
+        assert screen.cursor == fails[0]
+        from textual.widgets import TabbedContent
+        assert screen.query_one(TabbedContent).active == "tab-gates"
+        await pilot.press("f")
+        assert screen.cursor == fails[1]
+        await pilot.press("F")
+        assert screen.cursor == fails[0]
+        # the phase strip and gates show the state at the cursor, not at the end
+        assert screen.state_at_cursor().phases[2].status == "failed"
+        assert screen.state_at_cursor().phases[3].attempts == 0
+        await pilot.press("right_square_bracket")
+        assert screen.cursor == min(v for v in entered if v > fails[0])
+        await pilot.press("left_square_bracket")
+        assert screen.cursor == max(v for v in entered if v < min(v for v in entered
+                                                                  if v > fails[0]))
+        before = screen.cursor
+        await pilot.press("n")
+        assert screen.cursor == min(v for v in decisions if v > before)
+        await pilot.press("g")
+        assert isinstance(app.screen, GotoDialog)
+        await pilot.press(*"42", "enter")
+        assert screen.cursor == 42
+        await pilot.press("full_stop")
+        assert screen.cursor == 43
+        await pilot.press("comma", "comma")
+        assert screen.cursor == 41
+        await pilot.press("end")
+        assert screen.cursor == len(events) and screen.follow
+
+
+async def test_seeking_folds_the_same_state_as_the_store(store, db_path, finished_run):
+    head = store.fold(finished_run).version
+    timeline = RunTimeline(store, finished_run)
+    for v in (1, 7, head // 2, head - 1, head, 3):
+        assert timeline.state_at(v) == store.fold(finished_run, v, use_snapshots=False)
+    assert timeline.line(head).type == "run.finished" and timeline.line(head + 1) is None
+    bands = timeline.bands()
+    assert [b.phase for b in bands] == list(range(8))
+    assert bands[-1].last == head
+
+
+async def test_play_advances_the_cursor_and_stops_at_the_end(store, db_path, finished_run):
+    app = DeployApp(db_path, run_id=finished_run, live=False)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        await pilot.press("plus", "plus")                 # 256 events/s
+        await pilot.press("space")
+        await until(pilot, lambda: screen.cursor > 20)
+        await pilot.press("space")
+        stopped = screen.cursor
+        await pilot.pause(0.4)
+        assert screen.cursor == stopped and not screen.playing
+
+
+async def test_event_details_open_on_enter(store, db_path, finished_run):
+    app = DeployApp(db_path, run_id=finished_run, live=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("enter")
+        from npu_tui.screens.dialogs import EventDetail
+        assert isinstance(app.screen, EventDetail)
+        assert app.screen.event.type == "run.started"
+        await pilot.press("escape")
+        assert isinstance(app.screen, RunScreen)
+
+
+# --- the runs screen -----------------------------------------------------------------------------
+
+async def test_runs_screen_shows_live_crashed_and_finished_runs_and_filters(store, db_path,
+                                                                           fake):
+    done = start(store, fake(), Policy(auto_approve=True), run_id="done")
+    done.run()
+    done.close()
+    crashed = start(store, fake(), run_id="crashed")
+    crashed.run(wait=False)
+    crashed.close()                                       # lock free, log not ended
+    live = start(store, fake(), run_id="live")
+    live.run(wait=False)                                  # lock held
+    app = DeployApp(db_path)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        assert isinstance(screen, RunsScreen)
+        from textual.widgets import DataTable
+        table = screen.query_one(DataTable)
+        status = {str(k.value): table.get_cell(k, "status").plain for k in table.rows}
+        assert status == {"done": "finished", "crashed": "crashed", "live": "running"}
+        await pilot.press("slash", *"crash", "enter")
+        assert [str(k.value) for k in table.rows] == ["crashed"]
+        await pilot.press("escape")
+        assert len(table.rows) == 3
+        # open the live one: it attaches (follows the head)
+        table.move_cursor(row=table.get_row_index("live"))
+        await pilot.press("enter")
+        assert isinstance(app.screen, RunScreen) and app.screen.follow
+        await pilot.press("escape")
+        assert isinstance(app.screen, RunsScreen)
+    live.close()
+
+
+async def test_resume_from_the_browser_runs_the_conductor_in_this_process(store, db_path, fake):
+    c = start(store, fake(), Policy(auto_approve=True, pause_at=frozenset({1})))
+    assert c.run(wait=False).reason == "awaiting_human"
+    c.close()                                        # "crashed" while waiting at phase 1
+    store.post_command("r1", "approve")
+    app = DeployApp(db_path, driver=ConductorDriver(db_path))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("r")
+        dialog = app.screen
+        assert isinstance(dialog, ResumeConfirm)
+        assert dialog.last_phase.startswith("0 ") and dialog.unfinished is None
+        await pilot.click("#yes")
+        await until(pilot, lambda: isinstance(app.screen, RunScreen)
+                    and app.screen.head_state.status == "finished", timeout=20)
+    s = store.fold("r1")
+    assert s.status == "finished" and s.resumes == 1
+
+
+async def test_fork_from_the_browser(store, db_path, finished_run):
+    app = DeployApp(db_path, driver=ConductorDriver(db_path))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("k")
+        assert isinstance(app.screen, ForkDialog)
+        app.screen.query_one("#at").value = "20"
+        app.screen.query_one("#note").value = "try again from phase 1"
+        await pilot.click("#yes")
+        await until(pilot, lambda: len(store.run_ids()) == 2)
+    new = [r for r in store.run_ids() if r != finished_run][0]
+    s = store.fold(new)
+    assert s.forked_from == (finished_run, 20)
+
+
+async def test_deploy_runs_the_conductor_in_a_worker_and_the_tui_approves(store, db_path,
+                                                                         fake):
+    fake()
+    driver = ConductorDriver(db_path, "fake_pipeline:make",
+                             Policy(auto_approve=True, pause_at=frozenset({2})), "tiny",
+                             {"pipeline": "fake_pipeline:make"})
+    app = DeployApp(db_path, run_id="dep", live=True, driver=driver, drive="deploy")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        await until(pilot, lambda: screen.head_state.phases[2].pending_checkpoint, timeout=20)
+        assert store.is_locked("dep")                     # the conductor is in this process
+        await pilot.press("d")
+        await pilot.press("enter")
+        await until(pilot, lambda: screen.head_state.status == "finished", timeout=20)
+        await until(pilot, lambda: not app.driving)
+    s = store.fold("dep")
+    assert s.verdict == "PASS"
+    approvals = [e for e in store.events("dep") if e.type == "human.decision"
+                 and e.payload["author"].endswith("@tui")]
+    assert [e.phase for e in approvals] == [2]
+
+
+# --- keys ------------------------------------------------------------------------------------
+
+async def test_a_keymap_file_rebinds_by_binding_id(store, db_path, fake, tmp_path, monkeypatch):
+    c = start(store, fake())
+    c.run(wait=False)
+    c.close()
+    keymap = tmp_path / "keymap.toml"
+    keymap.write_text('[keymap]\n"run.decide" = "ctrl+d"\n')
+    monkeypatch.setenv("NPU_DEPLOY_KEYMAP", str(keymap))
+    app = DeployApp(db_path, run_id="r1", live=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("d")
+        assert isinstance(app.screen, RunScreen)
+        await pilot.press("ctrl+d")
+        assert isinstance(app.screen, DecisionDialog)
+
+
+async def test_a_broken_keymap_is_reported_and_the_defaults_stay(store, db_path, fake, tmp_path,
+                                                                monkeypatch):
+    c = start(store, fake())
+    c.run(wait=False)
+    c.close()
+    keymap = tmp_path / "keymap.toml"
+    keymap.write_text("[keymap\n")
+    monkeypatch.setenv("NPU_DEPLOY_KEYMAP", str(keymap))
+    app = DeployApp(db_path, run_id="r1", live=True)
+    async with app.run_test(size=SIZE) as pilot:
+        assert any("not a keymap" in n.message for n in app._notifications)
+        await pilot.press("d")
+        assert isinstance(app.screen, DecisionDialog)
+
+
+async def test_help_opens_on_question_mark_and_f1(store, db_path, finished_run):
+    app = DeployApp(db_path, run_id=finished_run, live=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        assert app.screen.query("HelpPanel")
+        await pilot.press("f1")
+        assert not app.screen.query("HelpPanel")
+
+
+# --- the commands -------------------------------------------------------------------------------
+
+def test_tui_commands_refuse_clearly_without_a_terminal(cli, db_path: Path, store):
+    r = cli("attach", "nope", "--db", str(db_path))
+    assert r.exit_code == 1 and "no run 'nope'" in r.output
+    r = cli("tui", "--db", str(db_path))
+    assert r.exit_code == 2 and "needs a terminal" in r.output
+    r = cli("deploy", "tiny", "--pipeline", "fake_pipeline:make", "--db", str(db_path))
+    assert r.exit_code == 2 and "needs a terminal" in r.output
+    assert store.run_ids() == []                          # nothing was created

@@ -1,0 +1,213 @@
+"""Snapshots of the TUI (pytest-textual-snapshot): the run browser, a live run, the
+decision dialog in its three situations, the override confirmation, a failed gate and the
+replay scrubber. The runs come from tests/tui_runs.py: the real conductor and the fake
+pipeline under a fake clock, so every screen is the same on every run.
+
+Regenerate after a deliberate change to the screens:
+    .venv/bin/python -m pytest tests/test_tui_snapshots.py --snapshot-update
+and look at the SVGs (tests/__snapshots__/test_tui_snapshots/) before committing them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+import tui_runs
+from textual.pilot import Pilot
+from textual.widgets import Button, Input
+
+from npu_tui import DeployApp
+from npu_tui.screens.decision import DecisionDialog
+from npu_tui.screens.dialogs import Confirm
+from npu_tui.screens.run import RunScreen
+from npu_tui.widgets.scrubber import Scrubber
+from store import EventStore
+
+SIZE = (140, 40)
+DB = Path("runs.db")       # relative: the runs screen prints the path, the same everywhere
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One store with every fixture run, written once for the module (the tests only read
+    it, or leave inbox commands in copies of it)."""
+    path = tmp_path_factory.mktemp("tui-runs") / "runs.db"
+    ids = tui_runs.build_store(path, *tui_runs.ALL_RUNS)
+    assert ids == ["done-pass", "stopped-p2", "debug-p1", "live-p0", "work-p1"]
+    return path
+
+
+@pytest.fixture
+def db(built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A private copy of the store as ./runs.db, and no user keymap."""
+    (tmp_path / DB).write_bytes(built.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NPU_DEPLOY_KEYMAP", str(tmp_path / "no-keymap.toml"))
+    yield DB
+
+
+@pytest.fixture
+def hold(db: Path) -> Iterator[Callable[[str], None]]:
+    """hold(run_id): this process takes the run's writer lock until the test ends, so the
+    TUI sees the run as running (a conductor at work in another process)."""
+    with ExitStack() as stack:
+        store = stack.enter_context(EventStore.open(db))
+
+        def take(run_id: str) -> None:
+            stack.enter_context(tui_runs.held(store, run_id))
+
+        yield take
+
+
+def settle(*keys: str) -> Callable[[Pilot[None]], Awaitable[None]]:
+    """A run_before: press `keys`, let the screens settle, stop every cursor blinking."""
+    async def run_before(pilot: Pilot[None]) -> None:
+        await pilot.pause()
+        if keys:
+            await pilot.press(*keys)
+        await pilot.pause()
+        still(pilot)
+    return run_before
+
+
+def still(pilot: Pilot[None]) -> None:
+    for screen in pilot.app.screen_stack:
+        for box in screen.query(Input):
+            box.cursor_blink = False
+
+
+# --- the run browser -----------------------------------------------------------------------
+
+def test_runs_screen(snap_compare, db, hold):
+    """Every run, newest first: work-p1 running (its lock held here), the waiting ones
+    crashed (no conductor holds them), stopped-p2 needs_human, done-pass finished; the
+    preview shows the selected (newest) run."""
+    hold("work-p1")
+    assert snap_compare(DeployApp(db), terminal_size=SIZE, run_before=settle())
+
+
+# --- a live run ----------------------------------------------------------------------------
+
+def test_live_run_mid_phase(snap_compare, db, hold):
+    """work-p1 live: phase 0 passed, phase 1 working with a step requested and not yet
+    completed; the title says LIVE and running, no banner (nobody is waited for)."""
+    hold("work-p1")
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        await settle()(pilot)
+        screen = pilot.app.screen
+        assert isinstance(screen, RunScreen) and screen.follow
+        assert not screen.query_one("#banner").display
+
+    assert snap_compare(DeployApp(db, run_id="work-p1", live=True), terminal_size=SIZE,
+                        run_before=run_before)
+
+
+def test_live_run_at_checkpoint(snap_compare, db, hold):
+    """live-p0 live: phase 0 passed its gate; the banner asks for a decision."""
+    hold("live-p0")
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        await settle()(pilot)
+        assert pilot.app.screen.query_one("#banner").display
+
+    assert snap_compare(DeployApp(db, run_id="live-p0", live=True), terminal_size=SIZE,
+                        run_before=run_before)
+
+
+# --- the decision dialog -------------------------------------------------------------------
+
+def test_decision_checkpoint(snap_compare, db, hold):
+    """d on a run waiting at a checkpoint: the passing gate, the instruction box, Approve
+    (focused), Redirect, Cancel."""
+    hold("live-p0")
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        await settle("d")(pilot)
+        dialog = pilot.app.screen
+        assert isinstance(dialog, DecisionDialog) and dialog.kind == "checkpoint"
+        assert pilot.app.focused is dialog.query_one("#approve", Button)
+
+    assert snap_compare(DeployApp(db, run_id="live-p0", live=True), terminal_size=SIZE,
+                        run_before=run_before)
+
+
+def test_decision_debug_proposal(snap_compare, db, hold):
+    """d on a failed gate with debug directions: the failing check, the two directions
+    (the first highlighted), Pick, Approve anyway…, Cancel."""
+    hold("debug-p1")
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        await settle("d")(pilot)
+        dialog = pilot.app.screen
+        assert isinstance(dialog, DecisionDialog) and dialog.kind == "proposal"
+        assert dialog.query("#override") and not dialog.query("#approve")
+
+    assert snap_compare(DeployApp(db, run_id="debug-p1", live=True), terminal_size=SIZE,
+                        run_before=run_before)
+
+
+def test_decision_stopped_run(snap_compare, db):
+    """d on a run stopped for a person (budget spent): why it stopped, the redirect
+    instruction box, Redirect, Approve anyway…, Cancel; no plain Approve."""
+    async def run_before(pilot: Pilot[None]) -> None:
+        await settle("d")(pilot)
+        dialog = pilot.app.screen
+        assert isinstance(dialog, DecisionDialog) and dialog.kind == "stopped"
+        assert dialog.query("#override") and not dialog.query("#approve")
+
+    assert snap_compare(DeployApp(db, run_id="stopped-p2", live=False), terminal_size=SIZE,
+                        run_before=run_before)
+
+
+def test_override_confirmation(snap_compare, db):
+    """Approve anyway… on the stopped run asks again, naming the gate, the phase and the
+    consequence; Cancel is focused, nothing is in the inbox yet."""
+    async def run_before(pilot: Pilot[None]) -> None:
+        await settle("d")(pilot)
+        pilot.app.screen.query_one("#override", Button).focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        still(pilot)
+        assert isinstance(pilot.app.screen, Confirm)
+        with EventStore.open(db, readonly=True) as store:
+            assert store.pending_commands("stopped-p2") == []
+
+    assert snap_compare(DeployApp(db, run_id="stopped-p2", live=False), terminal_size=SIZE,
+                        run_before=run_before)
+
+
+# --- replay --------------------------------------------------------------------------------
+
+def test_failed_gate_in_replay(snap_compare, db):
+    """done-pass in replay from its first event; f jumps to phase 3's failed gate and the
+    Gates tab shows the failing check."""
+    async def run_before(pilot: Pilot[None]) -> None:
+        await settle("f")(pilot)
+        screen = pilot.app.screen
+        assert isinstance(screen, RunScreen) and not screen.follow
+        line = screen.timeline.line(screen.cursor)
+        assert line is not None and line.type == "gate.evaluated" and line.tone == "fail"
+
+    assert snap_compare(DeployApp(db, run_id="done-pass", live=False), terminal_size=SIZE,
+                        run_before=run_before)
+
+
+def test_scrubber_after_seek(snap_compare, db):
+    """done-pass in replay: a click on the scrubber seeks to the middle of the run; the
+    phase bands, the failure and decision marks, and the cursor with its version."""
+    async def run_before(pilot: Pilot[None]) -> None:
+        await settle()(pilot)
+        screen = pilot.app.screen
+        assert isinstance(screen, RunScreen)
+        scrubber = screen.query_one(Scrubber)
+        await pilot.click(Scrubber, offset=(scrubber.size.width // 2, 0))
+        await pilot.pause()
+        head = screen.timeline.head
+        assert screen.cursor == 1 + (scrubber.size.width // 2) * head // scrubber.size.width
+
+    assert snap_compare(DeployApp(db, run_id="done-pass", live=False), terminal_size=SIZE,
+                        run_before=run_before)

@@ -1,0 +1,207 @@
+"""Deterministic runs for the TUI's tests: built with the real conductor and the fake
+pipeline of tests/fake_pipeline.py, under a fake clock and counted ids, so that a screen
+drawn from one of them is the same on every machine and every run of the suite.
+
+    with deterministic():            # the clock and the ids, while the runs are written
+        checkpoint_run(store)
+    with held(store, "live-p0"):     # "running": this process holds the run's writer lock
+        ...
+
+Every builder returns the run id and closes its conductor (the lock is free: the run shows
+as waiting/needs_human/finished, or "crashed" for a run left mid-phase; hold its lock with
+`held` to show it as running).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from fake_pipeline import FakeAgent, make
+
+from machine import Conductor, Pipeline, Policy
+from store import EventStore
+
+#: Where the fake clock starts, and how far it moves per reading.
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+TICK = timedelta(milliseconds=250)
+TS_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+MODEL = "tiny"
+
+
+class FakeClock:
+    """`utc_now` and `uuid7` stand-ins: a clock that advances TICK per reading from EPOCH,
+    and valid, strictly increasing version-7 UUIDs made from a counter."""
+
+    def __init__(self, start: datetime = EPOCH, tick: timedelta = TICK) -> None:
+        self.now, self.tick = start, tick
+        self._ids = itertools.count(1)
+
+    def utc_now(self) -> str:
+        ts = self.now.strftime(TS_FORMAT)
+        self.now += self.tick
+        return ts
+
+    def uuid7(self) -> str:
+        n = next(self._ids)
+        ms = int(EPOCH.timestamp() * 1000) + n
+        h = f"{ms:012x}7{n & 0xFFF:03x}{0x8000000000000000 | n:016x}"
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+#: Each module that bound the name at import time reads the clock or draws ids through it.
+_PATCHED = (("events.envelope", "utc_now"), ("events.envelope", "uuid7"),
+            ("store.eventstore", "utc_now"), ("store.eventstore", "uuid7"),
+            ("store.writer", "utc_now"))
+
+
+@contextlib.contextmanager
+def deterministic(clock: FakeClock | None = None) -> Iterator[FakeClock]:
+    """Events, inbox commands and snapshots written inside get the fake clock's times and
+    counted ids (the writer's `seal` calls `events.envelope.utc_now`/`uuid7`)."""
+    import importlib
+
+    clock = clock or FakeClock()
+    saved = []
+    for module_name, name in _PATCHED:
+        module = importlib.import_module(module_name)
+        saved.append((module, name, getattr(module, name)))
+        setattr(module, name, getattr(clock, name))
+    try:
+        yield clock
+    finally:
+        for module, name, value in reversed(saved):
+            setattr(module, name, value)
+
+
+@contextlib.contextmanager
+def fake_env(fail: str = "", steps: int = 3) -> Iterator[None]:
+    """FAKE_FAIL and FAKE_STEPS for the pipelines made inside (restored after)."""
+    saved = {k: os.environ.get(k) for k in ("FAKE_FAIL", "FAKE_STEPS", "FAKE_STEP_S")}
+    os.environ.update(FAKE_FAIL=fail, FAKE_STEPS=str(steps), FAKE_STEP_S="0")
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def pipeline(fail: str = "", steps: int = 3) -> Pipeline:
+    with fake_env(fail, steps):
+        return make()
+
+
+@contextlib.contextmanager
+def held(store: EventStore, run_id: str) -> Iterator[None]:
+    """The run's writer lock, held by this process: the TUI shows the run as running."""
+    writer = store.writer(run_id)
+    try:
+        yield
+    finally:
+        writer.close()
+
+
+# --- the runs ----------------------------------------------------------------------------
+
+def checkpoint_run(store: EventStore, run_id: str = "live-p0") -> str:
+    """Phase 0 passed its gate and waits at its checkpoint for approve or redirect."""
+    c = Conductor.start(store, pipeline(), Policy(), model=MODEL, run_id=run_id)
+    try:
+        halt = c.run(wait=False)
+        assert halt.reason == "awaiting_human", halt
+    finally:
+        c.close()
+    return run_id
+
+
+def failed_gate_run(store: EventStore, run_id: str = "debug-p1") -> str:
+    """Phase 0 approved by a person; phase 1's gate failed and two debug directions wait
+    for a pick (FAKE_FAIL=1:1)."""
+    c = Conductor.start(store, pipeline("1:1"), Policy(), model=MODEL, run_id=run_id)
+    try:
+        assert c.run(wait=False).reason == "awaiting_human"
+        store.post_command(run_id, "approve", author="ada@tui")
+        halt = c.run(wait=False)
+        assert halt.reason == "awaiting_pick", halt
+    finally:
+        c.close()
+    return run_id
+
+
+def stopped_run(store: EventStore, run_id: str = "stopped-p2") -> str:
+    """Auto-approved to phase 2, whose gate failed its whole budget (2): needs_human."""
+    c = Conductor.start(store, pipeline("2:9"), Policy(auto_approve=True, budget=2),
+                        model=MODEL, run_id=run_id)
+    try:
+        halt = c.run(wait=False)
+        assert halt.reason == "needs_human", halt
+    finally:
+        c.close()
+    return run_id
+
+
+def finished_run(store: EventStore, run_id: str = "done-pass") -> str:
+    """Auto-approved to the end; phase 3's gate failed once and the policy picked a
+    direction, so the scrubber has a failure, a debug proposal and decisions to show."""
+    c = Conductor.start(store, pipeline("3:1"), Policy(auto_approve=True), model=MODEL,
+                        run_id=run_id)
+    try:
+        halt = c.run(wait=False)
+        assert halt.reason == "finished", halt
+    finally:
+        c.close()
+    return run_id
+
+
+class _Interrupted(Exception):
+    """Ends the fake agent's work inside a step, as a killed process would."""
+
+
+class _InterruptedAgent(FakeAgent):
+    """The fake agent, cut off inside step `stop_at` of phase `phase`."""
+
+    def __init__(self, phase: int, stop_at: int, steps: int = 4) -> None:
+        super().__init__(0.0, steps)
+        self.phase, self.stop_at = phase, stop_at
+
+    def _compute(self, phase: int, i: int) -> dict[str, Any]:
+        if phase == self.phase and i == self.stop_at:
+            raise _Interrupted
+        return super()._compute(phase, i)
+
+
+def working_run(store: EventStore, run_id: str = "work-p1") -> str:
+    """Phase 0 approved; phase 1 mid-work: two steps done and a third requested, not yet
+    completed. With its lock held (`held`), a live run in the middle of a phase."""
+    pipe = pipeline()
+    pipe.agent = _InterruptedAgent(phase=1, stop_at=2)
+    c = Conductor.start(store, pipe, Policy(), model=MODEL, run_id=run_id)
+    try:
+        assert c.run(wait=False).reason == "awaiting_human"
+        store.post_command(run_id, "approve", author="ada@tui")
+        try:
+            c.run(wait=False)
+        except _Interrupted:
+            pass
+        else:
+            raise AssertionError("the agent was not interrupted")
+    finally:
+        c.close()
+    return run_id
+
+
+def build_store(path: str | os.PathLike[str], *builders: Any) -> list[str]:
+    """A store file with the given runs (builder functions), written deterministically
+    one after the other on one fake clock."""
+    with EventStore.open(path) as store, deterministic():
+        return [build(store) for build in builders]
+
+
+ALL_RUNS = (finished_run, stopped_run, failed_gate_run, checkpoint_run, working_run)
