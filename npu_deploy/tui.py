@@ -108,7 +108,7 @@ def attach_cmd(run: str) -> None:
     """Watch RUN live while another process (e.g. a headless deploy) executes it."""
     run_id = _existing_run(run)
     needs_terminal("attach")
-    run_app(run_id, live=True)
+    run_app(run_id, live=True, driver=ConductorDriver(db_path()))
 
 
 @main.command("replay")
@@ -118,4 +118,4 @@ def replay_cmd(run: str) -> None:
     """Replay RUN from its first event: step, jump to failures and decisions, play."""
     run_id = _existing_run(run)
     needs_terminal("replay")
-    run_app(run_id, live=False)
+    run_app(run_id, live=False, driver=ConductorDriver(db_path()))

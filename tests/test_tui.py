@@ -300,9 +300,10 @@ async def test_play_advances_the_cursor_and_stops_at_the_end(store, db_path, fin
     app = DeployApp(db_path, run_id=finished_run, live=False)
     async with app.run_test(size=SIZE) as pilot:
         screen = app.screen
-        await pilot.press("plus", "plus")                 # 256 events/s
+        await pilot.press("plus", "minus", "minus")       # 16 events/s
+        assert screen.speed == 2
         await pilot.press("space")
-        await until(pilot, lambda: screen.cursor > 20)
+        await until(pilot, lambda: screen.cursor > 3)
         await pilot.press("space")
         stopped = screen.cursor
         await pilot.pause(0.4)
@@ -458,3 +459,18 @@ def test_tui_commands_refuse_clearly_without_a_terminal(cli, db_path: Path, stor
     r = cli("deploy", "tiny", "--pipeline", "fake_pipeline:make", "--db", str(db_path))
     assert r.exit_code == 2 and "needs a terminal" in r.output
     assert store.run_ids() == []                          # nothing was created
+
+
+async def test_fork_at_the_replay_cursor(store, db_path, finished_run):
+    app = DeployApp(db_path, run_id=finished_run, live=False, driver=ConductorDriver(db_path))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("f")                              # the first gate failure
+        at = app.screen.cursor
+        await pilot.press("k")
+        assert isinstance(app.screen, ForkDialog)
+        assert app.screen.query_one("#at").value == str(at)
+        await pilot.click("#yes")
+        await until(pilot, lambda: len(store.run_ids()) == 2)
+    new = [r for r in store.run_ids() if r != finished_run][0]
+    assert store.fold(new).forked_from == (finished_run, at)
+    assert store.fold(new).phases[2].status == "failed"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import ExitStack
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("tui-runs") / "runs.db"
     ids = tui_runs.build_store(path, *tui_runs.ALL_RUNS)
     assert ids == ["done-pass", "stopped-p2", "debug-p1", "live-p0", "work-p1"]
+    # a day older than the others: the bottom row of the run browser
+    with EventStore.open(path) as store, tui_runs.deterministic(tui_runs.FakeClock(
+            tui_runs.EPOCH - timedelta(days=1))):
+        tui_runs.wide_gate_run(store)
     return path
 
 
@@ -83,8 +88,8 @@ def still(pilot: Pilot[None]) -> None:
 
 def test_runs_screen(snap_compare, db, hold):
     """Every run, newest first: work-p1 running (its lock held here), the waiting ones
-    crashed (no conductor holds them), stopped-p2 needs_human, done-pass finished; the
-    preview shows the selected (newest) run."""
+    crashed (no conductor holds them), stopped-p2 needs_human, done-pass finished, the
+    day-older wide-gate last; the preview shows the selected (newest) run."""
     hold("work-p1")
     assert snap_compare(DeployApp(db), terminal_size=SIZE, run_before=settle())
 
@@ -151,15 +156,16 @@ def test_decision_debug_proposal(snap_compare, db, hold):
 
 
 def test_decision_stopped_run(snap_compare, db):
-    """d on a run stopped for a person (budget spent): why it stopped, the redirect
-    instruction box, Redirect, Approve anyway…, Cancel; no plain Approve."""
+    """d on a run stopped for a person (budget spent; no conductor runs it, so no lock):
+    why it stopped, the redirect instruction box, Redirect, Approve anyway…, Cancel; no
+    plain Approve."""
     async def run_before(pilot: Pilot[None]) -> None:
         await settle("d")(pilot)
         dialog = pilot.app.screen
         assert isinstance(dialog, DecisionDialog) and dialog.kind == "stopped"
         assert dialog.query("#override") and not dialog.query("#approve")
 
-    assert snap_compare(DeployApp(db, run_id="stopped-p2", live=False), terminal_size=SIZE,
+    assert snap_compare(DeployApp(db, run_id="stopped-p2", live=True), terminal_size=SIZE,
                         run_before=run_before)
 
 
@@ -176,7 +182,7 @@ def test_override_confirmation(snap_compare, db):
         with EventStore.open(db, readonly=True) as store:
             assert store.pending_commands("stopped-p2") == []
 
-    assert snap_compare(DeployApp(db, run_id="stopped-p2", live=False), terminal_size=SIZE,
+    assert snap_compare(DeployApp(db, run_id="stopped-p2", live=True), terminal_size=SIZE,
                         run_before=run_before)
 
 
@@ -211,3 +217,42 @@ def test_scrubber_after_seek(snap_compare, db):
 
     assert snap_compare(DeployApp(db, run_id="done-pass", live=False), terminal_size=SIZE,
                         run_before=run_before)
+
+
+# --- the decision dialog fits the terminal -------------------------------------------------
+
+@pytest.mark.parametrize(("run_id", "size"), [
+    ("live-p0", SIZE), ("debug-p1", SIZE), ("stopped-p2", SIZE),
+    ("live-p0", (80, 24)), ("stopped-p2", (80, 24)), ("debug-p1", (80, 24)),
+    ("wide-gate", SIZE), ("wide-gate", (160, 50)),
+])
+async def test_decision_buttons_are_on_screen(db, run_id, size):
+    """Every button of the decision dialog is drawn whole inside the dialog: a person can
+    see what they are about to press."""
+    app = DeployApp(db, run_id=run_id, live=True)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        await pilot.press("d")
+        await pilot.pause()
+        dialog = app.screen
+        assert isinstance(dialog, DecisionDialog)
+        inside = dialog.query_one("#decision").content_region
+        clipped = [b.id for b in dialog.query(Button)
+                   if not (b.region.height == 3 and inside.contains_region(b.region))]
+    assert clipped == []
+
+
+# --- a live run opens on its newest event ----------------------------------------------------
+
+async def test_a_live_run_opens_scrolled_to_its_newest_event(db):
+    """Attaching to a run longer than the stream is tall shows its newest events, with the
+    cursor line (the head) on screen."""
+    from npu_tui.widgets.event_stream import EventStream
+
+    app = DeployApp(db, run_id="done-pass", live=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        stream = app.screen.query_one(EventStream)
+        assert stream.cursor == 127 and stream.size.height < 127
+        top = stream.scroll_offset.y
+        assert top <= stream.cursor - 1 < top + stream.size.height

@@ -197,6 +197,41 @@ def working_run(store: EventStore, run_id: str = "work-p1") -> str:
     return run_id
 
 
+class _WideGate:
+    """A gate the size of a real one: ten checks on ten layers, six of them failing."""
+
+    def evaluate(self, run: Any) -> dict[str, Any]:
+        checks = [{"subject": f"layers.{i}.mlp.down_proj", "metric": "rel_l2",
+                   "value": 0.3 if i < 6 else 1e-5, "threshold": 1e-3, "comparison": "<=",
+                   "passed": i >= 6} for i in range(10)]
+        return {"gate": f"wide-{run.phase}", "passed": False, "checks": checks}
+
+
+class _ManyDirections:
+    """Four debug directions, each with a rationale of a couple of lines."""
+
+    def propose(self, run: Any, gate: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"direction_id": f"d{i}", "skill": "silent-gemm-corruption",
+                 "title": f"direction {i + 1}", "score": 0.9 - i / 10,
+                 "rationale": "the failing layers share one GEMM shape; check its tiles "
+                              "against the shape, then the buffers it reuses"}
+                for i in range(4)]
+
+
+def wide_gate_run(store: EventStore, run_id: str = "wide-gate") -> str:
+    """Phase 0's gate failed ten-check wide, with four debug directions waiting for a pick:
+    a decision dialog the size real gates make."""
+    pipe = pipeline()
+    pipe.gates[0], pipe.matcher = _WideGate(), _ManyDirections()
+    c = Conductor.start(store, pipe, Policy(), model=MODEL, run_id=run_id)
+    try:
+        halt = c.run(wait=False)
+        assert halt.reason == "awaiting_pick", halt
+    finally:
+        c.close()
+    return run_id
+
+
 def build_store(path: str | os.PathLike[str], *builders: Any) -> list[str]:
     """A store file with the given runs (builder functions), written deterministically
     one after the other on one fake clock."""

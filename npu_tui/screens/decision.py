@@ -9,7 +9,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
@@ -17,7 +17,7 @@ from textual.widgets.option_list import Option
 from events import PHASE_NAMES, DeploymentState, Event
 
 from ..timeline import gate_rows
-from ..widgets.panels import gate_table
+from ..widgets.panels import gate_table, plural
 
 if TYPE_CHECKING:
     from ..app import DeployApp
@@ -69,6 +69,23 @@ class DecisionDialog(ModalScreen[str | None]):
         with Vertical(id="decision"):
             yield Label(f"Phase {k} — {PHASE_NAMES[k]} — attempt {ph.attempts}",
                         id="decision-title")
+            yield from self._body(gate)
+            yield Static(id="stale")
+            with Horizontal(id="decision-buttons"):
+                if self.kind == "checkpoint":
+                    yield Button("Approve", id="approve", variant="success")
+                if self.kind in ("checkpoint", "stopped"):
+                    yield Button("Redirect", id="redirect", variant="primary")
+                if self.kind == "proposal":
+                    yield Button("Pick", id="pick", variant="primary")
+                if self.kind in ("proposal", "stopped") and gate is not None and not gate.passed:
+                    yield Button("Approve anyway…", id="override", variant="error")
+                yield Button("Cancel", id="cancel")
+
+    def _body(self, gate: Any) -> ComposeResult:
+        """What the person reads and types: it scrolls, so the buttons always show."""
+        ph = self.ph
+        with VerticalScroll(id="decision-body"):
             yield Static(self._why(), id="decision-why")
             if gate is not None:
                 rows = gate_rows(ph.gates)
@@ -83,20 +100,9 @@ class DecisionDialog(ModalScreen[str | None]):
                 yield Label("Debug directions (from the debug skills that matched):")
                 yield OptionList(*(self._direction(i, d) for i, d in
                                    enumerate(ph.pending_directions, 1)), id="directions")
-            if self.kind in ("checkpoint", "stopped"):
-                yield Input(placeholder="instruction for a redirect (the phase runs again)",
-                            id="instruction")
-            yield Static(id="stale")
-            with Horizontal(id="decision-buttons"):
-                if self.kind == "checkpoint":
-                    yield Button("Approve", id="approve", variant="success")
-                if self.kind in ("checkpoint", "stopped"):
-                    yield Button("Redirect", id="redirect", variant="primary")
-                if self.kind == "proposal":
-                    yield Button("Pick", id="pick", variant="primary")
-                if self.kind in ("proposal", "stopped") and gate is not None and not gate.passed:
-                    yield Button("Approve anyway…", id="override", variant="error")
-                yield Button("Cancel", id="cancel")
+        if self.kind in ("checkpoint", "stopped"):
+            yield Input(placeholder="instruction for a redirect (the phase runs again)",
+                        id="instruction")
 
     def _why(self) -> str:
         s, ph = self.state, self.ph
@@ -117,7 +123,7 @@ class DecisionDialog(ModalScreen[str | None]):
                                     (d["rationale"], "italic")), id=d["direction_id"])
 
     def on_mount(self) -> None:
-        if self.initial == "redirect" and self.kind in ("checkpoint", "stopped"):
+        if self.kind == "stopped" or (self.initial == "redirect" and self.kind == "checkpoint"):
             self.query_one("#instruction", Input).focus()
         elif self.kind == "proposal":
             self.query_one(OptionList).focus()
@@ -205,7 +211,8 @@ class DecisionDialog(ModalScreen[str | None]):
                 self._leave("approve", {"override": True})
 
         self.app.push_screen(Confirm(
-            f"Gate {name} of phase {self.phase} FAILED ({failing} gating checks). Approving "
+            f"Gate {name} of phase {self.phase} FAILED ({plural(failing, 'gating check')}). "
+            "Approving "
             "passes the phase anyway: the log records your override, and the independent "
             "evaluator (phase 7) will fail this run. Override the gate?", "Override"),
             confirmed)
@@ -231,8 +238,13 @@ class DecisionDialog(ModalScreen[str | None]):
         payload = {k: v for k, v in payload.items() if v is not None}
         command_id = store.post_command(self.run_id, kind, payload,
                                         author=self.deploy_app.author)
-        self.notify(f"{kind} left for run {self.run_id}; its conductor records it once",
-                    timeout=4)
+        if store.is_locked(self.run_id):
+            self.notify(f"{kind} left for run {self.run_id}; its conductor records it once",
+                        timeout=4)
+        else:
+            self.notify(f"{kind} left for run {self.run_id}, but no conductor runs it now: "
+                        "resume it (r in the runs screen, or npu-deploy resume) to record it",
+                        severity="warning", timeout=8)
         self.dismiss(command_id)
 
     def action_cancel(self) -> None:

@@ -53,6 +53,7 @@ class RunScreen(Screen[None]):
         # priority: the event stream would otherwise take `end` as "scroll to the bottom"
         Binding("end", "follow", "Live", id="run.follow", priority=True),
         Binding("P", "pause_run", "Pause run", show=False, id="run.pause"),
+        Binding("k", "fork", "Fork here", show=False, id="run.fork"),
         Binding("escape", "back", "Runs", id="run.back"),
     ]
 
@@ -156,6 +157,10 @@ class RunScreen(Screen[None]):
         if self.follow:
             self.cursor = self.timeline.head
             stream.set_cursor(self.cursor)
+            # cheap: the strip, title and scrubber keep pace with the banner; the tabs wait
+            self.query_one(PhaseStrip).show(self.head_state)
+            self._show_title(self.head_state)
+        self.query_one(Scrubber).show(self.cursor)
         self._show_banner()
         self._dirty = True
         from .decision import DecisionDialog
@@ -215,7 +220,8 @@ class RunScreen(Screen[None]):
         where = f"phase {k} {PHASE_NAMES[k]}" if k is not None else "not started"
         self.query_one("#run-title", Static).update(
             f"[b]{self.run_id}[/b]  {state.model}  {state.backend}  agent {state.agent}  "
-            f"[b]{mode}[/b] v{self.cursor}/{self.timeline.head}  {where}  run {status}"
+            f"[b]{mode}[/b] v{self.cursor}/{self.timeline.head}  {where}  run {status}  "
+            "times UTC"
             + (f"  verdict {self.head_state.verdict}" if self.head_state.verdict else ""))
 
     def _show_banner(self) -> None:
@@ -225,7 +231,8 @@ class RunScreen(Screen[None]):
             banner.display = False
             return
         banner.display = True
-        banner.update(f"⚠  {text}  —  press [b]d[/b] to decide")
+        now = "" if self.cursor >= self.timeline.head else "at the newest event, "
+        banner.update(f"⚠  {now}{text}  —  press [b]d[/b] to decide")
 
     def _show_tab(self, tab: str, state: DeploymentState | None = None) -> None:
         if tab not in self._stale_tabs:
@@ -330,6 +337,29 @@ class RunScreen(Screen[None]):
         self.playing = False
         self.seek(self.timeline.head, follow=True)
 
+    def action_fork(self) -> None:
+        """A new run that keeps this run's events up to the cursor."""
+        from .dialogs import ForkDialog
+
+        driver = self.deploy_app.driver
+        if driver is None:
+            self.notify(f"fork from the command line: npu-deploy fork {self.run_id} "
+                        f"--at {self.cursor}", severity="warning")
+            return
+
+        def go(answer: tuple[int, str] | None) -> None:
+            if answer is None:
+                return
+            try:
+                new = driver.fork(self.run_id, answer[0], answer[1] or None)
+            except ValueError as e:
+                self.notify(str(e), severity="error")
+                return
+            self.notify(f"forked at v{answer[0]} as {new}; resume it from the runs screen",
+                        timeout=8)
+
+        self.app.push_screen(ForkDialog(self.run_id, self.timeline.head, self.cursor), go)
+
     def action_back(self) -> None:
         self.deploy_app.show_runs()
 
@@ -402,6 +432,8 @@ class RunScreen(Screen[None]):
                                     self.action_pause_run)
             yield SystemCommand("Abort the run", "ends it as ABORTED", self.action_abort_run)
         yield SystemCommand("Go to event…", "by its number", self.action_goto)
+        yield SystemCommand(f"Fork the run at v{self.cursor}", "a new run from this prefix",
+                            self.action_fork)
         yield SystemCommand("Next gate failure", "replay", lambda: self.action_failure(1))
         yield SystemCommand("Previous gate failure", "replay", lambda: self.action_failure(-1))
         yield SystemCommand("Next decision", "replay", self.action_next_decision)

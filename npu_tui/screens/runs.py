@@ -19,11 +19,13 @@ from events import PHASE_NAMES
 from store import RunSummary
 
 from ..timeline import unfinished_step, waiting_for
+from ..widgets.phase_strip import SHORT
 
 if TYPE_CHECKING:
     from ..app import DeployApp
 
-COLUMNS = ("run", "model", "started", "phase", "status", "verdict", "tokens", "cost", "events")
+COLUMNS = ("run", "model", "started (UTC)", "phase", "status", "verdict", "tokens", "cost",
+           "events")
 STATUS_STYLE = {"running": "bold cyan", "crashed": "bold red", "needs_human": "bold yellow",
                 "finished": "green", "failed": "red", "aborted": "dim", "paused": "yellow"}
 
@@ -77,8 +79,8 @@ class RunsScreen(Screen[None]):
         table.clear()
         for r in shown:
             phase = "—" if r.phase_reached is None else f"{r.phase_reached} " \
-                f"{PHASE_NAMES[r.phase_reached].split()[0]}"
-            table.add_row(r.run_id[:26], r.model, r.created_ts[:19].replace("T", " "), phase,
+                f"{SHORT[r.phase_reached]}"
+            table.add_row(r.run_id[:24], r.model, r.created_ts[:16].replace("T", " "), phase,
                           Text(r.status, style=STATUS_STYLE.get(r.status, "")),
                           r.verdict or "—", f"{r.input_tokens + r.output_tokens:,}",
                           f"${r.cost_usd:.2f}", str(r.events), key=r.run_id)

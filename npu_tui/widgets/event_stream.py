@@ -15,6 +15,7 @@ from textual.strip import Strip
 from ..messages import CursorMoved, ShowEvent
 from ..timeline import EventLine, RunTimeline
 
+PREFIX_WIDTH = 8 + 9 + 2 + 6 + 21     # version, time, glyph, phase.attempt, type
 TONES = ("pass", "fail", "human", "phase", "agent", "muted")
 
 
@@ -42,6 +43,11 @@ class EventStream(ScrollView, can_focus=True):
 
     def on_mount(self) -> None:
         self.sync_head()
+
+    def on_resize(self) -> None:
+        # The first layout (and every later one) may come after the cursor was set.
+        self.virtual_size = Size(self.size.width, self.timeline.head)
+        self._scroll_to_cursor()
 
     def notify_style_update(self) -> None:
         self._styles.clear()          # a theme change: read the component styles again
@@ -118,11 +124,13 @@ class EventStream(ScrollView, can_focus=True):
     def _segments(self, line: EventLine) -> list[Segment]:
         where = "" if line.phase is None else f"p{line.phase}.{line.attempt or 0}"
         tone = self._style(line.tone)
+        room = max(8, self.scrollable_content_region.width - PREFIX_WIDTH)
+        summary = line.summary if len(line.summary) <= room else line.summary[:room - 1] + "…"
         return [
             Segment(f"{line.version:>7} ", self._style("version")),
             Segment(f"{line.ts[11:19]} ", self._style("time")),
             Segment(f"{line.glyph} ", tone),
             Segment(f"{where:<6}", self._style("muted")),
             Segment(f"{line.type:<21}", tone),
-            Segment(line.summary),
+            Segment(summary),
         ]

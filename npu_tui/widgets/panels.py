@@ -4,6 +4,7 @@ receives what to show (from `RunTimeline`) and draws it; none reads the store it
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -17,6 +18,7 @@ from events.describe import describe
 
 from ..timeline import GateRow, gate_rows
 
+LAYER_PREFIX = re.compile(r"^L\d+\.")
 SOURCE_LABEL = {"modeled": "MODELED (performance model, not measured)",
                 "measured-npu": "MEASURED on the NPU", "measured-cpu": "MEASURED on the CPU"}
 
@@ -58,23 +60,33 @@ class GatesPanel(Panel):
         head = Text.assemble(
             (f"Phase {phase} ({PHASE_NAMES[phase]}) gate {last.gate}: ", "bold"),
             ("PASS" if last.passed else "FAIL", "bold green" if last.passed else "bold red"),
-            f"  attempt {last.attempt}, {len(rows)} checks, {len(failed)} failing gating")
+            f"  attempt {last.attempt}, {plural(len(rows), 'check')}, "
+            f"{len(failed)} gating failing")
         self.put(head, gate_table(rows))
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def gate_table(rows: list[GateRow]) -> Table:
     table = Table(expand=True, show_edge=False, pad_edge=False)
-    for name, justify in (("", "left"), ("subject", "left"), ("metric", "left"),
-                          ("value", "right"), ("needs", "left"), ("across attempts", "left")):
-        table.add_column(name, justify=justify, no_wrap=name != "subject")   # type: ignore[arg-type]
+    retried = any(len(r.history) > 1 for r in rows)
+    columns = [("", "left"), ("subject", "left"), ("metric", "left"), ("value", "right"),
+               ("needs", "left")] + ([("across attempts", "left")] if retried else [])
+    for name, justify in columns:
+        table.add_column(name, justify=justify,   # type: ignore[arg-type]
+                         no_wrap=name != "subject", min_width=14 if name == "subject" else None,
+                         ratio=2 if name == "subject" else None)
     for r in rows:
         mark = Text("ok", style="green") if r.passed else Text("FAIL", style="bold red")
         if not r.gating:
             mark = Text("lens", style="dim")
         trend = " → ".join(_num(v) for v in r.history) if len(r.history) > 1 else ""
         style = "" if r.passed or not r.gating else "red"
-        table.add_row(mark, r.subject, r.metric, _num(r.value),
-                      f"{r.comparison} {_num(r.threshold)}", trend, style=style)
+        cells: list[RenderableType] = [mark, r.subject, r.metric, _num(r.value),
+                                       f"{r.comparison} {_num(r.threshold)}"]
+        table.add_row(*cells, *([trend] if retried else []), style=style)
     return table
 
 
@@ -101,6 +113,7 @@ class PerformancePanel(Panel):
                             SOURCE_LABEL.get(p["source"], p["source"]))
         parts.append(summary)
         for scope, e in profiles.items():
+            parts.append(kernel_table(scope, e))
             parts.append(profile_table(scope, e))
         if report:
             parts.append(roofline(report))
@@ -110,13 +123,34 @@ class PerformancePanel(Panel):
         self.put(*parts)
 
 
+def per_kernel(entries: list[dict[str, Any]]) -> dict[str, tuple[int, float]]:
+    """Dispatch times summed over the layers: "L3.q_proj" counts as "q_proj"."""
+    out: dict[str, tuple[int, float]] = {}
+    for entry in entries:
+        name = LAYER_PREFIX.sub("", entry["name"])
+        n, t = out.get(name, (0, 0.0))
+        out[name] = (n + 1, t + entry["seconds"])
+    return out
+
+
+def kernel_table(scope: str, e: Event, top: int = 12) -> Table:
+    p = e.payload
+    total = p["total_s"] or 1.0
+    table = Table(title=f"{scope} per kernel, summed over layers", expand=True,
+                  show_edge=False, title_justify="left")
+    for col, justify in (("kernel", "left"), ("launches", "right"), ("ms", "right"),
+                         ("share", "right")):
+        table.add_column(col, justify=justify)   # type: ignore[arg-type]
+    rows = sorted(per_kernel(p["entries"]).items(), key=lambda kv: -kv[1][1])[:top]
+    for name, (n, seconds) in rows:
+        table.add_row(name, str(n), f"{seconds * 1e3:.3f}", f"{100 * seconds / total:.1f}%")
+    return table
+
+
 def profile_table(scope: str, e: Event, top: int = 12) -> Table:
     p = e.payload
-    per_kernel: dict[str, float] = {}
-    for entry in p["entries"]:
-        name = entry["name"].split("[")[0]
-        per_kernel[name] = per_kernel.get(name, 0.0) + entry["seconds"]
-    table = Table(title=f"{scope}: {p['total_s'] * 1e3:.2f} ms, {len(p['entries'])} steps "
+    table = Table(title=f"{scope} slowest dispatches of {len(p['entries'])}: "
+                        f"{p['total_s'] * 1e3:.2f} ms "
                         f"(v{e.run_version}, {SOURCE_LABEL.get(p['source'], p['source'])})",
                   expand=True, show_edge=False, title_justify="left")
     table.add_column("dispatch / step")
