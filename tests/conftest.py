@@ -65,6 +65,19 @@ def smollm2(model_cache: Path):
 # --- the command line ------------------------------------------------------------------
 
 @pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Callable[..., object]:
+    """The fake pipeline (tests/fake_pipeline.py) with its knobs set: a gate that fails its
+    first attempts (fail="phase:times,..."), and the agent's steps per attempt."""
+    from fake_pipeline import make
+
+    def build(fail: str = "", steps: int = 3) -> object:
+        monkeypatch.setenv("FAKE_FAIL", fail)
+        monkeypatch.setenv("FAKE_STEPS", str(steps))
+        return make()
+    return build
+
+
+@pytest.fixture
 def runner() -> CliRunner:
     return CliRunner()
 

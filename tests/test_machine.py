@@ -32,14 +32,6 @@ def store(tmp_path):
         yield s
 
 
-@pytest.fixture
-def fake(monkeypatch):
-    def build(fail: str = "", steps: int = 3):
-        monkeypatch.setenv("FAKE_FAIL", fail)
-        monkeypatch.setenv("FAKE_STEPS", str(steps))
-        return make()
-    return build
-
 
 def types(store, run_id):
     return [(e.type, e.phase) for e in store.events(run_id)]

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fake_pipeline import make
 
 from machine import Conductor, Policy
 from npu_deploy.tui import ConductorDriver
@@ -23,14 +22,6 @@ from store import EventStore
 
 SIZE = (150, 45)
 
-
-@pytest.fixture
-def fake(monkeypatch):
-    def pipeline(fail: str = "", steps: int = 3):
-        monkeypatch.setenv("FAKE_FAIL", fail)
-        monkeypatch.setenv("FAKE_STEPS", str(steps))
-        return make()
-    return pipeline
 
 
 def start(store: EventStore, pipeline, policy: Policy | None = None, run_id: str = "r1"
