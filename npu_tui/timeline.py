@@ -11,7 +11,7 @@ import bisect
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -184,11 +184,22 @@ class RunTimeline:
         if upto is not None:
             self._indexed_upto = max(self._indexed_upto, upto)
 
-    def note_head(self, head: int) -> None:
-        """The live poll saw the run grow to `head`."""
-        if head != self.head:
-            self._pages.pop(self.head // PAGE, None)
-            self.head = head
+    def extend(self, events: Sequence[Event]) -> None:
+        """The live poll read these events (oldest first): index them, move the head, and
+        append their lines to the page they fall in, so nothing is read twice."""
+        self.add(events)
+        for e in events:
+            if e.run_version != self.head + 1:
+                continue
+            index = (e.run_version - 1) // PAGE
+            page = self._pages.get(index)
+            if page is not None and len(page) == e.run_version - 1 - index * PAGE:
+                page.append(line_of(e))
+            elif index * PAGE + 1 == e.run_version:
+                self._pages[index] = [line_of(e)]
+            self.head = e.run_version
+        if events and events[-1].run_version > self.head:     # a gap: those pages are read
+            self.head = events[-1].run_version
 
     # --- lines -----------------------------------------------------------------------------
 
@@ -230,6 +241,8 @@ class RunTimeline:
         with self._keys_lock:
             i = bisect.bisect_right(self._key_versions, version)
             ours = self._keys[self._key_versions[i - 1]] if i else None
+        if ours is not None and version - ours.version < KEYFRAME:
+            return ours                    # no snapshot can be closer than one keyframe
         snap = self.store.load_snapshot(self.run_id, version)
         best = max((s for s in (ours, snap) if s is not None), key=lambda s: s.version,
                    default=None)
@@ -254,12 +267,19 @@ class RunTimeline:
                 self._keys[state.version] = state
                 bisect.insort(self._key_versions, state.version)
 
-    def warm(self, store: EventStore, upto: int | None = None) -> None:
-        """Fold the whole run once, keeping keyframes (a worker thread, its own store)."""
-        target = upto if upto is not None else self.head
-        with self._keys_lock:
-            start = self._keys[self._key_versions[-1]] if self._key_versions else None
-        self._fold_to(store, start or DeploymentState(), target)
+    def warm(self, store: EventStore, cancelled: Callable[[], bool] = lambda: False) -> None:
+        """Keyframes across the whole run (a worker thread, its own store): from each of the
+        store's snapshots, fold the stretch up to the next one."""
+        target = self.head
+        state = store.load_snapshot(self.run_id, KEYFRAME) or DeploymentState()
+        while state.version < target and not cancelled():
+            stop = min(target, (state.version // KEYFRAME + 1) * KEYFRAME)
+            snap = store.load_snapshot(self.run_id, stop)
+            if snap is not None and snap.version > state.version:
+                state = snap
+            state = self._fold_to(store, state, stop)
+            if state.version < stop:
+                break
 
     # --- marks and bands ---------------------------------------------------------------------
 
@@ -298,10 +318,10 @@ class RunTimeline:
             out.setdefault(e.payload["scope"], e)
         return out
 
-    def plan_results_at(self, version: int, count: int = 40) -> list[Event]:
+    def plan_results_at(self, version: int, count: int = 20) -> list[Event]:
         return self.latest(self.plan_results, version, count=count)
 
-    def transcript_at(self, version: int, count: int = 200) -> list[Event]:
+    def transcript_at(self, version: int, count: int = 40) -> list[Event]:
         """The agent's newest `count` events at or before `version`, oldest first."""
         rows = self.store.conn.execute(
             f"SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ? AND run_version <= ? AND "

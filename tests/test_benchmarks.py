@@ -25,3 +25,23 @@ def test_store_bench_runs_end_to_end_and_labels_its_figures(tmp_path):
     assert {t["target"] for t in report["targets"]} >= {
         "our durable single append >= 0.8x raw sqlite3", "idle tail poll < 50 us (median)"}
     assert list(tmp_path.iterdir()) == []   # its working directory is removed
+
+
+def test_tui_bench_runs_end_to_end_and_labels_its_figures(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "tui_bench.py"), "--quick", "--json",
+         "--cache-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["source"] == "measured-cpu"
+    assert report["run"]["verified"] and report["run"]["machine_moves"] > 0
+    assert [s["tab"] for s in report["replay"]] == ["tab-gates", "tab-perf", "tab-agent",
+                                                      "tab-plan"]
+    for session in report["replay"]:
+        assert session["first_paint_s"] > 0
+        assert session["cold"]["seek_ms"]["n"] == session["warm"]["seek_ms"]["n"] == 10
+    assert report["live"]["writer"]["events"] > 0 and report["live"]["lateness_ms"]["n"] > 0
+    assert {t["target"] for t in report["targets"]} >= {
+        "first paint <= 0.5 s", "seek p95 <= 50 ms, Gates tab, warm", "peak RSS <= 150 MB",
+        "UI timer lateness p99 <= 50 ms at 1000 events/s"}

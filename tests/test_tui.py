@@ -17,7 +17,7 @@ from npu_tui.screens.decision import DecisionDialog
 from npu_tui.screens.dialogs import Confirm, ForkDialog, GotoDialog, ResumeConfirm
 from npu_tui.screens.run import RunScreen
 from npu_tui.screens.runs import RunsScreen
-from npu_tui.timeline import RunTimeline
+from npu_tui.timeline import RunTimeline, line_of
 from store import EventStore
 
 SIZE = (150, 45)
@@ -465,3 +465,20 @@ async def test_fork_at_the_replay_cursor(store, db_path, finished_run):
     new = [r for r in store.run_ids() if r != finished_run][0]
     assert store.fold(new).forked_from == (finished_run, at)
     assert store.fold(new).phases[2].status == "failed"
+
+
+async def test_live_lines_extend_the_pages_they_belong_to(store, db_path, fake):
+    c = start(store, fake(steps=200))                 # > one 256-event page per phase
+    c.run(wait=False)
+    timeline = RunTimeline(store, "r1")
+    head = timeline.head
+    assert timeline.line(head) is not None            # the head page is read and cached
+    store.post_command("r1", "approve")
+    c.run(wait=False)
+    new = list(store.events("r1", after_version=head))
+    timeline.extend(new[:5])
+    timeline.extend(new[9:])                          # a gap: the head still follows
+    assert timeline.head == new[-1].run_version
+    for e in store.events("r1"):
+        assert timeline.line(e.run_version) == line_of(e)
+    c.close()

@@ -3,6 +3,7 @@ pinned to the newest event). Everything on it is drawn from the log at the curso
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from ..app import DeployApp
 
 POLL_S = 0.1                 # how often the live worker looks at the store
+LIVE_S = 0.1                 # new events reach the stream, strip and title this often
 REPAINT_S = 0.25             # heavy panels repaint at most this often while events stream in
 SPEEDS = (1, 4, 16, 64, 256, 1024)     # replay speeds, events per second
 
@@ -63,8 +65,9 @@ class RunScreen(Screen[None]):
         self.follow = live
         self.playing = False
         self.speed = 3                       # index into SPEEDS
-        self._dirty = False
+        self._dirty = self._live_dirty = False
         self._stale_tabs: set[str] = set()
+        self._status: tuple[float, str] = (0.0, "")
         self._play_from = 0.0
         self._play_start = 0
         self.cursor = 0
@@ -106,9 +109,13 @@ class RunScreen(Screen[None]):
         stream.set_cursor(self.cursor)
         stream.focus()
         self.update_all()
+        self.set_interval(LIVE_S, self._show_live)
         self.set_interval(REPAINT_S, self._flush)
         self._poll()
         self._warm()
+        # Textual's own objects are many and long-lived: a full collection of them stalls
+        # the UI loop for ~60 ms (benchmarks/tui_bench.py). Move them out of the collector.
+        self.call_after_refresh(gc.freeze)
 
     # --- workers ------------------------------------------------------------------------
 
@@ -134,11 +141,13 @@ class RunScreen(Screen[None]):
     @work(thread=True, exclusive=True, group="warm")
     def _warm(self) -> None:
         """Keyframes for the whole run, so that any seek folds at most KEYFRAME events."""
+        worker = get_current_worker()
         store = EventStore.open(self.store.path, readonly=True)
         try:
-            self.timeline.warm(store)
+            self.timeline.warm(store, cancelled=lambda: worker.is_cancelled)
         finally:
             store.close()
+        gc.freeze()
 
     # --- live events ----------------------------------------------------------------------
 
@@ -146,27 +155,34 @@ class RunScreen(Screen[None]):
         events = [e for e in message.events if e.run_version > self.head_state.version]
         if message.run_id != self.run_id or not events:
             return
-        self.timeline.add(events)
-        self.timeline.note_head(events[-1].run_version)
+        # Only fold and index here: at 1,000 events/s the drawing waits for the timers
+        # (`_show_live` ten times a second, the tabs four times), not for every poll.
+        self.timeline.extend(events)
         if events[0].run_version == self.head_state.version + 1:
             self.head_state = fold_events(events, self.head_state)
         else:
             self.head_state = self.timeline.state_at(events[-1].run_version)
+        self._live_dirty = self._dirty = True
+        from .decision import DecisionDialog
+
+        if isinstance(self.app.screen, DecisionDialog):
+            self.app.screen.saw(events, self.head_state)
+
+    def _show_live(self) -> None:
+        """What new events change at once: the stream's length, and when following, the
+        cursor, strip, title and scrubber; the banner always."""
+        if not self._live_dirty:
+            return
+        self._live_dirty = False
         stream = self.query_one(EventStream)
         stream.sync_head()
         if self.follow:
             self.cursor = self.timeline.head
             stream.set_cursor(self.cursor)
-            # cheap: the strip, title and scrubber keep pace with the banner; the tabs wait
             self.query_one(PhaseStrip).show(self.head_state)
             self._show_title(self.head_state)
         self.query_one(Scrubber).show(self.cursor)
         self._show_banner()
-        self._dirty = True
-        from .decision import DecisionDialog
-
-        if isinstance(self.app.screen, DecisionDialog):
-            self.app.screen.saw(events, self.head_state)
 
     def _flush(self) -> None:
         if self.playing:
@@ -215,7 +231,7 @@ class RunScreen(Screen[None]):
     def _show_title(self, state: DeploymentState) -> None:
         mode = "LIVE" if self.follow else ("PLAY x" + str(SPEEDS[self.speed]) if self.playing
                                            else "REPLAY")
-        status = self.store.live_status(self.run_id, self.head_state.status)
+        status = self._run_status()
         k = state.current_phase
         where = f"phase {k} {PHASE_NAMES[k]}" if k is not None else "not started"
         self.query_one("#run-title", Static).update(
@@ -223,6 +239,13 @@ class RunScreen(Screen[None]):
             f"[b]{mode}[/b] v{self.cursor}/{self.timeline.head}  {where}  run {status}  "
             "times UTC"
             + (f"  verdict {self.head_state.verdict}" if self.head_state.verdict else ""))
+
+    def _run_status(self) -> str:
+        """running / crashed / ...: probing the writer's lock file, at most once a second."""
+        now = time.monotonic()
+        if now - self._status[0] > 1.0 or self.head_state.terminal:
+            self._status = (now, self.store.live_status(self.run_id, self.head_state.status))
+        return self._status[1]
 
     def _show_banner(self) -> None:
         banner = self.query_one("#banner", Static)

@@ -250,7 +250,7 @@ class PlanPanel(Panel):
                           show_edge=False, title_justify="left")
             for col in ("v", "phase", "transform", "mode", "before ms", "after ms", "kept",
                         "why"):
-                table.add_column(col, no_wrap=col != "why")
+                table.add_column(col, no_wrap=True, overflow="ellipsis")
             for e in tried:
                 r = e.payload["result"]
                 after = r.get("after_s")
