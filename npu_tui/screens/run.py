@@ -115,7 +115,14 @@ class RunScreen(Screen[None]):
         self._warm()
         # Textual's own objects are many and long-lived: a full collection of them stalls
         # the UI loop for ~60 ms (benchmarks/tui_bench.py). Move them out of the collector.
-        self.call_after_refresh(gc.freeze)
+        self.call_after_refresh(self._freeze)
+
+    def _freeze(self) -> None:
+        if self.is_attached:
+            gc.freeze()
+
+    def on_unmount(self) -> None:
+        gc.unfreeze()         # what this screen kept alive can be collected again
 
     # --- workers ------------------------------------------------------------------------
 
@@ -147,7 +154,11 @@ class RunScreen(Screen[None]):
             self.timeline.warm(store, cancelled=lambda: worker.is_cancelled)
         finally:
             store.close()
-        gc.freeze()
+        if not worker.is_cancelled:
+            try:
+                self.app.call_from_thread(self._freeze)
+            except RuntimeError:          # the app closed meanwhile
+                pass
 
     # --- live events ----------------------------------------------------------------------
 
