@@ -151,7 +151,8 @@ def test_deploy_refuses_bad_options_and_models_before_creating_a_run(cli, tmp_pa
     from conftest import assert_one_error
 
     db = tmp_path / "runs.db"
-    assert_one_error(cli("--db", db, "deploy", "tiny"), "--headless")
+    assert_one_error(cli("--db", db, "deploy", "tiny", "--pipeline", "fake_pipeline:make"),
+                     "--headless")                   # the TUI needs a terminal
     assert_one_error(cli("--db", db, "deploy", "tiny", "--headless"), "tiny")
     assert_one_error(cli("--db", db, "deploy", "tiny", "--headless", "--pipeline", "nope"),
                      "module:function")

@@ -63,7 +63,7 @@ async def test_approve_at_a_checkpoint_is_one_inbox_command_that_the_conductor_a
         assert c.run(wait=False).reason == "awaiting_human"        # now at phase 1
         await until(pilot, lambda: screen.head_state.current_phase == 1
                     and screen.head_state.phases[1].pending_checkpoint)
-        assert screen.cursor == screen.timeline.head               # live follows the head
+        await until(pilot, lambda: screen.cursor == screen.timeline.head)   # live follows
     c.close()
     s = store.fold("r1")
     assert s.phases[0].status == "exited:passed" and s.phases[0].decision == "approve"
