@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from store import EventStore
+from store import EventStore, StoreUnreadable
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -94,7 +94,11 @@ def wait_until(cond: Callable[[], object], what: str, timeout: float = 15.0,
 def folded(db: Path, run_id: str):
     if not db.exists():
         return None
-    with EventStore.open(db, readonly=True) as store:
+    try:
+        store = EventStore.open(db, readonly=True)
+    except StoreUnreadable:          # the deploy is still creating the file's schema
+        return None
+    with store:
         if run_id not in store.run_ids():
             return None
         return store.fold(run_id)
