@@ -32,7 +32,8 @@ _SUMMARIES: dict[str, Callable[[dict[str, Any]], str]] = {
     "profile.recorded": lambda p: f"{p['scope']} {p['total_s'] * 1e3:.2f} ms ({p['source']})",
     "checkpoint.requested": lambda p: p["summary"],
     "human.decision": lambda p: " ".join(
-        str(x) for x in (p["decision"], p.get("direction_id"), p.get("instruction")) if x),
+        str(x) for x in (p["decision"], "OVERRIDING THE FAILED GATE" if p.get("override")
+                         else None, p.get("direction_id"), p.get("instruction")) if x),
     "debug.proposed": lambda p: f"{p['symptom']}: {len(p['directions'])} directions",
     "skill.loaded": lambda p: p["skill"],
     "lesson.recorded": lambda p: f"{p['symptom']} -> {p['target_skill']}",

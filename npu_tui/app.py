@@ -85,10 +85,8 @@ class DeployApp(App[None]):
         if self.start_run is None:
             self.push_screen(RunsScreen())
             return
-        if self.drive == "deploy":
-            self._drive(self.start_run, "deploy")
-        elif self.drive == "resume":
-            self._drive(self.start_run, "resume")
+        if self.drive is not None:
+            self._drive(self.start_run, self.drive)
         self.open_run(self.start_run, live=self.start_live)
 
     def on_unmount(self) -> None:

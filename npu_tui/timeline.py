@@ -19,7 +19,7 @@ from events import PHASE_NAMES, DeploymentState, Event
 from events import fold as fold_events
 from events.describe import describe
 from events.state import GateSummary
-from store import EventStore
+from store import EventStore, StoreError
 from store.eventstore import EVENT_COLUMNS, event_from_row
 
 PAGE: Final = 256              # event lines read per query
@@ -334,7 +334,7 @@ class RunTimeline:
             return None
         try:
             return json.loads(self.store.get_blob(ref))
-        except (ValueError, OSError, Exception):  # noqa: BLE001 - a panel shows what it can
+        except (StoreError, ValueError):     # a missing or damaged blob: the panel goes without
             return None
 
 
@@ -368,20 +368,34 @@ def gate_rows(gates: Sequence[GateSummary]) -> list[GateRow]:
     return rows
 
 
-def waiting_for(state: DeploymentState) -> str | None:
-    """What the run waits on a person for, in words; None when it waits for nobody."""
+def situation(state: DeploymentState) -> tuple[str, str | None]:
+    """What the current phase waits on a person for: ("checkpoint" | "proposal" |
+    "stopped" | "none", the checkpoint or proposal id)."""
     k = state.current_phase
     if k is None or state.terminal:
-        return None
+        return "none", None
     ph = state.phases[k]
     if state.status == "needs_human":
-        return f"phase {k} ({PHASE_NAMES[k]}) stopped for a person: {ph.exit_reason}"
+        return "stopped", f"p{k}.a{ph.attempts}.stopped"
     if ph.pending_checkpoint:
-        return f"phase {k} ({PHASE_NAMES[k]}) passed its gate: approve or redirect"
+        return "checkpoint", ph.pending_checkpoint
     if ph.pending_proposal:
-        return (f"phase {k} ({PHASE_NAMES[k]}) failed its gate: pick one of "
-                f"{len(ph.pending_directions)} debug directions")
-    return None
+        return "proposal", ph.pending_proposal
+    return "none", None
+
+
+def waiting_for(state: DeploymentState) -> str | None:
+    """`situation` in words; None when the run waits for nobody."""
+    kind, _ = situation(state)
+    if kind == "none":
+        return None
+    k = state.current_phase
+    assert k is not None
+    ph, where = state.phases[k], f"phase {k} ({PHASE_NAMES[k]})"
+    return {"stopped": f"{where} stopped for a person: {ph.exit_reason}",
+            "checkpoint": f"{where} passed its gate: approve or redirect",
+            "proposal": f"{where} failed its gate: pick one of "
+                        f"{len(ph.pending_directions)} debug directions"}[kind]
 
 
 def unfinished_step(store: EventStore, run_id: str) -> str | None:

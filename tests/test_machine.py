@@ -312,6 +312,9 @@ def test_a_person_can_override_a_failed_gate_only_explicitly(store, fake, cli):
     assert exited[0].phase == 0 and exited[0].payload["outcome"] == "passed"
     assert "overrode" in exited[0].payload["reason"]
     assert c.state.phases[0].last_gate.passed is False
+    from events.describe import describe
+    override = [e for e in store.events(c.run_id) if e.type == "human.decision"][-1]
+    assert "OVERRIDING THE FAILED GATE" in describe(override)
     c.close()
     # after the budget ran out (a stopped run), the CLI's --override passes the phase too
     c = Conductor.start(store, fake(fail="0:9"), Policy(auto_approve=True, budget=1),

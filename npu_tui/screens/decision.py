@@ -15,30 +15,15 @@ from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from events import PHASE_NAMES, DeploymentState, Event
+from events.state import GateSummary
 
-from ..timeline import gate_rows
+from ..timeline import gate_rows, situation
 from ..widgets.panels import gate_table, plural
 
 if TYPE_CHECKING:
     from ..app import DeployApp
 
 DECISION_KINDS = ("approve", "redirect", "pick")
-
-
-def situation(state: DeploymentState) -> tuple[str, str | None]:
-    """What the current phase waits for: ("checkpoint" | "proposal" | "stopped" | "none",
-    the checkpoint or proposal id)."""
-    k = state.current_phase
-    if k is None or state.terminal:
-        return "none", None
-    ph = state.phases[k]
-    if state.status == "needs_human":
-        return "stopped", f"p{k}.a{ph.attempts}.stopped"
-    if ph.pending_checkpoint:
-        return "checkpoint", ph.pending_checkpoint
-    if ph.pending_proposal:
-        return "proposal", ph.pending_proposal
-    return "none", None
 
 
 class DecisionDialog(ModalScreen[str | None]):
@@ -82,7 +67,7 @@ class DecisionDialog(ModalScreen[str | None]):
                     yield Button("Approve anyway…", id="override", variant="error")
                 yield Button("Cancel", id="cancel")
 
-    def _body(self, gate: Any) -> ComposeResult:
+    def _body(self, gate: GateSummary | None) -> ComposeResult:
         """What the person reads and types: it scrolls, so the buttons always show."""
         ph = self.ph
         with VerticalScroll(id="decision-body"):

@@ -14,6 +14,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets.data_table import CellDoesNotExist
 
 from events import PHASE_NAMES
 from store import RunSummary
@@ -97,7 +98,7 @@ class RunsScreen(Screen[None]):
             return None
         try:
             key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
-        except Exception:  # noqa: BLE001 - no row under the cursor
+        except CellDoesNotExist:             # no row under the cursor
             return None
         return str(key.value) if key.value is not None else None
 
