@@ -25,6 +25,7 @@ from store.eventstore import EVENT_COLUMNS, event_from_row
 PAGE: Final = 256              # event lines read per query
 PAGES_KEPT: Final = 64         # about 16k lines in memory, whatever the run's length
 KEYFRAME: Final = 1000         # a folded state kept every this many events
+KEPT_BLOBS: Final = 64         # JSON blobs (plans, recipes, reports) kept parsed
 
 #: What the scrubber and the jump keys need, found once per run with one indexed query.
 MARKED_TYPES: Final = ("phase.entered", "phase.exited", "gate.evaluated", "checkpoint.requested",
@@ -132,6 +133,7 @@ class RunTimeline:
         self.store, self.run_id = store, run_id
         self.head = 0
         self._pages: OrderedDict[int, list[EventLine]] = OrderedDict()
+        self._blobs: OrderedDict[str, Any] = OrderedDict()
         self._keys: dict[int, DeploymentState] = {}
         self._key_versions: list[int] = []
         self._keys_lock = threading.Lock()
@@ -330,12 +332,21 @@ class RunTimeline:
         return [event_from_row(r) for r in reversed(rows)]
 
     def blob_json(self, ref: str | None) -> Any:
+        """A JSON blob, read once: blobs are content-addressed, so a kept one never goes
+        stale. Callers only read what it returns."""
         if not ref:
             return None
+        if ref in self._blobs:
+            self._blobs.move_to_end(ref)
+            return self._blobs[ref]
         try:
-            return json.loads(self.store.get_blob(ref))
+            value = json.loads(self.store.get_blob(ref))
         except (StoreError, ValueError):     # a missing or damaged blob: the panel goes without
-            return None
+            value = None
+        self._blobs[ref] = value
+        if len(self._blobs) > KEPT_BLOBS:
+            self._blobs.popitem(last=False)
+        return value
 
 
 # --- gate rows ------------------------------------------------------------------------------

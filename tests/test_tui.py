@@ -18,6 +18,7 @@ from npu_tui.screens.dialogs import Confirm, ForkDialog, GotoDialog, ResumeConfi
 from npu_tui.screens.run import RunScreen
 from npu_tui.screens.runs import RunsScreen
 from npu_tui.timeline import RunTimeline, line_of
+from npu_tui.widgets.panels import GatesPanel
 from store import EventStore
 
 SIZE = (150, 45)
@@ -249,6 +250,10 @@ async def test_replay_jumps_to_failures_phases_decisions_and_event_numbers(store
         assert screen.cursor == fails[0]
         from textual.widgets import TabbedContent
         assert screen.query_one(TabbedContent).active == "tab-gates"
+        gates = screen.query_one(GatesPanel).text
+        failed = next(e for e in events if e.run_version == fails[0])
+        assert f"Phase {failed.phase} " in gates and f"gate {failed.payload['gate']}: FAIL" \
+            in gates and "rel_l2" in gates, gates
         await pilot.press("f")
         assert screen.cursor == fails[1]
         await pilot.press("F")

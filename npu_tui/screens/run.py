@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult, SystemCommand
@@ -249,7 +249,8 @@ class RunScreen(Screen[None]):
             f"[b]{self.run_id}[/b]  {state.model}  {state.backend}  agent {state.agent}  "
             f"[b]{mode}[/b] v{self.cursor}/{self.timeline.head}  {where}  run {status}  "
             "times UTC"
-            + (f"  verdict {self.head_state.verdict}" if self.head_state.verdict else ""))
+            + (f"  verdict {self.head_state.verdict}" if self.head_state.verdict else ""),
+            layout=False)           # one line, always (app.tcss): no relayout of the screen
 
     def _run_status(self) -> str:
         """running / crashed / ...: probing the writer's lock file, at most once a second."""
@@ -280,25 +281,30 @@ class RunScreen(Screen[None]):
                 state.current_phase
             self.query_one(GatesPanel).show(state, phase)
         elif tab == "tab-perf":
-            self.query_one(PerformancePanel).show(self.timeline.profiles_at(c), self._report(c))
+            ref = self._report_ref(c)
+            self.query_one(PerformancePanel).show(
+                self.timeline.profiles_at(c), self.timeline.blob_json(ref) if ref else None, ref)
         elif tab == "tab-agent":
             self.query_one(AgentPanel).show(state, self.timeline.transcript_at(c))
         elif tab == "tab-plan":
             results = self.timeline.plan_results_at(c)
-            recipe = plan = None
+            recipe = plan_ref = None
             for e in reversed(results):
                 r = e.payload["result"]
                 if recipe is None and isinstance(r.get("recipe"), str):
                     recipe = self.timeline.blob_json(r["recipe"])
-                if plan is None and r.get("kept") and r.get("plan_after"):
-                    plan = self.timeline.blob_json(r["plan_after"])
-            self.query_one(PlanPanel).show(results, recipe, plan)
+                if plan_ref is None and r.get("kept") and r.get("plan_after"):
+                    plan_ref = r["plan_after"]
+            self.query_one(PlanPanel).show(
+                results, recipe, self.timeline.blob_json(plan_ref) if plan_ref else None,
+                plan_ref)
 
-    def _report(self, version: int) -> dict[str, Any] | None:
+    def _report_ref(self, version: int) -> str | None:
+        """The blob of the newest phase-6 report data at `version`, if it reads as one."""
         for e in reversed(self.timeline.plan_results_at(version)):
             if e.payload["tool"] == "write_report":
-                data = self.timeline.blob_json(e.payload["result"].get("report_data"))
-                return data if isinstance(data, dict) else None
+                ref = e.payload["result"].get("report_data")
+                return ref if isinstance(self.timeline.blob_json(ref), dict) else None
         return None
 
     @on(TabbedContent.TabActivated)

@@ -3,6 +3,7 @@ of SQLite, so a run of 100k events paints as fast as one of a hundred."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import ClassVar
 
 from rich.segment import Segment
@@ -16,6 +17,7 @@ from ..messages import CursorMoved, ShowEvent
 from ..timeline import EventLine, RunTimeline
 
 PREFIX_WIDTH = 8 + 9 + 2 + 6 + 21     # version, time, glyph, phase.attempt, type
+DRAWN_KEPT = 256                      # event lines kept drawn (a few screens)
 TONES = ("pass", "fail", "human", "phase", "agent", "muted")
 
 
@@ -40,6 +42,8 @@ class EventStream(ScrollView, can_focus=True):
         self.timeline = timeline
         self.cursor = 0
         self._styles: dict[str, Style] = {}
+        # lines drawn lately, as segments (a kept Strip brings seven caches for the collector)
+        self._drawn: OrderedDict[tuple[int, int], list[Segment]] = OrderedDict()
 
     def on_mount(self) -> None:
         self.sync_head()
@@ -51,6 +55,7 @@ class EventStream(ScrollView, can_focus=True):
 
     def notify_style_update(self) -> None:
         self._styles.clear()          # a theme change: read the component styles again
+        self._drawn.clear()
         super().notify_style_update()
 
     def _style(self, name: str) -> Style:
@@ -112,10 +117,15 @@ class EventStream(ScrollView, can_focus=True):
     def render_line(self, y: int) -> Strip:
         version = self.scroll_offset.y + y + 1
         width = self.size.width
-        line = self.timeline.line(version)
-        if line is None:
-            return Strip.blank(width, self.rich_style)
-        strip = Strip(self._segments(line), None)
+        segments = self._drawn.get((version, width))
+        if segments is None:
+            line = self.timeline.line(version)
+            if line is None:
+                return Strip.blank(width, self.rich_style)
+            segments = self._drawn[(version, width)] = self._segments(line)
+            if len(self._drawn) > DRAWN_KEPT:
+                self._drawn.popitem(last=False)
+        strip = Strip(segments)
         if version == self.cursor:
             strip = strip.apply_style(self._style("cursor"))
         return strip.crop_extend(self.scroll_offset.x, self.scroll_offset.x + width,

@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import math
 import re
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from functools import partial
 from typing import Any
 
-from rich.console import Group, RenderableType
+from rich.console import RenderableType
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
-from textual.containers import VerticalScroll
-from textual.widgets import Static
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from events import PHASE_NAMES, DeploymentState, Event
 from events.describe import describe
@@ -31,14 +36,99 @@ def _num(x: float | None) -> str:
     return f"{x:.3e}"
 
 
-class Panel(VerticalScroll):
-    """A scrolling tab body holding one Static."""
+#: A laid-out line, as segments: kept lines are not Strips, each of which carries seven
+#: caches of its own that the garbage collector would walk (tui_bench.py, gen-2 pauses).
+Line = list[Segment]
+#: What `Panel.put` shows: a renderable, or (key, build) whose lines are kept under the key;
+#: build(width) returns a renderable or the lines themselves.
+Part = RenderableType | tuple[Hashable, Callable[[int], RenderableType | list[Line]]]
 
-    def compose(self) -> Any:
-        yield Static(id=f"{self.id}-body", classes="panel-body")
 
-    def put(self, *renderables: RenderableType) -> None:
-        self.query_one(Static).update(Group(*renderables))
+def any_width(build: Callable[[], RenderableType]) -> Callable[[int], RenderableType]:
+    """A part's build for a renderable that Rich lays out at whatever width it is given."""
+    return lambda _width: build()
+
+
+class Panel(ScrollView, can_focus=True):
+    """A scrolling tab body drawn with the Line API: what `put` receives is laid out by Rich
+    once, at the panel's width, and kept as strips, so a seek costs one Rich render and
+    never a relayout of the screen (a Static in an auto-height container costs both)."""
+
+    CACHED_PARTS = 96
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._parts: tuple[Part, ...] = ()
+        self._lines: list[Line] = []
+        self._width = 0
+        self._cache: OrderedDict[tuple[Hashable, int], list[Line]] = OrderedDict()
+
+    def put(self, *parts: Part) -> None:
+        """Show `parts`, one below the other. A part is a renderable, laid out afresh, or
+        `(key, build)`: `build(width)` is called and its lines kept under `key` (a part whose
+        content follows from the key, such as an event's version or a blob's digest), so a
+        seek that shows it again costs no Rich layout."""
+        self._parts = parts
+        self._lay_out()
+
+    def on_resize(self) -> None:
+        if self.scrollable_content_region.width != self._width:
+            self._lay_out()
+
+    def notify_style_update(self) -> None:
+        self._cache.clear()           # a theme change: the kept lines have the old colours
+        super().notify_style_update()
+
+    def _lay_out(self) -> None:
+        self._width = width = self.scrollable_content_region.width
+        if width <= 0:               # not shown yet: laid out on the first resize
+            self._lines = []
+            return
+        lines: list[Line] = []
+        for part in self._parts:
+            if isinstance(part, tuple):
+                key, build = part
+                kept = self._cache.get((key, width))
+                if kept is None:
+                    built = build(width)
+                    kept = self._cache[(key, width)] = built if isinstance(built, list) \
+                        else self._lines_of(built, width)
+                    if len(self._cache) > self.CACHED_PARTS:
+                        self._cache.popitem(last=False)
+                else:
+                    self._cache.move_to_end((key, width))
+                lines.extend(kept)
+            else:
+                lines.extend(self._lines_of(part, width))
+        self._lines = lines
+        self._set_virtual_height(len(lines))
+        self.refresh()
+
+    def _lines_of(self, renderable: RenderableType, width: int) -> list[Line]:
+        console = self.app.console
+        return list(console.render_lines(
+            renderable, console.options.update(width=width, height=None),
+            style=self.rich_style, pad=True))
+
+    def _set_virtual_height(self, height: int) -> None:
+        """The canvas's new height without a relayout of the screen (what assigning
+        `virtual_size` costs): the scrollbar is always shown (app.tcss), so only its thumb
+        changes, and the scroll offset is kept inside the new canvas."""
+        self.set_reactive(Panel.virtual_size, Size(self._width, height))
+        self.vertical_scrollbar.window_virtual_size = height
+        if self.scroll_y > self.max_scroll_y:
+            self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
+
+    def render_line(self, y: int) -> Strip:
+        i, width = self.scroll_offset.y + y, self.size.width
+        if i >= len(self._lines):
+            return Strip.blank(width, self.rich_style)
+        return Strip(self._lines[i], self._width).crop_extend(0, width, self.rich_style)
+
+    @property
+    def text(self) -> str:
+        """What the panel shows, as plain lines."""
+        return "\n".join("".join(seg.text for seg in line).rstrip() for line in self._lines)
 
 
 class GatesPanel(Panel):
@@ -94,11 +184,12 @@ class PerformancePanel(Panel):
     """Per-dispatch times, TTFT and tokens/s, and the roofline, each with where its figures
     came from."""
 
-    def show(self, profiles: dict[str, Event], report: dict[str, Any] | None) -> None:
+    def show(self, profiles: dict[str, Event], report: dict[str, Any] | None,
+             report_ref: str | None = None) -> None:
         if not profiles and not report:
             self.put(Text("No profile recorded yet (phases 4 and 5 record them).", style="dim"))
             return
-        parts: list[RenderableType] = []
+        parts: list[Part] = []
         prefill, decode = profiles.get("prefill"), profiles.get("decode")
         summary = Table.grid(padding=(0, 2))
         if prefill is not None:
@@ -113,10 +204,11 @@ class PerformancePanel(Panel):
                             SOURCE_LABEL.get(p["source"], p["source"]))
         parts.append(summary)
         for scope, e in profiles.items():
-            parts.append(kernel_table(scope, e))
-            parts.append(profile_table(scope, e))
+            parts.append((("kernels", e.run_version), any_width(partial(kernel_table, scope, e))))
+            parts.append((("profile", e.run_version), any_width(partial(profile_table, scope, e))))
         if report:
-            parts.append(roofline(report))
+            parts.append((("roofline", report_ref), any_width(partial(roofline, report)))
+                         if report_ref else roofline(report))
         else:
             parts.append(Text("The roofline appears when phase 6 writes the report.",
                               style="dim"))
@@ -214,27 +306,47 @@ class AgentPanel(Panel):
                                  f"{t.cache_write_tokens:,}  ",
             ("cost ", "bold"), f"${t.cost_usd:.4f}  ",
             ("tool calls ", "bold"), f"{t.tool_calls}  ", ("errors ", "bold"), f"{t.errors}")
-        table = Table(expand=True, show_edge=False, show_header=False, pad_edge=False)
-        table.add_column(justify="right", style="dim", no_wrap=True)
-        table.add_column(no_wrap=True)
-        table.add_column()
-        for e in transcript:
-            style = {"agent.message": "", "model.called": "magenta", "error": "red",
-                     "tool.requested": "cyan", "tool.completed": "cyan dim"}.get(e.type, "")
-            if e.type == "tool.completed" and not e.payload.get("ok"):
-                style = "red"
-            table.add_row(str(e.run_version), e.type, describe(e, 300), style=style)
-        if not transcript:
-            table.add_row("", "", Text("nothing yet", style="dim"))
-        self.put(totals, table)
+        rows: list[Part] = [(("agent", e.run_version),
+                             partial(transcript_lines, e, self.app.console, self.rich_style))
+                            for e in transcript]
+        self.put(totals, *(rows or [Text("nothing yet", style="dim")]))
+
+
+TRANSCRIPT_INDENT = 8 + 16           # the version and the type
+TRANSCRIPT_STYLE = {"agent.message": "", "model.called": "magenta", "error": "red",
+                    "tool.requested": "cyan", "tool.completed": "cyan dim"}
+
+
+def transcript_row(e: Event) -> Text:
+    """One event of the transcript: its version and type, then what it says, wrapped under
+    itself. Plain text, cheaper to lay out than a table row."""
+    style = TRANSCRIPT_STYLE.get(e.type, "")
+    if e.type == "tool.completed" and not e.payload.get("ok"):
+        style = "red"
+    return Text.assemble((f"{e.run_version:>7} ", "dim"), (f"{e.type:<16}", style),
+                         (describe(e, 300), style), no_wrap=False)
+
+
+def transcript_lines(e: Event, console: Any, style: Any, width: int) -> list[Line]:
+    return hanging_lines(transcript_row(e), TRANSCRIPT_INDENT, console, style, width)
+
+
+def hanging_lines(row: Text, indent: int, console: Any, style: Any, width: int) -> list[Line]:
+    """`row` as lines of `width` cells whose wrapped lines start under the text, after a
+    prefix of `indent` cells: wrapped and turned into segments without a Rich layout pass."""
+    head, body = row[:indent], row[indent:]
+    pad = Text(" " * indent)
+    return [Segment.adjust_line_length([*(head if i == 0 else pad).render(console),
+                                        *line.render(console)], width, style)
+            for i, line in enumerate(body.wrap(console, max(8, width - indent)))]
 
 
 class PlanPanel(Panel):
     """The deployment's current recipe and plan, and every transform tried."""
 
     def show(self, results: list[Event], recipe: dict[str, Any] | None,
-             plan: dict[str, Any] | None) -> None:
-        parts: list[RenderableType] = []
+             plan: dict[str, Any] | None, plan_ref: str | None = None) -> None:
+        parts: list[Part] = []
         if recipe:
             summary = Table.grid(padding=(0, 2))
             summary.add_row("GEMM datapath", str(recipe.get("gemm_datapath", "?")))
@@ -245,34 +357,44 @@ class PlanPanel(Panel):
                             ", ".join(recipe.get("decode_transforms", [])) or "none")
             parts.append(summary)
         tried = [e for e in results if e.payload["tool"] == "apply_transform"]
-        if tried:
-            table = Table(title="transforms tried (times modeled)", expand=True,
-                          show_edge=False, title_justify="left")
-            for col in ("v", "phase", "transform", "mode", "before ms", "after ms", "kept",
-                        "why"):
-                table.add_column(col, no_wrap=True, overflow="ellipsis")
-            for e in tried:
-                r = e.payload["result"]
-                after = r.get("after_s")
-                table.add_row(str(e.run_version), str(e.phase), r["transform"], r.get("mode", ""),
-                              f"{r['before_s'] * 1e3:.2f}",
-                              "—" if after is None else f"{after * 1e3:.2f}",
-                              Text("kept", style="green") if r["kept"] else
-                              Text("dropped", style="yellow"), r.get("reason", ""))
-            parts.append(table)
+        if tried:   # the newest result and the count name the rows
+            parts.append((("tried", tried[-1].run_version, len(tried)),
+                          any_width(partial(transforms_table, tried))))
         if plan:
-            steps = Table(title=f"current plan: {plan.get('summary', '')}", expand=True,
-                          show_edge=False, title_justify="left")
-            steps.add_column("#", justify="right")
-            steps.add_column("step")
-            steps.add_column("launches")
-            for i, s in enumerate(plan.get("steps", []), 1):
-                if "dispatch" in s:
-                    steps.add_row(str(i), s["dispatch"], ", ".join(s["launches"]))
-                else:
-                    steps.add_row(str(i), Text(s["host"], style="dim"), "host")
-            parts.append(steps)
+            parts.append((("plan", plan_ref), any_width(partial(plan_table, plan))) if plan_ref
+                         else plan_table(plan))
         if not parts:
             parts.append(Text("No plan yet: phase 1 selects the tiles, phases 4 and 5 "
                               "transform the plan.", style="dim"))
         self.put(*parts)
+
+
+def transforms_table(tried: list[Event]) -> Table:
+    table = Table(title="transforms tried (times modeled)", expand=True,
+                  show_edge=False, title_justify="left")
+    for col in ("v", "phase", "transform", "mode", "before ms", "after ms", "kept",
+                "why"):
+        table.add_column(col, no_wrap=True, overflow="ellipsis")
+    for e in tried:
+        r = e.payload["result"]
+        after = r.get("after_s")
+        table.add_row(str(e.run_version), str(e.phase), r["transform"], r.get("mode", ""),
+                      f"{r['before_s'] * 1e3:.2f}",
+                      "—" if after is None else f"{after * 1e3:.2f}",
+                      Text("kept", style="green") if r["kept"] else
+                      Text("dropped", style="yellow"), r.get("reason", ""))
+    return table
+
+
+def plan_table(plan: dict[str, Any]) -> Table:
+    steps = Table(title=f"current plan: {plan.get('summary', '')}", expand=True,
+                  show_edge=False, title_justify="left")
+    steps.add_column("#", justify="right")
+    steps.add_column("step")
+    steps.add_column("launches")
+    for i, s in enumerate(plan.get("steps", []), 1):
+        if "dispatch" in s:
+            steps.add_row(str(i), s["dispatch"], ", ".join(s["launches"]))
+        else:
+            steps.add_row(str(i), Text(s["host"], style="dim"), "host")
+    return steps

@@ -36,9 +36,18 @@ class PhaseStrip(Static):
 
     DEFAULT_CLASSES = "phase-strip"
 
+    _shown: tuple[object, ...] = ()
+
+    def notify_style_update(self) -> None:
+        self._shown = ()              # a theme change: draw with the new colours next time
+        super().notify_style_update()
+
     def show(self, state: DeploymentState) -> None:
-        table = Table.grid(expand=True, padding=(0, 1))
         cells = phase_cells(state)
+        if (cells, state.current_phase) == self._shown:
+            return                    # a seek within the same phase: nothing to draw
+        self._shown = (cells, state.current_phase)
+        table = Table.grid(expand=True, padding=(0, 1))
         for _ in cells:
             table.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
         styles = {name: self.get_component_rich_style(f"phase-strip--{name}")
@@ -46,7 +55,7 @@ class PhaseStrip(Static):
         table.add_row(*(Text(label, style=styles[s] + _bold(state, i))
                         for i, (label, _, s) in enumerate(cells)))
         table.add_row(*(Text(detail, style=styles[s]) for _, detail, s in cells))
-        self.update(table)
+        self.update(table, layout=False)     # two lines, always (app.tcss)
         self.tooltip = " · ".join(f"{i} {n}" for i, n in enumerate(PHASE_NAMES))
 
     COMPONENT_CLASSES = {"phase-strip--pass", "phase-strip--fail", "phase-strip--human",

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.style import Style
 from rich.text import Text
 from textual import events
+from textual.geometry import Region
+from textual.strip import Strip
 from textual.widget import Widget
 
 from ..messages import Seek
@@ -26,28 +29,55 @@ class Scrubber(Widget):
         super().__init__(id=id)
         self.timeline = timeline
         self.cursor = 0
+        self._still: tuple[tuple[int, int, int], list[Strip]] | None = None
 
     def show(self, cursor: int) -> None:
-        self.cursor = cursor
-        self.refresh()
+        """Move the cursor: only the cursor's line is drawn again (the bands and marks change
+        only when the run grows)."""
+        if cursor != self.cursor:
+            self.cursor = cursor
+            self.refresh(Region(0, 2, self.size.width, 1))
+        if self._still is not None and self._still[0] != self._still_key():
+            self.refresh()
+
+    def notify_style_update(self) -> None:
+        self._still = None            # a theme change
+        super().notify_style_update()
 
     def _column(self, version: int, width: int) -> int:
         head = max(1, self.timeline.head)
         return min(width - 1, max(0, (version - 1) * width // head))
 
-    def render(self) -> Text:
+    def _style(self, name: str) -> Style:
+        return self.get_component_rich_style(f"scrubber--{name}")
+
+    def _still_key(self) -> tuple[int, int, int]:
+        return (self.size.width, self.timeline.head, len(self.timeline.marks))
+
+    def render_line(self, y: int) -> Strip:
         width = max(8, self.size.width)
-        head = self.timeline.head
-        style = {n: self.get_component_rich_style(f"scrubber--{n}")
-                 for n in ("band-even", "band-odd", "fail", "decision", "cursor", "muted")}
-        bands = Text(" " * width, style=style["muted"])
+        if y == 2:
+            return self._cursor_line(width)
+        key = self._still_key()
+        if self._still is None or self._still[0] != key:
+            self._still = (key, [self._bands_line(width), self._marks_line(width)])
+        return self._still[1][y] if y < 2 else Strip.blank(width, self.rich_style)
+
+    def _strip(self, text: Text, width: int) -> Strip:
+        return Strip(text.render(self.app.console)).extend_cell_length(width, self.rich_style)
+
+    def _bands_line(self, width: int) -> Strip:
+        bands = Text(" " * width, style=self._style("muted"))
         for band in self.timeline.bands():
             a, b = self._column(band.first, width), self._column(band.last, width)
-            name = "band-even" if band.phase % 2 == 0 else "band-odd"
-            bands.stylize(style[name], a, b + 1)
+            style = self._style("band-even" if band.phase % 2 == 0 else "band-odd")
+            bands.stylize(style, a, b + 1)
             label = str(band.phase)
             if b + 1 - a >= len(label):
-                bands = bands[:a] + Text(label, style=style[name]) + bands[a + len(label):]
+                bands = bands[:a] + Text(label, style=style) + bands[a + len(label):]
+        return self._strip(bands, width)
+
+    def _marks_line(self, width: int) -> Strip:
         marks = [" "] * width
         rank = [len(MARK_PRIORITY)] * width
         for m in self.timeline.marks:
@@ -56,21 +86,25 @@ class Scrubber(Widget):
             col, r = self._column(m.version, width), MARK_PRIORITY.index(m.kind)
             if r < rank[col]:
                 marks[col], rank[col] = MARK_GLYPH[m.kind], r
-        mark_line = Text()
+        line = Text()
         for ch in marks:
             tone = "fail" if ch in "✗!" else "decision" if ch != " " else "muted"
-            mark_line.append(ch, style=style[tone])
-        cursor_line = Text(" " * width)
+            line.append(ch, style=self._style(tone))
+        return self._strip(line, width)
+
+    def _cursor_line(self, width: int) -> Strip:
+        head = self.timeline.head
+        line = Text(" " * width)
         if head:
             col = self._column(self.cursor, width)
-            cursor_line = Text(" " * col + "▲", style=style["cursor"])
+            line = Text(" " * col + "▲", style=self._style("cursor"))
             info = f" v{self.cursor}/{head}"
             if col + 1 + len(info) <= width:
-                cursor_line.append(info, style=style["muted"])
+                line.append(info, style=self._style("muted"))
             else:
-                cursor_line = Text(" " * max(0, col - len(info)) + info.strip() + " ▲",
-                                   style=style["cursor"])
-        return Text("\n").join([bands, mark_line, cursor_line])
+                line = Text(" " * max(0, col - len(info)) + info.strip() + " ▲",
+                            style=self._style("cursor"))
+        return self._strip(line, width)
 
     def on_click(self, event: events.Click) -> None:
         width = max(8, self.size.width)
