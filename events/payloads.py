@@ -113,7 +113,7 @@ class AgentMessage:
     text: str
 
 
-@event_type("model.called", schema_version=2)
+@event_type("model.called", schema_version=3)
 @dataclass(frozen=True)
 class ModelCalled:
     model: str
@@ -124,6 +124,9 @@ class ModelCalled:
     duration_s: float
     cache_read_tokens: int = 0    # added in schema 2, when prompt caching was counted
     cache_write_tokens: int = 0
+    request_id: str | None = None  # added in schema 3: the provider's id of the request,
+    request: str | None = None     # and blobs of what was sent (JSON, no credentials)
+    response: str | None = None    # and of what came back (JSON)
 
     def check(self) -> None:
         for name in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"):

@@ -19,6 +19,11 @@ def _model_called_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
     return {**payload, "cache_read_tokens": 0, "cache_write_tokens": 0}
 
 
+def _model_called_v2_to_v3(payload: dict[str, Any]) -> dict[str, Any]:
+    # Schema 2 kept no request id and no content.
+    return {"request_id": None, "request": None, "response": None, **payload}
+
+
 def _phase_exited_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
     # Schema 1 did not record where a phase's time went.
     return {"wall_s": 0.0, "agent_s": 0.0, "backend_s": 0.0, **payload}
@@ -50,6 +55,7 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("lesson.recorded", 1): _lesson_recorded_v1_to_v2,
     ("experience.recorded", 1): _experience_recorded_v1_to_v2,
     ("model.called", 1): _model_called_v1_to_v2,
+    ("model.called", 2): _model_called_v2_to_v3,
     ("phase.exited", 1): _phase_exited_v1_to_v2,
     ("run.forked", 1): _run_forked_v1_to_v2,
 }

@@ -7,10 +7,12 @@ from .conductor import (
     DebugMatcher,
     Gate,
     Halt,
+    NeedsHuman,
     PhaseRun,
     Pipeline,
     Policy,
     RunEnded,
+    ToolFailed,
     fork,
     load_pipeline,
     resume,
@@ -19,6 +21,7 @@ from .machine import DeploymentMachine, IllegalTransition, mermaid, state_of, tr
 
 __all__ = [
     "Agent", "Conductor", "DebugMatcher", "DeploymentMachine", "Gate", "Halt",
-    "IllegalTransition", "PhaseRun", "Pipeline", "Policy", "RunEnded", "fork",
+    "IllegalTransition", "NeedsHuman", "PhaseRun", "Pipeline", "Policy", "RunEnded",
+    "ToolFailed", "fork",
     "load_pipeline", "mermaid", "resume", "state_of", "trigger_for",
 ]

@@ -95,8 +95,19 @@ class Halt:
     detail: str = ""
 
 
-class StepInterrupted(RuntimeError):
+class NeedsHuman(RuntimeError):
+    """Raised by an agent: the attempt cannot go on without a person (a budget spent, a
+    refusal, a request to change the skill catalog). The phase exits as needs_human with
+    this message as its reason."""
+
+
+class StepInterrupted(NeedsHuman):
     """A step that is not idempotent was found started but not finished."""
+
+
+class ToolFailed(RuntimeError):
+    """A step whose work raised one of the errors its caller expects (a bad argument from a
+    model, a missing file): recorded as a failed `tool.completed`, raised again on replay."""
 
 
 class _Stop(Exception):
@@ -141,13 +152,38 @@ class PhaseRun:
                                key=self._key(f"f{self._n}"))
 
     def step(self, tool: str, arguments: dict[str, Any], fn: Callable[[], dict[str, Any]],
-             *, idempotent: bool = True, backend: bool = False) -> dict[str, Any]:
+             *, idempotent: bool = True, backend: bool = False,
+             expected: tuple[type[Exception], ...] = ()) -> dict[str, Any]:
         """Run `fn` as a recorded tool step and return its result. A step already completed
-        in the log (a resumed run) returns the stored result without running again."""
+        in the log (a resumed run) returns the stored result without running again. An
+        exception of `expected` is recorded as a failed step and raised as `ToolFailed`."""
         self._n += 1
         return self.conductor._step(self.phase, self.attempt, f"{self.role}s{self._n}", tool,
                                     arguments, fn, idempotent=idempotent, backend=backend,
-                                    actor="harness" if self.role else "agent")
+                                    actor="harness" if self.role else "agent",
+                                    expected=expected)
+
+    def exchange(self, call: Callable[[], tuple[str, dict[str, Any]]]) -> Event:
+        """A model call, recorded once: `call()` returns ("model.called", payload), or
+        ("error", payload) when the call failed. A resumed run gets the stored event back
+        and the model is not called (nor paid) twice."""
+        self._n += 1
+        key = self._key(f"c{self._n}")
+        stored = self.conductor._stored(key)
+        if stored is not None:
+            return stored
+        self.conductor._between_steps()
+        type_, payload = call()
+        if type_ not in ("model.called", "error"):
+            raise ValueError(f"a model call records model.called or error, not {type_}")
+        return self.conductor._record(type_, payload, phase=self.phase, attempt=self.attempt,
+                                      actor="agent", key=key)
+
+    def events(self, *types: str) -> list[Event]:
+        """This attempt's events so far (of `types`, if given)."""
+        return [e for e in self.conductor.store.events(self.conductor.run_id, phase=self.phase,
+                                                       types=types)
+                if e.attempt == self.attempt]
 
 
 # --- the conductor -------------------------------------------------------------------------
@@ -215,10 +251,12 @@ class Conductor:
 
     def _step(self, phase: int, attempt: int, what: str, tool: str, arguments: dict[str, Any],
               fn: Callable[[], dict[str, Any]], *, idempotent: bool, backend: bool,
-              actor: str) -> dict[str, Any]:
+              actor: str, expected: tuple[type[Exception], ...] = ()) -> dict[str, Any]:
         key = f"p{phase}.a{attempt}.{what}"
         done = self._stored(key + ".done")
         if done is not None:
+            if not done.payload["ok"]:
+                raise ToolFailed(done.payload["result"].get("error", "failed"))
             return dict(done.payload["result"])
         self._between_steps()
         args = {**arguments, "idempotent": idempotent, "backend": backend}
@@ -228,7 +266,15 @@ class Conductor:
         self._record("tool.requested", {"call_id": key, "tool": tool, "arguments": args},
                      phase=phase, attempt=attempt, actor=actor, key=key)
         t0 = time.perf_counter()
-        result = fn()
+        try:
+            result = fn()
+        except expected as e:
+            message = f"{type(e).__name__}: {e}"
+            self._record("tool.completed", {"call_id": key, "tool": tool, "ok": False,
+                                            "result": {"error": message},
+                                            "duration_s": time.perf_counter() - t0},
+                         phase=phase, attempt=attempt, actor=actor, key=key + ".done")
+            raise ToolFailed(message) from e
         self._record("tool.completed", {"call_id": key, "tool": tool, "ok": True,
                                         "result": result,
                                         "duration_s": time.perf_counter() - t0},
@@ -363,7 +409,7 @@ class Conductor:
             self.pipeline.agent.work(run)
         except _Stop:
             return None
-        except StepInterrupted as e:
+        except NeedsHuman as e:
             self._exit(k, attempt, "needs_human", str(e))
             return None
         self._step_gate_request(k, attempt)

@@ -180,8 +180,10 @@ def show_cmd(run: str, last: int, as_json: bool) -> None:
                   f"policy {state.policy}")
     out.print(f"status {status}   verdict {state.verdict or '-'}   "
                   f"events {state.version}   wall {state.wall_time_s:.1f} s   "
-                  f"tokens in {t.input_tokens:,} out {t.output_tokens:,}   "
-                  f"cost ${t.cost_usd:.4f}   tool calls {t.tool_calls}   errors {t.errors}")
+                  f"model calls {t.model_calls}   tokens in {t.input_tokens:,} out "
+                  f"{t.output_tokens:,} cache read {t.cache_read_tokens:,} write "
+                  f"{t.cache_write_tokens:,}   cost ${t.cost_usd:.4f} (list prices)   "
+                  f"tool calls {t.tool_calls}   errors {t.errors}")
     phases = Table(title="phases", title_justify="left")
     for col in ("#", "phase", "status", "attempts", "last gate", "wall s"):
         phases.add_column(col)

@@ -14,6 +14,7 @@ from store import EventStore, RunLocked
 from .cli import EXIT_FAILED, EXIT_USAGE, code_version, console, db_option, db_path, fail, main
 
 DEFAULT_PIPELINE = "skills.autopilot:pipeline"
+CLAUDE_PIPELINE = "skills.claude:pipeline"
 EXIT_NEEDS_HUMAN = 3      # the run stopped for a person (needs_human, or waiting headless)
 
 
@@ -98,6 +99,25 @@ def _check_model(spec: str) -> None:
         fail(str(e))
 
 
+def _claude_config(option: str | None, budget: str) -> dict[str, Any]:
+    """--agent claude: the key must be there, the model priced, the budget well formed,
+    before any run is created."""
+    import os
+
+    from skills.claude import KEY_ENV, Budget, ClaudeConfig, model_from_env, price_of
+
+    if not os.environ.get(KEY_ENV):
+        fail(f"--agent claude needs {KEY_ENV} in the environment (an Anthropic API key); "
+             "or deploy with the offline autopilot (the default)", EXIT_USAGE)
+    model = model_from_env(option)
+    try:
+        price_of(model)
+        limits = Budget.parse(budget)
+    except ValueError as e:
+        fail(str(e), EXIT_USAGE)
+    return ClaudeConfig(model=model, budget=limits).to_config()
+
+
 def _phases(text: str) -> frozenset[int]:
     try:
         phases = frozenset(int(p) for p in text.split(",") if p.strip())
@@ -120,8 +140,19 @@ def _phases(text: str) -> frozenset[int]:
               help="Comma-separated phases whose checkpoint waits for a person anyway.")
 @click.option("--budget", type=click.IntRange(1, 50), default=3, show_default=True,
               help="Attempts of a phase before the run stops for a person.")
-@click.option("--pipeline", "pipeline_spec", default=DEFAULT_PIPELINE, show_default=True,
-              help="module:function returning the agent, gates and debug matcher.")
+@click.option("--agent", type=click.Choice(["autopilot", "claude"]), default="autopilot",
+              show_default=True,
+              help="Who works the phases: the offline autopilot, or Claude through the "
+                   "Anthropic API (needs ANTHROPIC_API_KEY).")
+@click.option("--model", "claude_model", default=None, metavar="ID",
+              help="Claude's model id with --agent claude (default: $NPU_DEPLOY_CLAUDE_MODEL, "
+                   "else claude-sonnet-5-5).")
+@click.option("--agent-budget", default="", metavar="LIMITS",
+              help="Per phase attempt with --agent claude, e.g. turns=40,tokens=2e6,usd=5,"
+                   "wall=1800 (seconds).")
+@click.option("--pipeline", "pipeline_spec", default=None,
+              help=f"module:function returning the agent, gates and debug matcher "
+                   f"(default: {DEFAULT_PIPELINE}, or {CLAUDE_PIPELINE} with --agent claude).")
 @click.option("--run-id", default=None, help="Name the run (default: a new UUIDv7).")
 @click.option("--seq-len", type=click.IntRange(8, 2048), default=128, show_default=True,
               help="Prefill length of the gates' long prompt and of the optimized plans.")
@@ -131,17 +162,20 @@ def _phases(text: str) -> frozenset[int]:
               help="A drill: seed a known fault (a GEMM tile that does not divide N) for the "
                    "gates and debug skills to catch.")
 def deploy_cmd(model: str, headless: bool, auto_approve: bool, pause_at: str, budget: int,
-               pipeline_spec: str, run_id: str | None, seq_len: int, steps: int,
+               agent: str, claude_model: str | None, agent_budget: str,
+               pipeline_spec: str | None, run_id: str | None, seq_len: int, steps: int,
                seed_fault: str | None) -> None:
     """Deploy MODEL through phases 0-7 as a new run in the store."""
     from machine import Conductor, Policy
 
     policy = Policy(auto_approve=auto_approve, pause_at=_phases(pause_at), budget=budget)
+    claude = _claude_config(claude_model, agent_budget) if agent == "claude" else None
+    pipeline_spec = pipeline_spec or (CLAUDE_PIPELINE if claude else DEFAULT_PIPELINE)
     pipeline = load_pipeline_or_fail(pipeline_spec)
-    if pipeline_spec == DEFAULT_PIPELINE:
+    if pipeline_spec in (DEFAULT_PIPELINE, CLAUDE_PIPELINE):
         _check_model(model)
     config = {"pipeline": pipeline_spec, "seq_len": seq_len, "steps": steps,
-              "fault": seed_fault}
+              "fault": seed_fault, **({"claude": claude} if claude else {})}
     if not headless:
         _deploy_in_tui(model, policy, pipeline_spec, config, run_id)
         return
