@@ -102,13 +102,9 @@ def _check_model(spec: str) -> None:
 def _claude_config(option: str | None, budget: str) -> dict[str, Any]:
     """--agent claude: the key must be there, the model priced, the budget well formed,
     before any run is created."""
-    import os
+    from skills.claude import Budget, ClaudeConfig, model_from_env, price_of
 
-    from skills.claude import KEY_ENV, Budget, ClaudeConfig, model_from_env, price_of
-
-    if not os.environ.get(KEY_ENV):
-        fail(f"--agent claude needs {KEY_ENV} in the environment (an Anthropic API key); "
-             "or deploy with the offline autopilot (the default)", EXIT_USAGE)
+    _needs_key("--agent claude")
     model = model_from_env(option)
     try:
         price_of(model)
@@ -116,6 +112,16 @@ def _claude_config(option: str | None, budget: str) -> dict[str, Any]:
     except ValueError as e:
         fail(str(e), EXIT_USAGE)
     return ClaudeConfig(model=model, budget=limits).to_config()
+
+
+def _needs_key(what: str) -> None:
+    import os
+
+    from skills.claude import KEY_ENV
+
+    if not os.environ.get(KEY_ENV):
+        fail(f"{what} needs {KEY_ENV} in the environment (an Anthropic API key); or deploy "
+             "with the offline autopilot (the default)", EXIT_USAGE)
 
 
 def _phases(text: str) -> frozenset[int]:
@@ -226,6 +232,8 @@ def resume_cmd(run: str, pipeline_spec: str | None, no_wait: bool) -> None:
     store = EventStore.open(db_path())
     run_id = store.resolve_run(run)
     spec = pipeline_spec or run_config(store, run_id).get("pipeline") or DEFAULT_PIPELINE
+    if spec == CLAUDE_PIPELINE:
+        _needs_key(f"run {run_id} is worked by Claude: resuming it")
     pipeline = load_pipeline_or_fail(spec)
     out = console()
     try:

@@ -13,6 +13,7 @@ from typing import Any
 import anthropic
 import httpx2
 import pytest
+from conftest import assert_one_error
 
 from machine import Conductor, Policy, resume
 from skills.claude import (
@@ -89,8 +90,9 @@ def start(store: EventStore, script: Script, *, budget: Budget | None = None,
     config = ClaudeConfig(model=MODEL, budget=budget or Budget(), max_retries=max_retries,
                           command_timeout_s=2.0)
     return Conductor.start(store, claude_pipeline(script, max_retries), Policy(),
-                           model="tiny-llama-mha", config={**FAST,
-                                                           "claude": config.to_config()},
+                           model="tiny-llama-mha",
+                           config={**FAST, "pipeline": "skills.claude:pipeline",
+                                   "claude": config.to_config()},
                            on_event=on_event, run_id=run_id)
 
 
@@ -394,12 +396,19 @@ def test_the_api_key_is_nowhere_in_the_store(db_path, tmp_path):
 # --- the command line ----------------------------------------------------------------------
 
 def test_deploy_with_claude_and_no_key_fails_before_any_run(cli, db_path):
-    r = cli("deploy", "tiny-llama-mha", "--agent", "claude", "--headless",
+    r = cli("--db", db_path, "deploy", "tiny-llama-mha", "--agent", "claude", "--headless",
             env={"ANTHROPIC_API_KEY": None})
-    assert r.exit_code != 0 and "ANTHROPIC_API_KEY" in r.output
-    assert len(r.output.strip().splitlines()) == 1
-    with EventStore.open(db_path) as store:
-        assert store.run_ids() == []
+    assert_one_error(r, "ANTHROPIC_API_KEY")
+    assert not db_path.exists()
+
+
+def test_resuming_a_claude_run_without_the_key_fails_and_changes_nothing(cli, store, db_path):
+    script = Script(message(text("no"), stop="refusal", n=1))
+    run_id, halt, events = run_phase0(store, script)
+    assert halt.reason == "needs_human"
+    r = cli("--db", db_path, "resume", run_id, env={"ANTHROPIC_API_KEY": None})
+    assert_one_error(r, "ANTHROPIC_API_KEY", "resuming it")
+    assert [e.hash for e in store.events(run_id)] == [e.hash for e in events]
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -408,10 +417,10 @@ def test_deploy_with_claude_and_no_key_fails_before_any_run(cli, db_path):
     (["--agent-budget", "dollars=3"], "expected turns="),
 ])
 def test_deploy_with_claude_refuses_bad_settings_in_one_line(cli, db_path, args, needle):
-    r = cli("deploy", "tiny-llama-mha", "--agent", "claude", "--headless", *args,
-            env={"ANTHROPIC_API_KEY": KEY})
-    assert r.exit_code != 0 and needle in r.output and KEY not in r.output
-    assert len(r.output.strip().splitlines()) == 1
+    r = cli("--db", db_path, "deploy", "tiny-llama-mha", "--agent", "claude", "--headless",
+            *args, env={"ANTHROPIC_API_KEY": KEY})
+    assert KEY not in assert_one_error(r, needle)
+    assert not db_path.exists()
 
 
 # --- live -------------------------------------------------------------------------------
