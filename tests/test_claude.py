@@ -290,6 +290,21 @@ def test_asking_to_change_the_catalog_stops_for_a_person(store):
     assert halt.reason == "needs_human" and len(script.requests) == 1
 
 
+def test_pause_turn_sends_the_turn_back_and_the_context_stop_reason_starts_over(store):
+    script = Script(message(text("searching"), stop="pause_turn", n=1),
+                    message(use("build_oracle", 1), stop="tool_use", n=2),
+                    message(stop="model_context_window_exceeded", n=3),
+                    message(text("done"), n=4))
+    _, halt, events = run_phase0(store, script)
+    second = script.requests[1]["messages"]
+    assert second[-1] == {"role": "assistant", "content": [text("searching")]}
+    fresh = script.requests[3]["messages"]
+    assert len(fresh) == 1 and "build_oracle ok" in fresh[0]["content"]
+    assert [e.payload["stop_reason"] for e in of(events, "model.called")] == [
+        "pause_turn", "tool_use", "model_context_window_exceeded", "end_turn"]
+    assert halt.reason == "awaiting_human"
+
+
 # --- the workspace -------------------------------------------------------------------------
 
 def test_the_workspace_refuses_escapes_and_protected_paths(store, db_path, tmp_path):
