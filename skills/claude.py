@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from typing import Any
 from kernels.specs import Decode, Mode, Prefill
 from kernels.transforms import IllegalTransform
 from machine import NeedsHuman, Pipeline, ToolFailed
+from machine.conductor import run_config
 
 from .catalog import SkillMatcher, load_catalog
 from .gates import gates
@@ -401,7 +401,8 @@ def _approval(c: Context, a: dict[str, Any]) -> dict[str, Any]:
     def work() -> dict[str, Any]:
         proposal = {"skill": str(a["skill"]), "change": str(a["change"]),
                     "content": str(a.get("content", ""))}
-        return {**proposal, "content": None, "proposal": blob_json(c.tb.store, proposal)}
+        return {"skill": proposal["skill"], "change": proposal["change"],
+                "proposal": blob_json(c.tb.store, proposal)}
     r = c.step("ask_approval", {"skill": a.get("skill"), "change": a.get("change")}, work)
     raise NeedsHuman(f"the agent asks to change the skill catalog ({r['skill']}): "
                      f"{r['change']} (proposal blob {r['proposal'][:12]}); redirect the phase "
@@ -652,7 +653,7 @@ class ClaudeAgent:
 
     def work(self, run: Any) -> None:
         ws = workspace_of(run)
-        config = ClaudeConfig.of(_run_config(ws))
+        config = ClaudeConfig.of(run_config(ws.store, ws.run_id))
         price = price_of(config.model, self.env)
         root = workspace_dir(ws.store.path, ws.run_id)
         oracle = ws.latest("answers", tool="build_oracle")
@@ -771,11 +772,6 @@ def run_tool(ctx: Context, name: str, args: dict[str, Any]) -> tuple[bool, str]:
     return True, text
 
 
-def _run_config(ws: Workspace) -> dict[str, Any]:
-    first = ws.store.event_at(ws.run_id, 1)
-    return dict(first.payload.get("config") or {}) if first is not None else {}
-
-
 # --- debug directions: the catalog's and the agent's -----------------------------------
 
 class AgentDirections(SkillMatcher):
@@ -796,13 +792,3 @@ class AgentDirections(SkillMatcher):
 
 def pipeline() -> Pipeline:
     return Pipeline(ClaudeAgent(), gates(), AgentDirections())
-
-
-def remove_workspace(store_path: Path, run_id: str) -> None:
-    """Delete a run's workspace directory (read-only folders included)."""
-    root = workspace_dir(store_path, run_id)
-    if root.exists():
-        for p in [root, *root.rglob("*")]:
-            if p.is_dir():
-                p.chmod(0o755)
-        shutil.rmtree(root)

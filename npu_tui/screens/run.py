@@ -12,6 +12,7 @@ from textual import on, work
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import Footer, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
@@ -317,29 +318,26 @@ class RunScreen(Screen[None]):
     def action_step(self, delta: int) -> None:
         self.seek(self.cursor + delta)
 
-    def action_phase(self, direction: int) -> None:
-        m = self.timeline.next_mark(self.cursor, ("phase",), forward=direction > 0)
+    def _jump(self, kind: str, direction: int, none: str,
+              severity: SeverityLevel = "information") -> bool:
+        """Seek to the next (or previous) mark of `kind`; say so when there is none."""
+        m = self.timeline.next_mark(self.cursor, (kind,), forward=direction > 0)
         if m is None:
-            self.notify("no phase starts " + ("after" if direction > 0 else "before") +
-                        " this event", severity="warning")
-            return
+            self.notify(f"no {none} {'after' if direction > 0 else 'before'} this event",
+                        severity=severity)
+            return False
         self.seek(m.version)
+        return True
+
+    def action_phase(self, direction: int) -> None:
+        self._jump("phase", direction, "phase starts", "warning")
 
     def action_failure(self, direction: int) -> None:
-        m = self.timeline.next_mark(self.cursor, ("gate_fail",), forward=direction > 0)
-        if m is None:
-            self.notify("no gate failure " + ("after" if direction > 0 else "before") +
-                        " this event", severity="information")
-            return
-        self.seek(m.version)
-        self.query_one(TabbedContent).active = "tab-gates"
+        if self._jump("gate_fail", direction, "gate failure"):
+            self.query_one(TabbedContent).active = "tab-gates"
 
     def action_next_decision(self) -> None:
-        m = self.timeline.next_mark(self.cursor, ("decision",))
-        if m is None:
-            self.notify("no decision after this event")
-            return
-        self.seek(m.version)
+        self._jump("decision", 1, "decision")
 
     def action_play(self) -> None:
         self.playing = not self.playing
