@@ -10,10 +10,11 @@ from __future__ import annotations
 import bisect
 import json
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from events import PHASE_NAMES, DeploymentState, Event
 from events import fold as fold_events
@@ -26,6 +27,8 @@ PAGE: Final = 256              # event lines read per query
 PAGES_KEPT: Final = 64         # about 16k lines in memory, whatever the run's length
 KEYFRAME: Final = 1000         # a folded state kept every this many events
 KEPT_BLOBS: Final = 64         # JSON blobs (plans, recipes, reports) kept parsed
+WARM_STEP: Final = 200         # events the warm-up folds between looks at the UI
+UI_QUIET_S: Final = 0.15       # the warm-up waits this long after the UI's last seek
 
 #: What the scrubber and the jump keys need, found once per run with one indexed query.
 MARKED_TYPES: Final = ("phase.entered", "phase.exited", "gate.evaluated", "checkpoint.requested",
@@ -47,8 +50,7 @@ GLYPHS: Final = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class EventLine:
+class EventLine(NamedTuple):
     """One line of the event stream."""
 
     version: int
@@ -93,8 +95,15 @@ def tone_of(e: Event) -> str:
     return "muted"
 
 
-def line_of(e: Event) -> EventLine:
-    return EventLine(e.run_version, e.seq or 0, e.type, e.phase, e.attempt, e.actor, e.ts,
+#: A kept line is a plain tuple of strings and numbers, which the garbage collector stops
+#: tracking after one pass (a NamedTuple it would track for ever): 16k kept lines would
+#: otherwise lengthen every full collection, a stall in the frame after a seek
+#: (benchmarks/tui_bench.py). `RunTimeline.line` names the fields.
+Row = tuple[int, int, str, int | None, int | None, str, str, str, str]
+
+
+def row_of(e: Event) -> Row:
+    return (e.run_version, e.seq or 0, e.type, e.phase, e.attempt, e.actor, e.ts,
                      describe(e, 200), tone_of(e))
 
 
@@ -132,11 +141,12 @@ class RunTimeline:
     def __init__(self, store: EventStore, run_id: str) -> None:
         self.store, self.run_id = store, run_id
         self.head = 0
-        self._pages: OrderedDict[int, list[EventLine]] = OrderedDict()
+        self._pages: OrderedDict[int, list[Row]] = OrderedDict()
         self._blobs: OrderedDict[str, Any] = OrderedDict()
         self._keys: dict[int, DeploymentState] = {}
         self._key_versions: list[int] = []
         self._keys_lock = threading.Lock()
+        self._seeking_until = 0.0
         self.marks: list[Mark] = []
         self._mark_versions: list[int] = []
         self.profiles: list[int] = []            # versions of profile.recorded
@@ -196,9 +206,9 @@ class RunTimeline:
             index = (e.run_version - 1) // PAGE
             page = self._pages.get(index)
             if page is not None and len(page) == e.run_version - 1 - index * PAGE:
-                page.append(line_of(e))
+                page.append(row_of(e))
             elif index * PAGE + 1 == e.run_version:
-                self._pages[index] = [line_of(e)]
+                self._pages[index] = [row_of(e)]
             self.head = e.run_version
         if events and events[-1].run_version > self.head:     # a gap: those pages are read
             self.head = events[-1].run_version
@@ -216,11 +226,11 @@ class RunTimeline:
         else:
             self._pages.move_to_end(index)
         offset = version - 1 - index * PAGE
-        return page[offset] if offset < len(page) else None
+        return EventLine._make(page[offset]) if offset < len(page) else None
 
-    def _read_page(self, index: int) -> list[EventLine]:
+    def _read_page(self, index: int) -> list[Row]:
         first = index * PAGE
-        page = [line_of(e) for e in self.store.events(self.run_id, after_version=first,
+        page = [row_of(e) for e in self.store.events(self.run_id, after_version=first,
                                                       upto_version=first + PAGE)]
         self._pages[index] = page
         while len(self._pages) > PAGES_KEPT:
@@ -269,9 +279,15 @@ class RunTimeline:
                 self._keys[state.version] = state
                 bisect.insort(self._key_versions, state.version)
 
+    def seeking(self) -> None:
+        """The UI is seeking: the warm-up steps aside for UI_QUIET_S. Each of its steps holds
+        the GIL for up to the interpreter's switch interval whenever the UI thread waits on
+        SQLite, which had put the frame after a seek over 50 ms while keyframes warmed."""
+        self._seeking_until = time.monotonic() + UI_QUIET_S
+
     def warm(self, store: EventStore, cancelled: Callable[[], bool] = lambda: False) -> None:
         """Keyframes across the whole run (a worker thread, its own store): from each of the
-        store's snapshots, fold the stretch up to the next one."""
+        store's snapshots, fold the stretch up to the next one, WARM_STEP events at a time."""
         target = self.head
         state = store.load_snapshot(self.run_id, KEYFRAME) or DeploymentState()
         while state.version < target and not cancelled():
@@ -279,7 +295,13 @@ class RunTimeline:
             snap = store.load_snapshot(self.run_id, stop)
             if snap is not None and snap.version > state.version:
                 state = snap
-            state = self._fold_to(store, state, stop)
+            while state.version < stop and not cancelled():
+                while time.monotonic() < self._seeking_until and not cancelled():
+                    time.sleep(UI_QUIET_S / 3)
+                before = state.version
+                state = self._fold_to(store, state, min(stop, before + WARM_STEP))
+                if state.version == before:
+                    break
             if state.version < stop:
                 break
 

@@ -5,11 +5,14 @@ replay seeks and jumps land on the right events; the run browser's resume and fo
 from __future__ import annotations
 
 import asyncio
+import gc
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+import npu_tui.timeline as timeline_module
 from machine import Conductor, Policy
 from npu_deploy.tui import ConductorDriver
 from npu_tui import DeployApp
@@ -17,7 +20,7 @@ from npu_tui.screens.decision import DecisionDialog
 from npu_tui.screens.dialogs import Confirm, ForkDialog, GotoDialog, ResumeConfirm
 from npu_tui.screens.run import RunScreen
 from npu_tui.screens.runs import RunsScreen
-from npu_tui.timeline import RunTimeline, line_of
+from npu_tui.timeline import EventLine, RunTimeline, row_of
 from npu_tui.widgets.panels import GatesPanel
 from store import EventStore
 
@@ -292,6 +295,32 @@ async def test_seeking_folds_the_same_state_as_the_store(store, db_path, finishe
     assert bands[-1].last == head
 
 
+def test_the_warm_up_steps_aside_while_the_ui_seeks(store, fake, monkeypatch):
+    """A seek gives the UI thread the GIL: the warm-up folds nothing for UI_QUIET_S after it,
+    then finishes with the same states."""
+    c = start(store, fake(steps=700), Policy(auto_approve=True))   # phases > one keyframe
+    assert c.run().reason == "finished"
+    c.close()
+    timeline = RunTimeline(store, "r1")
+    reader = EventStore.open(store.path, readonly=True)
+    folds: list[float] = []
+    events = reader.events
+
+    def timed_events(*args, **kwargs):
+        folds.append(time.monotonic())
+        return events(*args, **kwargs)
+
+    monkeypatch.setattr(reader, "events", timed_events)
+    timeline.seeking()
+    quiet_until = time.monotonic() + 0.9 * timeline_module.UI_QUIET_S
+    timeline.warm(reader)
+    reader.close()
+    assert folds and folds[0] >= quiet_until
+    assert timeline._key_versions                     # keyframes were kept
+    for v in (timeline._key_versions[-1], timeline.head):
+        assert timeline.state_at(v) == store.fold("r1", v, use_snapshots=False)
+
+
 async def test_play_advances_the_cursor_and_stops_at_the_end(store, db_path, finished_run):
     app = DeployApp(db_path, run_id=finished_run, live=False)
     async with app.run_test(size=SIZE) as pilot:
@@ -485,5 +514,12 @@ async def test_live_lines_extend_the_pages_they_belong_to(store, db_path, fake):
     timeline.extend(new[9:])                          # a gap: the head still follows
     assert timeline.head == new[-1].run_version
     for e in store.events("r1"):
-        assert timeline.line(e.run_version) == line_of(e)
+        line = timeline.line(e.run_version)
+        assert isinstance(line, EventLine) and tuple(line) == row_of(e)
+        assert line.glyph and line.seq == e.seq
+    # the kept lines are plain tuples, which one collection stops tracking: 16k of them
+    # would otherwise lengthen every full collection (the frame after a seek)
+    gc.collect()
+    kept = [row for page in timeline._pages.values() for row in page]
+    assert kept and not any(gc.is_tracked(row) for row in kept)
     c.close()

@@ -210,6 +210,7 @@ class RunScreen(Screen[None]):
         head = self.timeline.head
         self.cursor = max(1 if head else 0, min(version, head))
         self.follow = follow
+        self.timeline.seeking()
         self.query_one(EventStream).set_cursor(self.cursor)
         self.update_all()
 
@@ -217,6 +218,7 @@ class RunScreen(Screen[None]):
     def _cursor_moved(self, message: CursorMoved) -> None:
         self.cursor = message.version
         self.follow = False
+        self.timeline.seeking()
         self.update_all()
 
     @on(Seek)
