@@ -33,7 +33,8 @@ on the CPU of this machine:
    `pilot.pause(0)`, which drains the screen's messages and composes the frame; "seek +
    render", the time to the end of that, is the figure judged: panels updated means drawn.
    Each tab is measured first right after the first paint ("cold": the warm-up worker is
-   still folding the run into keyframes, on another thread) and again after that worker has finished ("warm").
+   still folding the run into keyframes, on another thread) and again after that worker
+   has finished ("warm").
 3. live: a separate writer process (this script, --writer-child) attaches to a live run
    (the first half of the same synthetic run, cut mid-phase) with `EventStore.writer` and
    appends --rate events/s with `append_batch` every 10 ms tick for --live-seconds, while

@@ -25,9 +25,9 @@ from store.eventstore import EVENT_COLUMNS, event_from_row
 
 PAGE: Final = 256              # event lines read per query
 PAGES_KEPT: Final = 64         # about 16k lines in memory, whatever the run's length
-KEYFRAME: Final = 1000         # a folded state kept every this many events
+KEYFRAME: Final = 250          # a folded state kept every this many events: a seek folds
+                               # 125 on average (the store snapshots every 1000)
 KEPT_BLOBS: Final = 64         # JSON blobs (plans, recipes, reports) kept parsed
-WARM_STEP: Final = 200         # events the warm-up folds between looks at the UI
 UI_QUIET_S: Final = 0.15       # the warm-up waits this long after the UI's last seek
 
 #: What the scrubber and the jump keys need, found once per run with one indexed query.
@@ -287,7 +287,8 @@ class RunTimeline:
 
     def warm(self, store: EventStore, cancelled: Callable[[], bool] = lambda: False) -> None:
         """Keyframes across the whole run (a worker thread, its own store): from each of the
-        store's snapshots, fold the stretch up to the next one, WARM_STEP events at a time."""
+        store's snapshots, fold the stretch up to the next one, looking at the UI between
+        keyframes."""
         target = self.head
         state = store.load_snapshot(self.run_id, KEYFRAME) or DeploymentState()
         while state.version < target and not cancelled():
@@ -295,13 +296,9 @@ class RunTimeline:
             snap = store.load_snapshot(self.run_id, stop)
             if snap is not None and snap.version > state.version:
                 state = snap
-            while state.version < stop and not cancelled():
-                while time.monotonic() < self._seeking_until and not cancelled():
-                    time.sleep(UI_QUIET_S / 3)
-                before = state.version
-                state = self._fold_to(store, state, min(stop, before + WARM_STEP))
-                if state.version == before:
-                    break
+            while time.monotonic() < self._seeking_until and not cancelled():
+                time.sleep(UI_QUIET_S / 3)
+            state = self._fold_to(store, state, stop)
             if state.version < stop:
                 break
 

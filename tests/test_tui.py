@@ -295,6 +295,26 @@ async def test_seeking_folds_the_same_state_as_the_store(store, db_path, finishe
     assert bands[-1].last == head
 
 
+async def test_what_seeks_keep_leaves_the_collector_each_second(store, db_path, finished_run):
+    """The run screen freezes what survives a collection once a second after seeks made
+    objects, so full collections (a stall in the frame after a seek) stay short; on close,
+    everything is given back to the collector."""
+    app = DeployApp(db_path, run_id=finished_run, live=False)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        assert isinstance(screen, RunScreen)
+        await until(pilot, lambda: gc.get_freeze_count() > 0 and not screen._grown)
+        head = screen.timeline.head
+        for v in (head, 1, head // 2, head // 3):
+            screen.seek(v)
+            await pilot.pause(0)
+        assert screen._grown
+        frozen = gc.get_freeze_count()
+        await until(pilot, lambda: not screen._grown)
+        assert gc.get_freeze_count() > frozen
+    assert gc.get_freeze_count() == 0
+
+
 def test_the_warm_up_steps_aside_while_the_ui_seeks(store, fake, monkeypatch):
     """A seek gives the UI thread the GIL: the warm-up folds nothing for UI_QUIET_S after it,
     then finishes with the same states."""

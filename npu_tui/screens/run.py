@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 POLL_S = 0.1                 # how often the live worker looks at the store
 LIVE_S = 0.1                 # new events reach the stream, strip and title this often
 REPAINT_S = 0.25             # heavy panels repaint at most this often while events stream in
+FREEZE_S = 1.0               # what the screen made and kept leaves the collector this often
 SPEEDS = (1, 4, 16, 64, 256, 1024)     # replay speeds, events per second
 
 
@@ -67,6 +68,7 @@ class RunScreen(Screen[None]):
         self.playing = False
         self.speed = 3                       # index into SPEEDS
         self._dirty = self._live_dirty = False
+        self._grown = False          # objects were made since the last _freeze
         self._stale_tabs: set[str] = set()
         self._status: tuple[float, str] = (0.0, "")
         self._play_from = 0.0
@@ -112,6 +114,7 @@ class RunScreen(Screen[None]):
         self.update_all()
         self.set_interval(LIVE_S, self._show_live)
         self.set_interval(REPAINT_S, self._flush)
+        self.set_interval(FREEZE_S, self._freeze_grown)
         self._poll()
         self._warm()
         # Textual's own objects are many and long-lived: a full collection of them stalls
@@ -119,8 +122,20 @@ class RunScreen(Screen[None]):
         self.call_after_refresh(self._freeze)
 
     def _freeze(self) -> None:
+        """Collect, then move the survivors out of the collector (`gc.freeze`). Done after
+        mount, after the warm-up and each second in which seeks or events made objects (lines
+        and parts kept for the panels, keyframes, Textual's strips): full collections then
+        walk one second's objects, not everything kept, and the frame after a seek stays
+        short. A frozen object is still freed when its last reference goes; only cycles wait
+        for the screen to close."""
+        self._grown = False
         if self.is_attached:
+            gc.collect()
             gc.freeze()
+
+    def _freeze_grown(self) -> None:
+        if self._grown:
+            self._freeze()
 
     def on_unmount(self) -> None:
         gc.unfreeze()         # what this screen kept alive can be collected again
@@ -174,7 +189,7 @@ class RunScreen(Screen[None]):
             self.head_state = fold_events(events, self.head_state)
         else:
             self.head_state = self.timeline.state_at(events[-1].run_version)
-        self._live_dirty = self._dirty = True
+        self._live_dirty = self._dirty = self._grown = True
         from .decision import DecisionDialog
 
         if isinstance(self.app.screen, DecisionDialog):
@@ -233,6 +248,7 @@ class RunScreen(Screen[None]):
     # --- drawing ---------------------------------------------------------------------------
 
     def update_all(self) -> None:
+        self._grown = True
         state = self.state_at_cursor()
         self.query_one(PhaseStrip).show(state)
         self.query_one(Scrubber).show(self.cursor)
