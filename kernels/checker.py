@@ -136,8 +136,11 @@ def _gemm(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
         f.append(Finding("datapath", "error", f"datapath={c['datapath']!r}: the AIE2P matmul "
                          "runs bfp16 (8x8x8 blocks) or bf16 (native 4x8x8)", 0, 0))
     _herd(f, hm, hn, hw)
-    # L1: A and B tiles double-buffered, the C tile accumulated in FP32 in place.
-    l1 = 2 * tm * tk1 * BF16 + 2 * tk1 * tn * BF16 + tm * tn * FP32
+    # L1: the C tile accumulated in FP32 for the whole launch; while multiplying, A and B
+    # tiles double-buffered; while draining (A and B freed), for bf16 out, the cast C tile
+    # (the three herd phases of kernels.air's GEMM).
+    l1 = tm * tn * FP32 + max(2 * tm * tk1 * BF16 + 2 * tk1 * tn * BF16,
+                              tm * tn * BF16 if out_bytes == BF16 else 0)
     _l1(f, l1, hw, f"A {tm}x{tk1} and B {tk1}x{tn} bf16 twice, C {tm}x{tn} fp32",
         "use a smaller tile_m, tile_n or tile_k_l1")
     # L2, one memory tile per herd column: an A panel per herd row and the column's B
@@ -210,9 +213,9 @@ def _gemv(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
     tm, tk, hm, parts = (int(c[k]) for k in ("tile_m", "tile_k", "herd_m", "partitions"))
     f: list[Finding] = []
     _herd(f, 1, hm, hw)
-    l1 = 2 * tm * tk * BF16 + 2 * tk * BF16 + tm * FP32
+    l1 = 2 * tm * tk * BF16 + 2 * tk * BF16 + tm * FP32 + tm * BF16
     usage.update(tiles=hm, l1_bytes=l1)
-    _l1(f, l1, hw, f"W {tm}x{tk} and x {tk} bf16 twice, y {tm} fp32",
+    _l1(f, l1, hw, f"W {tm}x{tk} and x {tk} bf16 twice, y {tm} fp32 and its bf16 cast",
         "use a smaller tile_m or tile_k")
     _shim(f, hm, 2, 1, hw)
     rows = math.ceil(M / parts)
@@ -239,7 +242,9 @@ def _streaming(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
     _shim(f, hm * rows_used, ins, 1, hw)
     if "tile_rows" in c:       # row kernels hold whole rows: norms, RoPE
         rows = int(c["tile_rows"])
-        extra = 2 * width * BF16 if spec.name == "rope" else width * BF16
+        # RoPE: a cos and a sin row for each row of the block (kernels.air); a norm: the
+        # weight row.
+        extra = 2 * rows * width * BF16 if spec.name == "rope" else width * BF16
         l1 = 2 * (ins + 1) * rows * width * BF16 + extra
         usage.update(tiles=hm * rows_used, l1_bytes=l1)
         _l1(f, l1, hw, f"{rows} row(s) of {width} in and out, twice", "use fewer tile_rows")
@@ -247,7 +252,7 @@ def _streaming(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
     else:
         tile = int(c["tile"])
         n = s["rows"] * width
-        l1 = 2 * (ins + 1) * tile * BF16
+        l1 = 2 * (ins + 1) * tile * BF16 + (width * BF16 if spec.name == "bias_add" else 0)
         usage.update(tiles=hm * rows_used, l1_bytes=l1)
         _l1(f, l1, hw, f"{ins + 1} buffers of {tile} elements, twice", "use a smaller tile")
         # A 1-D stream folds into a multi-dimensional descriptor: no repeat limit bites.
