@@ -128,7 +128,7 @@ def _gemm(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayout:
     # per K2 step, tiles of K1 moved into L1, C accumulated in FP32 in L1 and drained.
     l2 = (_buf("a_l2", (hm, tm, tk2), BF16, "L2", True), _buf("b_l2", (tk2, hn * tn), BF16,
           "L2", True), _buf("c_l2", (hm, tm, hn * tn), out, "L2"))
-    l1 = (_buf("a_l1", (tm, tk1), BF16, "L1", True, "compute"),
+    l1: tuple[Buffer, ...] = (_buf("a_l1", (tm, tk1), BF16, "L1", True, "compute"),
           _buf("b_l1", (tk1, tn), BF16, "L1", True, "compute"), _buf("c_l1", (tm, tn), FP32, "L1"))
     tail = (Extern(f"cast_f32_bf16_{_dims(tm, tn)}", obj, ("c_l1", "c_out_l1")),) \
         if out == BF16 else ()

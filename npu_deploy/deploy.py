@@ -167,12 +167,26 @@ def _phases(text: str) -> frozenset[int]:
 @click.option("--seed-fault", type=click.Choice(["gemm-tile"]), default=None,
               help="A drill: seed a known fault (a GEMM tile that does not divide N) for the "
                    "gates and debug skills to catch.")
+@click.option("--backend", type=click.Choice(["emulator", "xrt"]), default="emulator",
+              show_default=True,
+              help="emulator: the NPU's numerics on the CPU, modeled times. xrt: a real XDNA 2 "
+                   "NPU through mlir-air and pyxrt (needs both installed).")
 def deploy_cmd(model: str, headless: bool, auto_approve: bool, pause_at: str, budget: int,
                agent: str, claude_model: str | None, agent_budget: str,
                pipeline_spec: str | None, run_id: str | None, seq_len: int, steps: int,
-               seed_fault: str | None) -> None:
+               seed_fault: str | None, backend: str) -> None:
     """Deploy MODEL through phases 0-7 as a new run in the store."""
     from machine import Conductor, Policy
+
+    if backend == "xrt":               # before anything is stored
+        from kernels.xrt import XrtError, require
+        try:
+            require()
+        except XrtError as e:
+            fail(str(e), EXIT_USAGE)
+        fail("--backend xrt: this machine has pyxrt and mlir-air, but the deploy pipeline "
+             "does not run its phases on them yet (kernels.xrt runs compiled dispatches); "
+             "use --backend emulator", EXIT_USAGE)
 
     policy = Policy(auto_approve=auto_approve, pause_at=_phases(pause_at), budget=budget)
     claude = _claude_config(claude_model, agent_budget) if agent == "claude" else None
