@@ -119,14 +119,12 @@ CALIBRATION = Calibration()
 
 # --- the model ----------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class LaunchProfile:
-    label: str
-    kernel: str
-    seconds: float
+class Rates:
+    """Achieved rates of a kernel that did `flops` and moved `bytes` in `seconds`."""
+
     flops: float
     bytes: int
-    bound: str                      # "compute" or "memory"
+    seconds: float
 
     @property
     def achieved_flops(self) -> float:
@@ -135,6 +133,16 @@ class LaunchProfile:
     @property
     def achieved_bw(self) -> float:
         return self.bytes / self.seconds if self.seconds else 0.0
+
+
+@dataclass(frozen=True)
+class LaunchProfile(Rates):
+    label: str
+    kernel: str
+    seconds: float
+    flops: float
+    bytes: int
+    bound: str                      # "compute" or "memory"
 
     def roofline_fraction(self, hw: Hardware) -> float:
         """Achieved FLOP/s over the roofline at this kernel's arithmetic intensity."""

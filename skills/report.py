@@ -18,6 +18,8 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from kernels.perf import Rates
+
 TIME_SOURCES = ("modeled", "measured-npu")
 KERNEL_SOURCES = ("modeled", "measured-npu", "measured-cpu")
 BACKENDS = ("emulator", "xrt")
@@ -31,7 +33,7 @@ TIMELINE_SIZE = (9.0, 4.5)
 
 
 @dataclass(frozen=True)
-class KernelPoint:
+class KernelPoint(Rates):
     """One launch of the deployed prefill plan, with its work and its time."""
 
     label: str                      # e.g. "L0.q_proj"
@@ -51,14 +53,6 @@ class KernelPoint:
     def intensity(self) -> float:
         """Arithmetic intensity in FLOP per DDR byte."""
         return self.flops / self.bytes if self.bytes else math.inf
-
-    @property
-    def achieved_flops(self) -> float:
-        return self.flops / self.seconds if self.seconds else 0.0
-
-    @property
-    def achieved_bw(self) -> float:
-        return self.bytes / self.seconds if self.seconds else 0.0
 
     def roof_seconds(self, peak_flops: float, ddr_bw: float) -> float:
         """The time at the roofline: the slower of doing the FLOPs at peak and moving the
