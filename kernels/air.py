@@ -165,7 +165,11 @@ def _gemv(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayout:
 #: The row kernels' micro-kernel symbols: one row block at a time, sizes as arguments.
 ROW_SYMBOLS = {"rmsnorm": "rms_norm_bf16", "qk_norm": "rms_norm_bf16", "rope": "rope_bf16"}
 #: The element-wise kernels' symbols (mlir-air silu_and_mul, eltwise add).
-ELT_SYMBOLS = {"silu_mul": "silu_and_mul_bf16", "add": "add_bf16", "bias_add": "add_bf16"}
+ELT_SYMBOLS = {"silu_mul": "silu_and_mul_bf16", "add": "add_bf16", "bias_add": "bias_add_bf16"}
+#: bias_add's size arguments: the tile's element count, its first element in the tensor, the
+#: bias width, the head size and the rows per head (0 when the tensor is seq-first, stored
+#: [rows, width]; else it is head-first, [width / head_dim, rows, head_dim]).
+BIAS_ARGS = ("n", "first", "width", "head_dim", "head_rows")
 
 
 def _streaming(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayout:
@@ -197,9 +201,10 @@ def _streaming(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayout:
         symbol = f"{ELT_SYMBOLS[spec.name]}_{tile}"
         obj = f"{spec.name}_{tile}.o"
         loop = _cdiv(s["rows"] * width, tile * hm)
+    ints = ("i32",) * (len(BIAS_ARGS) if spec.name == "bias_add" else 1)
     return LaunchLayout(
         spec.name, launch.label, ops, grid=(1, 1), segment=None, herd=(hm, 1), l2=(), l1=l1,
-        loop=loop, externs=(Extern(symbol, obj, tuple(b.name for b in l1) + ("i32",)),))
+        loop=loop, externs=(Extern(symbol, obj, tuple(b.name for b in l1) + ints),))
 
 
 def _attention(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayout:
@@ -246,10 +251,16 @@ def _attention(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayout:
 
 def _decode_attention(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayout:
     """Ours (no mlir-air example): each column takes whole KV heads, keeps the group's
-    queries, streams K and V chunks and accumulates scores and output in FP32."""
+    queries, streams K and V chunks and accumulates scores and output in FP32. The step
+    micro-kernel takes the rows of its chunk: k_tile, and Lk mod k_tile for the last one
+    (moved on its own, so that no DMA reads past the cache)."""
     s = launch.shape_dict
     kt, hd = int(c["k_tile"]), s["head_dim"]
     cols = min(int(c["herd_n"]), s["kv_heads"])
+    if s["kv_heads"] % cols:
+        raise EmitError(f"{launch.label}: {s['kv_heads']} KV heads over herd_n={cols} "
+                        "columns leaves tiles without a head; use a herd_n that divides "
+                        "kv_heads")
     group = s["heads"] // max(s["kv_heads"], 1)
     obj = f"decode_attn_{_dims(group, kt, hd)}.o"
     l1 = (_buf("q_l1", (group, hd), BF16, "L1"), _buf("k_l1", (kt, hd), BF16, "L1", True),
@@ -258,7 +269,7 @@ def _decode_attention(launch: Launch, c: dict[str, Any], hw: Hardware) -> Launch
     return LaunchLayout(
         launch.kernel, launch.label, tuple(launch.spec.operands(s)),
         grid=(_cdiv(s["kv_heads"], cols), 1), segment=None, herd=(cols, 1), l2=(), l1=l1,
-        loop=_cdiv(s["Lk"], kt),
+        loop=s["Lk"] // kt,
         externs=(Extern(f"decode_attn_step_{_dims(group, kt, hd)}", obj,
                         ("q_l1", "k_l1", "v_l1", "s_l1", "acc_l1", "i32")),
                  Extern(f"decode_attn_out_{_dims(group, hd)}", obj, ("acc_l1", "q_l1"))))
@@ -291,7 +302,9 @@ def identifier(name: str) -> str:
 @dataclass(frozen=True)
 class Program:
     """One dispatch's module: its source, the function (= the ELF instance name), the
-    function's arguments (tensor names, shapes, dtypes), the objects it links."""
+    function's arguments (names, flat shapes, dtypes) with the plan tensor each one holds
+    (`tensors`: "L0.q", or "logits[0:4096]" for a row range), per launch the argument each
+    operand is wired to (`wiring`, in the spec's operand order), the objects it links."""
 
     dispatch: str
     function: str
@@ -299,6 +312,9 @@ class Program:
     arguments: tuple[tuple[str, tuple[int, ...], str], ...]
     objects: tuple[str, ...]
     layouts: tuple[LaunchLayout, ...]
+    tensors: tuple[str, ...] = ()
+    wiring: tuple[tuple[str, ...], ...] = ()
+    launches: tuple[Launch, ...] = ()
 
     @property
     def digest(self) -> str:
@@ -338,30 +354,43 @@ def _memref(shape: tuple[int, ...], dtype: str, space: str | None = None) -> str
     return f"MemRefType.get({list(shape)}, {dtype}{where})"
 
 
+def tensor_key(launch: Launch, b: Any) -> str:
+    """The device buffer a binding names: its tensor, with its row range if it has one. A
+    GEMM reads its weight as B = W^T ([K, N]), a buffer of its own ("w.L0.q_proj:KN"): a
+    GEMV of the same weight reads W as it is."""
+    key = b.tensor if b.rows is None else f"{b.tensor}[{b.rows[0]}:{b.rows[1]}]"
+    if launch.kernel.startswith("gemm") and b.operand == "b" and b.tensor.startswith("w."):
+        key += ":KN"
+    return key
+
+
 def _argument_names(dispatch: Dispatch, layouts: list[LaunchLayout]
-                    ) -> tuple[list[tuple[str, tuple[int, ...], str]], list[list[str]]]:
-    """The function's arguments (one per bound tensor, in order of first use) and, per
-    launch, the argument each of its operands is wired to."""
+                    ) -> tuple[dict[str, tuple[str, tuple[int, ...], str]], list[list[str]]]:
+    """The function's arguments (one per bound tensor, in order of first use, keyed by the
+    tensor) and, per launch, the argument each of its operands is wired to."""
     args: dict[str, tuple[str, tuple[int, ...], str]] = {}
     wiring: list[list[str]] = []
     for launch, layout in zip(dispatch.launches, layouts, strict=True):
         names = []
         for op in layout.operands:
             b = launch.binding(op.name)
-            key = b.tensor if b.rows is None else f"{b.tensor}[{b.rows[0]}:{b.rows[1]}]"
+            key = tensor_key(launch, b)
             if key not in args:
-                args[key] = (identifier(key.replace(".", "_")) + f"_{len(args)}",
+                args[key] = (identifier(re.sub(r"\W", "_", key)) + f"_{len(args)}",
                              (math.prod(op.dims),), DTYPES[op.elem_bytes])
             names.append(args[key][0])
         wiring.append(names)
-    return list(args.values()), wiring
+    return args, wiring
 
 
-def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2) -> Program:
-    """The MLIR-AIR module of one dispatch: one function, one air.launch per launch."""
+def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2,
+                  head_dim: int | None = None) -> Program:
+    """The MLIR-AIR module of one dispatch: one function, one air.launch per launch.
+    `head_dim` (the model's) is needed when an operand is bound head-first."""
     layouts = [layout_of(ln, hw) for ln in dispatch.launches]
     function = identifier(dispatch.name)
-    arguments, wiring = _argument_names(dispatch, layouts)
+    by_tensor, wiring = _argument_names(dispatch, layouts)
+    arguments = list(by_tensor.values())
     externs: dict[str, tuple[Extern, tuple[Buffer, ...]]] = {}
     for layout in layouts:
         for ext in layout.externs:
@@ -377,6 +406,7 @@ def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2) -> Program:
     w(f"instance_name={function!r}; link objects: {', '.join(objects)}.")
     w('"""')
     w("")
+    w("from air.dialects import arith")
     w("from air.dialects.affine import apply as affine_apply")
     w("from air.dialects.air import *  # noqa: F403 - launch, segment, herd, Channel, T, ...")
     w("from air.dialects.func import CallOp, FuncOp")
@@ -428,7 +458,7 @@ def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2) -> Program:
     w.indent()
     for i, (launch, layout, names) in enumerate(zip(dispatch.launches, layouts, wiring,
                                                     strict=True)):
-        _emit_launch(w, i, launch, layout, names)
+        _emit_launch(w, i, launch, layout, names, head_dim)
     w.dedent()
     w.dedent()
     w("")
@@ -436,11 +466,12 @@ def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2) -> Program:
     w('if __name__ == "__main__":')
     w("    print(build_module())")
     return Program(dispatch.name, function, "\n".join(w.lines) + "\n", tuple(arguments),
-                   objects, tuple(layouts))
+                   objects, tuple(layouts), tuple(by_tensor),
+                   tuple(tuple(names) for names in wiring), dispatch.launches)
 
 
 def _emit_launch(w: _Writer, i: int, launch: Launch, layout: LaunchLayout,
-                 names: list[str]) -> None:
+                 names: list[str], head_dim: int | None) -> None:
     p = f"s{i}"
     ops = ", ".join(names)
     w(f"# launch {i}: {layout.label}, {layout.kernel} {launch.shape_dict}, "
@@ -457,11 +488,11 @@ def _emit_launch(w: _Writer, i: int, launch: Launch, layout: LaunchLayout,
         w(f"{b.name} = AllocOp({_memref(b.shape, b.dtype, 'L2')}, [], [])")
     arg = dict(zip((o.name for o in layout.operands), names, strict=True))
     if layout.kernel.startswith("gemm"):
-        _segment_gemm(w, p, launch, layout, arg)
+        _segment_gemm(w, p, launch, layout, arg, head_dim)
     elif layout.kernel == "flash_attention":
         _segment_attention(w, p, launch, layout, arg)
     else:
-        _segment_streaming(w, p, launch, layout, arg, names)
+        _segment_streaming(w, p, launch, layout, arg, names, head_dim)
     for b in layout.l2:
         w(f"DeallocOp({b.name})")
     w.dedent()
@@ -469,9 +500,15 @@ def _emit_launch(w: _Writer, i: int, launch: Launch, layout: LaunchLayout,
     w("")
 
 
-def _call(w: _Writer, ext: Extern, ints: tuple[int, ...] = ()) -> None:
+def _call(w: _Writer, ext: Extern, ints: tuple[int | str, ...] = ()) -> None:
+    """Call a micro-kernel: its L1 buffers, then its size arguments as i32 (an int is a
+    constant, a string an index value of the program, cast)."""
     it = iter(ints)
-    args = [f"arith.ConstantOp(i32, {next(it, 0)})" if a == "i32" else a for a in ext.args]
+
+    def i32(value: int | str) -> str:
+        return f"arith.ConstantOp(i32, {value})" if isinstance(value, int) \
+            else f"arith.index_cast(i32, {value})"
+    args = [i32(next(it, 0)) if a == "i32" else a for a in ext.args]
     w(f"CallOp({ext.symbol}, [{', '.join(args)}])")
 
 
@@ -502,7 +539,7 @@ def _free(w: _Writer, buffers: tuple[Buffer, ...]) -> None:
 
 
 def _segment_gemm(w: _Writer, p: str, launch: Launch, layout: LaunchLayout,
-                  arg: dict[str, str]) -> None:
+                  arg: dict[str, str], head_dim: int | None) -> None:
     """mlir-air GEMM: the C tiles live in L1 for the whole launch (allocated here, in the
     segment); a herd zeroes them; per K2 step the segment stages A and B panels in L2 and a
     herd multiplies them K1 by K1; a last herd casts and drains C through L2 to DDR."""
@@ -550,13 +587,41 @@ def _segment_gemm(w: _Writer, p: str, launch: Launch, layout: LaunchLayout,
       f"dst_sizes=[1, {tm}, {tn}], dst_strides=[{tm * hn * tn}, {hn * tn}, 1])")
     _free(w, rest)
     w.dedent()
-    w(f"dma_memcpy_nd({arg['c']}, {c_l2.name}, dst_offsets=[0, at([(lx, {hm * tm * N}), "
-      f"(ly, {hn * tn})])], dst_sizes=[{hm * tm}, {hn * tn}], dst_strides=[{N}, 1])")
+    _drain_c(w, launch, arg["c"], c_l2.name, hm * tm, hn * tn, head_dim)
     w(f"DeallocOp({c_l1.name})")
 
 
+def _drain_c(w: _Writer, launch: Launch, c: str, c_l2: str, rows: int, span: int,
+             head_dim: int | None) -> None:
+    """The C block [rows, span] at (lx, ly) from the memory tile to DDR: row-major [M, N],
+    or head-first [N / head_dim, M, head_dim] when C is bound head-first (the DMA does the
+    transpose the host would otherwise do)."""
+    M, N = launch.shape_dict["M"], launch.shape_dict["N"]
+    if launch.binding("c").layout != "head-first":
+        w(f"dma_memcpy_nd({c}, {c_l2}, dst_offsets=[0, at([(lx, {rows * N}), (ly, {span})])], "
+          f"dst_sizes=[{rows}, {span}], dst_strides=[{N}, 1])")
+        return
+    hd = head_dim
+    if hd is None or N % hd:
+        raise EmitError(f"{launch.label}: C is bound head-first; the program needs the "
+                        f"model's head_dim (got {hd}) dividing N={N}")
+    if span % hd == 0:      # whole heads per block: a 3-D pattern on both sides
+        w(f"dma_memcpy_nd({c}, {c_l2}, dst_offsets=[0, 0, at([(ly, {span // hd * M * hd}), "
+          f"(lx, {rows * hd})])], dst_sizes=[{span // hd}, {rows}, {hd}], "
+          f"dst_strides=[{M * hd}, {hd}, 1], src_offsets=[0, 0, 0], "
+          f"src_sizes=[{span // hd}, {rows}, {hd}], src_strides=[{hd}, {span}, 1])")
+    elif hd % span == 0:    # a slice of one head: head = n0 // hd, column n0 mod hd
+        w(f"head = at([(ly, {span})], divisor={hd})")
+        w(f"dma_memcpy_nd({c}, {c_l2}, dst_offsets=[0, at([(head, {M * hd - hd}), "
+          f"(ly, {span}), (lx, {rows * hd})])], dst_sizes=[{rows}, {span}], "
+          f"dst_strides=[{hd}, 1])")
+    else:
+        raise EmitError(f"{launch.label}: a head-first C needs tile_n x herd_n ({span}) and "
+                        f"head_dim ({hd}) to divide one another")
+
+
 def _segment_streaming(w: _Writer, p: str, launch: Launch, layout: LaunchLayout,
-                       arg: dict[str, str], names: list[str]) -> None:
+                       arg: dict[str, str], names: list[str], head_dim: int | None) -> None:
     """GEMV, the row and element-wise kernels and decode attention: one herd whose tiles
     stream their operands between DDR and L1 (no L2 staging)."""
     _herd(w, p, layout, names, "stream tiles")
@@ -566,7 +631,7 @@ def _segment_streaming(w: _Writer, p: str, launch: Launch, layout: LaunchLayout,
     elif layout.kernel == "npu_decode_attention":
         _body_decode_attention(w, launch, layout, arg)
     else:
-        _body_rows(w, layout, arg, launch)
+        _body_rows(w, layout, arg, launch, head_dim)
     _free(w, layout.l1)
     w.dedent()
 
@@ -591,7 +656,7 @@ def _body_gemv(w: _Writer, launch: Launch, layout: LaunchLayout, arg: dict[str, 
 
 
 def _body_rows(w: _Writer, layout: LaunchLayout, arg: dict[str, str],
-               launch: Launch) -> None:
+               launch: Launch, head_dim: int | None) -> None:
     s = launch.shape_dict
     step = math.prod(layout.l1[0].shape)
     rows = layout.l1[0].shape[0] if len(layout.l1[0].shape) > 1 else 1
@@ -610,16 +675,27 @@ def _body_rows(w: _Writer, layout: LaunchLayout, arg: dict[str, str],
             w(f"dma_memcpy_nd({o.name}_l1, {arg[o.name]}, src_offsets=[offset], "
               f"src_sizes=[{step}], src_strides=[1])")
     if layout.kernel == "rope":
-        # Row r of x is position r // heads (the [L, heads * head_dim] layout): one cos
-        # and one sin row per row of the block.
-        heads = s["rows"] // s["seq"]
+        # One cos and one sin row per row of the block. Row r of x is position r // heads
+        # seq-first ([L, heads * head_dim]), position r mod L head-first ([heads, L, hd]).
+        heads, seq = s["rows"] // s["seq"], s["seq"]
         for j in range(rows):
-            pos = f"at([(i, {rows * layout.herd[0]}), (tx, {rows})], {j}, divisor={heads})"
+            row = f"at([(i, {rows * layout.herd[0]}), (tx, {rows})], {j})"
+            pos = f"at([({row}, 1)], divisor={heads})" \
+                if launch.binding("x").layout == "seq-first" \
+                else f"at([({row}, 1), (at([({row}, 1)], divisor={seq}), {-seq})])"
             for name in ("cos", "sin"):
                 w(f"dma_memcpy_nd({name}_l1, {arg[name]}, dst_offsets=[{j}, 0], dst_sizes=[1, "
                   f"{s['width']}], dst_strides=[{s['width']}, 1], src_offsets=[0, at([({pos}, "
                   f"{s['width']})])], src_sizes=[1, {s['width']}], src_strides=[{s['width']}, 1])")
-    _call(w, layout.externs[0], (rows if len(layout.l1[0].shape) > 1 else step,))
+    if layout.kernel == "bias_add":
+        head_first = launch.binding("x").layout == "head-first"
+        if head_first and head_dim is None:
+            raise EmitError(f"{launch.label}: x is bound head-first; the program needs the "
+                            "model's head_dim")
+        _call(w, layout.externs[0], (step, "offset", s["width"], head_dim or 0,
+                                     s["rows"] if head_first else 0))
+    else:
+        _call(w, layout.externs[0], (rows if len(layout.l1[0].shape) > 1 else step,))
     out = next(o for o in layout.operands if o.role == "output")
     w(f"dma_memcpy_nd({arg[out.name]}, {out.name}_l1, dst_offsets=[offset], "
       f"dst_sizes=[{step}], dst_strides=[1])")
@@ -636,18 +712,40 @@ def _body_decode_attention(w: _Writer, launch: Launch, layout: LaunchLayout,
     w(f"head = at([(lx, {cols}), (tx, 1)])          # this tile's KV head")
     w(f"dma_memcpy_nd(q_l1, {arg['q']}, src_offsets=[0, at([(head, {group * hd})])], "
       f"src_sizes=[{group}, {hd}], src_strides=[{hd}, 1])")
-    w(f"for j in range_(0, {layout.loop}):")
-    w.indent()
-    for name in ("k", "v"):
-        w(f"dma_memcpy_nd({name}_l1, {arg[name]}, src_offsets=[0, at([(head, "
-          f"{s['Lk'] * hd}), (j, {kt * hd})])], src_sizes=[{kt}, {hd}], "
-          f"src_strides=[{hd}, 1])")
-    _call(w, _extern(layout, "decode_attn_step"), (s["Lk"],))
-    w("yield_([])")
-    w.dedent()
+    def chunk(rows: int, terms: list[tuple[str, int]], first: int) -> None:
+        for name in ("k", "v"):
+            at_kv, stride = _head_rows(launch, name, "head", s["kv_heads"], s["Lk"], hd,
+                                       terms, first)
+            w(f"dma_memcpy_nd({name}_l1, {arg[name]}, src_offsets=[0, {at_kv}], "
+              f"src_sizes=[{rows}, {hd}], src_strides=[{stride}, 1])")
+        _call(w, _extern(layout, "decode_attn_step"), (rows,))
+
+    if layout.loop:
+        w(f"for j in range_(0, {layout.loop}):")
+        w.indent()
+        chunk(kt, [("j", kt)], 0)
+        w("yield_([])")
+        w.dedent()
+    if s["Lk"] % kt:
+        w(f"# the last {s['Lk'] % kt} positions")
+        chunk(s["Lk"] % kt, [], layout.loop * kt)
     _call(w, _extern(layout, "decode_attn_out"))
     w(f"dma_memcpy_nd({arg['o']}, q_l1, dst_offsets=[0, at([(head, {group * hd})])], "
       f"dst_sizes=[{group}, {hd}], dst_strides=[{hd}, 1])")
+
+
+def _head_rows(launch: Launch, operand: str, head: str, heads: int, length: int, hd: int,
+               rows: list[tuple[str, int]], first: int = 0) -> tuple[str, int]:
+    """Where rows `first + sum(value * multiplier)` of one head of an attention operand
+    start, and the stride between rows, in the layout the operand is bound in:
+    head-first [heads, length, hd] or seq-first [length, heads * hd]."""
+    if launch.binding(operand).layout == "head-first":
+        terms, stride, per_head = [(v, m * hd) for v, m in rows], hd, length * hd
+    else:
+        terms, stride, per_head = [(v, m * heads * hd) for v, m in rows], heads * hd, hd
+    body = ", ".join(f"({v}, {m})" for v, m in [(head, per_head), *terms])
+    const = first * stride
+    return (f"at([{body}], {const})" if const else f"at([{body}])"), stride
 
 
 def _segment_attention(w: _Writer, p: str, launch: Launch, layout: LaunchLayout,
@@ -664,15 +762,18 @@ def _segment_attention(w: _Writer, p: str, launch: Launch, layout: LaunchLayout,
     group = s["heads"] // s["kv_heads"]
     w(f"head = at([(ly, {layout.segment[0] if layout.segment else 1}), (gx, 1)])")
     w(f"kv_head = at([(head, 1)], divisor={group})  # GQA: {group} query heads per KV head")
-    w(f"ChannelPut('{p}_q_in', {arg['q']}, offsets=[0, at([(head, {s['Lq'] * hd}), "
-      f"(lx, {q_tile * hd})])], sizes=[{q_tile}, {hd}], strides=[{hd}, 1])")
+    heads, kvh, Lq = s["heads"], s["kv_heads"], s["Lq"]
+    q_at, q_stride = _head_rows(launch, "q", "head", heads, Lq, hd, [("lx", q_tile)])
+    w(f"ChannelPut('{p}_q_in', {arg['q']}, offsets=[0, {q_at}], sizes=[{q_tile}, {hd}], "
+      f"strides=[{q_stride}, 1])")
     w(f"for j in range_(0, {layout.loop}):")
     w.indent()
     for st in range(cascade):
         for name in ("k", "v"):
+            at_kv, stride = _head_rows(launch, name, "kv_head", kvh, Lk, hd,
+                                       [("j", kt * cascade)], st * kt)
             w(f"ChannelPut('{p}_{name}_in', {arg[name]}, indices=[{st}], offsets=[0, "
-              f"at([(kv_head, {Lk * hd}), (j, {kt * cascade * hd})], {st * kt * hd})], "
-              f"sizes=[{kt}, {hd}], strides=[{hd}, 1])")
+              f"{at_kv}], sizes=[{kt}, {hd}], strides=[{stride}, 1])")
             w(f"ChannelGet('{p}_{name}_in', {name}{st}_l2, indices=[{st}])")
             w(f"ChannelPut('{p}_{name}_to_l1', {name}{st}_l2, indices=[{st}])")
     w("yield_([])")
@@ -703,23 +804,27 @@ def _segment_attention(w: _Writer, p: str, launch: Launch, layout: LaunchLayout,
     w.dedent()
     w(f"ChannelGet('{p}_o_to_l2', {o_l2})")
     w(f"ChannelPut('{p}_o_out', {o_l2})")
-    w(f"ChannelGet('{p}_o_out', {arg['o']}, offsets=[0, at([(head, {s['Lq'] * hd}), "
-      f"(lx, {q_tile * hd})])], sizes=[{q_tile}, {layout.l1[2].shape[1]}], "
-      f"strides=[{hd}, 1])")
+    o_at, o_stride = _head_rows(launch, "o", "head", heads, Lq, hd, [("lx", q_tile)])
+    w(f"ChannelGet('{p}_o_out', {arg['o']}, offsets=[0, {o_at}], "
+      f"sizes=[{q_tile}, {layout.l1[2].shape[1]}], strides=[{o_stride}, 1])")
 
 
 # --- a plan's programs as files ---------------------------------------------------------------
 
 def emit_plan(plan: DispatchPlan, hw: Hardware = XDNA2) -> list[Program]:
-    return [emit_dispatch(d, hw) for d in plan.dispatches]
+    return [emit_dispatch(d, hw, plan.args.head_dim) for d in plan.dispatches]
 
 
-def write_programs(programs: list[Program], directory: Path) -> list[dict[str, Any]]:
-    """Each program as DIRECTORY/<function>.py; what was written, for the log."""
+def write_programs(programs: list[Program], directory: Path, *,
+                   by_digest: bool = False) -> list[dict[str, Any]]:
+    """Each program as DIRECTORY/<function>.py (<function>-<digest>.py with `by_digest`,
+    where programs of one dispatch at several shapes meet); what was written, for the
+    log."""
     directory.mkdir(parents=True, exist_ok=True)
     out = []
     for prog in programs:
-        path = directory / f"{prog.function}.py"
+        path = directory / (f"{prog.function}-{prog.digest[:12]}.py" if by_digest
+                            else f"{prog.function}.py")
         path.write_text(prog.source)
         out.append({"dispatch": prog.dispatch, "file": path.name, "function": prog.function,
                     "launches": len(prog.layouts), "objects": list(prog.objects),
@@ -728,4 +833,4 @@ def write_programs(programs: list[Program], directory: Path) -> list[dict[str, A
 
 
 __all__ = ["Buffer", "EmitError", "Extern", "LaunchLayout", "Program", "emit_dispatch",
-           "emit_plan", "identifier", "layout_of", "write_programs"]
+           "emit_plan", "identifier", "layout_of", "tensor_key", "write_programs"]

@@ -1,0 +1,570 @@
+"""The MLIR-AIR programs' DDR addressing, held to the layout each operand is bound in. A small
+evaluator runs the emitted source's syntax tree symbolically: it enumerates every
+air.launch, air.segment and air.herd index and every loop iteration, evaluates the `at(...)`
+affine helper (nested too) and the names assigned from it, and for each DMA (ChannelPut,
+ChannelGet, dma_memcpy_nd) that touches a function argument computes the flat elements its
+offsets, sizes and strides walk, in order. Those are compared with the elements torch finds
+for the logical slice in the operand's physical layout: seq-first [L, heads * head_dim] or
+head-first [heads, L, head_dim] for attention, row-major [M, N] or [N / head_dim, M, head_dim]
+for a GEMM's C, and the position of each stored row for RoPE. Every emitted program also uses
+only names it defines or imports, and keeps its hierarchy bodies isolated from above. mlir-air
+is not installed here: nothing is built."""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+
+from kernels import SPECS, XDNA2
+from kernels.air import EmitError, emit_dispatch
+from kernels.plan import Binding, Dispatch, Launch
+from kernels.selection import select
+from kernels.specs import KernelUse
+
+HIERARCHY = ("launch", "segment", "herd")
+ISSUED = ("ChannelPut", "ChannelGet", "dma_memcpy_nd", "CallOp")   # what the evaluator records
+#: What the programs' two star imports (air.dialects.air, air.ir) may provide.
+STAR = {"launch", "segment", "herd", "Channel", "ChannelGet", "ChannelPut", "dma_memcpy_nd",
+        "module_builder", "T", "MemorySpace", "MemRefType", "IntegerAttr", "StringAttr",
+        "UnitAttr", "AffineMap", "AffineExpr", "AffineConstantExpr", "AffineSymbolExpr"}
+
+
+# --- building launches -----------------------------------------------------------------------
+
+def make_launch(kernel: str, shape: dict[str, int], config: dict[str, Any] | None = None,
+                layouts: dict[str, str] | None = None) -> Launch:
+    """A launch of `kernel` whose operands are bound in `layouts` (seq-first otherwise)."""
+    spec = SPECS[kernel]
+    config = config if config is not None else select(KernelUse(kernel, spec, shape), XDNA2).config
+    bindings = tuple(Binding(o.name, f"t.{o.name}", "input" if o.role != "output" else "output",
+                             (layouts or {}).get(o.name, "seq-first"))  # type: ignore[arg-type]
+                     for o in spec.operands(shape))
+    return Launch(kernel, kernel, 0, tuple(sorted(shape.items())),
+                  tuple(sorted(config.items())), bindings)
+
+
+def emit(launch: Launch, head_dim: int | None = None) -> str:
+    return emit_dispatch(Dispatch("one", (launch,)), XDNA2, head_dim).source
+
+
+# --- the evaluator ---------------------------------------------------------------------------
+
+def _kw(call: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _callee(node: ast.AST) -> str | None:
+    return ast.unparse(node.func) if isinstance(node, ast.Call) else None
+
+
+def value(node: ast.expr, env: dict[str, int]) -> int:
+    """An index expression of the program: a literal, a name bound to an index, `at(...)` (its
+    terms may be `at` calls themselves), or an i32 made from one (arith.ConstantOp,
+    arith.index_cast)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -value(node.operand, env)
+    if isinstance(node, ast.Name):
+        return env[node.id]
+    if isinstance(node, ast.Call) and _callee(node) in ("arith.ConstantOp", "arith.index_cast"):
+        return value(node.args[1], env)
+    if isinstance(node, ast.Call) and _callee(node) == "at":
+        # at(terms, constant=0, divisor=1) = (sum(value * multiplier) + constant) floordiv divisor
+        params = dict(zip(("terms", "constant", "divisor"), node.args, strict=False))
+        params.update({k.arg: k.value for k in node.keywords if k.arg})
+        terms = params["terms"]
+        assert isinstance(terms, ast.List)
+        total = 0
+        for term in terms.elts:
+            assert isinstance(term, ast.Tuple) and len(term.elts) == 2
+            total += value(term.elts[0], env) * value(term.elts[1], env)
+        constant = value(params["constant"], env) if "constant" in params else 0
+        divisor = value(params["divisor"], env) if "divisor" in params else 1
+        assert divisor > 0
+        return (total + constant) // divisor
+    raise ValueError(f"not an index expression: {ast.unparse(node)}")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One DMA or micro-kernel call the program issues, with the index values it is issued at
+    and, for each buffer name in scope, the function argument or allocation it is."""
+
+    call: ast.Call
+    env: dict[str, int]
+    refs: dict[str, str]
+
+    @property
+    def kind(self) -> str:
+        return ast.unparse(self.call.func)
+
+    def ref(self, i: int) -> str:
+        """The buffer positional argument `i` names."""
+        arg = self.call.args[i]
+        assert isinstance(arg, ast.Name)
+        return self.refs[arg.id]
+
+    def channel(self) -> str:
+        return ast.literal_eval(self.call.args[0])
+
+    def index(self, name: str) -> list[int]:
+        node = _kw(self.call, name)
+        assert isinstance(node, ast.List), f"{name} missing in {ast.unparse(self.call)}"
+        return [value(e, self.env) for e in node.elts]
+
+    def pattern(self, prefix: str = "", whole: int | None = None) -> torch.Tensor:
+        """The flat element indices the [prefix]offsets/sizes/strides pattern walks, in order:
+        sum(offset_d * stride_d) + sum(i_d * stride_d) over the sizes. With no pattern, the
+        DMA moves the `whole` buffer contiguously."""
+        if _kw(self.call, prefix + "sizes") is None:
+            assert whole is not None, f"no {prefix}sizes in {ast.unparse(self.call)}"
+            return torch.arange(whole)
+        sizes, strides = self.index(prefix + "sizes"), self.index(prefix + "strides")
+        offsets = self.index(prefix + "offsets") if _kw(self.call, prefix + "offsets") \
+            else [0] * len(sizes)
+        assert len(sizes) == len(strides) == len(offsets)
+        idx = torch.tensor([sum(o * s for o, s in zip(offsets, strides, strict=True))])
+        for size, stride in zip(sizes, strides, strict=True):
+            idx = (idx[:, None] + torch.arange(size) * stride).reshape(-1)
+        return idx
+
+
+def _decorator(fn: ast.FunctionDef) -> tuple[str, ast.Call] | None:
+    for d in fn.decorator_list:
+        if isinstance(d, ast.Call) and isinstance(d.func, ast.Name) and d.func.id in HIERARCHY:
+            return d.func.id, d
+    return None
+
+
+def _walk(body: list[ast.stmt], env: dict[str, int], refs: dict[str, str],
+          out: list[Op]) -> None:
+    env, refs = dict(env), dict(refs)
+    for stmt in body:
+        if isinstance(stmt, ast.FunctionDef) and (deco := _decorator(stmt)) is not None:
+            # launch, segment, herd: isolated from above, so only the operands pass in
+            _, call = deco
+            operands = _kw(call, "operands")
+            assert isinstance(operands, ast.List)
+            names = [e.id for e in operands.elts if isinstance(e, ast.Name)]
+            assert len(names) == len(operands.elts)
+            params = [a.arg for a in stmt.args.args]
+            ids = params[:len(params) - len(names)]
+            sizes_node = _kw(call, "sizes")
+            sizes: list[int] = ast.literal_eval(sizes_node) if sizes_node is not None else []
+            assert len(ids) == 2 * len(sizes)      # (x, y, size_x, size_y) when sized
+            inner_refs = {p: refs[n] for p, n in zip(params[len(ids):], names, strict=True)
+                          if n in refs}
+            passed = {p: env[n] for p, n in zip(params[len(ids):], names, strict=True)
+                      if n not in refs}
+            for point in itertools.product(*(range(s) for s in sizes)):
+                inner = {**passed, **dict(zip(ids, [*point, *sizes], strict=True))}
+                _walk(stmt.body, inner, inner_refs, out)
+        elif isinstance(stmt, ast.For):
+            loop = stmt.iter
+            assert isinstance(loop, ast.Call) and _callee(loop) == "range_"
+            assert isinstance(stmt.target, ast.Name)
+            lo, hi = (value(a, env) for a in loop.args)
+            for i in range(lo, hi):
+                _walk(stmt.body, {**env, stmt.target.id: i}, refs, out)
+        elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
+                and isinstance(stmt.targets[0], ast.Name):
+            name = stmt.targets[0].id
+            if _callee(stmt.value) == "at":
+                env[name] = value(stmt.value, env)
+            elif _callee(stmt.value) == "AllocOp":
+                refs[name] = name
+        elif isinstance(stmt, ast.Expr) and _callee(stmt.value) in ISSUED:
+            assert isinstance(stmt.value, ast.Call)
+            out.append(Op(stmt.value, env, refs))
+
+
+def _function(source: str) -> ast.FunctionDef:
+    module = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)
+                  and n.name == "build_module")
+    return next(n for n in module.body if isinstance(n, ast.FunctionDef)
+                and any(_callee(d) == "FuncOp.from_py_func" for d in n.decorator_list))
+
+
+def trace(source: str) -> tuple[list[str], list[Op]]:
+    """The function's arguments (one per operand, in the spec's order for one launch) and
+    every DMA and call the program issues, over all indices and iterations."""
+    func = _function(source)
+    args = [a.arg for a in func.args.args]
+    ops: list[Op] = []
+    _walk(func.body, {}, {a: a for a in args}, ops)
+    return args, ops
+
+
+def follow(source: str) -> int:
+    """Evaluate every index every DMA and call of the program is issued with (a name that does
+    not reach its region raises KeyError); how many there are."""
+    _, ops = trace(source)
+    for op in ops:
+        for k in op.call.keywords:
+            if isinstance(k.value, ast.List) and k.arg:
+                op.index(k.arg)
+        if op.kind == "CallOp":
+            args = op.call.args[1]
+            assert isinstance(args, ast.List)
+            for a in args.elts:
+                if isinstance(a, ast.Call):
+                    value(a, op.env)
+    return len(ops)
+
+
+def touching(ops: list[Op], kind: str, buffer: str, position: int) -> list[Op]:
+    """The ops of `kind` whose positional argument `position` is `buffer`."""
+    return [op for op in ops if op.kind == kind and op.ref(position) == buffer]
+
+
+def attention_elements(heads: int, length: int, hd: int, layout: str) -> torch.Tensor:
+    """[heads, length, hd]: where each element of an attention operand is, as a flat index
+    into its DDR buffer, stored [heads, length, hd] (head-first) or [length, heads * hd]."""
+    n = heads * length * hd
+    if layout == "head-first":
+        return torch.arange(n).reshape(heads, length, hd)
+    return torch.arange(n).reshape(length, heads, hd).transpose(0, 1)
+
+
+def c_elements(M: int, N: int, layout: str, head_dim: int | None) -> torch.Tensor:
+    """[M, N]: where each element of a GEMM's C is in DDR, stored [M, N] or, head-first,
+    [N / head_dim, M, head_dim]."""
+    if layout == "head-first":
+        assert head_dim is not None
+        return torch.arange(M * N).reshape(N // head_dim, M, head_dim).transpose(0, 1) \
+            .reshape(M, N)
+    return torch.arange(M * N).reshape(M, N)
+
+
+def covers_once(patterns: list[torch.Tensor], numel: int) -> bool:
+    """The patterns together touch each of the buffer's `numel` elements exactly once."""
+    every = torch.cat(patterns).sort().values
+    return torch.equal(every, torch.arange(numel))
+
+
+# --- FlashAttention --------------------------------------------------------------------------
+
+ATTENTION = {"heads": 8, "kv_heads": 2, "Lq": 512, "Lk": 512, "head_dim": 64}
+BOTH = ["seq-first", "head-first"]
+
+
+@pytest.mark.parametrize("layout", BOTH)
+def test_flash_attention_moves_each_heads_rows_in_its_layout(layout: str) -> None:
+    s = ATTENTION
+    launch = make_launch("flash_attention", s, {}, {o: layout for o in "qkvo"})
+    c = {**SPECS["flash_attention"].tunables, **launch.config_dict}
+    q_tile, kt, cascade, unroll = c["q_tile"], c["k_tile"], c["cascade"], c["heads_per_unroll"]
+    group, hd = s["heads"] // s["kv_heads"], s["head_dim"]
+    (q, k, v, o), ops = trace(emit(launch))
+    q_phys = attention_elements(s["heads"], s["Lq"], hd, layout)
+    kv_phys = attention_elements(s["kv_heads"], s["Lk"], hd, layout)
+
+    def head_of(op: Op) -> int:         # launch y picks a group of heads, segment x one of them
+        return op.env["ly"] * unroll + op.env["gx"]
+
+    for arg, kind in ((q, "ChannelPut"), (o, "ChannelGet")):     # q read, o written
+        moves = touching(ops, kind, arg, 1)
+        assert len(moves) == s["Lq"] // q_tile * s["heads"]     # one per (q block, head)
+        for op in moves:
+            lx, head = op.env["lx"], head_of(op)
+            expected = q_phys[head, lx * q_tile:(lx + 1) * q_tile, :].reshape(-1)
+            assert torch.equal(op.pattern(), expected), (arg, op.env)
+        assert covers_once([op.pattern() for op in moves], q_phys.numel())
+    for arg in (k, v):
+        moves = touching(ops, "ChannelPut", arg, 1)
+        assert len(moves) == s["Lq"] // q_tile * s["heads"] * s["Lk"] // kt
+        for op in moves:
+            (stage,), j = op.index("indices"), op.env["j"]
+            first = (j * cascade + stage) * kt       # stage st takes every cascade-th chunk
+            expected = kv_phys[head_of(op) // group, first:first + kt, :].reshape(-1)
+            assert torch.equal(op.pattern(), expected), (arg, op.env, stage)
+
+
+# --- decode attention ------------------------------------------------------------------------
+
+DECODE = {"heads": 9, "kv_heads": 3, "Lq": 1, "Lk": 128, "head_dim": 64}
+DECODE_CASES = [   # shape, config: one launch of 3 columns; two launches of 2 columns;
+    (DECODE, None),   # a cache whose length is not a multiple of k_tile (the usual decode)
+    ({"heads": 8, "kv_heads": 4, "Lq": 1, "Lk": 128, "head_dim": 64}, {"k_tile": 64, "herd_n": 2}),
+    ({**DECODE, "Lk": 129}, {"k_tile": 64, "herd_n": 3}),
+]
+
+
+@pytest.mark.parametrize("layout", BOTH)
+@pytest.mark.parametrize("shape,config", DECODE_CASES,
+                         ids=["one-launch", "two-launches", "partial-last-chunk"])
+def test_decode_attention_reads_each_kv_head_from_the_cache_in_its_layout(
+        shape: dict[str, int], config: dict[str, Any] | None, layout: str) -> None:
+    s = shape
+    launch = make_launch("npu_decode_attention", s, config, {"k": layout, "v": layout})
+    c = {**SPECS["npu_decode_attention"].tunables, **launch.config_dict}
+    kt, cols = c["k_tile"], min(c["herd_n"], s["kv_heads"])
+    group, hd = s["heads"] // s["kv_heads"], s["head_dim"]
+    (q, k, v, o), ops = trace(emit(launch))
+    kv_phys = attention_elements(s["kv_heads"], s["Lk"], hd, layout)
+    q_phys = attention_elements(s["heads"], 1, hd, "head-first")     # Lq = 1: either layout
+    for arg in (k, v):
+        reads = touching(ops, "dma_memcpy_nd", arg, 1)
+        assert len(reads) == s["kv_heads"] * -(-s["Lk"] // kt)
+        for op in reads:
+            kv = op.env["lx"] * cols + op.env["tx"]
+            first = op.env["j"] * kt if "j" in op.env else s["Lk"] // kt * kt   # the tail
+            expected = kv_phys[kv, first:min(first + kt, s["Lk"]), :].reshape(-1)
+            assert torch.equal(op.pattern("src_"), expected), (arg, op.env)
+        assert covers_once([op.pattern("src_") for op in reads], kv_phys.numel())
+    for arg, position, prefix in ((q, 1, "src_"), (o, 0, "dst_")):    # the group's q and o
+        moves = touching(ops, "dma_memcpy_nd", arg, position)
+        assert len(moves) == s["kv_heads"]
+        for op in moves:
+            kv = op.env["lx"] * cols + op.env["tx"]
+            expected = q_phys[kv * group:(kv + 1) * group].reshape(-1)
+            assert torch.equal(op.pattern(prefix), expected), (arg, op.env)
+
+
+# --- GEMM's C --------------------------------------------------------------------------------
+
+GEMM = {"M": 256, "K": 256, "N": 384}
+TILES = {"tile_m": 64, "tile_k_l2": 256, "tile_k_l1": 32, "herd_m": 2}
+C_CASES = [   # layout, tile_n, herd_n, head_dim
+    ("seq-first", 64, 2, None),
+    ("head-first", 64, 2, 64),      # span 128: two whole heads per block
+    ("head-first", 64, 1, 64),      # span 64 = head_dim
+    ("head-first", 32, 1, 64),      # span 32: half a head per block
+    ("head-first", 64, 1, 128),     # span 64: half a head per block
+]
+
+
+@pytest.mark.parametrize("layout,tile_n,herd_n,head_dim", C_CASES,
+                         ids=[f"{c[0]}-span{c[1] * c[2]}-hd{c[3]}" for c in C_CASES])
+def test_gemm_drains_each_c_block_to_its_elements(layout: str, tile_n: int, herd_n: int,
+                                                  head_dim: int | None) -> None:
+    M, N = GEMM["M"], GEMM["N"]
+    config = {**TILES, "tile_n": tile_n, "herd_n": herd_n}
+    launch = make_launch("gemm_bf16", GEMM, config, {"c": layout})
+    rows, span = TILES["tile_m"] * TILES["herd_m"], tile_n * herd_n
+    (_, _, c), ops = trace(emit(launch, head_dim))
+    phys = c_elements(M, N, layout, head_dim)
+    drains = [op for op in touching(ops, "dma_memcpy_nd", c, 0) if op.ref(1) == "c_l2"]
+    assert len(drains) == (M // rows) * (N // span)
+    for op in drains:
+        # c_l2 is [herd_m, tile_m, span] row-major: its element p is C[lx * rows + p // span,
+        # ly * span + p % span]; the DMA reads it in the source pattern's order
+        src = op.pattern("src_", whole=rows * span)
+        m = op.env["lx"] * rows + src // span
+        n = op.env["ly"] * span + src % span
+        assert torch.equal(op.pattern("dst_"), phys[m, n]), op.env
+    assert covers_once([op.pattern("dst_") for op in drains], M * N)
+
+
+@pytest.mark.parametrize("tile_n,herd_n,head_dim,match", [
+    (32, 3, 64, "divide one another"),      # span 96 and 64
+    (64, 2, None, "needs the model's head_dim"),
+    (64, 2, 256, "dividing N"),              # 384 is not whole heads of 256
+])
+def test_a_head_first_c_the_dma_cannot_write_is_refused(tile_n: int, herd_n: int,
+                                                        head_dim: int | None,
+                                                        match: str) -> None:
+    launch = make_launch("gemm_bf16", GEMM, {**TILES, "tile_n": tile_n, "herd_n": herd_n},
+                         {"c": "head-first"})
+    with pytest.raises(EmitError, match=match):
+        emit(launch, head_dim)
+
+
+# --- RoPE ------------------------------------------------------------------------------------
+
+ROPE = {"rows": 9 * 128, "width": 64, "seq": 128}
+
+
+@pytest.mark.parametrize("layout", BOTH)
+def test_rope_reads_the_table_row_of_each_stored_rows_position(layout: str) -> None:
+    s = ROPE
+    launch = make_launch("rope", s, None, {"x": layout, "y": layout})
+    c = {**SPECS["rope"].tunables, **launch.config_dict}
+    tile_rows, hm, width, seq = c["tile_rows"], c["herd_m"], s["width"], s["seq"]
+    heads = s["rows"] // seq
+    (x, _, _, _), ops = trace(emit(launch))
+    # the position of each stored row of x: [seq, heads, hd] or [heads, seq, hd]
+    positions = torch.arange(seq)[:, None].expand(seq, heads) if layout == "seq-first" \
+        else torch.arange(seq)[None, :].expand(heads, seq)
+    position = positions.reshape(-1)
+    table = torch.arange(seq * width).reshape(seq, width)
+    for arg in ("cos", "sin"):
+        reads = [op for op in ops if op.kind == "dma_memcpy_nd" and op.ref(0) == f"{arg}_l1"]
+        assert len(reads) == s["rows"]
+        seen = []
+        for op in reads:
+            j = op.index("dst_offsets")[0]                   # the row of the block it fills
+            row = (op.env["i"] * hm + op.env["tx"]) * tile_rows + j
+            assert torch.equal(op.pattern("src_"), table[position[row]]), (arg, op.env, j)
+            assert torch.equal(op.pattern("dst_"), torch.arange(width) + j * width)
+            seen.append(row)
+        assert sorted(seen) == list(range(s["rows"]))
+    # ...and the block of x it goes with is those rows
+    blocks = touching(ops, "dma_memcpy_nd", x, 1)
+    assert len(blocks) == s["rows"] // tile_rows
+    for op in blocks:
+        first = (op.env["i"] * hm + op.env["tx"]) * tile_rows * width
+        assert torch.equal(op.pattern("src_"), torch.arange(tile_rows * width) + first)
+
+
+# --- bias add --------------------------------------------------------------------------------
+
+BIAS = {"rows": 128, "width": 1152}
+
+
+@pytest.mark.parametrize("layout", BOTH)
+def test_bias_add_passes_the_kernel_what_locates_each_elements_bias(layout: str) -> None:
+    s, hd = BIAS, 64
+    launch = make_launch("bias_add", s, None, {"x": layout, "y": layout})
+    (x, _, _), ops = trace(emit(launch, hd))
+    # the bias column of each element of x, in the layout x is stored in
+    columns = torch.arange(s["width"]).expand(s["rows"], s["width"])
+    if layout == "head-first":
+        columns = columns.reshape(s["rows"], -1, hd).transpose(0, 1)
+    column = columns.reshape(-1)
+    reads = {tuple(op.env.items()): op for op in touching(ops, "dma_memcpy_nd", x, 1)}
+    calls = [op for op in ops if op.kind == "CallOp" and ast.unparse(op.call.args[0])
+             .startswith("bias_add_bf16")]
+    assert len(calls) == len(reads) > 0
+    for op in calls:
+        args = op.call.args[1]
+        assert isinstance(args, ast.List)
+        i32 = args.elts[-5:]
+        assert ast.unparse(i32[1]) == "arith.index_cast(i32, offset)"
+        assert all(_callee(a) == "arith.ConstantOp" for i, a in enumerate(i32) if i != 1)
+        n, first, width, head_dim, head_rows = (value(a, op.env) for a in i32)
+        assert (width, head_dim) == (s["width"], hd)
+        assert head_rows == (s["rows"] if layout == "head-first" else 0)
+        src = reads[tuple(op.env.items())].pattern("src_")
+        assert torch.equal(src, torch.arange(n) + first)
+        # what the micro-kernel computes from its arguments: each element's bias column
+        e = torch.arange(first, first + n)
+        got = (e // (head_rows * head_dim)) * head_dim + e % head_dim if head_rows \
+            else e % width
+        assert torch.equal(got, column[e])
+
+
+def test_a_head_first_bias_add_needs_head_dim() -> None:
+    launch = make_launch("bias_add", BIAS, None, {"x": "head-first", "y": "head-first"})
+    with pytest.raises(EmitError, match="head_dim"):
+        emit(launch)
+
+
+# --- names -----------------------------------------------------------------------------------
+
+PROGRAMS = [
+    ("gemm_bf16", {"M": 2048, "K": 2048, "N": 2048}, {"tile_m": 64, "tile_k_l2": 256,
+                                                       "tile_k_l1": 32, "tile_n": 128,
+                                                       "herd_m": 4, "herd_n": 8}, {}),
+    ("gemm_bf16", GEMM, {**TILES, "tile_n": 64, "herd_n": 2}, {"c": "head-first"}),
+    ("gemm_bf16", GEMM, {**TILES, "tile_n": 32, "herd_n": 1}, {"c": "head-first"}),
+    ("gemm_fp32", {"M": 128, "K": 576, "N": 1536}, None, {}),
+    ("gemv", {"M": 2048, "K": 2048}, None, {}),
+    ("rmsnorm", {"rows": 128, "width": 576}, None, {}),
+    ("qk_norm", {"rows": 2048, "width": 128}, None, {}),
+    ("rope", ROPE, None, {}),
+    ("rope", ROPE, None, {"x": "head-first", "y": "head-first"}),
+    ("silu_mul", {"rows": 128, "width": 1536}, None, {}),
+    ("add", {"rows": 128, "width": 576}, None, {}),
+    ("bias_add", {"rows": 128, "width": 1152}, None, {}),
+    ("bias_add", BIAS, None, {"x": "head-first", "y": "head-first"}),
+    ("flash_attention", {"heads": 32, "kv_heads": 8, "Lq": 2048, "Lk": 2048, "head_dim": 64},
+     {}, {}),
+    ("flash_attention", ATTENTION, {}, {o: "head-first" for o in "qkvo"}),
+    ("npu_decode_attention", {"heads": 9, "kv_heads": 3, "Lq": 1, "Lk": 129, "head_dim": 64},
+     None, {}),
+    ("npu_decode_attention", DECODE, None, {"k": "head-first", "v": "head-first"}),
+]
+
+
+def _bound(stmts: list[ast.stmt]) -> set[str]:
+    """The names a scope binds: assignments, loop targets, defs, imports (not star), not
+    looking into nested functions."""
+    names: set[str] = set()
+    for stmt in stmts:
+        for node in _in_scope(stmt):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.FunctionDef):
+                names.add(node.name)
+            elif isinstance(node, ast.ImportFrom | ast.Import):
+                names |= {a.asname or a.name for a in node.names if a.name != "*"}
+    return names
+
+
+def _in_scope(node: ast.AST) -> Iterator[ast.AST]:
+    """`node` and what it holds that runs in its scope: a nested function's decorators and
+    defaults, not its body."""
+    yield node
+    if isinstance(node, ast.FunctionDef):
+        for sub in (*node.decorator_list, *node.args.defaults):
+            yield from _in_scope(sub)
+        return
+    for child in ast.iter_child_nodes(node):
+        yield from _in_scope(child)
+
+
+def undefined(source: str) -> list[tuple[str, str]]:
+    """(scope, name) for each name a program reads that nothing in reach defines. The bodies
+    of air.launch, air.segment and air.herd are isolated from above: they see the module's
+    and build_module's names (helpers, types, micro-kernel declarations) and their own, not
+    the values of the regions around them, which must come in as operands."""
+    tree = ast.parse(source)
+    module = (set(dir(builtins)) | STAR | _bound(tree.body), "module")
+    missing: list[tuple[str, str]] = []
+
+    def check(body: list[ast.stmt], scopes: list[tuple[set[str], str]]) -> None:
+        visible = set().union(*(names for names, _ in scopes))
+        for stmt in body:
+            for node in _in_scope(stmt):
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) \
+                        and node.id not in visible:
+                    missing.append((scopes[-1][1], node.id))
+                if isinstance(node, ast.FunctionDef):
+                    own = _bound(node.body) | {a.arg for a in node.args.args}
+                    outer = scopes[:2] if _decorator(node) is not None else scopes
+                    check(node.body, [*outer, (own, node.name)])
+
+    check(tree.body, [module])
+    return missing
+
+
+@pytest.mark.parametrize("kernel,shape,config,layouts", PROGRAMS,
+                         ids=[f"{p[0]}-{'-'.join(sorted(set(p[3].values()))) or 'seq-first'}"
+                              for p in PROGRAMS])
+def test_every_program_uses_only_names_it_defines_or_imports(
+        kernel: str, shape: dict[str, int], config: dict[str, Any] | None,
+        layouts: dict[str, str]) -> None:
+    source = emit(make_launch(kernel, shape, config, layouts), head_dim=64)
+    assert "from air.dialects import arith" in source.splitlines()
+    assert undefined(source) == []
+    assert follow(source) > 0          # every index it computes is in reach
+
+
+def test_the_name_check_sees_a_missing_import_and_a_value_from_above() -> None:
+    source = emit(make_launch("bias_add", BIAS))        # its size arguments: arith constants
+    without = source.replace("from air.dialects import arith\n", "")
+    assert undefined(source) == [] and "arith" in {name for _, name in undefined(without)}
+    source = emit(make_launch("gemv", {"M": 2048, "K": 2048}))
+    # the herd reads the launch index lx: taken away from its operands, it is a value from above
+    leaky = source.replace("sizes=[8, 1], operands=[lx, ly, ", "sizes=[8, 1], operands=[") \
+        .replace("(tx, ty, hsx, hsy, lx, ly, ", "(tx, ty, hsx, hsy, ")
+    assert leaky != source
+    assert {name for _, name in undefined(leaky)} == {"lx"}
+    with pytest.raises(KeyError, match="lx"):
+        follow(leaky)
+
+
+def test_decode_attention_refuses_columns_without_a_kv_head() -> None:
+    launch = make_launch("npu_decode_attention", {**DECODE, "heads": 12, "kv_heads": 3},
+                         {"k_tile": 64, "herd_n": 2}, {})
+    with pytest.raises(EmitError, match="3 KV heads over herd_n=2"):
+        emit(launch)
