@@ -52,7 +52,7 @@ class IllegalTransform(ValueError):
 
 def _with(plan: DispatchPlan, steps: list[Step], name: str,
           lm_head: Literal["full", "last-token"] | None = None) -> DispatchPlan:
-    return replace(plan, steps=tuple(steps), history=(*plan.history, name),
+    return replace(plan, steps=tuple(_host_crossings(steps)), history=(*plan.history, name),
                    lm_head=lm_head or plan.lm_head)
 
 
@@ -281,6 +281,30 @@ def decode_attention_on_cpu(plan: DispatchPlan) -> DispatchPlan:
     if not moved:
         raise IllegalTransform("decode_attention_on_cpu", "no decode attention on the NPU")
     return _with(plan, steps, "decode_attention_on_cpu")
+
+
+def _host_crossings(steps: list[Step]) -> list[Step]:
+    """Where a tensor now crosses between the NPU and a host step, the launch's binding
+    says so: a tensor a host step reads is read back after the launch that wrote it
+    (output), and one a host step wrote is written before the launch that reads it
+    (input). An intermediate there would be a device buffer nobody filled."""
+    host_reads: set[str] = set()
+    host_writes: set[str] = set()
+    for step in steps:
+        if isinstance(step, HostStep):
+            for b in step.bindings:
+                (host_writes if b.kind == "output" else host_reads).add(b.tensor)
+
+    def fn(b: Binding, owner: Launch | HostStep) -> Binding:
+        if isinstance(owner, HostStep) or b.kind != "intermediate":
+            return b
+        roles = {op.name: op.role for op in owner.spec.operands(owner.shape_dict)}
+        if roles[b.operand] == "output" and b.tensor in host_reads:
+            return replace(b, kind="output")
+        if roles[b.operand] != "output" and b.tensor in host_writes:
+            return replace(b, kind="input")
+        return b
+    return [_rebind(step, fn) for step in steps]
 
 
 @dataclass(frozen=True)
