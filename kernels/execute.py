@@ -6,10 +6,15 @@ operands together with their layouts (`config["layouts"]`), as the DMA patterns 
 compiled program would read them. Whether a binding is static, intermediate, input or
 output changes what a step costs (see kernels.perf), never what it computes: a plan and
 every transform of it that runs the same kernels give the same bits.
+
+A backend with `run_dispatch` (the NPU, kernels.npu) takes a whole dispatch at once, as one
+submission; the emulator takes launch by launch. With `trace` set, the runner appends each
+step's wall time, measured on the host around the step.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +36,15 @@ class PlanResult:
     logits: torch.Tensor           # [L, vocab] FP32 (full LM head) or [1, vocab] bf16
     cache: Tensors                 # "L{i}.k_cache" / "L{i}.v_cache": [kv_heads, T, head_dim]
     tensors: Tensors               # every tensor the plan produced, by name
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One step of a plan run: its wall on the host (perf_counter around the call)."""
+
+    name: str
+    where: str                     # npu (a dispatch) | cpu (a host step)
+    seconds: float
 
 
 def _device_weights(args: ModelArgs, weights: Weights) -> Tensors:
@@ -58,6 +72,7 @@ class PlanRunner:
         self.exact_tiles = exact_tiles
         self.weights = _device_weights(args, weights)
         self._gemm_b: Tensors = {}      # GEMM B operands: the weight transposed to [K, N]
+        self.trace: list[StepTime] | None = None
 
     # --- the plan ---------------------------------------------------------------------
 
@@ -80,12 +95,24 @@ class PlanRunner:
         if cache is not None:
             tensors.update(cache)
         self._row_sizes = _row_sizes(plan)
+        whole = getattr(self.backend, "run_dispatch", None)
         for step in plan.steps:
+            t0 = time.perf_counter()
             if isinstance(step, Dispatch):
-                for launch in step.launches:
-                    self._launch(launch, tensors)
+                if whole is not None:
+                    whole(step, [self._operands(ln, tensors) for ln in step.launches],
+                          a.head_dim)
+                else:
+                    for launch in step.launches:
+                        self.backend.run(launch.spec, launch.shape_dict,
+                                         *self._operands(launch, tensors))
             else:
                 self._host(step, tensors)
+            if self.trace is not None:
+                self.trace.append(StepTime(step.name if isinstance(step, Dispatch)
+                                           else step.label,
+                                           "npu" if isinstance(step, Dispatch) else "cpu",
+                                           time.perf_counter() - t0))
         new_cache = {k: v for k, v in tensors.items() if k.endswith(("k_cache", "v_cache"))}
         logits = tensors["logits"]
         if logits.dim() == 1:
@@ -94,7 +121,10 @@ class PlanRunner:
 
     # --- launches ---------------------------------------------------------------------
 
-    def _launch(self, launch: Launch, tensors: Tensors) -> None:
+    def _operands(self, launch: Launch, tensors: Tensors
+                  ) -> tuple[dict[str, Any], Tensors, Tensors]:
+        """The launch's config (with its operands' layouts) and its input and output
+        tensors by operand, as the kernel reads them."""
         spec, shape = launch.spec, launch.shape_dict
         config = dict(launch.config_dict)
         config["layouts"] = {b.operand: b.layout for b in launch.bindings}
@@ -111,7 +141,7 @@ class PlanRunner:
                 outputs[op.name] = self._output(b, op, dims, tensors)
             else:
                 inputs[op.name] = self._input(launch, b, dims, tensors)
-        self.backend.run(spec, shape, config, inputs, outputs)
+        return config, inputs, outputs
 
     def _input(self, launch: Launch, b: Binding, dims: tuple[int, ...],
                tensors: Tensors) -> torch.Tensor:
@@ -229,4 +259,4 @@ def _row_sizes(plan: DispatchPlan) -> dict[str, int]:
     return sizes
 
 
-__all__ = ["PlanResult", "PlanRunner"]
+__all__ = ["PlanResult", "PlanRunner", "StepTime"]

@@ -36,7 +36,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,9 @@ INSTALL = {
            "bindings (or install its wheels) and put it on PYTHONPATH",
     "aircc": "mlir-air's compiler driver `aircc` on PATH (from the same mlir-air build)",
     "npu": f"an XDNA 2 NPU ({DEVICE_NODE}, created by the amdxdna kernel driver)",
+    "objects": "the micro-kernel objects the programs link (mm_*.o, ...), built with Peano "
+               "from mlir-air's AIE kernel sources, in a directory given with --air-objects "
+               "or $NPU_DEPLOY_AIR_OBJECTS",
 }
 
 
@@ -63,20 +66,23 @@ class XrtError(RuntimeError):
     """The NPU path cannot go on: what failed and what to do."""
 
 
-def missing() -> list[str]:
-    """What this machine lacks for `--backend xrt`, each as a key of INSTALL."""
+def missing(objects: str | None = "") -> list[str]:
+    """What this machine lacks for `--backend xrt`, each as a key of INSTALL. `objects` is
+    the micro-kernel directory to check ("" leaves it out)."""
     out = [name for name in ("pyxrt", "air") if importlib.util.find_spec(name) is None]
     if shutil.which("aircc") is None:
         out.append("aircc")
     if not DEVICE_NODE.exists():
         out.append("npu")
+    if objects is None or (objects and not Path(objects).is_dir()):
+        out.append("objects")
     return out
 
 
-def require() -> None:
-    lacking = missing()
+def require(objects: str | None = "") -> None:
+    lacking = missing(objects)
     if lacking:
-        raise XrtError("--backend xrt needs " + "; ".join(f"{k} ({INSTALL[k]})" for k in lacking)
+        raise XrtError("this machine lacks " + "; ".join(f"{k} ({INSTALL[k]})" for k in lacking)
                        + ". Without them, use --backend emulator (the default)")
 
 
@@ -205,7 +211,8 @@ class DispatchTimes:
     read_s: float
     written_bytes: int
     read_bytes: int
-    lock_wait_s: float = 0.0
+    static_s: float = 0.0           # of write_s: weights written for the first time
+    static_bytes: int = 0
     source: str = "measured-npu"
 
 
@@ -216,7 +223,6 @@ class _Loaded:
     kernel: Any
     instr: Any = None
     n_instr: int = 0
-    bos: dict[str, Any] = field(default_factory=dict)
 
 
 class XrtRunner:
@@ -230,7 +236,9 @@ class XrtRunner:
         self.xrt, self.timeout_ms = pyxrt, timeout_ms
         self.device = pyxrt.device(0)
         self._loaded: dict[str, _Loaded] = {}
-        self._static: dict[str, Any] = {}      # weight name -> its BO, written once
+        self._static: dict[str, Any] = {}      # weight tensor -> its BO, written once
+        self._device: dict[str, Any] = {}      # plan tensor -> its BO and size
+        self.static_write_s: dict[str, float] = {}   # weight -> the seconds of its one write
 
     def load(self, artifact: Artifact) -> _Loaded:
         if artifact.key in self._loaded:
@@ -271,27 +279,36 @@ class XrtRunner:
         return x.bo(self.device, nbytes, x.bo.host_only, loaded.kernel.group_id(3 + slot))
 
     def run(self, program: Program, artifact: Artifact, tensors: dict[str, torch.Tensor],
-            kinds: dict[str, str]) -> DispatchTimes:
+            kinds: dict[str, str], produced: set[str] | None = None) -> DispatchTimes:
         """Run `program` once. `tensors` and `kinds` are keyed by the function's argument
         names: kind static (a weight: written the first time only), input (written now),
-        intermediate (device only) or output (read back into the tensor)."""
+        intermediate (device only) or output (read back into the tensor). Every buffer
+        belongs to its plan tensor (`program.tensors`), so what one program leaves on the
+        device is what the next one that binds the tensor reads; a tensor that changes size
+        (another prefill length) gets a new buffer, unless the program only reads it
+        (`produced`: the arguments it writes, when known), which is an error."""
         x = self.xrt
         loaded = self.load(artifact)
         if artifact.output_format != "elf" and len(program.arguments) > 5:
             raise XrtError(f"{program.function}: {len(program.arguments)} arguments; the xclbin "
                            "flow takes at most 5 - compile it as an ELF")
-        write_s = read_s = 0.0
-        written = read = 0
+        write_s = read_s = static_s = 0.0
+        written = read = static = 0
         bos = []
-        for slot, (name, shape, dtype) in enumerate(program.arguments):
+        owners = program.tensors or tuple(name for name, _, _ in program.arguments)
+        for slot, ((name, shape, dtype), owner) in enumerate(zip(program.arguments, owners,
+                                                                 strict=True)):
             nbytes = int(np.prod(shape)) * (2 if dtype == "bf16" else 4)
             kind = kinds[name]
-            key = f"{name}" if kind == "static" else f"{artifact.key}:{name}"
-            store = self._static if kind == "static" else loaded.bos
-            fresh = key not in store
+            store = self._static if kind == "static" else self._device
+            fresh = owner not in store or store[owner][1] != nbytes
+            if fresh and kind == "intermediate" and produced is not None \
+                    and name not in produced:
+                raise XrtError(f"{program.function} reads {owner} from the device, where no "
+                               "earlier dispatch left it (at this size): bind it as an input")
             if fresh:
-                store[key] = self._bo(loaded, slot, nbytes)
-            bo = store[key]
+                store[owner] = (self._bo(loaded, slot, nbytes), nbytes)
+            bo, _ = store[owner]
             if kind == "input" or (kind == "static" and fresh):
                 t0 = time.perf_counter()
                 data = _as_bytes(tensors[name])
@@ -303,6 +320,10 @@ class XrtRunner:
                 bo.sync(x.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE)
                 write_s += time.perf_counter() - t0
                 written += nbytes
+                if kind == "static":
+                    self.static_write_s[owner] = time.perf_counter() - t0
+                    static_s += self.static_write_s[owner]
+                    static += nbytes
             bos.append(bo)
         t0 = time.perf_counter()
         if artifact.output_format == "elf":
@@ -333,13 +354,13 @@ class XrtRunner:
             out.copy_(value.reshape(out.shape))
             read_s += time.perf_counter() - t0
             read += nbytes
-        return DispatchTimes(program.dispatch, run_s, write_s, read_s, written, read)
+        return DispatchTimes(program.dispatch, run_s, write_s, read_s, written, read,
+                             static_s, static)
 
     def close(self) -> None:
         """Drop buffers, kernels and contexts before the device (XRT faults otherwise)."""
         self._static.clear()
-        for loaded in self._loaded.values():
-            loaded.bos.clear()
+        self._device.clear()
         self._loaded.clear()
         self.device = None
 

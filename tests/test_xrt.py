@@ -10,120 +10,17 @@ import multiprocessing
 import time
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from fake_npu import FakeXrt
 
 from kernels import XDNA2
 from kernels.air import emit_dispatch
 from kernels.plan import Binding, Dispatch, Launch
 from kernels.xrt import Artifact, XrtError, XrtRunner, compile_program, missing, npu_lock, require
-
-COMPLETED, TIMEOUT = "ERT_CMD_STATE_COMPLETED", "ERT_CMD_STATE_TIMEOUT"
-
-
-class FakeXrt:
-    """A pyxrt module that records every call; a run 'computes' by copying the first
-    argument's bytes into the last (so reads can be checked), or times out."""
-
-    def __init__(self, state: str = COMPLETED) -> None:
-        self.calls: list[tuple[Any, ...]] = []
-        self.state = state
-        log = self.calls
-        fake = self
-
-        class Bo:
-            host_only, cacheable = "host_only", "cacheable"
-
-            def __init__(self, device: Any, nbytes: int, flags: Any = None, group: Any = None):
-                self.data = bytearray(nbytes)
-                self.id = len([c for c in log if c[0] == "bo"])
-                log.append(("bo", self.id, nbytes, flags, group))
-
-            def map(self) -> bytearray:
-                log.append(("map", self.id))
-                return self.data
-
-            def sync(self, direction: str) -> None:
-                log.append(("sync", self.id, direction))
-
-            def read(self, *a: Any) -> None:
-                raise AssertionError("bo.read misbehaves with numpy 2: use map()")
-
-            def write(self, *a: Any) -> None:
-                raise AssertionError("bo.write misbehaves with numpy 2: use map()")
-
-        class Run:
-            def __init__(self, kernel: Any, args: list[Any] | None = None) -> None:
-                self.args = list(args or [])
-
-            def set_arg(self, i: int, bo: Any) -> None:
-                log.append(("set_arg", i, bo.id))
-                self.args.append(bo)
-
-            def start(self) -> None:
-                log.append(("start",))
-
-            def wait(self, timeout_ms: int) -> str:
-                log.append(("wait", timeout_ms))
-                bos = [a for a in self.args if isinstance(a, Bo)]
-                if fake.state == COMPLETED:
-                    bos[-1].data[:] = bos[0].data[:len(bos[-1].data)]
-                return fake.state
-
-        class Kernel:
-            def __init__(self, context: Any, name: str) -> None:
-                log.append(("kernel", name))
-
-            def group_id(self, i: int) -> int:
-                return i
-
-            def __call__(self, opcode: int, instr: Any, n: int, *bos: Any) -> Run:
-                log.append(("call", opcode, instr.id, n, [b.id for b in bos]))
-                return Run(self, list(bos))
-
-        class Device:
-            def __init__(self, index: int) -> None:
-                log.append(("device", index))
-
-            def register_xclbin(self, xclbin: Any) -> None:
-                log.append(("register_xclbin",))
-
-        class Xclbin:
-            def __init__(self, path: str) -> None:
-                log.append(("xclbin", Path(path).name))
-
-            def get_uuid(self) -> str:
-                return "uuid"
-
-            def get_kernels(self) -> list[Any]:
-                return [SimpleNamespace(get_name=lambda: "MLIR_AIE")]
-
-        def hw_context(device: Any, what: Any) -> str:
-            log.append(("hw_context", what if isinstance(what, str) else "elf"))
-            return "context"
-
-        def elf(path: str) -> str:
-            log.append(("elf", Path(path).name))
-            return "elf-object"
-
-        def ext_kernel(context: Any, name: str) -> str:
-            log.append(("ext.kernel", name))
-            return name
-
-        self.device, self.xclbin, self.kernel, self.bo, self.hw_context = (
-            Device, Xclbin, Kernel, Bo, hw_context)
-        self.elf, self.run = elf, lambda kernel: Run(kernel)
-        self.ext = SimpleNamespace(kernel=ext_kernel, bo=lambda device, n: Bo(device, n))
-        self.xclBOSyncDirection = SimpleNamespace(XCL_BO_SYNC_BO_TO_DEVICE="to_device",
-                                                  XCL_BO_SYNC_BO_FROM_DEVICE="from_device")
-        self.ert_cmd_state = SimpleNamespace(ERT_CMD_STATE_COMPLETED=COMPLETED)
-
-    def names(self) -> list[str]:
-        return [c[0] for c in self.calls]
 
 
 def add_dispatch(n: int = 2) -> Dispatch:
@@ -310,5 +207,34 @@ def test_deploy_backend_xrt_fails_in_one_line_and_stores_nothing(cli, db_path: P
     result = cli("--db", db_path, "deploy", "tiny", "--headless", "--backend", "xrt")
     assert result.exit_code == 2
     line = result.output.strip().splitlines()
-    assert len(line) == 1 and "--backend xrt needs pyxrt" in line[0]
+    assert len(line) == 1 and "--backend xrt: this machine lacks pyxrt" in line[0]
     assert not db_path.exists()
+
+
+def test_deploy_backend_xrt_lists_the_missing_kernel_objects_too(cli, db_path: Path):
+    result = cli("--db", db_path, "deploy", "tiny", "--headless", "--backend", "xrt")
+    assert "objects (the micro-kernel objects" in result.output and "--air-objects" in \
+        result.output
+    result = cli("--db", db_path, "deploy", "tiny", "--headless", "--backend", "xrt",
+                 "--air-objects", str(db_path.parent))
+    assert result.exit_code == 2 and "objects (" not in result.output
+
+
+def test_resuming_an_npu_run_here_fails_in_one_line_and_changes_nothing(cli, db_path: Path,
+                                                                       fake):
+    from machine import Conductor, Policy
+    from store import EventStore
+
+    with EventStore.open(db_path) as store:
+        c = Conductor.start(store, fake(), Policy(), model="tiny-llama", backend="xrt",
+                            config={"backend": "xrt", "air_objects": str(db_path.parent),
+                                    "pipeline": "fake_pipeline:make"})
+        c.close()
+        before = list(store.events(c.run_id))
+    result = cli("--db", db_path, "resume", c.run_id)
+    assert result.exit_code == 2
+    line = result.output.strip().splitlines()
+    assert len(line) == 1 and f"run {c.run_id} runs on the NPU: resuming it: this machine " \
+        "lacks pyxrt" in line[0]
+    with EventStore.open(db_path, readonly=True) as store:
+        assert list(store.events(c.run_id)) == before

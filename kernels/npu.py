@@ -1,0 +1,222 @@
+"""The XRT backend of a deployment: every dispatch of a plan run on the NPU as its MLIR-AIR
+program, compiled once (cached by content), timed.
+
+`NpuBackend` is what the plan runner and the kernel validation call, as they call the
+emulator: `run_dispatch` runs one `Dispatch` (all its launches, one submission), `run` one
+kernel alone (phase 1 builds a one-launch dispatch for it). For each dispatch it
+
+* emits the program (`kernels.air`) and writes it to the run's workspace (`programs`),
+* compiles it with mlir-air's XRT backend, or takes it from the cache (`kernels.xrt`),
+* runs it through pyxrt under the NPU lock, each function argument given the kind its
+  plan bindings say: a weight is static (written the first time only), a tensor produced
+  and consumed on the device is an intermediate (one device buffer, shared by every
+  program that binds it, never synced), an input is written, an output read back,
+* keeps the measured times (`times`: run wall, host writes and reads, source
+  measured-npu).
+
+`measure` turns one run of a plan into a `Profile` whose source is measured-npu.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .air import Program, emit_dispatch, identifier, tensor_key, write_programs
+from .execute import PlanRunner, StepTime
+from .hardware import XDNA2, Hardware
+from .perf import Profile, StepProfile, estimate
+from .plan import Binding, Dispatch, DispatchPlan, Kind, Launch, Layout
+from .specs import KernelSpec, Prefill, Shape
+from .xrt import Artifact, DispatchTimes, XrtError, XrtRunner, compile_program, npu_lock
+
+Tensors = dict[str, torch.Tensor]
+#: What the plan runner hands over per launch: its config, its inputs and outputs by operand.
+Operands = tuple[dict[str, Any], Tensors, Tensors]
+
+#: Operands stored head-first when a kernel runs alone (the spec's dims, as the emulator
+#: reads them without a plan's layouts).
+HEAD_FIRST = {"flash_attention": ("q", "k", "v", "o"), "npu_decode_attention": ("q", "k", "v", "o"),
+              "rope": ("x", "y")}
+
+
+def argument_kinds(dispatch: Dispatch, program: Program) -> dict[str, str]:
+    """The kind of each argument of `program`, from the bindings of every launch that names
+    its tensor: static if a weight, output if any launch writes it for the host, an
+    intermediate if it lives on the device only, else an input."""
+    by_key: dict[str, list[tuple[Binding, str]]] = {}
+    for launch in dispatch.launches:
+        roles = {op.name: op.role for op in launch.spec.operands(launch.shape_dict)}
+        for b in launch.bindings:
+            by_key.setdefault(tensor_key(launch, b), []).append((b, roles[b.operand]))
+    kinds = {}
+    for (name, _, _), key in zip(program.arguments, program.tensors, strict=True):
+        bound = by_key[key]
+        written = [b for b, role in bound if role == "output"]
+        if any(b.kind == "static" for b, _ in bound):
+            kinds[name] = "static"
+        elif written:
+            kinds[name] = "output" if any(b.kind == "output" for b in written) \
+                else "intermediate"
+        else:
+            kinds[name] = "intermediate" if all(b.kind == "intermediate" for b, _ in bound) \
+                else "input"
+    return kinds
+
+
+@dataclass
+class NpuBackend:
+    """Runs dispatches on an XDNA 2 NPU. `runner` and `compiler` default to pyxrt and
+    mlir-air (both required then); tests pass their own."""
+
+    cache: Path
+    objects: Path
+    programs: Path | None = None            # where each emitted program is written
+    hw: Hardware = XDNA2
+    runner: XrtRunner | None = None
+    compiler: Callable[[Program], Artifact] | None = None
+    lock: Path | None = None                # the NPU lock (kernels.xrt.LOCK_PATH if None)
+    name: str = "xrt"
+    times: list[DispatchTimes] = field(default_factory=list)
+    written: dict[str, dict[str, Any]] = field(default_factory=dict)   # file -> its entry
+    _programs: dict[tuple[Dispatch, int | None], tuple[Program, Artifact]] = \
+        field(default_factory=dict)
+    _lock: Any = None
+
+    def _runner(self) -> XrtRunner:
+        if self.runner is None:
+            self.runner = XrtRunner()
+        return self.runner
+
+    def _hold(self) -> None:
+        """Take the NPU lock once, for as long as this backend holds the device."""
+        if self._lock is None:
+            from .xrt import LOCK_PATH
+            self._lock = npu_lock(self.lock or LOCK_PATH)
+            self._lock.__enter__()
+
+    def close(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
+        if self._lock is not None:
+            self._lock.__exit__(None, None, None)
+            self._lock = None
+
+    def program(self, dispatch: Dispatch, head_dim: int | None) -> tuple[Program, Artifact]:
+        """The dispatch's program, written to `programs` and compiled (each once)."""
+        key = (dispatch, head_dim)
+        if key not in self._programs:
+            program = emit_dispatch(dispatch, self.hw, head_dim)
+            if self.programs is not None:
+                for entry in write_programs([program], self.programs, by_digest=True):
+                    self.written[entry["file"]] = entry
+            compile_fn = self.compiler or (lambda p: compile_program(p, self.cache,
+                                                                     self.objects))
+            self._programs[key] = (program, compile_fn(program))
+        return self._programs[key]
+
+    def run_dispatch(self, dispatch: Dispatch, operands: list[Operands],
+                     head_dim: int | None = None) -> DispatchTimes:
+        """Run every launch of `dispatch` as one submission. `operands` holds, per launch,
+        its config and its input and output tensors by operand name (as the plan runner
+        binds them); outputs the host reads are filled."""
+        program, artifact = self.program(dispatch, head_dim)
+        kinds = argument_kinds(dispatch, program)
+        tensors: Tensors = {}
+        for layout, wiring, (_, inputs, outputs) in zip(program.layouts, program.wiring,
+                                                         operands, strict=True):
+            given = {**inputs, **outputs}
+            if sorted(given) != sorted(op.name for op in layout.operands):
+                raise XrtError(f"{layout.label}: the runner gave operands {sorted(given)}, "
+                               f"the program wires {[op.name for op in layout.operands]}")
+            for op, arg in zip(layout.operands, wiring, strict=True):
+                tensors.setdefault(arg, given[op.name])
+        produced = {arg for launch, wiring in zip(dispatch.launches, program.wiring, strict=True)
+                    for op, arg in zip(launch.spec.operands(launch.shape_dict), wiring,
+                                       strict=True) if op.role == "output"}
+        self._hold()
+        times = self._runner().run(program, artifact, tensors, kinds, produced)
+        self.times.append(times)
+        return times
+
+    def one_time_s(self, plan: DispatchPlan) -> float:
+        """The measured first writes of the weights `plan` keeps on the device."""
+        runner = self._runner()
+        owners = set()
+        for dispatch in plan.dispatches:
+            program, _ = self.program(dispatch, plan.args.head_dim)
+            kinds = argument_kinds(dispatch, program)
+            owners |= {owner for (name, _, _), owner in zip(program.arguments, program.tensors,
+                                                            strict=True)
+                       if kinds[name] == "static"}
+        return sum(runner.static_write_s.get(owner, 0.0) for owner in owners)
+
+    def run(self, spec: KernelSpec, shape: Shape, config: dict[str, Any], inputs: Tensors,
+            outputs: Tensors) -> None:
+        """One kernel alone: a one-launch dispatch whose operands are all host tensors."""
+        layouts = config.get("layouts") or {}
+        head_first = HEAD_FIRST.get(spec.name, ())
+        bindings = []
+        for op in spec.operands(shape):
+            default: Layout = "head-first" if op.name in head_first else "seq-first"
+            kind: Kind = "output" if op.role == "output" else "input"
+            bindings.append(Binding(op.name, f"{spec.name}.{op.name}", kind,
+                                    layouts.get(op.name, default)))
+        tunables = {k: v for k, v in config.items()
+                    if k not in ("layouts", "head_dim", "exact_tiles", "static_b")}
+        launch = Launch(spec.name, spec.name, None, tuple(sorted(shape.items())),
+                        tuple(sorted(tunables.items())), tuple(bindings))
+        name = identifier(f"{spec.name} " + " ".join(f"{k}{v}" for k, v in sorted(shape.items())))
+        self.run_dispatch(Dispatch(name, (launch,)), [(config, inputs, outputs)],
+                          config.get("head_dim"))
+
+
+# --- a measured profile ------------------------------------------------------------------------
+
+def measure(runner: PlanRunner, plan: DispatchPlan, tokens: torch.Tensor,
+            cache: Tensors | None = None) -> Profile:
+    """Run `plan` twice on the NPU backend of `runner`. The first run compiles and loads
+    the programs and writes the weights; the second is measured step by step. The one-time
+    cost is the measured first write of every weight the plan keeps on the device."""
+    backend = runner.backend
+    if not isinstance(backend, NpuBackend):
+        raise TypeError(f"measure needs the NPU backend, not {type(backend).__name__}")
+    runner.run(plan, tokens, cache)
+    trace: list[StepTime] = []
+    mark = len(backend.times)
+    runner.trace = trace
+    try:
+        runner.run(plan, tokens, cache)
+    finally:
+        runner.trace = None
+    return measured_profile(plan, trace, backend.times[mark:], backend.one_time_s(plan),
+                            backend.hw)
+
+
+def measured_profile(plan: DispatchPlan, trace: list[StepTime], times: list[DispatchTimes],
+                     one_time_s: float, hw: Hardware = XDNA2) -> Profile:
+    """The Profile of one measured run: per dispatch its run wall (start to the end of the
+    wait) and the host's buffer writes and reads, per host step its CPU wall; weights
+    written on the first run are the one-time cost. FLOPs and bytes are the plan's counts."""
+    model = estimate(plan, hw)
+    by_dispatch = iter(times)
+    steps = []
+    for st in trace:
+        if st.where == "npu":
+            t = next(by_dispatch)
+            steps.append(StepProfile(st.name, "npu", t.run_s + t.write_s + t.read_s,
+                                     host_transfer_s=t.write_s + t.read_s,
+                                     host_bytes=t.written_bytes + t.read_bytes))
+        else:
+            steps.append(StepProfile(st.name, "cpu", st.seconds))
+    return Profile(plan.summary, plan.mode,
+                   tuple(steps), one_time_s if isinstance(plan.mode, Prefill) else 0.0,
+                   model.flops, model.weight_bytes, source="measured-npu",
+                   calibration="measured on the NPU through XRT")
+
+
+__all__ = ["NpuBackend", "argument_kinds", "measure", "measured_profile"]

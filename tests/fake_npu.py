@@ -1,0 +1,204 @@
+"""A pyxrt module that records every call (`FakeXrt`), and a simulated NPU built on it
+(`SimulatedXrt`): a run executes the program's launches with the emulator's numerics on the
+bytes in its buffer objects, so a plan run through the XRT backend's protocol computes what
+the emulator computes, but only if every buffer holds what the protocol put there (a weight
+written once, an intermediate left on the device, an input written, an output read back).
+
+`runtime` is the `npu_runtime` of a run's config (`fake_npu:runtime` with tests/ on the
+path): the simulated pyxrt and a compiler that writes placeholder binaries. Nothing here
+imports pyxrt or mlir-air, and no figure it yields is an NPU's: its times are the host's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+
+from kernels.air import Program
+from kernels.emulator import EmulatorBackend
+from kernels.execute import _physical
+from kernels.xrt import Artifact
+
+COMPLETED, TIMEOUT = "ERT_CMD_STATE_COMPLETED", "ERT_CMD_STATE_TIMEOUT"
+
+
+class FakeXrt:
+    """A pyxrt module that records every call; a run 'computes' (`execute`) by copying the
+    first argument's bytes into the last (so reads can be checked), or times out."""
+
+    def __init__(self, state: str = COMPLETED) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.state = state
+        log = self.calls
+        fake = self
+
+        class Bo:
+            host_only, cacheable = "host_only", "cacheable"
+
+            def __init__(self, device: Any, nbytes: int, flags: Any = None, group: Any = None):
+                self.data = bytearray(nbytes)
+                self.id = len([c for c in log if c[0] == "bo"])
+                log.append(("bo", self.id, nbytes, flags, group))
+
+            def map(self) -> bytearray:
+                log.append(("map", self.id))
+                return self.data
+
+            def sync(self, direction: str) -> None:
+                log.append(("sync", self.id, direction))
+
+            def read(self, *a: Any) -> None:
+                raise AssertionError("bo.read misbehaves with numpy 2: use map()")
+
+            def write(self, *a: Any) -> None:
+                raise AssertionError("bo.write misbehaves with numpy 2: use map()")
+
+        class Run:
+            def __init__(self, kernel: Any, args: list[Any] | None = None) -> None:
+                self.kernel, self.args = kernel, list(args or [])
+
+            def set_arg(self, i: int, bo: Any) -> None:
+                log.append(("set_arg", i, bo.id))
+                self.args.append(bo)
+
+            def start(self) -> None:
+                log.append(("start",))
+
+            def wait(self, timeout_ms: int) -> str:
+                log.append(("wait", timeout_ms))
+                bos = [a for a in self.args if isinstance(a, Bo)]
+                if fake.state == COMPLETED:
+                    fake.execute(self.kernel, bos)
+                return fake.state
+
+        class Kernel:
+            def __init__(self, context: Any, name: str) -> None:
+                log.append(("kernel", name))
+                self.context = context
+
+            def group_id(self, i: int) -> int:
+                return i
+
+            def __call__(self, opcode: int, instr: Any, n: int, *bos: Any) -> Run:
+                log.append(("call", opcode, instr.id, n, [b.id for b in bos]))
+                return Run(self, list(bos))
+
+        class Device:
+            def __init__(self, index: int) -> None:
+                log.append(("device", index))
+
+            def register_xclbin(self, xclbin: Any) -> None:
+                log.append(("register_xclbin",))
+
+        class Xclbin:
+            def __init__(self, path: str) -> None:
+                log.append(("xclbin", Path(path).name))
+                self.path = path
+
+            def get_uuid(self) -> str:
+                return f"uuid:{self.path}"
+
+            def get_kernels(self) -> list[Any]:
+                return [SimpleNamespace(get_name=lambda: "MLIR_AIE")]
+
+        def hw_context(device: Any, what: Any) -> Any:
+            log.append(("hw_context", what if isinstance(what, str) else "elf"))
+            return what                 # an xclbin's uuid, or the ELF
+
+        def elf(path: str) -> Any:
+            log.append(("elf", Path(path).name))
+            return SimpleNamespace(path=path)
+
+        def ext_kernel(context: Any, name: str) -> Any:
+            log.append(("ext.kernel", name))
+            return SimpleNamespace(name=name, context=context)
+
+        self.device, self.xclbin, self.kernel, self.bo, self.hw_context = (
+            Device, Xclbin, Kernel, Bo, hw_context)
+        self.elf, self.run = elf, lambda kernel: Run(kernel)
+        self.ext = SimpleNamespace(kernel=ext_kernel, bo=lambda device, n: Bo(device, n))
+        self.xclBOSyncDirection = SimpleNamespace(XCL_BO_SYNC_BO_TO_DEVICE="to_device",
+                                                  XCL_BO_SYNC_BO_FROM_DEVICE="from_device")
+        self.ert_cmd_state = SimpleNamespace(ERT_CMD_STATE_COMPLETED=COMPLETED)
+
+    def names(self) -> list[str]:
+        return [c[0] for c in self.calls]
+
+    def execute(self, kernel: Any, bos: list[Any]) -> None:
+        bos[-1].data[:] = bos[0].data[:len(bos[-1].data)]
+
+
+
+
+class SimulatedXrt(FakeXrt):
+    """FakeXrt whose runs compute: the launches of the program behind the kernel, each with
+    the emulator's numerics, reading and writing the buffer objects' bytes in the layouts
+    the plan binds (as the program's DMA patterns would)."""
+
+    def __init__(self, head_dim: int | None = None) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self.programs: dict[str, Program] = {}      # binary path -> program
+        self.emulator = EmulatorBackend()
+
+    def add(self, program: Program, binary: Path) -> None:
+        self.programs[str(binary)] = program
+
+    def execute(self, kernel: Any, bos: list[Any]) -> None:
+        # the kernel's context is the ELF it was opened from, or the xclbin's uuid
+        context = kernel.context
+        path = context.path if hasattr(context, "path") else context.removeprefix("uuid:")
+        program = self.programs[path]
+        if hasattr(context, "path"):
+            assert kernel.name == f"main:{program.function}"     # the instance name
+        slot = {name: i for i, (name, _, _) in enumerate(program.arguments)}
+        for launch, wiring in zip(program.launches, program.wiring, strict=True):
+            spec, shape = launch.spec, launch.shape_dict
+            config = {**launch.config_dict, "layouts": {b.operand: b.layout
+                                                        for b in launch.bindings},
+                      "exact_tiles": False}
+            if self.head_dim is not None:
+                config["head_dim"] = self.head_dim
+            inputs: dict[str, torch.Tensor] = {}
+            outputs: dict[str, torch.Tensor] = {}
+            for op, arg in zip(spec.operands(shape), wiring, strict=True):
+                dims = _physical(op, launch.binding(op.name), self.head_dim or 0)
+                dtype = torch.float32 if op.elem_bytes == 4 else torch.bfloat16
+                n = int(np.prod(dims)) * op.elem_bytes
+                view = torch.frombuffer(bos[slot[arg]].data, dtype=torch.uint8)[:n]
+                tensor = view.view(dtype).view(dims)
+                (outputs if op.role == "output" else inputs)[op.name] = tensor
+            self.emulator.run(spec, shape, config, inputs, outputs)
+
+
+def compiler_for(sim: SimulatedXrt, cache: Path) -> Any:
+    """A compiler that writes placeholder binaries (mlir-air is not here) and tells the
+    simulated device which program each one is."""
+    def compile_program(program: Program) -> Artifact:
+        where = cache / f"{program.function}-{program.digest[:12]}"
+        where.mkdir(parents=True, exist_ok=True)
+        elf = program.flags["output_format"] == "elf"
+        binary = where / ("air.elf" if elf else "air.xclbin")
+        binary.write_bytes(program.digest.encode())
+        insts = None
+        if not elf:
+            insts = where / "air.insts.bin"
+            np.arange(4, dtype=np.uint32).tofile(insts)
+        sim.add(program, binary)
+        return Artifact(program.function, program.flags["output_format"], binary,
+                        f"main:{program.function}" if elf else "MLIR_AIE", insts,
+                        program.digest, False)
+    return compile_program
+
+
+def runtime(ws: Any) -> dict[str, Any]:
+    """The `npu_runtime` of a run on the simulated NPU: its runner, compiler and lock."""
+    from kernels.xrt import XrtRunner
+
+    sim = SimulatedXrt(ws.loaded.args.head_dim)
+    return {"runner": XrtRunner(sim), "compiler": compiler_for(sim, ws.directory / "sim"),
+            "lock": ws.directory / "npu.lock"}

@@ -1,0 +1,176 @@
+"""The XRT backend of a deployment, on a simulated NPU (tests/fake_npu.py: pyxrt's calls
+recorded, each run computed with the emulator's numerics on the buffer objects' bytes).
+
+A plan run through `kernels.npu.NpuBackend` must give the emulator's bits: that holds only
+if every argument got the buffer its binding kind says (a weight written once, an
+intermediate left on the device and shared by the programs that bind it, an input written,
+an output read back) and the wiring of merged dispatches is right. The measured profile,
+the emitted programs in the run's directory, and a whole deployment on the xrt backend
+through the conductor (the evaluator's fresh process included) are checked too. No time
+here is an NPU's: the simulated device runs on this host's CPU.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from fake_npu import SimulatedXrt, compiler_for
+
+from kernels.air import tensor_key
+from kernels.emulator import EmulatorBackend
+from kernels.execute import PlanRunner
+from kernels.npu import NpuBackend, argument_kinds, measure
+from kernels.plan import baseline_plan
+from kernels.specs import Decode, Prefill
+from kernels.transforms import TRANSFORMS
+from kernels.xrt import XrtRunner
+
+L = 24
+
+
+def npu_backend(tmp_path: Path, head_dim: int) -> tuple[NpuBackend, SimulatedXrt]:
+    sim = SimulatedXrt(head_dim)
+    backend = NpuBackend(cache=tmp_path / "cache", objects=tmp_path / "objects",
+                         programs=tmp_path / "air", runner=XrtRunner(sim),
+                         compiler=compiler_for(sim, tmp_path / "bin"),
+                         lock=tmp_path / "npu.lock")
+    return backend, sim
+
+
+def optimized(plan, names=("align_layouts", "reuse_buffers", "merge_dispatches")):
+    for name in names:
+        plan = TRANSFORMS[name].apply(plan)
+    return plan
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen2-hd128"])
+def test_plans_on_the_simulated_npu_give_the_emulators_bits(name, tiny_models, tmp_path):
+    m = tiny_models[name]
+    emulator = PlanRunner(m.args, m.weights, EmulatorBackend())
+    backend, sim = npu_backend(tmp_path, m.args.head_dim)
+    npu = PlanRunner(m.args, m.weights, backend)
+    tokens = torch.arange(5, 5 + L) % m.args.vocab
+    base = baseline_plan(name, m.args, Prefill(L))
+    for plan in (base, optimized(base)):
+        want, got = emulator.run(plan, tokens), npu.run(plan, tokens)
+        assert torch.equal(got.logits, want.logits), plan.history
+        for key, cache in want.cache.items():
+            assert torch.equal(got.cache[key], cache), (plan.history, key)
+    decode = baseline_plan(name, m.args, Decode(L))
+    for plan in (decode, optimized(decode, ("reuse_buffers", "merge_dispatches"))):
+        want = emulator.run(plan, torch.tensor([9]), base_cache := emulator.run(
+            base, tokens).cache)
+        got = npu.run(plan, torch.tensor([9]), base_cache)
+        assert torch.equal(got.logits, want.logits), plan.history
+    # every program was written to the programs directory, named by its function
+    files = {p.name for p in (tmp_path / "air").iterdir()}
+    assert files == set(backend.written) and all(
+        (tmp_path / "air" / f).read_text().count(f"def {e['function']}(") == 1
+        for f, e in backend.written.items())
+    assert len(backend.times) == sum(len(p.dispatches) for p in (base, optimized(base))) \
+        + sum(len(p.dispatches) for p in (decode, optimized(decode, ("reuse_buffers",
+                                                                     "merge_dispatches"))))
+
+
+def test_intermediates_stay_on_the_device_and_weights_are_written_once(tiny_models, tmp_path):
+    m = tiny_models["tiny-llama"]
+    backend, sim = npu_backend(tmp_path, m.args.head_dim)
+    runner = PlanRunner(m.args, m.weights, backend)
+    plan = optimized(baseline_plan("tiny-llama", m.args, Prefill(L)))
+    tokens = torch.arange(L) % m.args.vocab
+    runner.run(plan, tokens)
+    kinds: dict[str, set[str]] = {}
+    for dispatch in plan.dispatches:
+        program, _ = backend.program(dispatch, m.args.head_dim)
+        for (arg, _, _), key in zip(program.arguments, program.tensors, strict=True):
+            kinds.setdefault(key, set()).add(argument_kinds(dispatch, program)[arg])
+    inter = {k for k, v in kinds.items() if v == {"intermediate"}}
+    static = {k for k, v in kinds.items() if "static" in v}
+    assert inter and static and any(k.endswith(":KN") for k in static)
+    # an intermediate crossing dispatches is one device buffer: produced by one program,
+    # read by another, never synced
+    crossing = [k for k in inter if sum(
+        k in backend.program(d, m.args.head_dim)[0].tensors for d in plan.dispatches) > 1]
+    assert crossing
+    device = backend.runner._device                    # type: ignore[union-attr]
+    assert inter <= set(device)
+    synced = {c[1] for c in sim.calls if c[0] == "sync"}
+    assert not {device[k][0].id for k in inter} & synced
+    # a second run writes no weight again
+    writes = len([c for c in sim.calls if c[0] == "sync" and c[2] == "to_device"])
+    runner.run(plan, tokens)
+    again = len([c for c in sim.calls if c[0] == "sync" and c[2] == "to_device"]) - writes
+    static_bos = {bo.id for bo, _ in backend.runner._static.values()}   # type: ignore[union-attr]
+    assert again and not [c for c in sim.calls[-again * 4:] if c[0] == "sync"
+                          and c[1] in static_bos and c[2] == "to_device"]
+
+
+def test_a_measured_profile_is_per_dispatch_with_its_transfers(tiny_models, tmp_path):
+    m = tiny_models["tiny-qwen3"]
+    backend, _ = npu_backend(tmp_path, m.args.head_dim)
+    runner = PlanRunner(m.args, m.weights, backend)
+    plan = optimized(baseline_plan("tiny-qwen3", m.args, Prefill(L)))
+    profile = measure(runner, plan, torch.arange(L) % m.args.vocab)
+    assert profile.source == "measured-npu"
+    npu = [s for s in profile.steps if s.where == "npu"]
+    assert [s.name for s in npu] == [d.name for d in plan.dispatches]
+    assert len(profile.steps) == len(plan.steps)
+    assert all(s.seconds > 0 and 0 <= s.host_transfer_s <= s.seconds for s in npu)
+    assert sum(s.host_bytes for s in npu) > 0
+    assert profile.one_time_s > 0                  # the weights' first writes, measured
+    assert profile.total_s == pytest.approx(profile.steps_s + profile.one_time_s)
+
+
+def test_a_weight_read_by_a_gemm_and_a_gemv_is_two_buffers(tiny_models):
+    m = tiny_models["tiny-llama"]
+    pre = baseline_plan("tiny-llama", m.args, Prefill(L))
+    dec = baseline_plan("tiny-llama", m.args, Decode(L))
+    gemm = next(ln for ln in pre.launches() if ln.role == "q_proj")
+    gemv = next(ln for ln in dec.launches() if ln.role == "q_proj")
+    assert gemm.binding("b").tensor == gemv.binding("w").tensor
+    assert tensor_key(gemm, gemm.binding("b")) != tensor_key(gemv, gemv.binding("w"))
+
+
+def test_a_deployment_on_the_xrt_backend_measures_and_writes_its_programs(tmp_path,
+                                                                          monkeypatch):
+    from machine import Conductor, Policy
+    from skills.autopilot import pipeline
+    from skills.workspace import workspace_dir
+    from store import EventStore
+
+    tests = str(Path(__file__).parent)      # the evaluator's process imports fake_npu too
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        p for p in (tests, os.environ.get("PYTHONPATH")) if p))
+    (tmp_path / "objects").mkdir()
+    db = tmp_path / "runs.db"
+    config = {"seq_len": 32, "steps": 6, "backend": "xrt", "npu_runtime": "fake_npu:runtime",
+              "air_objects": str(tmp_path / "objects"), "air_cache": str(tmp_path / "cache")}
+    with EventStore.open(db) as store:
+        c = Conductor.start(store, pipeline(), Policy(auto_approve=True), model="tiny-qwen2",
+                            config=config)
+        halt = c.run()
+        c.close()
+        assert halt.reason == "finished", halt
+        events = list(store.events(c.run_id))
+    assert events[-1].payload["verdict"] == "PASS"
+    profiles = [e.payload for e in events if e.type == "profile.recorded"]
+    assert profiles and all(p["source"] == "measured-npu" for p in profiles)
+    dispatches = [x for p in profiles for x in p["entries"] if x["kind"] == "dispatch"]
+    assert dispatches and all(x["transfer_s"] is not None for x in dispatches)
+    tried = [e.payload["result"] for e in events if e.type == "tool.completed"
+             and e.payload["tool"] == "apply_transform"]
+    assert tried and all(r["source"] == "measured-npu" for r in tried)
+    gates = [e.payload for e in events if e.type == "gate.evaluated" and e.phase in (4, 5)]
+    assert all(any(c["metric"].endswith("_measured_s") for c in g["checks"]) for g in gates)
+    emitted = next(e.payload["result"] for e in events if e.type == "tool.completed"
+                   and e.payload["tool"] == "emit_programs")
+    root = workspace_dir(db, c.run_id) / "air"
+    for mode in ("prefill", "decode"):
+        files = list((root / mode).glob("*.py"))
+        assert len(files) == emitted[mode]["programs"] > 0
+        for f in files:
+            compile(f.read_text(), str(f), "exec")
+    assert list((root / "compiled").glob("*.py"))      # what ran, as it was compiled
