@@ -215,6 +215,7 @@ class ProfileEntry:
     name: str
     seconds: float
     kind: Literal["dispatch", "kernel", "host", "total"] = "dispatch"
+    transfer_s: float | None = None     # of seconds: the host's buffer writes and reads
 
 
 @event_type("profile.recorded")

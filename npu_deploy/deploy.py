@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -124,6 +125,16 @@ def _needs_key(what: str) -> None:
              "with the offline autopilot (the default)", EXIT_USAGE)
 
 
+def _needs_npu(what: str, objects: str | None) -> None:
+    """Fail in one line unless this machine can run the xrt backend with `objects`."""
+    from kernels.xrt import XrtError, require
+
+    try:
+        require(objects=objects)
+    except XrtError as e:
+        fail(f"{what}: {e}", EXIT_USAGE)
+
+
 def _phases(text: str) -> frozenset[int]:
     try:
         phases = frozenset(int(p) for p in text.split(",") if p.strip())
@@ -170,23 +181,25 @@ def _phases(text: str) -> frozenset[int]:
 @click.option("--backend", type=click.Choice(["emulator", "xrt"]), default="emulator",
               show_default=True,
               help="emulator: the NPU's numerics on the CPU, modeled times. xrt: a real XDNA 2 "
-                   "NPU through mlir-air and pyxrt (needs both installed).")
+                   "NPU through mlir-air and pyxrt (needs both installed), measured times.")
+@click.option("--air-objects", type=click.Path(file_okay=False, path_type=Path),
+              envvar="NPU_DEPLOY_AIR_OBJECTS", default=None, metavar="DIR",
+              help="With --backend xrt: the micro-kernel objects the programs link (mm_*.o, "
+                   "...), built with Peano from mlir-air's kernel sources "
+                   "[$NPU_DEPLOY_AIR_OBJECTS].")
 def deploy_cmd(model: str, headless: bool, auto_approve: bool, pause_at: str, budget: int,
                agent: str, claude_model: str | None, agent_budget: str,
                pipeline_spec: str | None, run_id: str | None, seq_len: int, steps: int,
-               seed_fault: str | None, backend: str) -> None:
+               seed_fault: str | None, backend: str, air_objects: Path | None) -> None:
     """Deploy MODEL through phases 0-7 as a new run in the store."""
     from machine import Conductor, Policy
 
+    npu: dict[str, Any] = {}
     if backend == "xrt":               # before anything is stored
-        from kernels.xrt import XrtError, require
-        try:
-            require()
-        except XrtError as e:
-            fail(str(e), EXIT_USAGE)
-        fail("--backend xrt: this machine has pyxrt and mlir-air, but the deploy pipeline "
-             "does not run its phases on them yet (kernels.xrt runs compiled dispatches); "
-             "use --backend emulator", EXIT_USAGE)
+        _needs_npu("--backend xrt", None if air_objects is None else str(air_objects))
+        from skills.workspace import air_cache_dir
+        npu = {"backend": "xrt", "air_objects": str(Path(str(air_objects)).resolve()),
+               "air_cache": str(air_cache_dir())}
 
     policy = Policy(auto_approve=auto_approve, pause_at=_phases(pause_at), budget=budget)
     claude = _claude_config(claude_model, agent_budget) if agent == "claude" else None
@@ -195,13 +208,13 @@ def deploy_cmd(model: str, headless: bool, auto_approve: bool, pause_at: str, bu
     if pipeline_spec in (DEFAULT_PIPELINE, CLAUDE_PIPELINE):
         _check_model(model)
     config = {"pipeline": pipeline_spec, "seq_len": seq_len, "steps": steps,
-              "fault": seed_fault, **({"claude": claude} if claude else {})}
+              "fault": seed_fault, **({"claude": claude} if claude else {}), **npu}
     if not headless:
         _deploy_in_tui(model, policy, pipeline_spec, config, run_id)
         return
     out = console()
     store = EventStore.open(db_path())
-    conductor = Conductor.start(store, pipeline, policy, model=model,
+    conductor = Conductor.start(store, pipeline, policy, model=model, backend=backend,
                                 code_version=code_version(), run_id=run_id,
                                 config=config, on_event=_progress(out))
     out.print(f"run {conductor.run_id}: {model}, policy {policy.name}, store {db_path()}")
@@ -246,8 +259,11 @@ def resume_cmd(run: str, pipeline_spec: str | None, no_wait: bool) -> None:
     store = EventStore.open(db_path())
     run_id = store.resolve_run(run)
     spec = pipeline_spec or run_config(store, run_id).get("pipeline") or DEFAULT_PIPELINE
+    config = run_config(store, run_id)
     if spec == CLAUDE_PIPELINE:
         _needs_key(f"run {run_id} is worked by Claude: resuming it")
+    if config.get("backend") == "xrt":
+        _needs_npu(f"run {run_id} runs on the NPU: resuming it", config.get("air_objects"))
     pipeline = load_pipeline_or_fail(spec)
     out = console()
     try:

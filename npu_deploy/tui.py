@@ -35,7 +35,8 @@ class ConductorDriver:
             conductor = Conductor.start(store, load_pipeline_or_fail(self.pipeline_spec),
                                         self.policy, model=self.model,
                                         code_version=code_version(), run_id=run_id,
-                                        config=self.config)
+                                        config=self.config,
+                                        backend=self.config.get("backend", "emulator"))
             return self._drive(conductor)
         finally:
             store.close()

@@ -29,7 +29,7 @@ from .catalog import SkillMatcher
 from .gates import gates
 from .memory import harvest_lessons, lessons_markdown, transform_order
 from .runtime import Greedy
-from .toolbox import Toolbox, kernel_uses_cached, mode_text
+from .toolbox import SOURCE_WORDS, Toolbox, kernel_uses_cached, mode_text
 from .workspace import Workspace, blob_json
 
 PHASE_SKILLS = ("phase-0-cpu-oracle", "phase-1-kernel-validation", "phase-2-single-block",
@@ -141,9 +141,9 @@ class Autopilot:
                 "transform": name, "model": tb.ws.settings.model, "shape": mode_text(mode),
                 "speedup": speedup, "source": r["source"], "plan_before": r["plan_before"],
                 "plan_after": r.get("plan_after")})
-        end = tb.profile(mode, scope)["total_s"]
-        run.say(f"{scope}: {start * 1e3:.2f} ms -> {end * 1e3:.2f} ms modeled "
-                f"({start / end:.2f}x)")
+        end = tb.profile(mode, scope)
+        run.say(f"{scope}: {start * 1e3:.2f} ms -> {end['total_s'] * 1e3:.2f} ms "
+                f"{SOURCE_WORDS[end['source']]} ({start / end['total_s']:.2f}x)")
 
     # --- 6: the runner, the report, the lessons --------------------------------------------
 
@@ -151,6 +151,10 @@ class Autopilot:
         chat = any(p.chat for p in tb.ws.prompts())
         answer = tb.generate(CAPITAL_QUESTION if chat else "The capital of France is")
         run.say(f"the runner answers: {answer['answer']!r}")
+        air = tb.emit_programs()
+        run.say(f"MLIR-AIR programs written to {air['directory']}: "
+                f"{air['prefill']['programs']} prefill and {air['decode']['programs']} decode "
+                "dispatches")
         write_report(run, tb)
         for lesson in harvest_lessons(tb.ws.store, tb.ws.run_id):
             tb.record_lesson(lesson)
@@ -194,10 +198,15 @@ def write_report(run: Any, tb: Toolbox) -> dict[str, Any]:
     """The performance report (markdown, roofline and timeline plots) and lessons.md, as
     blobs of the run."""
     ws = tb.ws
+    measured = None
+    if ws.settings.measured:        # the report's NPU times are recorded profiles
+        from .reporting import report_plans
+        measured = {key: tb.profile(mode, recipe=recipe)["total_s"]
+                    for key, (mode, recipe) in report_plans(ws).items()}
 
     def work() -> dict[str, Any]:
         from .reporting import render_to_blobs, report_data
-        data = report_data(ws)
+        data = report_data(ws, measured)
         files = render_to_blobs(ws, data)
         lessons = harvest_lessons(ws.store, ws.run_id)
         files["lessons.md"] = ws.store.put_blob(lessons_markdown(lessons).encode())

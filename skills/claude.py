@@ -218,11 +218,6 @@ class Refused(PermissionError):
     """A file or command outside what the agent may touch."""
 
 
-def workspace_dir(store_path: Path, run_id: str) -> Path:
-    """The run's working directory: next to the store, one per run."""
-    return Path(store_path).resolve().parent / "workspaces" / run_id
-
-
 def prepare(ws: Workspace, root: Path, answers: dict[str, Any] | None) -> None:
     """The directory, with read-only copies of the gates' code and thresholds and, once
     phase 0 built it, of the oracle's answers. The gates read the store, never these
@@ -436,7 +431,8 @@ TOOLS: dict[str, Tool] = {
                              "why": STR}, ("datapath", "why"),
                             lambda c, a: c.tb.choose_datapath(str(a["datapath"]),
                                                               str(a["why"]))),
-    "profile": Tool("The modeled profile of the recipe's plan (prefill or decode).",
+    "profile": Tool("The profile of the recipe's plan (prefill or decode): modeled on the "
+                    "emulator backend, measured on the NPU on the xrt backend.",
                     {"mode": MODE}, ("mode",),
                     lambda c, a: c.tb.profile(c.mode(str(a["mode"])))),
     "propose_transform": Tool("The transforms still to try, in your order.",
@@ -444,14 +440,18 @@ TOOLS: dict[str, Tool] = {
                               ("mode", "order"),
                               lambda c, a: c.tb.propose_transform(c.mode(str(a["mode"])),
                                                                   list(a["order"]))),
-    "apply_transform": Tool("Try one plan transform: kept only if legal, faster (modeled) "
-                            "and the phase-3 token-set check still passes.",
+    "apply_transform": Tool("Try one plan transform: kept only if legal, faster (modeled, "
+                            "or measured on the NPU) and the phase-3 token-set check still "
+                            "passes.",
                             {"transform": STR, "mode": MODE}, ("transform", "mode"),
                             lambda c, a: c.tb.apply_transform(str(a["transform"]),
                                                               c.mode(str(a["mode"])))),
     "generate": Tool("The deployed runner's answer to a chat message.",
                      {"text": STR, "max_tokens": {"type": "integer"}}, ("text",),
                      lambda c, a: c.tb.generate(str(a["text"]), int(a.get("max_tokens", 32)))),
+    "emit_programs": Tool("Phase 6: the MLIR-AIR program of every dispatch of the final "
+                          "plans, written to air/prefill and air/decode of the workspace.",
+                          {}, (), lambda c, a: c.tb.emit_programs()),
     "write_report": Tool("Phase 6: the performance report and lessons, as blobs.", {}, (),
                          lambda c, a: _write_report(c)),
     "load_skill": Tool("Load a skill of the catalog by name; returns its text.",
@@ -655,7 +655,7 @@ class ClaudeAgent:
         ws = workspace_of(run)
         config = ClaudeConfig.of(run_config(ws.store, ws.run_id))
         price = price_of(config.model, self.env)
-        root = workspace_dir(ws.store.path, ws.run_id)
+        root = ws.directory
         oracle = ws.latest("answers", tool="build_oracle")
         prepare(ws, root, read_json(ws.store, oracle["answers"]) if oracle else None)
         ctx = Context(run, Files(root), config)

@@ -204,8 +204,12 @@ def _source_line(data: ReportData) -> str:
                "are modeled by the performance model (`kernels/perf.py`), not measured: "
                "nothing here was timed on an NPU.")
     else:
-        npu = ("The NPU times in this report (prefill, decode, optimization steps, kernels) "
-               "were measured on the NPU through XRT.")
+        npu = ("The prefill, decode and optimization-step times in this report were measured "
+               "on the NPU through XRT: each dispatch timed from the host, start to the end "
+               "of its wait, with its buffer writes and reads.")
+        if any(k.source == "modeled" for k in data.kernels):
+            npu += (" The kernel points on the roofline are modeled (a dispatch may hold "
+                    "several launches), and say so.")
     return f"**Where the times come from.** {npu} The phase times are {HOST_LABEL}."
 
 

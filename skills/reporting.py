@@ -1,5 +1,6 @@
-"""The performance report of a run, gathered from its log: the deployed recipe's modeled
-profiles against the baselines, the gates, the transforms tried, the deployed prefill's
+"""The performance report of a run, gathered from its log: the deployed recipe's profiles
+(modeled on the emulator, measured again on the NPU on the xrt backend) against the
+baselines, the gates, the transforms tried, the deployed prefill's
 launches on the roofline, and where the deployment's own time went (phase by phase, measured
 on this host's CPU). `skills.report` draws it."""
 
@@ -19,20 +20,42 @@ from .report import KernelPoint, PhaseSpan, ReportData, render_report
 from .workspace import Workspace
 
 
-def report_data(ws: Workspace) -> ReportData:
+def report_plans(ws: Workspace) -> dict[str, tuple[Any, Any]]:
+    """The four plans a report times: the deployed prefill and decode, and each without
+    its mode's transforms (the baselines), as (mode, recipe)."""
+    recipe, s = ws.recipe(), ws.settings
+    pre, dec = Prefill(s.seq_len), Decode(s.seq_len)
+    return {"prefill_deployed": (pre, recipe),
+            "prefill_baseline": (pre, replace(recipe, prefill_transforms=())),
+            "decode_deployed": (dec, recipe),
+            "decode_baseline": (dec, replace(recipe, decode_transforms=()))}
+
+
+def report_data(ws: Workspace, measured: dict[str, float] | None = None) -> ReportData:
+    """The report's figures. On the emulator the NPU times are modeled here; on the NPU
+    they are `measured`: the totals of profiles recorded in the log (keys of
+    `report_plans`), so that every figure has a recorded profile behind it."""
     store, run_id, s = ws.store, ws.run_id, ws.settings
     recipe, args = ws.recipe(), ws.loaded.args
-    pre, dec = Prefill(s.seq_len), Decode(s.seq_len)
+    pre = Prefill(s.seq_len)
     pre_plan = recipe.plan(s.model, args, pre, ws.hw)
-    pre_deployed = estimate(pre_plan, ws.hw)
-    pre_base = estimate(replace(recipe, prefill_transforms=()).plan(s.model, args, pre, ws.hw),
-                        ws.hw)
-    dec_deployed = estimate(recipe.plan(s.model, args, dec, ws.hw), ws.hw)
-    dec_base = estimate(replace(recipe, decode_transforms=()).plan(s.model, args, dec, ws.hw),
-                        ws.hw)
+    if s.measured:
+        if measured is None:
+            raise ValueError("a report of a run on the NPU takes its times from recorded "
+                             "profiles (toolbox.profile of each of report_plans)")
+        times, source = measured, "measured-npu"
+    else:
+        times = {key: estimate(r.plan(s.model, args, mode, ws.hw), ws.hw).total_s
+                 for key, (mode, r) in report_plans(ws).items()}
+        source = "modeled"
+    # The roofline's points are launches: a measured dispatch may hold several, so the
+    # points stay modeled (and say so) on the NPU too.
+    per_launch = estimate(pre_plan, ws.hw)
+    pre_deployed, pre_base = times["prefill_deployed"], times["prefill_baseline"]
+    dec_deployed, dec_base = times["decode_deployed"], times["decode_baseline"]
     kernels = [KernelPoint(ln.label, ln.kernel, ln.flops, ln.bytes, ln.seconds,
-                           pre_deployed.source)
-               for step in pre_deployed.steps for ln in step.launches]
+                           per_launch.source)
+               for step in per_launch.steps for ln in step.launches]
     transforms, gates, answers = [], [], []
     events = list(store.events(run_id))
     for e in events:
@@ -53,12 +76,12 @@ def report_data(ws: Workspace) -> ReportData:
                           f"{worst['subject']}/{worst['metric']} = {worst['value']:.4g} "
                           f"(needs {worst['comparison']} {worst['threshold']:.4g})"})
     return ReportData(
-        run_id=run_id, model=s.model, backend="emulator", time_source="modeled",
+        run_id=run_id, model=s.model, backend=s.backend, time_source=source,
         peak_flops=ws.hw.peak_flops, ddr_bw=DDR_ROOF,
-        prefill={"baseline_s": pre_base.total_s, "deployed_s": pre_deployed.total_s,
+        prefill={"baseline_s": pre_base, "deployed_s": pre_deployed,
                  "tokens": float(s.seq_len)},
-        decode={"baseline_s": dec_base.total_s, "deployed_s": dec_deployed.total_s,
-                "tokens_per_s": 1.0 / dec_deployed.total_s},
+        decode={"baseline_s": dec_base, "deployed_s": dec_deployed,
+                "tokens_per_s": 1.0 / dec_deployed},
         transforms=transforms, gates=gates, kernels=kernels, phases=phase_spans(events),
         answers=answers)
 

@@ -5,7 +5,8 @@ JSON; tensors, tables and plans go to content-addressed blobs named in the resul
 
 Operations (their names are what the skill files say): build_oracle, list_kernels,
 select_tiles, validate_kernel, run_block, run_model, choose_datapath, propose_transform,
-apply_transform, profile, generate, load_skill, record_lesson, record_experience.
+apply_transform, profile, generate, emit_programs, load_skill, record_lesson,
+record_experience.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import torch
 
 from kernels.checker import check
-from kernels.perf import Profile, estimate
+from kernels.perf import Profile
 from kernels.plan import Dispatch, DispatchPlan, config_key
 from kernels.selection import select
 from kernels.specs import SPECS, Decode, KernelUse, Mode, Prefill
@@ -60,11 +61,19 @@ def plan_json(plan: DispatchPlan) -> dict[str, Any]:
 
 
 def profile_payload(profile: Profile, scope: str, tokens: int) -> dict[str, Any]:
-    """A `profile.recorded` payload: per step, modeled (the emulator measures nothing)."""
+    """A `profile.recorded` payload: per step, with its source (modeled on the emulator;
+    measured on the NPU, where a dispatch also says its host buffer transfers)."""
     entries = [{"name": s.name, "seconds": s.seconds,
                 "kind": "dispatch" if s.where == "npu" else "host"} for s in profile.steps]
+    if profile.source == "measured-npu":
+        for entry, s in zip(entries, profile.steps, strict=True):
+            if s.where == "npu":
+                entry["transfer_s"] = s.host_transfer_s
     return {"scope": scope, "source": profile.source, "total_s": profile.total_s,
             "entries": entries, "tokens": tokens}
+
+
+SOURCE_WORDS = {"modeled": "modeled", "measured-npu": "measured on the NPU"}
 
 
 def kernel_uses(ws: Workspace, recipe: Recipe) -> dict[str, dict[str, Any]]:
@@ -287,18 +296,20 @@ class Toolbox:
 
     def profile(self, mode: Mode, scope: str | None = None, *,
                 recipe: Recipe | None = None) -> dict[str, Any]:
-        """The modeled profile of the recipe's plan for `mode`, recorded as a profile."""
+        """The profile of the recipe's plan for `mode` (modeled on the emulator, measured on
+        the NPU), recorded as a profile."""
         ws = self.ws
         recipe = recipe or ws.recipe()
 
         def work() -> dict[str, Any]:
             plan = recipe.plan(ws.settings.model, ws.loaded.args, mode, ws.hw)
-            prof = estimate(plan, ws.hw)
+            prof = ws.time(plan)
             return {"total_s": prof.total_s, "source": prof.source, "mode": mode_text(mode),
                     "dispatches": len(plan.dispatches), "summary": plan.summary,
                     "payload": profile_payload(prof, scope or _scope(mode), _tokens(mode))}
         result = self.run.step("profile", {"mode": mode_text(mode),
-                                           "transforms": list(recipe.transforms(mode))}, work)
+                                           "transforms": list(recipe.transforms(mode))}, work,
+                               backend=ws.settings.measured)
         self.run.record("profile.recorded", result["payload"])
         return result
 
@@ -312,7 +323,8 @@ class Toolbox:
                              work)
 
     def apply_transform(self, name: str, mode: Mode) -> dict[str, Any]:
-        """Try one transform on the recipe's `mode` plan: is it legal, is it faster (modeled),
+        """Try one transform on the recipe's `mode` plan: is it legal, is it faster (modeled,
+        or measured on the NPU),
         and does the phase-3 token-set check still pass? Kept only if both; the recipe
         changes only then."""
         ws = self.ws
@@ -321,19 +333,21 @@ class Toolbox:
             before_recipe = ws.recipe()
             model, args = ws.settings.model, ws.loaded.args
             before = before_recipe.plan(model, args, mode, ws.hw)
-            t_before = estimate(before, ws.hw).total_s
+            timed = ws.time(before)
+            t_before = timed.total_s
             result: dict[str, Any] = {"transform": name, "skill": TRANSFORMS[name].skill,
                                       "mode": mode_text(mode), "before_s": t_before,
-                                      "source": "modeled",
+                                      "source": timed.source,
                                       "plan_before": blob_json(self.store, plan_json(before))}
             try:
                 after = TRANSFORMS[name].apply(before)
             except IllegalTransform as e:
                 return {**result, "kept": False, "after_s": None, "reason": str(e)}
-            t_after = estimate(after, ws.hw).total_s
+            t_after = ws.time(after).total_s
             result.update(after_s=t_after, plan_after=blob_json(self.store, plan_json(after)))
             if not t_after < t_before:
-                return {**result, "kept": False, "reason": "not faster (modeled)"}
+                return {**result, "kept": False,
+                        "reason": f"not faster ({SOURCE_WORDS[timed.source]})"}
             candidate = before_recipe.with_transform(mode, name)
             checks = token_checks(ws, candidate, self.answers())
             failed = [c["prompt"] for c in checks if not c["passed"]]
@@ -360,6 +374,32 @@ class Toolbox:
                 out.tokens, skip_special_tokens=True).strip(), "tokens": len(out.tokens)}
         return self.run.step("generate", {"prompt": text, "max_tokens": max_tokens}, work,
                              backend=True)
+
+    def emit_programs(self) -> dict[str, Any]:
+        """The MLIR-AIR program of every dispatch of the deployed prefill and decode plans:
+        each source a blob, and a file in the run's directory (air/prefill, air/decode),
+        ready for mlir-air's XRT backend."""
+        from kernels.air import emit_plan, write_programs
+
+        ws = self.ws
+
+        def work() -> dict[str, Any]:
+            recipe = ws.recipe()
+            listing: dict[str, Any] = {}
+            out: dict[str, Any] = {"directory": str(ws.directory / "air")}
+            for mode in (Prefill(ws.settings.seq_len), Decode(ws.settings.seq_len)):
+                plan = recipe.plan(ws.settings.model, ws.loaded.args, mode, ws.hw)
+                programs = emit_plan(plan, ws.hw)
+                written = write_programs(programs, ws.directory / "air" / _scope(mode))
+                for entry, program in zip(written, programs, strict=True):
+                    entry["source"] = self.store.put_blob(program.source.encode())
+                listing[_scope(mode)] = {"summary": plan.summary, "programs": written}
+                out[_scope(mode)] = {"programs": len(programs),
+                                     "launches": sum(len(p.layouts) for p in programs),
+                                     "objects": sorted({o for p in programs for o in p.objects})}
+            out["programs"] = blob_json(self.store, listing)
+            return out
+        return self.run.step("emit_programs", {"recipe": ws.put_recipe(ws.recipe())}, work)
 
     # --- skills and memory -----------------------------------------------------------
 

@@ -6,19 +6,31 @@ reference is in the result of a completed tool step. `Workspace.latest` finds th
 one, so a resumed run, a gate and the evaluator all read what was recorded, never what an
 agent holds in memory. The loaded model is the one exception: it is a pure function of the
 model spec in `run.started`, so it is cached per process.
+
+The backend is the run's choice (`--backend`): the emulator (the NPU's numerics on the CPU,
+times modeled) or the NPU through XRT (`kernels.npu`: times measured). `Workspace.time`
+gives a plan's profile either way, saying which it is. Files a run writes (the MLIR-AIR
+programs, the Claude agent's scratch) live in its directory next to the store
+(`workspace_dir`).
 """
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from kernels.emulator import EmulatorBackend
 from kernels.hardware import HARDWARE, Hardware
+from kernels.perf import Profile, estimate
+from kernels.plan import DispatchPlan
+from kernels.specs import Prefill
 from oracle.prompts import DEFAULT_SEQ_LEN, Prompt, canonical_prompts
 from store import EventStore
 
@@ -36,12 +48,59 @@ class Settings:
     steps: int = GREEDY_STEPS
     hw: str = "xdna2"
     fault: str | None = None        # a seeded fault (a drill), see skills.autopilot
+    backend: str = "emulator"       # emulator | xrt
+    air_objects: str | None = None  # xrt: the compiled micro-kernel objects
+    air_cache: str | None = None    # xrt: the compiled programs, by content hash
+    npu_runtime: str | None = None  # xrt: module:function giving the runner and compiler
 
     @classmethod
     def of(cls, model: str, config: dict[str, Any]) -> Settings:
         return cls(model, int(config.get("seq_len", DEFAULT_SEQ_LEN)),
                    int(config.get("steps", GREEDY_STEPS)), str(config.get("hw", "xdna2")),
-                   config.get("fault"))
+                   config.get("fault"), str(config.get("backend", "emulator")),
+                   config.get("air_objects"), config.get("air_cache"),
+                   config.get("npu_runtime"))
+
+    @property
+    def measured(self) -> bool:
+        """Whether NPU times are measured (xrt) or modeled (the emulator)."""
+        return self.backend == "xrt"
+
+
+def workspace_dir(store_path: Path, run_id: str) -> Path:
+    """The run's working directory: next to the store, one per run."""
+    return Path(store_path).resolve().parent / "workspaces" / run_id
+
+
+def air_cache_dir() -> Path:
+    """Where compiled programs are kept across runs: $NPU_DEPLOY_AIR_CACHE, else
+    ~/.cache/npu-deploy/air."""
+    env = os.environ.get("NPU_DEPLOY_AIR_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "npu-deploy" / "air"
+
+
+def _npu_backend(ws: Workspace) -> Any:
+    """The NPU backend of an xrt run: pyxrt and mlir-air, unless the run's config names
+    another runtime (`npu_runtime`, module:function of the workspace returning the
+    backend's `runner` and `compiler`: the simulated NPU of the tests is one)."""
+    from kernels.npu import NpuBackend
+    s = ws.settings
+    if not s.air_objects:
+        raise ValueError("a run on the xrt backend needs its micro-kernel objects "
+                         "(deploy --air-objects DIR)")
+    runtime: dict[str, Any] = {}
+    if s.npu_runtime:
+        import importlib
+        module, _, function = s.npu_runtime.partition(":")
+        runtime = getattr(importlib.import_module(module), function)(ws)
+    return NpuBackend(cache=Path(s.air_cache) if s.air_cache else air_cache_dir(),
+                      objects=Path(s.air_objects), programs=ws.directory / "air" / "compiled",
+                      hw=ws.hw, **runtime)
+
+
+#: The backends a run can name, each built from its workspace.
+BACKENDS: dict[str, Callable[[Workspace], Any]] = {
+    "emulator": lambda ws: EmulatorBackend(), "xrt": _npu_backend}
 
 
 def blob_json(store: EventStore, value: Any) -> str:
@@ -71,7 +130,24 @@ class Workspace:
         if first is None:
             raise KeyError(f"run {run_id} has no events")
         self.settings = Settings.of(first.payload["model"], first.payload.get("config") or {})
-        self.backend = EmulatorBackend()
+        if self.settings.backend not in BACKENDS:
+            raise ValueError(f"run {run_id} names backend {self.settings.backend!r}; this "
+                             f"build has {', '.join(BACKENDS)}")
+
+    @cached_property
+    def backend(self) -> Any:
+        return BACKENDS[self.settings.backend](self)
+
+    def release_backend(self) -> None:
+        """Let another process have the device: the NPU backend closes its contexts and
+        its lock (it opens them again when next used)."""
+        backend = self.__dict__.pop("backend", None)
+        if backend is not None and hasattr(backend, "close"):
+            backend.close()
+
+    @property
+    def directory(self) -> Path:
+        return workspace_dir(self.store.path, self.run_id)
 
     @property
     def hw(self) -> Hardware:
@@ -97,6 +173,20 @@ class Workspace:
         return DeployedModel(self.settings.model, a.args, a.weights, recipe, self.backend,
                              self.hw)
 
+    def time(self, plan: DispatchPlan) -> Profile:
+        """The plan's profile: measured on the NPU on the xrt backend (a prefill on the
+        block prompt's tokens; a decode step after the recipe's prefill of as many), else
+        modeled."""
+        if not self.settings.measured:
+            return estimate(plan, self.hw)
+        from kernels.npu import measure
+        deployed = self.deployed(self.recipe())
+        ids = self.ids(self.block_prompt())
+        if isinstance(plan.mode, Prefill):
+            return measure(deployed.runner, plan, _cycled(ids, plan.mode.seq))
+        _, cache = deployed.prefill(_cycled(ids, plan.mode.pos))
+        return measure(deployed.runner, plan, ids[-1:], cache)
+
     # --- artifacts -------------------------------------------------------------------
 
     def latest(self, key: str, *, tool: str | None = None) -> dict[str, Any] | None:
@@ -116,6 +206,11 @@ class Workspace:
 
     def put_recipe(self, recipe: Recipe) -> str:
         return self.store.put_blob(recipe.to_json())
+
+
+def _cycled(ids: torch.Tensor, n: int) -> torch.Tensor:
+    """n tokens: the prompt's, repeated as needed."""
+    return ids.repeat(-(-n // int(ids.shape[0])))[:n]
 
 
 _MODELS: dict[str, Any] = {}

@@ -53,7 +53,7 @@ def test_a_tiny_model_deploys_through_all_eight_phases(tmp_path, model):
     assert {"deploy-new-llm", "phase-0-cpu-oracle", "phase-7-independent-evaluation"} <= loaded
     tools = {e.payload["tool"] for e in events if e.type == "tool.completed"}
     assert {"build_oracle", "select_tiles", "validate_kernel", "run_block", "run_model",
-            "apply_transform", "profile", "generate", "write_report"} <= tools
+            "apply_transform", "profile", "generate", "emit_programs", "write_report"} <= tools
     # phases 4 and 5 kept only faster steps, and every try is an experience
     tried = [e.payload["result"] for e in events if e.type == "tool.completed"
              and e.payload["tool"] == "apply_transform"]

@@ -22,8 +22,8 @@ from skills.claude import (
     ClaudeAgent,
     ClaudeConfig,
     pipeline,
-    workspace_dir,
 )
+from skills.workspace import workspace_dir
 from store import EventStore
 
 KEY = "sk-ant-api03-planted-key-0123456789abcdefXYZ"
