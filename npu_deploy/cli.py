@@ -421,8 +421,11 @@ def kernels_cmd(model: str, seq_len: int, decode_pos: int | None, hw_name: str,
 @click.option("--optimize", is_flag=True,
               help="Apply the plan transforms one at a time, keeping the faster plans.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+@click.option("--emit-air", "emit_air", type=click.Path(file_okay=False, path_type=Path),
+              default=None, metavar="DIR",
+              help="Also write the MLIR-AIR program of every dispatch to DIR (one .py each).")
 def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, optimize: bool,
-             as_json: bool) -> None:
+             as_json: bool, emit_air: Path | None) -> None:
     """The dispatch plan of MODEL, its modeled profile on XDNA 2, and (with --optimize) the
     transforms that make it faster.
 
@@ -448,6 +451,14 @@ def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, optimize: boo
         plan, profile, attempts = result.plan, result.profile, result.attempts
     else:
         profile = estimate(plan, XDNA2)
+    if emit_air is not None:
+        from kernels.air import EmitError, emit_plan, write_programs
+        try:
+            written = write_programs(emit_plan(plan, XDNA2), emit_air)
+        except (EmitError, OSError) as e:
+            fail(f"--emit-air {emit_air}: {e}", EXIT_USAGE)
+        if not as_json:
+            click.echo(f"{len(written)} MLIR-AIR programs written to {emit_air}", err=True)
     if as_json:
         emit_json(_plan_json(described, plan, profile, attempts))
         return

@@ -306,6 +306,20 @@ def test_plan_command_json_for_a_target_without_weights(cli):
     assert base["total_s"] > data["total_s"] and base["transforms"] == []
 
 
+def test_plan_command_writes_the_mlir_air_programs(cli, tmp_path):
+    out = tmp_path / "air"
+    result = cli("plan", "smollm2-135m", "--seq-len", "128", "--optimize", "--emit-air", out)
+    assert result.exit_code == 0, result.output
+    files = sorted(out.glob("*.py"))
+    assert files and f"{len(files)} MLIR-AIR programs written to {out}" in result.output
+    for f in files:
+        compile(f.read_text(), str(f), "exec")
+    (tmp_path / "taken").write_text("a file")
+    from conftest import assert_one_error
+    assert_one_error(cli("plan", "smollm2-135m", "--emit-air", tmp_path / "taken"),
+                     "--emit-air")
+
+
 def test_plan_command_rejects_bad_input_in_one_line(cli):
     from conftest import assert_one_error
 
