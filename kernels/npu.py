@@ -32,7 +32,15 @@ from .hardware import XDNA2, Hardware
 from .perf import Profile, StepProfile, estimate
 from .plan import Binding, Dispatch, DispatchPlan, Kind, Launch, Layout
 from .specs import KernelSpec, Prefill, Shape
-from .xrt import Artifact, DispatchTimes, XrtError, XrtRunner, compile_program, npu_lock
+from .xrt import (
+    LOCK_PATH,
+    Artifact,
+    DispatchTimes,
+    XrtError,
+    XrtRunner,
+    compile_program,
+    npu_lock,
+)
 
 Tensors = dict[str, torch.Tensor]
 #: What the plan runner hands over per launch: its config, its inputs and outputs by operand.
@@ -79,7 +87,7 @@ class NpuBackend:
     hw: Hardware = XDNA2
     runner: XrtRunner | None = None
     compiler: Callable[[Program], Artifact] | None = None
-    lock: Path | None = None                # the NPU lock (kernels.xrt.LOCK_PATH if None)
+    lock: Path = LOCK_PATH                  # the NPU lock, shared with mlir-air's runs
     name: str = "xrt"
     times: list[DispatchTimes] = field(default_factory=list)
     written: dict[str, dict[str, Any]] = field(default_factory=dict)   # file -> its entry
@@ -95,8 +103,7 @@ class NpuBackend:
     def _hold(self) -> None:
         """Take the NPU lock once, for as long as this backend holds the device."""
         if self._lock is None:
-            from .xrt import LOCK_PATH
-            self._lock = npu_lock(self.lock or LOCK_PATH)
+            self._lock = npu_lock(self.lock)
             self._lock.__enter__()
 
     def close(self) -> None:

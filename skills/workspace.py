@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from kernels.emulator import EmulatorBackend
+from kernels.execute import PlanRunner
 from kernels.hardware import HARDWARE, Hardware
 from kernels.perf import Profile, estimate
 from kernels.plan import DispatchPlan
@@ -141,6 +142,7 @@ class Workspace:
     def release_backend(self) -> None:
         """Let another process have the device: the NPU backend closes its contexts and
         its lock (it opens them again when next used)."""
+        self.__dict__.pop("_measuring", None)
         backend = self.__dict__.pop("backend", None)
         if backend is not None and hasattr(backend, "close"):
             backend.close()
@@ -180,12 +182,20 @@ class Workspace:
         if not self.settings.measured:
             return estimate(plan, self.hw)
         from kernels.npu import measure
-        deployed = self.deployed(self.recipe())
+        runner = self._measuring
         ids = self.ids(self.block_prompt())
         if isinstance(plan.mode, Prefill):
-            return measure(deployed.runner, plan, _cycled(ids, plan.mode.seq))
-        _, cache = deployed.prefill(_cycled(ids, plan.mode.pos))
-        return measure(deployed.runner, plan, ids[-1:], cache)
+            return measure(runner, plan, _cycled(ids, plan.mode.seq))
+        prefill = self.recipe().plan(self.settings.model, self.loaded.args,
+                                     Prefill(plan.mode.pos), self.hw)
+        cache = runner.run(prefill, _cycled(ids, plan.mode.pos)).cache
+        return measure(runner, plan, ids[-1:], cache)
+
+    @cached_property
+    def _measuring(self) -> PlanRunner:
+        """One plan runner on the backend for every measurement (its weights prepared
+        once)."""
+        return PlanRunner(self.loaded.args, self.loaded.weights, self.backend)
 
     # --- artifacts -------------------------------------------------------------------
 
