@@ -226,6 +226,7 @@ class ProfileRecorded:
     total_s: float
     entries: list[ProfileEntry] = field(default_factory=list)
     tokens: int | None = None
+    runs: list[float] | None = None     # measured: each run's total (entries are medians)
 
 
 @event_type("checkpoint.requested")

@@ -14,16 +14,18 @@ kernel alone (phase 1 builds a one-launch dispatch for it). For each dispatch it
 * keeps the measured times (`times`: run wall, host writes and reads, source
   measured-npu).
 
-`measure` turns one run of a plan into a `Profile` whose source is measured-npu.
+`measure` turns repeated runs of a plan into a `Profile` whose source is measured-npu: per
+step the median, and every run's total, so a comparison can see the run-to-run spread.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from .air import Program, emit_dispatch, identifier, tensor_key, write_programs
@@ -184,32 +186,61 @@ class NpuBackend:
 
 # --- a measured profile ------------------------------------------------------------------------
 
+REPEATS = 5        # measured runs of a plan after its warm run (a run config's npu_repeats)
+
+
 def measure(runner: PlanRunner, plan: DispatchPlan, tokens: torch.Tensor,
-            cache: Tensors | None = None) -> Profile:
-    """Run `plan` twice on the NPU backend of `runner`. The first run compiles and loads
-    the programs and writes the weights; the second is measured step by step. The one-time
-    cost is the measured first write of every weight the plan keeps on the device."""
+            cache: Tensors | None = None, repeats: int = REPEATS) -> Profile:
+    """Run `plan` 1 + `repeats` times on the NPU backend of `runner`. The first run compiles
+    and loads the programs and writes the weights; the others are measured step by step.
+    The one-time cost is the measured first write of every weight the plan keeps on the
+    device."""
     backend = runner.backend
     if not isinstance(backend, NpuBackend):
         raise TypeError(f"measure needs the NPU backend, not {type(backend).__name__}")
+    if repeats < 1:
+        raise ValueError(f"measure needs at least one measured run, not {repeats}")
     runner.run(plan, tokens, cache)
-    trace: list[StepTime] = []
-    mark = len(backend.times)
-    runner.trace = trace
-    try:
-        runner.run(plan, tokens, cache)
-    finally:
-        runner.trace = None
-    return measured_profile(plan, trace, backend.times[mark:], backend.one_time_s(plan),
-                            backend.hw)
+    runs: list[tuple[list[StepTime], list[DispatchTimes]]] = []
+    for _ in range(repeats):
+        trace: list[StepTime] = []
+        mark = len(backend.times)
+        runner.trace = trace
+        try:
+            runner.run(plan, tokens, cache)
+        finally:
+            runner.trace = None
+        runs.append((trace, backend.times[mark:]))
+    return measured_profile(plan, runs, backend.one_time_s(plan), backend.hw)
 
 
-def measured_profile(plan: DispatchPlan, trace: list[StepTime], times: list[DispatchTimes],
+def measured_profile(plan: DispatchPlan, runs: list[tuple[list[StepTime], list[DispatchTimes]]],
                      one_time_s: float, hw: Hardware = XDNA2) -> Profile:
-    """The Profile of one measured run: per dispatch its run wall (start to the end of the
-    wait) and the host's buffer writes and reads, per host step its CPU wall; weights
-    written on the first run are the one-time cost. FLOPs and bytes are the plan's counts."""
+    """The Profile of measured runs (each a step trace and its dispatches' times): per
+    dispatch the median of its run wall (start to the end of the wait) with the host's
+    buffer writes and reads, per host step the median of its CPU wall; `runs` keeps each
+    run's total. Weights written on the first run are the one-time cost. FLOPs and bytes
+    are the plan's counts."""
     model = estimate(plan, hw)
+    once = one_time_s if isinstance(plan.mode, Prefill) else 0.0
+    per_run = [_steps(trace, times) for trace, times in runs]
+    steps = []
+    for i, first in enumerate(per_run[0]):
+        same = [r[i] for r in per_run]
+        seconds = float(np.median([s.seconds for s in same]))
+        if first.where == "npu":
+            steps.append(replace(first, seconds=seconds, host_transfer_s=float(
+                np.median([s.host_transfer_s for s in same]))))
+        else:
+            steps.append(replace(first, seconds=seconds))
+    return Profile(plan.summary, plan.mode, tuple(steps), once, model.flops,
+                   model.weight_bytes, source="measured-npu",
+                   calibration=f"measured on the NPU through XRT, median of {len(runs)} runs",
+                   runs=tuple(sum(s.seconds for s in r) + once for r in per_run))
+
+
+def _steps(trace: list[StepTime], times: list[DispatchTimes]) -> list[StepProfile]:
+    """One measured run's steps: a dispatch's run wall with its host transfers."""
     by_dispatch = iter(times)
     steps = []
     for st in trace:
@@ -220,10 +251,7 @@ def measured_profile(plan: DispatchPlan, trace: list[StepTime], times: list[Disp
                                      host_bytes=t.written_bytes + t.read_bytes))
         else:
             steps.append(StepProfile(st.name, "cpu", st.seconds))
-    return Profile(plan.summary, plan.mode,
-                   tuple(steps), one_time_s if isinstance(plan.mode, Prefill) else 0.0,
-                   model.flops, model.weight_bytes, source="measured-npu",
-                   calibration="measured on the NPU through XRT")
+    return steps
 
 
-__all__ = ["NpuBackend", "argument_kinds", "measure", "measured_profile"]
+__all__ = ["REPEATS", "NpuBackend", "argument_kinds", "measure", "measured_profile"]

@@ -172,7 +172,9 @@ class StepProfile:
 
 @dataclass(frozen=True)
 class Profile:
-    """The modeled time of a plan, step by step. `source` is always "modeled"."""
+    """A plan's time, step by step: modeled here (`source` "modeled"), or measured on the
+    NPU by kernels.npu, where `runs` holds each measured run's total and the steps are
+    medians over them."""
 
     plan: str
     mode: Mode
@@ -183,6 +185,20 @@ class Profile:
     source: Source = "modeled"
     calibration: str = "Llama-3.2-1B figures of NPU_FACTS.md"
     params: PerfParams = field(default_factory=PerfParams)
+    runs: tuple[float, ...] = ()    # measured: each run's total_s; a model has none
+
+    @property
+    def fastest_s(self) -> float:
+        return min(self.runs, default=self.total_s)
+
+    @property
+    def slowest_s(self) -> float:
+        return max(self.runs, default=self.total_s)
+
+    def faster_than(self, other: Profile) -> bool:
+        """Faster beyond the run-to-run spread: every measured run of this plan beat every
+        run of `other` (a model has one exact figure each, compared as is)."""
+        return self.slowest_s < other.fastest_s
 
     @property
     def steps_s(self) -> float:
@@ -324,6 +340,13 @@ def _dispatch(d: Dispatch, p: PerfParams, py: float,
     total = p.dispatch_overhead_s + py + transfer + sum(lp.seconds for lp in launches)
     return StepProfile(d.name, "npu", total, tuple(launches), p.dispatch_overhead_s, py,
                        transfer, host_bytes)
+
+
+def device_s(d: Dispatch, params: PerfParams | None = None) -> float:
+    """The modeled time of one dispatch on the device: its fixed overhead and its launches,
+    without host transfers or Python scheduling (what a simulated NPU takes to run it)."""
+    step = _dispatch(d, params or PerfParams(), 0.0, {})
+    return step.seconds - step.host_transfer_s
 
 
 def _host_step(plan: DispatchPlan, h: HostStep, p: PerfParams, py: float) -> StepProfile:

@@ -227,13 +227,15 @@ class _Loaded:
 
 class XrtRunner:
     """One device, and per compiled program one hardware context and kernel, opened once
-    under the NPU lock. `run` executes one program on named tensors."""
+    under the NPU lock. `run` executes one program on named tensors, timed by `clock` (the
+    host's perf_counter; a simulated device may keep its own)."""
 
-    def __init__(self, pyxrt: Any | None = None, timeout_ms: int = RUN_TIMEOUT_MS) -> None:
+    def __init__(self, pyxrt: Any | None = None, timeout_ms: int = RUN_TIMEOUT_MS,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         if pyxrt is None:
             require()
             pyxrt = importlib.import_module("pyxrt")
-        self.xrt, self.timeout_ms = pyxrt, timeout_ms
+        self.xrt, self.timeout_ms, self.clock = pyxrt, timeout_ms, clock
         self.device = pyxrt.device(0)
         self._loaded: dict[str, _Loaded] = {}
         self._static: dict[str, Any] = {}      # weight tensor -> its BO, written once
@@ -310,7 +312,7 @@ class XrtRunner:
                 store[owner] = (self._bo(loaded, slot, nbytes), nbytes)
             bo, _ = store[owner]
             if kind == "input" or (kind == "static" and fresh):
-                t0 = time.perf_counter()
+                t0 = self.clock()
                 data = _as_bytes(tensors[name])
                 if data.nbytes != nbytes:
                     raise XrtError(f"{program.function}: argument {name} holds {data.nbytes} "
@@ -318,14 +320,14 @@ class XrtRunner:
                 view = np.frombuffer(bo.map(), dtype=np.uint8)
                 view[:nbytes] = data
                 bo.sync(x.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE)
-                write_s += time.perf_counter() - t0
+                write_s += self.clock() - t0
                 written += nbytes
                 if kind == "static":
-                    self.static_write_s[owner] = time.perf_counter() - t0
+                    self.static_write_s[owner] = self.clock() - t0
                     static_s += self.static_write_s[owner]
                     static += nbytes
             bos.append(bo)
-        t0 = time.perf_counter()
+        t0 = self.clock()
         if artifact.output_format == "elf":
             run = x.run(loaded.kernel)
             for i, bo in enumerate(bos):
@@ -334,7 +336,7 @@ class XrtRunner:
         else:
             run = loaded.kernel(3, loaded.instr, loaded.n_instr, *bos)
         state = run.wait(self.timeout_ms)
-        run_s = time.perf_counter() - t0
+        run_s = self.clock() - t0
         if state != x.ert_cmd_state.ERT_CMD_STATE_COMPLETED:
             raise XrtError(f"{program.function} did not complete: run state {state} after "
                            f"{run_s:.3f} s (timeout {self.timeout_ms} ms); its outputs were not "
@@ -343,7 +345,7 @@ class XrtRunner:
         for (name, _, _), bo in zip(program.arguments, bos, strict=True):
             if kinds[name] != "output":
                 continue
-            t0 = time.perf_counter()
+            t0 = self.clock()
             bo.sync(x.xclBOSyncDirection.XCL_BO_SYNC_BO_FROM_DEVICE)
             out = tensors[name]
             nbytes = out.numel() * out.element_size()
@@ -352,7 +354,7 @@ class XrtRunner:
             value = flat.view(torch.int16).view(torch.bfloat16) if out.dtype == torch.bfloat16 \
                 else flat.view(out.dtype)
             out.copy_(value.reshape(out.shape))
-            read_s += time.perf_counter() - t0
+            read_s += self.clock() - t0
             read += nbytes
         return DispatchTimes(program.dispatch, run_s, write_s, read_s, written, read,
                              static_s, static)

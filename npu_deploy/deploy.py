@@ -187,19 +187,28 @@ def _phases(text: str) -> frozenset[int]:
               help="With --backend xrt: the micro-kernel objects the programs link (mm_*.o, "
                    "...), built with Peano from mlir-air's kernel sources "
                    "[$NPU_DEPLOY_AIR_OBJECTS].")
+@click.option("--repeats", type=click.IntRange(1, 1000), default=None, metavar="N",
+              help="With --backend xrt: measured runs of every profile, after a warm run "
+                   "(default 5). Each figure is their median; a transform counts as faster "
+                   "only when its slowest run beats the fastest without it.")
 def deploy_cmd(model: str, headless: bool, auto_approve: bool, pause_at: str, budget: int,
                agent: str, claude_model: str | None, agent_budget: str,
                pipeline_spec: str | None, run_id: str | None, seq_len: int, steps: int,
-               seed_fault: str | None, backend: str, air_objects: Path | None) -> None:
+               seed_fault: str | None, backend: str, air_objects: Path | None,
+               repeats: int | None) -> None:
     """Deploy MODEL through phases 0-7 as a new run in the store."""
     from machine import Conductor, Policy
 
     npu: dict[str, Any] = {}
+    if repeats is not None and backend != "xrt":
+        raise click.UsageError("--repeats is for --backend xrt: the emulator's times are "
+                               "modeled, one exact figure each")
     if backend == "xrt":               # before anything is stored
         _needs_npu("--backend xrt", None if air_objects is None else str(air_objects))
         from skills.workspace import air_cache_dir
         npu = {"backend": "xrt", "air_objects": str(Path(str(air_objects)).resolve()),
-               "air_cache": str(air_cache_dir())}
+               "air_cache": str(air_cache_dir()),
+               **({"npu_repeats": repeats} if repeats is not None else {})}
 
     policy = Policy(auto_approve=auto_approve, pause_at=_phases(pause_at), budget=budget)
     claude = _claude_config(claude_model, agent_budget) if agent == "claude" else None

@@ -440,9 +440,9 @@ TOOLS: dict[str, Tool] = {
                               ("mode", "order"),
                               lambda c, a: c.tb.propose_transform(c.mode(str(a["mode"])),
                                                                   list(a["order"]))),
-    "apply_transform": Tool("Try one plan transform: kept only if legal, faster (modeled, "
-                            "or measured on the NPU) and the phase-3 token-set check still "
-                            "passes.",
+    "apply_transform": Tool("Try one plan transform: kept only if legal, faster (modeled; "
+                            "on the NPU its slowest measured run beats the fastest before) "
+                            "and the phase-3 token-set check still passes.",
                             {"transform": STR, "mode": MODE}, ("transform", "mode"),
                             lambda c, a: c.tb.apply_transform(str(a["transform"]),
                                                               c.mode(str(a["mode"])))),

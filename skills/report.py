@@ -206,7 +206,10 @@ def _source_line(data: ReportData) -> str:
     else:
         npu = ("The prefill, decode and optimization-step times in this report were measured "
                "on the NPU through XRT: each dispatch timed from the host, start to the end "
-               "of its wait, with its buffer writes and reads.")
+               "of its wait, with its buffer writes and reads. After a warm run that "
+               "compiles, loads and writes the weights, each figure is the median of the "
+               "measured runs, and a transform counts as faster only when its slowest run "
+               "beat the fastest run without it.")
         if any(k.source == "modeled" for k in data.kernels):
             npu += (" The kernel points on the roofline are modeled (a dispatch may hold "
                     "several launches), and say so.")

@@ -62,18 +62,33 @@ def plan_json(plan: DispatchPlan) -> dict[str, Any]:
 
 def profile_payload(profile: Profile, scope: str, tokens: int) -> dict[str, Any]:
     """A `profile.recorded` payload: per step, with its source (modeled on the emulator;
-    measured on the NPU, where a dispatch also says its host buffer transfers)."""
+    measured on the NPU, where a dispatch also says its host buffer transfers, every entry
+    is the median over the measured runs, and `runs` holds each run's total)."""
     entries = [{"name": s.name, "seconds": s.seconds,
                 "kind": "dispatch" if s.where == "npu" else "host"} for s in profile.steps]
     if profile.source == "measured-npu":
         for entry, s in zip(entries, profile.steps, strict=True):
             if s.where == "npu":
                 entry["transfer_s"] = s.host_transfer_s
-    return {"scope": scope, "source": profile.source, "total_s": profile.total_s,
-            "entries": entries, "tokens": tokens}
+    payload: dict[str, Any] = {"scope": scope, "source": profile.source, "total_s": profile.total_s,
+               "entries": entries, "tokens": tokens}
+    if profile.runs:
+        payload["runs"] = list(profile.runs)
+    return payload
 
 
 SOURCE_WORDS = {"modeled": "modeled", "measured-npu": "measured on the NPU"}
+
+
+def spread_text(after: Profile, before: Profile) -> str:
+    """How a comparison of two profiles was made, in words: modeled figures as they are,
+    measured ones as the range of their runs."""
+    if not after.runs:
+        return SOURCE_WORDS[after.source]
+    ms = 1e3
+    return (f"{SOURCE_WORDS[after.source]}, {len(after.runs)} runs each: "
+            f"{after.fastest_s * ms:.3f}-{after.slowest_s * ms:.3f} ms against "
+            f"{before.fastest_s * ms:.3f}-{before.slowest_s * ms:.3f} ms")
 
 
 def kernel_uses(ws: Workspace, recipe: Recipe) -> dict[str, dict[str, Any]]:
@@ -343,11 +358,14 @@ class Toolbox:
                 after = TRANSFORMS[name].apply(before)
             except IllegalTransform as e:
                 return {**result, "kept": False, "after_s": None, "reason": str(e)}
-            t_after = ws.time(after).total_s
-            result.update(after_s=t_after, plan_after=blob_json(self.store, plan_json(after)))
-            if not t_after < t_before:
-                return {**result, "kept": False,
-                        "reason": f"not faster ({SOURCE_WORDS[timed.source]})"}
+            timed_after = ws.time(after)
+            result.update(after_s=timed_after.total_s,
+                          plan_after=blob_json(self.store, plan_json(after)))
+            if timed.runs:
+                result.update(before_runs=list(timed.runs), after_runs=list(timed_after.runs))
+            if not timed_after.faster_than(timed):
+                return {**result, "kept": False, "reason": "not faster (" + spread_text(
+                    timed_after, timed) + ")"}
             candidate = before_recipe.with_transform(mode, name)
             checks = token_checks(ws, candidate, self.answers())
             failed = [c["prompt"] for c in checks if not c["passed"]]

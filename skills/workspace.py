@@ -29,6 +29,7 @@ import torch
 from kernels.emulator import EmulatorBackend
 from kernels.execute import PlanRunner
 from kernels.hardware import HARDWARE, Hardware
+from kernels.npu import REPEATS
 from kernels.perf import Profile, estimate
 from kernels.plan import DispatchPlan
 from kernels.specs import Prefill
@@ -53,6 +54,7 @@ class Settings:
     air_objects: str | None = None  # xrt: the compiled micro-kernel objects
     air_cache: str | None = None    # xrt: the compiled programs, by content hash
     npu_runtime: str | None = None  # xrt: module:function giving the runner and compiler
+    repeats: int = REPEATS          # xrt: measured runs per profile, after a warm run
 
     @classmethod
     def of(cls, model: str, config: dict[str, Any]) -> Settings:
@@ -60,7 +62,7 @@ class Settings:
                    int(config.get("steps", GREEDY_STEPS)), str(config.get("hw", "xdna2")),
                    config.get("fault"), str(config.get("backend", "emulator")),
                    config.get("air_objects"), config.get("air_cache"),
-                   config.get("npu_runtime"))
+                   config.get("npu_runtime"), int(config.get("npu_repeats", REPEATS)))
 
     @property
     def measured(self) -> bool:
@@ -185,11 +187,12 @@ class Workspace:
         runner = self._measuring
         ids = self.ids(self.block_prompt())
         if isinstance(plan.mode, Prefill):
-            return measure(runner, plan, _cycled(ids, plan.mode.seq))
+            return measure(runner, plan, _cycled(ids, plan.mode.seq),
+                           repeats=self.settings.repeats)
         prefill = self.recipe().plan(self.settings.model, self.loaded.args,
                                      Prefill(plan.mode.pos), self.hw)
         cache = runner.run(prefill, _cycled(ids, plan.mode.pos)).cache
-        return measure(runner, plan, ids[-1:], cache)
+        return measure(runner, plan, ids[-1:], cache, self.settings.repeats)
 
     @cached_property
     def _measuring(self) -> PlanRunner:

@@ -6,11 +6,17 @@ written once, an intermediate left on the device, an input written, an output re
 
 `runtime` is the `npu_runtime` of a run's config (`fake_npu:runtime` with tests/ on the
 path): the simulated pyxrt and a compiler that writes placeholder binaries. Nothing here
-imports pyxrt or mlir-air, and no figure it yields is an NPU's: its times are the host's.
+imports pyxrt or mlir-air, and no figure it yields is an NPU's. The simulated device keeps
+its own clock (`clock`, given to the XrtRunner): the host's perf_counter, except that a run
+takes the dispatch's modeled device time (kernels.perf.device_s), not the emulator's time
+to compute it. Host writes and reads are timed as they happen. So what the performance
+model says a transform saves on the device shows in the "measured" times of a simulated
+deployment, above the host's noise; they are still the model's figures, never an NPU's.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -21,6 +27,8 @@ import torch
 from kernels.air import Program
 from kernels.emulator import EmulatorBackend
 from kernels.execute import _physical
+from kernels.perf import device_s
+from kernels.plan import Dispatch
 from kernels.xrt import Artifact
 
 COMPLETED, TIMEOUT = "ERT_CMD_STATE_COMPLETED", "ERT_CMD_STATE_TIMEOUT"
@@ -142,6 +150,7 @@ class SimulatedXrt(FakeXrt):
     def __init__(self, head_dim: int | None = None) -> None:
         super().__init__()
         self.head_dim = head_dim
+        self.skew = 0.0                             # device time minus host time, so far
         self.programs: dict[str, Program] = {}      # binary path -> program
         self.emulator = EmulatorBackend()
 
@@ -149,6 +158,7 @@ class SimulatedXrt(FakeXrt):
         self.programs[str(binary)] = program
 
     def execute(self, kernel: Any, bos: list[Any]) -> None:
+        began = time.perf_counter()
         # the kernel's context is the ELF it was opened from, or the xclbin's uuid
         context = kernel.context
         path = context.path if hasattr(context, "path") else context.removeprefix("uuid:")
@@ -173,6 +183,12 @@ class SimulatedXrt(FakeXrt):
                 tensor = view.view(dtype).view(dims)
                 (outputs if op.role == "output" else inputs)[op.name] = tensor
             self.emulator.run(spec, shape, config, inputs, outputs)
+        modeled = device_s(Dispatch(program.dispatch, program.launches))
+        self.skew += modeled - (time.perf_counter() - began)
+
+    def clock(self) -> float:
+        """The simulated device's time: a run lasts its modeled device time."""
+        return time.perf_counter() + self.skew
 
 
 def compiler_for(sim: SimulatedXrt, cache: Path) -> Any:
@@ -200,5 +216,6 @@ def runtime(ws: Any) -> dict[str, Any]:
     from kernels.xrt import XrtRunner
 
     sim = SimulatedXrt(ws.loaded.args.head_dim)
-    return {"runner": XrtRunner(sim), "compiler": compiler_for(sim, ws.directory / "sim"),
+    return {"runner": XrtRunner(sim, clock=sim.clock),
+            "compiler": compiler_for(sim, ws.directory / "sim"),
             "lock": ws.directory / "npu.lock"}

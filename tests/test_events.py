@@ -58,6 +58,8 @@ GATE: dict[str, Any] = {"gate": "kernel", "passed": False, "checks": [CHECK]}
      "profile.recorded.total_s"),
     ("profile.recorded", {"scope": "prefill", "source": "guessed", "total_s": 1.0},
      "profile.recorded.source"),
+    ("profile.recorded", {"scope": "prefill", "source": "measured-npu", "total_s": 1.0,
+                          "runs": [1.0, float("nan")]}, "profile.recorded.runs[1]"),
     ("human.decision", {"decision": "redirect", "command_id": "c1"},
      "human.decision.instruction"),
     ("tool.requested", {"call_id": "1", "tool": "t", "arguments": {"x": float("inf")}},

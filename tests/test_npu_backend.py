@@ -7,12 +7,14 @@ intermediate left on the device and shared by the programs that bind it, an inpu
 an output read back) and the wiring of merged dispatches is right. The measured profile,
 the emitted programs in the run's directory, and a whole deployment on the xrt backend
 through the conductor (the evaluator's fresh process included) are checked too. No time
-here is an NPU's: the simulated device runs on this host's CPU.
+here is an NPU's: the simulated device computes on this host's CPU, and on its own clock a
+run lasts the dispatch's modeled device time.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ from kernels.air import tensor_key
 from kernels.emulator import EmulatorBackend
 from kernels.execute import PlanRunner
 from kernels.npu import NpuBackend, argument_kinds, measure
+from kernels.perf import Profile, device_s, estimate
 from kernels.plan import baseline_plan
 from kernels.specs import Decode, Prefill
 from kernels.transforms import TRANSFORMS
@@ -34,7 +37,7 @@ L = 24
 def npu_backend(tmp_path: Path, head_dim: int) -> tuple[NpuBackend, SimulatedXrt]:
     sim = SimulatedXrt(head_dim)
     backend = NpuBackend(cache=tmp_path / "cache", objects=tmp_path / "objects",
-                         programs=tmp_path / "air", runner=XrtRunner(sim),
+                         programs=tmp_path / "air", runner=XrtRunner(sim, clock=sim.clock),
                          compiler=compiler_for(sim, tmp_path / "bin"),
                          lock=tmp_path / "npu.lock")
     return backend, sim
@@ -113,15 +116,37 @@ def test_a_measured_profile_is_per_dispatch_with_its_transfers(tiny_models, tmp_
     backend, _ = npu_backend(tmp_path, m.args.head_dim)
     runner = PlanRunner(m.args, m.weights, backend)
     plan = optimized(baseline_plan("tiny-qwen3", m.args, Prefill(L)))
-    profile = measure(runner, plan, torch.arange(L) % m.args.vocab)
-    assert profile.source == "measured-npu"
+    profile = measure(runner, plan, torch.arange(L) % m.args.vocab, repeats=3)
+    assert profile.source == "measured-npu" and "median of 3 runs" in profile.calibration
     npu = [s for s in profile.steps if s.where == "npu"]
     assert [s.name for s in npu] == [d.name for d in plan.dispatches]
     assert len(profile.steps) == len(plan.steps)
     assert all(s.seconds > 0 and 0 <= s.host_transfer_s <= s.seconds for s in npu)
+    # the simulated device's clock: a run lasts at least its modeled device time
+    assert all(s.seconds >= device_s(d) for s, d in zip(npu, plan.dispatches, strict=True))
     assert sum(s.host_bytes for s in npu) > 0
     assert profile.one_time_s > 0                  # the weights' first writes, measured
     assert profile.total_s == pytest.approx(profile.steps_s + profile.one_time_s)
+    assert len(profile.runs) == 3 and all(r > profile.one_time_s for r in profile.runs)
+    assert profile.fastest_s <= profile.slowest_s
+    with pytest.raises(ValueError, match="at least one measured run"):
+        measure(runner, plan, torch.arange(L) % m.args.vocab, repeats=0)
+
+
+def test_faster_means_beyond_the_run_to_run_spread(tiny_models):
+    m = tiny_models["tiny-llama"]
+    model = estimate(baseline_plan("tiny-llama", m.args, Prefill(L)))
+
+    def runs(*ms: float) -> Profile:
+        return replace(model, source="measured-npu", runs=tuple(x * 1e-3 for x in ms))
+
+    assert runs(4.0, 4.2, 4.1).faster_than(runs(4.3, 4.5))
+    assert not runs(4.0, 4.4).faster_than(runs(4.3, 4.5))       # the ranges overlap
+    assert not runs(4.0, 4.1).faster_than(runs(4.0, 4.5))
+    assert not runs(5.0).faster_than(runs(4.0, 4.5))
+    cheaper = replace(model, one_time_s=model.one_time_s - 1e-6)
+    assert cheaper.faster_than(model) and not model.faster_than(model)   # modeled: as is
+    assert runs(4.0).fastest_s == runs(4.0).slowest_s == pytest.approx(4e-3)
 
 
 def test_a_weight_read_by_a_gemm_and_a_gemv_is_two_buffers(tiny_models):
@@ -147,7 +172,8 @@ def test_a_deployment_on_the_xrt_backend_measures_and_writes_its_programs(tmp_pa
     (tmp_path / "objects").mkdir()
     db = tmp_path / "runs.db"
     config = {"seq_len": 32, "steps": 6, "backend": "xrt", "npu_runtime": "fake_npu:runtime",
-              "air_objects": str(tmp_path / "objects"), "air_cache": str(tmp_path / "cache")}
+              "air_objects": str(tmp_path / "objects"), "air_cache": str(tmp_path / "cache"),
+              "npu_repeats": 3}
     with EventStore.open(db) as store:
         c = Conductor.start(store, pipeline(), Policy(auto_approve=True), model="tiny-qwen2",
                             config=config)
@@ -157,14 +183,21 @@ def test_a_deployment_on_the_xrt_backend_measures_and_writes_its_programs(tmp_pa
         events = list(store.events(c.run_id))
     assert events[-1].payload["verdict"] == "PASS"
     profiles = [e.payload for e in events if e.type == "profile.recorded"]
-    assert profiles and all(p["source"] == "measured-npu" for p in profiles)
+    assert profiles and all(p["source"] == "measured-npu" and len(p["runs"]) == 3
+                            for p in profiles)
     dispatches = [x for p in profiles for x in p["entries"] if x["kind"] == "dispatch"]
     assert dispatches and all(x["transfer_s"] is not None for x in dispatches)
     tried = [e.payload["result"] for e in events if e.type == "tool.completed"
              and e.payload["tool"] == "apply_transform"]
     assert tried and all(r["source"] == "measured-npu" for r in tried)
+    # every decision was made on three runs each; a kept one beat every run without it
+    timed = [r for r in tried if "after_runs" in r]
+    assert timed and all(len(r["before_runs"]) == len(r["after_runs"]) == 3 for r in timed)
+    assert all(max(r["after_runs"]) < min(r["before_runs"]) for r in timed if r["kept"])
+    assert all("3 runs each" in r["reason"] for r in timed if not r["kept"])
     gates = [e.payload for e in events if e.type == "gate.evaluated" and e.phase in (4, 5)]
-    assert all(any(c["metric"].endswith("_measured_s") for c in g["checks"]) for g in gates)
+    speed = [c for g in gates for c in g["checks"] if c["metric"].endswith("_measured_slowest_s")]
+    assert len(speed) == len(gates) and all("slowest of 3 runs" in c["message"] for c in speed)
     emitted = next(e.payload["result"] for e in events if e.type == "tool.completed"
                    and e.payload["tool"] == "emit_programs")
     root = workspace_dir(db, c.run_id) / "air"

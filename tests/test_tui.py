@@ -21,7 +21,7 @@ from npu_tui.screens.dialogs import Confirm, ForkDialog, GotoDialog, ResumeConfi
 from npu_tui.screens.run import RunScreen
 from npu_tui.screens.runs import RunsScreen
 from npu_tui.timeline import EventLine, RunTimeline, row_of
-from npu_tui.widgets.panels import GatesPanel
+from npu_tui.widgets.panels import GatesPanel, source_label
 from store import EventStore
 
 SIZE = (150, 45)
@@ -543,3 +543,9 @@ async def test_live_lines_extend_the_pages_they_belong_to(store, db_path, fake):
     kept = [row for page in timeline._pages.values() for row in page]
     assert kept and not any(gc.is_tracked(row) for row in kept)
     c.close()
+
+
+def test_a_measured_profile_says_its_runs_and_a_modeled_one_says_it_is_modeled():
+    measured = {"source": "measured-npu", "total_s": 5e-3, "runs": [4.9e-3, 5e-3, 5.4e-3]}
+    assert source_label(measured) == "MEASURED on the NPU: median of 3 runs, 4.90-5.40 ms"
+    assert source_label({"source": "modeled", "total_s": 5e-3}).startswith("MODELED")

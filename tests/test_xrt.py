@@ -220,6 +220,14 @@ def test_deploy_backend_xrt_lists_the_missing_kernel_objects_too(cli, db_path: P
     assert result.exit_code == 2 and "objects (" not in result.output
 
 
+def test_repeats_without_the_npu_is_refused_in_one_line(cli, db_path: Path):
+    result = cli("--db", db_path, "deploy", "tiny", "--headless", "--repeats", "3")
+    assert result.exit_code == 2
+    line = result.output.strip().splitlines()
+    assert len(line) == 1 and "--repeats is for --backend xrt" in line[0]
+    assert not db_path.exists()
+
+
 def test_resuming_an_npu_run_here_fails_in_one_line_and_changes_nothing(cli, db_path: Path,
                                                                        fake):
     from machine import Conductor, Policy

@@ -28,6 +28,16 @@ SOURCE_LABEL = {"modeled": "MODELED (performance model, not measured)",
                 "measured-npu": "MEASURED on the NPU", "measured-cpu": "MEASURED on the CPU"}
 
 
+def source_label(profile: dict[str, Any]) -> str:
+    """Where a recorded profile's figures come from; measured ones with their runs."""
+    label = SOURCE_LABEL.get(profile["source"], profile["source"])
+    runs = profile.get("runs")
+    if not runs:
+        return label
+    return (f"{label}: median of {len(runs)} runs, {min(runs) * 1e3:.2f}-"
+            f"{max(runs) * 1e3:.2f} ms")
+
+
 def _num(x: float | None) -> str:
     if x is None:
         return "—"
@@ -195,13 +205,12 @@ class PerformancePanel(Panel):
         if prefill is not None:
             p = prefill.payload
             summary.add_row("TTFT (prefill)", f"{p['total_s'] * 1e3:.2f} ms",
-                            f"{p.get('tokens') or '?'} tokens", SOURCE_LABEL.get(p["source"],
-                                                                           p["source"]))
+                            f"{p.get('tokens') or '?'} tokens", source_label(p))
         if decode is not None:
             p = decode.payload
             rate = (p.get("tokens") or 1) / p["total_s"] if p["total_s"] else 0.0
             summary.add_row("decode", f"{p['total_s'] * 1e3:.2f} ms/token", f"{rate:.1f} tok/s",
-                            SOURCE_LABEL.get(p["source"], p["source"]))
+                            source_label(p))
         parts.append(summary)
         for scope, e in profiles.items():
             parts.append((("kernels", e.run_version), any_width(partial(kernel_table, scope, e))))
