@@ -131,9 +131,11 @@ class DeployedModel:
     """A recipe run on a backend: the deployed model."""
 
     def __init__(self, name: str, args: ModelArgs, weights: Any, recipe: Recipe, backend: Any,
-                 hw: Hardware = XDNA2) -> None:
+                 hw: Hardware = XDNA2, runner: PlanRunner | None = None) -> None:
+        """`runner`: a plan runner of these weights on `backend` to share (its device
+        weights and GEMM operands prepared once); else a new one."""
         self.name, self.args, self.recipe, self.hw = name, args, recipe, hw
-        self.runner = PlanRunner(args, weights, backend)
+        self.runner = runner or PlanRunner(args, weights, backend)
         self._plans: dict[Mode, DispatchPlan] = {}
 
     def plan(self, mode: Mode) -> DispatchPlan:

@@ -144,7 +144,7 @@ class Workspace:
     def release_backend(self) -> None:
         """Let another process have the device: the NPU backend closes its contexts and
         its lock (it opens them again when next used)."""
-        self.__dict__.pop("_measuring", None)
+        self.__dict__.pop("runner", None)
         backend = self.__dict__.pop("backend", None)
         if backend is not None and hasattr(backend, "close"):
             backend.close()
@@ -175,7 +175,7 @@ class Workspace:
     def deployed(self, recipe: Recipe) -> DeployedModel:
         a = self.loaded
         return DeployedModel(self.settings.model, a.args, a.weights, recipe, self.backend,
-                             self.hw)
+                             self.hw, self.runner)
 
     def time(self, plan: DispatchPlan) -> Profile:
         """The plan's profile: measured on the NPU on the xrt backend (a prefill on the
@@ -184,7 +184,7 @@ class Workspace:
         if not self.settings.measured:
             return estimate(plan, self.hw)
         from kernels.npu import measure
-        runner = self._measuring
+        runner = self.runner
         ids = self.ids(self.block_prompt())
         if isinstance(plan.mode, Prefill):
             return measure(runner, plan, _cycled(ids, plan.mode.seq),
@@ -195,9 +195,9 @@ class Workspace:
         return measure(runner, plan, ids[-1:], cache, self.settings.repeats)
 
     @cached_property
-    def _measuring(self) -> PlanRunner:
-        """One plan runner on the backend for every measurement (its weights prepared
-        once)."""
+    def runner(self) -> PlanRunner:
+        """The one plan runner of the model on the backend, for every deployed run and
+        measurement (its bf16 weights and GEMM operands prepared once)."""
         return PlanRunner(self.loaded.args, self.loaded.weights, self.backend)
 
     # --- artifacts -------------------------------------------------------------------
