@@ -455,14 +455,20 @@ async def test_deploy_runs_the_conductor_in_a_worker_and_the_tui_approves(store,
 
 # --- keys ------------------------------------------------------------------------------------
 
-async def test_a_keymap_file_rebinds_by_binding_id(store, db_path, fake, tmp_path, monkeypatch):
+def keymapped(store, db_path, fake, tmp_path, monkeypatch, text: str) -> DeployApp:
+    """The app on a run at its checkpoint, with $NPU_DEPLOY_KEYMAP a file holding `text`."""
     c = start(store, fake())
     c.run(wait=False)
     c.close()
     keymap = tmp_path / "keymap.toml"
-    keymap.write_text('[keymap]\n"run.decide" = "ctrl+d"\n')
+    keymap.write_text(text)
     monkeypatch.setenv("NPU_DEPLOY_KEYMAP", str(keymap))
-    app = DeployApp(db_path, run_id="r1", live=True)
+    return DeployApp(db_path, run_id="r1", live=True)
+
+
+async def test_a_keymap_file_rebinds_by_binding_id(store, db_path, fake, tmp_path, monkeypatch):
+    app = keymapped(store, db_path, fake, tmp_path, monkeypatch,
+                    '[keymap]\n"run.decide" = "ctrl+d"\n')
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("d")
         assert isinstance(app.screen, RunScreen)
@@ -472,13 +478,7 @@ async def test_a_keymap_file_rebinds_by_binding_id(store, db_path, fake, tmp_pat
 
 async def test_a_broken_keymap_is_reported_and_the_defaults_stay(store, db_path, fake, tmp_path,
                                                                 monkeypatch):
-    c = start(store, fake())
-    c.run(wait=False)
-    c.close()
-    keymap = tmp_path / "keymap.toml"
-    keymap.write_text("[keymap\n")
-    monkeypatch.setenv("NPU_DEPLOY_KEYMAP", str(keymap))
-    app = DeployApp(db_path, run_id="r1", live=True)
+    app = keymapped(store, db_path, fake, tmp_path, monkeypatch, "[keymap\n")
     async with app.run_test(size=SIZE) as pilot:
         assert any("not a keymap" in n.message for n in app._notifications)
         await pilot.press("d")

@@ -110,54 +110,42 @@ def held(store: EventStore, run_id: str) -> Iterator[None]:
 
 # --- the runs ----------------------------------------------------------------------------
 
-def checkpoint_run(store: EventStore, run_id: str = "live-p0") -> str:
-    """Phase 0 passed its gate and waits at its checkpoint for approve or redirect."""
-    c = Conductor.start(store, pipeline(), Policy(), model=MODEL, run_id=run_id)
+def _halted(store: EventStore, run_id: str, faults: str, policy: Policy, reason: str,
+            *, approve_first: bool = False) -> str:
+    """Run `run_id` (the fake pipeline with FAKE_FAIL `faults`) until the conductor halts
+    for `reason`; with `approve_first`, a person approves the first checkpoint on the way."""
+    c = Conductor.start(store, pipeline(faults), policy, model=MODEL, run_id=run_id)
     try:
+        if approve_first:
+            assert c.run(wait=False).reason == "awaiting_human"
+            store.post_command(run_id, "approve", author="ada@tui")
         halt = c.run(wait=False)
-        assert halt.reason == "awaiting_human", halt
+        assert halt.reason == reason, halt
     finally:
         c.close()
     return run_id
+
+
+def checkpoint_run(store: EventStore, run_id: str = "live-p0") -> str:
+    """Phase 0 passed its gate and waits at its checkpoint for approve or redirect."""
+    return _halted(store, run_id, "", Policy(), "awaiting_human")
 
 
 def failed_gate_run(store: EventStore, run_id: str = "debug-p1") -> str:
     """Phase 0 approved by a person; phase 1's gate failed and two debug directions wait
     for a pick (FAKE_FAIL=1:1)."""
-    c = Conductor.start(store, pipeline("1:1"), Policy(), model=MODEL, run_id=run_id)
-    try:
-        assert c.run(wait=False).reason == "awaiting_human"
-        store.post_command(run_id, "approve", author="ada@tui")
-        halt = c.run(wait=False)
-        assert halt.reason == "awaiting_pick", halt
-    finally:
-        c.close()
-    return run_id
+    return _halted(store, run_id, "1:1", Policy(), "awaiting_pick", approve_first=True)
 
 
 def stopped_run(store: EventStore, run_id: str = "stopped-p2") -> str:
     """Auto-approved to phase 2, whose gate failed its whole budget (2): needs_human."""
-    c = Conductor.start(store, pipeline("2:9"), Policy(auto_approve=True, budget=2),
-                        model=MODEL, run_id=run_id)
-    try:
-        halt = c.run(wait=False)
-        assert halt.reason == "needs_human", halt
-    finally:
-        c.close()
-    return run_id
+    return _halted(store, run_id, "2:9", Policy(auto_approve=True, budget=2), "needs_human")
 
 
 def finished_run(store: EventStore, run_id: str = "done-pass") -> str:
     """Auto-approved to the end; phase 3's gate failed once and the policy picked a
     direction, so the scrubber has a failure, a debug proposal and decisions to show."""
-    c = Conductor.start(store, pipeline("3:1"), Policy(auto_approve=True), model=MODEL,
-                        run_id=run_id)
-    try:
-        halt = c.run(wait=False)
-        assert halt.reason == "finished", halt
-    finally:
-        c.close()
-    return run_id
+    return _halted(store, run_id, "3:1", Policy(auto_approve=True), "finished")
 
 
 class _Interrupted(Exception):
