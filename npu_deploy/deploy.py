@@ -201,8 +201,8 @@ def deploy_cmd(model: str, headless: bool, auto_approve: bool, pause_at: str, bu
 
     npu: dict[str, Any] = {}
     if repeats is not None and backend != "xrt":
-        raise click.UsageError("--repeats is for --backend xrt: the emulator's times are "
-                               "modeled, one exact figure each")
+        fail("--repeats is for --backend xrt: the emulator's times are modeled, one exact "
+             "figure each", EXIT_USAGE)
     if backend == "xrt":               # before anything is stored
         _needs_npu("--backend xrt", None if air_objects is None else str(air_objects))
         from skills.workspace import air_cache_dir

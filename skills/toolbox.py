@@ -70,8 +70,8 @@ def profile_payload(profile: Profile, scope: str, tokens: int) -> dict[str, Any]
         for entry, s in zip(entries, profile.steps, strict=True):
             if s.where == "npu":
                 entry["transfer_s"] = s.host_transfer_s
-    payload: dict[str, Any] = {"scope": scope, "source": profile.source, "total_s": profile.total_s,
-               "entries": entries, "tokens": tokens}
+    payload: dict[str, Any] = {"scope": scope, "source": profile.source,
+                               "total_s": profile.total_s, "entries": entries, "tokens": tokens}
     if profile.runs:
         payload["runs"] = list(profile.runs)
     return payload
@@ -338,10 +338,9 @@ class Toolbox:
                              work)
 
     def apply_transform(self, name: str, mode: Mode) -> dict[str, Any]:
-        """Try one transform on the recipe's `mode` plan: is it legal, is it faster (modeled,
-        or measured on the NPU),
-        and does the phase-3 token-set check still pass? Kept only if both; the recipe
-        changes only then."""
+        """Try one transform on the recipe's `mode` plan: is it legal, is it faster (modeled;
+        measured on the NPU, beyond the run-to-run spread), and does the phase-3 token-set
+        check still pass? Kept only if all three; the recipe changes only then."""
         ws = self.ws
 
         def work() -> dict[str, Any]:
