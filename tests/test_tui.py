@@ -16,6 +16,7 @@ import npu_tui.timeline as timeline_module
 from machine import Conductor, Policy
 from npu_deploy.tui import ConductorDriver
 from npu_tui import DeployApp
+from npu_tui.messages import EventsArrived
 from npu_tui.screens.decision import DecisionDialog
 from npu_tui.screens.dialogs import Confirm, ForkDialog, GotoDialog, ResumeConfirm
 from npu_tui.screens.run import RunScreen
@@ -72,6 +73,26 @@ async def test_approve_at_a_checkpoint_is_one_inbox_command_that_the_conductor_a
     s = store.fold("r1")
     assert s.phases[0].status == "exited:passed" and s.phases[0].decision == "approve"
     assert not store.pending_commands("r1")
+
+
+async def test_live_tabs_catch_up_when_the_repaint_runs_before_the_cursor_follows(
+        store, db_path, fake):
+    """Seen in CI under load: events arrived, the tabs' repaint timer fired before the live
+    timer moved the cursor to them, drew at the old cursor, and the Gates tab stayed there."""
+    c = start(store, fake(fail="0:1"))
+    app = DeployApp(db_path, run_id="r1", live=True)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        assert isinstance(screen, RunScreen) and screen.follow
+        await until(pilot, lambda: screen.cursor == screen.timeline.head)
+        assert c.run(wait=False).reason == "awaiting_pick"       # phase 0's gate fails
+        # no await in between, so no timer or poll runs: the arrival, then the repaint first
+        screen.on_events_arrived(EventsArrived("r1", list(store.events("r1"))))
+        screen._flush()
+        head = store.fold("r1").version
+        assert screen.cursor == head
+        await until(pilot, lambda: "gate fake-0: FAIL" in screen.query_one(GatesPanel).text)
+    c.close()
 
 
 async def test_redirect_needs_an_instruction_and_records_it(store, db_path, fake):
@@ -304,12 +325,11 @@ async def test_what_seeks_keep_leaves_the_collector_each_second(store, db_path, 
         screen = app.screen
         assert isinstance(screen, RunScreen)
         await until(pilot, lambda: gc.get_freeze_count() > 0 and not screen._grown)
-        head = screen.timeline.head
+        head, frozen = screen.timeline.head, gc.get_freeze_count()
         for v in (head, 1, head // 2, head // 3):
+            await pilot.pause(0)                      # the previous seek's frame is drawn
             screen.seek(v)
-            await pilot.pause(0)
-        assert screen._grown
-        frozen = gc.get_freeze_count()
+        assert screen._grown          # no await since the last seek: the timer cannot run
         await until(pilot, lambda: not screen._grown)
         assert gc.get_freeze_count() > frozen
     assert gc.get_freeze_count() == 0

@@ -197,14 +197,16 @@ class RunScreen(Screen[None]):
 
     def _show_live(self) -> None:
         """What new events change at once: the stream's length, and when following, the
-        cursor, strip, title and scrubber; the banner always."""
+        cursor, strip, title and scrubber; the banner always. A cursor that moves makes the
+        tabs stale: `_flush` draws them at it."""
         if not self._live_dirty:
             return
         self._live_dirty = False
         stream = self.query_one(EventStream)
         stream.sync_head()
         if self.follow:
-            self.cursor = self.timeline.head
+            if self.cursor != self.timeline.head:
+                self.cursor, self._dirty = self.timeline.head, True
             stream.set_cursor(self.cursor)
             self.query_one(PhaseStrip).show(self.head_state)
             self._show_title(self.head_state)
@@ -214,6 +216,7 @@ class RunScreen(Screen[None]):
     def _flush(self) -> None:
         if self.playing:
             self._advance_play()
+        self._show_live()             # when following, the tabs are drawn at the newest event
         if self._dirty:
             self._dirty = False
             self.update_all()
