@@ -63,17 +63,6 @@ def _state(db: Path, run_id: str):
         return store.fold(run_id)
 
 
-def _resumes(db: Path, run_id: str) -> int:
-    """How many times the run was resumed; -1 before it exists."""
-    try:
-        with EventStore.open(db, readonly=True) as store:
-            if run_id not in store.run_ids():
-                return -1
-            return sum(1 for _ in store.events(run_id, types=("run.resumed",)))
-    except StoreError:             # not there yet, or being created by the first process
-        return -1
-
-
 def _awaiting(state, phase: int) -> bool:
     return (state is not None and state.current_phase == phase
             and state.phases[phase].pending_checkpoint is not None)
@@ -121,14 +110,15 @@ def test_kill_9_at_30_points_then_resume_gives_the_uninterrupted_run(tmp_path):
             if state is not None and state.terminal:
                 break
             cmd = _cli(db, *DEPLOY, run_id) if state is None else _cli(db, "resume", run_id)
-            before = _resumes(db, run_id)
+            before = state.version if state is not None else 0
             proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL)
             starts += 1
-            # the kill point is counted from the process's own start or resume in the log,
-            # not from its launch: how long Python takes to import varies with the load
+            # the kill point is counted from the process's first event (its run.started or
+            # run.resumed), not from its launch: how long Python takes to import varies
             started_by = time.monotonic() + 60
-            while proc.poll() is None and _resumes(db, run_id) == before:
+            while proc.poll() is None and ((s := _state(db, run_id)) is None
+                                           or s.version == before):
                 assert time.monotonic() < started_by, "the process records no start"
                 time.sleep(0.01)
             deadline = time.monotonic() + (rng.uniform(0.1, 0.6) if kills < 30 else 60)

@@ -10,18 +10,18 @@ from rich.segment import Segment
 from rich.style import Style
 from textual.binding import Binding, BindingType
 from textual.geometry import Size
+from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from ..messages import CursorMoved, ShowEvent
 from ..timeline import EventLine, RunTimeline
-from .lines import LineView
 
 PREFIX_WIDTH = 8 + 9 + 2 + 6 + 21     # version, time, glyph, phase.attempt, type
 DRAWN_KEPT = 256                      # event lines kept drawn (a few screens)
 TONES = ("pass", "fail", "human", "phase", "agent", "muted")
 
 
-class EventStream(LineView, can_focus=True):
+class EventStream(ScrollView, can_focus=True):
     """Lines of a `RunTimeline`; the cursor is the replay position (an event version)."""
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {
@@ -121,7 +121,7 @@ class EventStream(LineView, can_focus=True):
         if segments is None:
             line = self.timeline.line(version)
             if line is None:
-                return Strip.blank(width, self.line_style)
+                return Strip.blank(width, self.visual_style.rich_style)
             segments = self._drawn[(version, width)] = self._segments(line)
             if len(self._drawn) > DRAWN_KEPT:
                 self._drawn.popitem(last=False)
@@ -129,7 +129,7 @@ class EventStream(LineView, can_focus=True):
         if version == self.cursor:
             strip = strip.apply_style(self._style("cursor"))
         return strip.crop_extend(self.scroll_offset.x, self.scroll_offset.x + width,
-                                 self.line_style)
+                                 self.visual_style.rich_style)
 
     def _segments(self, line: EventLine) -> list[Segment]:
         where = "" if line.phase is None else f"p{line.phase}.{line.attempt or 0}"

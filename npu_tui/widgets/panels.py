@@ -15,13 +15,13 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 from textual.geometry import Size
+from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from events import PHASE_NAMES, DeploymentState, Event
 from events.describe import describe
 
 from ..timeline import GateRow, gate_rows
-from .lines import LineView
 
 LAYER_PREFIX = re.compile(r"^L\d+\.")
 SOURCE_LABEL = {"modeled": "MODELED (performance model, not measured)",
@@ -59,7 +59,7 @@ def any_width(build: Callable[[], RenderableType]) -> Callable[[int], Renderable
     return lambda _width: build()
 
 
-class Panel(LineView, can_focus=True):
+class Panel(ScrollView, can_focus=True):
     """A scrolling tab body drawn with the Line API: what `put` receives is laid out by Rich
     once, at the panel's width, and kept as strips, so a seek costs one Rich render and
     never a relayout of the screen (a Static in an auto-height container costs both)."""
@@ -131,9 +131,10 @@ class Panel(LineView, can_focus=True):
 
     def render_line(self, y: int) -> Strip:
         i, width = self.scroll_offset.y + y, self.size.width
+        style = self.visual_style.rich_style     # Textual's cached style: no ancestor walk
         if i >= len(self._lines):
-            return Strip.blank(width, self.line_style)
-        return Strip(self._lines[i], self._width).crop_extend(0, width, self.line_style)
+            return Strip.blank(width, style)
+        return Strip(self._lines[i], self._width).crop_extend(0, width, style)
 
     @property
     def text(self) -> str:
