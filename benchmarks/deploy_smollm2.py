@@ -40,13 +40,13 @@ def main() -> int:
 
     import torch
 
-    from events import PHASE_NAMES
-    from machine import Conductor, Policy
-    from oracle.prompts import CAPITAL_QUESTION
-    from skills.autopilot import pipeline
-    from skills.runner import Runner
-    from skills.workspace import Workspace
-    from store import EventStore
+    from npu_deploy.events import PHASE_NAMES
+    from npu_deploy.machine import Conductor, Policy
+    from npu_deploy.oracle.prompts import CAPITAL_QUESTION
+    from npu_deploy.skills.autopilot import pipeline
+    from npu_deploy.skills.runner import Runner
+    from npu_deploy.skills.workspace import Workspace
+    from npu_deploy.store import EventStore
 
     torch.set_num_threads(2)
     harness = {"s": 0.0}

@@ -27,10 +27,10 @@ if str(_ROOT) not in sys.path:
 import torch  # noqa: E402
 
 from benchmarks.host import cpu_name  # noqa: E402
-from kernels.emulated_model import EmulatedModel  # noqa: E402
-from kernels.emulator import EmulatorBackend  # noqa: E402
-from oracle.loading import load_model  # noqa: E402
-from oracle.metrics import compare  # noqa: E402
+from npu_deploy.kernels.emulated_model import EmulatedModel  # noqa: E402
+from npu_deploy.kernels.emulator import EmulatorBackend  # noqa: E402
+from npu_deploy.oracle.loading import load_model  # noqa: E402
+from npu_deploy.oracle.metrics import compare  # noqa: E402
 
 TARGET_RATIO = 1.5
 

@@ -45,7 +45,7 @@ if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
 from benchmarks.host import cpu_name, emit  # noqa: E402
-from kernels.numerics import (  # noqa: E402
+from npu_deploy.kernels.numerics import (  # noqa: E402
     BFP16EBS8,
     DEFAULT_TILE_K,
     GEMM_MEAN_REL_L1_BAND,
@@ -58,7 +58,7 @@ from kernels.numerics import (  # noqa: E402
     gemv_operands,
     to_bf16,
 )
-from oracle.metrics import compare  # noqa: E402
+from npu_deploy.oracle.metrics import compare  # noqa: E402
 
 SEQ = 2048
 # (K, N, role): NPU_FACTS.md's calibration set, M = seq 2048.

@@ -57,8 +57,8 @@ from eventsourcing.persistence import InfrastructureFactory  # noqa: E402
 from eventsourcing.utils import Environment  # noqa: E402
 
 from benchmarks.host import cpu_name  # noqa: E402
-from events import NewEvent  # noqa: E402
-from store import EventStore  # noqa: E402
+from npu_deploy.events import NewEvent  # noqa: E402
+from npu_deploy.store import EventStore  # noqa: E402
 
 Workload = list[tuple[str, dict[str, Any]]]
 

@@ -82,8 +82,8 @@ if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
 from benchmarks.host import cpu_name, emit  # noqa: E402
-from events import PHASE_NAMES, NewEvent  # noqa: E402
-from store import EventStore  # noqa: E402
+from npu_deploy.events import PHASE_NAMES, NewEvent  # noqa: E402
+from npu_deploy.store import EventStore  # noqa: E402
 
 FIRST_PAINT_TARGET_S = 0.5
 SEEK_P95_TARGET_MS = 50.0
@@ -440,8 +440,8 @@ def write_run(store: EventStore, run_id: str, steps: Iterator[Step],
 def legal_moves(store: EventStore, run_id: str) -> int:
     """Replay the run through the conductor's state machine; every move must be legal.
     Returns how many events moved the machine."""
-    from events import DeploymentState, apply
-    from machine.machine import DeploymentMachine, trigger_for
+    from npu_deploy.events import DeploymentState, apply
+    from npu_deploy.machine.machine import DeploymentMachine, trigger_for
 
     machine, state, moves = DeploymentMachine(), DeploymentState(), 0
     for e in store.events(run_id):
@@ -536,7 +536,7 @@ def import_seconds() -> float:
 def stream_lines_drawn() -> Iterator[list[float]]:
     """perf_counter times at which EventStream.render_line drew a non-blank event line
     (only the first is kept). Wraps the method for the duration (instrumentation only)."""
-    from npu_tui.widgets.event_stream import EventStream
+    from npu_deploy.tui.widgets.event_stream import EventStream
 
     drawn: list[float] = []
     original = EventStream.render_line
@@ -600,7 +600,7 @@ def gc_pauses() -> Iterator[dict[int, list[float]]]:
 async def first_paint(pilot: Any, t0: float, drawn: list[float]) -> float:
     """Seconds from t0 to the end of the first pilot.pause(0) after which the run screen is
     current and its event stream has drawn lines."""
-    from npu_tui.screens.run import RunScreen
+    from npu_deploy.tui.screens.run import RunScreen
 
     while True:
         await pilot.pause(0)
@@ -652,7 +652,7 @@ async def replay_session(db: Path, tab: str, versions: Sequence[int]) -> dict[st
     """Open the run in replay with one tab active: first paint, cold seeks, warm seeks."""
     from textual.widgets import TabbedContent
 
-    from npu_tui import DeployApp
+    from npu_deploy.tui import DeployApp
 
     app, watch = DeployApp(db, run_id=RUN_ID, live=False), Watch()
     with stream_lines_drawn() as drawn:
@@ -679,7 +679,7 @@ async def replay_session(db: Path, tab: str, versions: Sequence[int]) -> dict[st
 def screen_reads_ms(db: Path) -> dict[str, float]:
     """What composing the run screen reads, timed apart: RunTimeline's index query over the
     run and the folded state at the head (the median of 3)."""
-    from npu_tui.timeline import RunTimeline
+    from npu_deploy.tui.timeline import RunTimeline
 
     index, head = [], []
     with EventStore.open(db, readonly=True) as store:
@@ -769,7 +769,7 @@ def writer_child(db: Path, run_id: str, rate: float, seconds: float, seed: int) 
 
 async def live_session(db: Path, rate: float, seconds: float, seed: int) -> dict[str, Any]:
     """Follow a live run while a writer process appends to it."""
-    from npu_tui import DeployApp
+    from npu_deploy.tui import DeployApp
 
     child = await asyncio.create_subprocess_exec(
         sys.executable, str(Path(__file__).resolve()), "--writer-child", str(db), "--run-id",
@@ -873,7 +873,7 @@ def run_benchmark(p: Params) -> dict[str, Any]:
 
     p.progress("importing npu_tui in a fresh interpreter ...")
     imports = import_seconds()
-    import npu_tui  # noqa: F401  (the baseline below includes it)
+    import npu_deploy.tui  # noqa: F401  (the baseline below includes it)
 
     base_rss, base_peak = rss_mb()
     p.progress(f"the {p.events}-event run (generated in a child process, or cached) ...")

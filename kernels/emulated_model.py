@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from oracle.adapters import Weights
-from oracle.config import ModelArgs
+from npu_deploy.oracle.adapters import Weights
+from npu_deploy.oracle.config import ModelArgs
 
 from .execute import PlanRunner
 from .hardware import XDNA2, Hardware

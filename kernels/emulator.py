@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from oracle import reference as ref_ops
+from npu_deploy.oracle import reference as ref_ops
 
 from .numerics import (
     BFP16EBS8,

@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from oracle import reference as ref_ops
-from oracle.adapters import Weights
-from oracle.config import ModelArgs
+from npu_deploy.oracle import reference as ref_ops
+from npu_deploy.oracle.adapters import Weights
+from npu_deploy.oracle.config import ModelArgs
 
 from .numerics import to_bf16
 from .plan import Binding, Dispatch, DispatchPlan, HostStep, Launch

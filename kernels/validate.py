@@ -13,9 +13,9 @@ from typing import Any, Protocol
 
 import torch
 
-from oracle.config import RopeScaling
-from oracle.metrics import Comparison, compare
-from oracle.reference import rope_cos_sin
+from npu_deploy.oracle.config import RopeScaling
+from npu_deploy.oracle.metrics import Comparison, compare
+from npu_deploy.oracle.reference import rope_cos_sin
 
 from .checker import Finding, check
 from .emulator import REFERENCE

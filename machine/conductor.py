@@ -20,10 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from events import DeploymentState, Event, NewEvent
-from events.payloads import validate_payload
-from events.state import GATE_TOOL, PHASE_NAMES
-from store import EventStore, RunWriter
+from npu_deploy.events import DeploymentState, Event, NewEvent
+from npu_deploy.events.payloads import validate_payload
+from npu_deploy.events.state import GATE_TOOL, PHASE_NAMES
+from npu_deploy.store import EventStore, RunWriter
 
 from .machine import DEFAULT_BUDGET, PHASES, DeploymentMachine, state_of, trigger_for
 
@@ -480,7 +480,7 @@ class Conductor:
         """Wall, agent and backend seconds of phase k so far, from its events: steps an
         agent marked as backend work and the gates are backend time; the other steps and
         the model calls are agent time."""
-        from events.envelope import parse_ts
+        from npu_deploy.events.envelope import parse_ts
 
         first = last = None
         agent = backend = 0.0
@@ -589,11 +589,22 @@ def fork(store: EventStore, run_id: str, at_version: int, note: str | None = Non
         return w.run_id
 
 
+#: Pipelines under the names their modules had before the project moved under one installed
+#: namespace: runs stored then name them so in `run.started`, and still resume.
+MOVED_PIPELINES = {"skills.autopilot:pipeline": "npu_deploy.skills.autopilot:pipeline",
+                   "skills.claude:pipeline": "npu_deploy.skills.claude:pipeline"}
+
+
+def canonical_pipeline(spec: str) -> str:
+    """The current name of the pipeline `spec` names."""
+    return MOVED_PIPELINES.get(spec, spec)
+
+
 def load_pipeline(spec: str) -> Pipeline:
     """A pipeline from "module:function" (the function returns a Pipeline)."""
     import importlib
 
-    module, _, attr = spec.partition(":")
+    module, _, attr = canonical_pipeline(spec).partition(":")
     if not module or not attr:
         raise ValueError(f"pipeline {spec!r}: expected module:function")
     try:

@@ -21,8 +21,8 @@ from typing import Any, Final
 from transitions import EventData
 from transitions.extensions.nesting import HierarchicalMachine, NestedState
 
-from events import DeploymentState
-from events.state import GATE_TOOL, PHASE_NAMES
+from npu_deploy.events import DeploymentState
+from npu_deploy.events.state import GATE_TOOL, PHASE_NAMES
 
 PHASES: Final = tuple(range(len(PHASE_NAMES)))
 SUBSTATES: Final = ("working", "gating", "passed", "failed", "awaiting_human", "debugging",

@@ -18,9 +18,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from events import PHASE_NAMES, InvalidEvent, describe
-from oracle import OracleError
-from store import (
+from npu_deploy.events import PHASE_NAMES, InvalidEvent, describe
+from npu_deploy.oracle import OracleError
+from npu_deploy.store import (
     EventStore,
     StoreError,
     default_db_path,
@@ -268,7 +268,7 @@ def import_cmd(file: Path) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def models_cmd(as_json: bool) -> None:
     """List the bundled model and the target models (shapes, for planning)."""
-    from oracle import CATALOG
+    from npu_deploy.oracle import CATALOG
 
     rows = [(e, e.args) for e in CATALOG.values()]
     if as_json:
@@ -309,9 +309,9 @@ def oracle_cmd(model: str, prompts: tuple[str, ...], seq_len: int, steps: int,
     MODEL is smollm2-135m (bundled), a Hugging Face directory, a .gguf file, a
     model in the local Hugging Face cache, or a random test model.
     """
-    from oracle.gate import phase0_gate
-    from oracle.loading import load_model
-    from oracle.prompts import Prompt, canonical_prompts
+    from npu_deploy.oracle.gate import phase0_gate
+    from npu_deploy.oracle.loading import load_model
+    from npu_deploy.oracle.prompts import Prompt, canonical_prompts
 
     loaded = load_model(model)
     chat = bool(getattr(loaded.tokenizer, "chat_template", None))
@@ -351,8 +351,8 @@ def oracle_cmd(model: str, prompts: tuple[str, ...], seq_len: int, steps: int,
 
 def model_shape(model: str) -> tuple[str, Any]:
     """(description, ModelArgs) of a catalog name or of any loadable model's config."""
-    from oracle import CATALOG, model_args, resolve
-    from oracle.config import read_config
+    from npu_deploy.oracle import CATALOG, model_args, resolve
+    from npu_deploy.oracle.config import read_config
 
     if model in CATALOG:
         return f"{model} (catalog, {CATALOG[model].hub_id})", CATALOG[model].args
@@ -376,8 +376,8 @@ def kernels_cmd(model: str, seq_len: int, decode_pos: int | None, hw_name: str,
 
     MODEL is a name from `npu-deploy models` (shapes only) or any loadable model.
     """
-    from kernels import HARDWARE, Decode, Prefill, model_kernels
-    from kernels.selection import select_all
+    from npu_deploy.kernels import HARDWARE, Decode, Prefill, model_kernels
+    from npu_deploy.kernels.selection import select_all
 
     hw = HARDWARE[hw_name]
     described, args = model_shape(model)
@@ -432,11 +432,11 @@ def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, optimize: boo
     Every time is modeled: the performance model is calibrated on the Llama-3.2-1B figures
     measured on NPU2 (NPU_FACTS.md); nothing here ran on an NPU.
     """
-    from kernels import XDNA2
-    from kernels.optimize import optimize as run_optimize
-    from kernels.perf import estimate
-    from kernels.plan import baseline_plan
-    from kernels.specs import Decode, Prefill
+    from npu_deploy.kernels import XDNA2
+    from npu_deploy.kernels.optimize import optimize as run_optimize
+    from npu_deploy.kernels.perf import estimate
+    from npu_deploy.kernels.plan import baseline_plan
+    from npu_deploy.kernels.specs import Decode, Prefill
 
     described, args = model_shape(model)
     step_mode = Prefill(seq_len) if mode == "prefill" else Decode(seq_len if pos is None
@@ -452,7 +452,7 @@ def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, optimize: boo
     else:
         profile = estimate(plan, XDNA2)
     if emit_air is not None:
-        from kernels.air import EmitError, emit_plan, write_programs
+        from npu_deploy.kernels.air import EmitError, emit_plan, write_programs
         try:
             written = write_programs(emit_plan(plan, XDNA2), emit_air)
         except (EmitError, OSError) as e:
@@ -466,8 +466,8 @@ def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, optimize: boo
 
 
 def _plan_json(described: str, plan: Any, profile: Any, attempts: Any) -> dict[str, Any]:
-    from kernels import XDNA2
-    from kernels.plan import Dispatch
+    from npu_deploy.kernels import XDNA2
+    from npu_deploy.kernels.plan import Dispatch
 
     steps = []
     for step, prof in zip(plan.steps, profile.steps, strict=True):
@@ -502,8 +502,8 @@ def _plan_json(described: str, plan: Any, profile: Any, attempts: Any) -> dict[s
 
 
 def _print_plan(described: str, plan: Any, profile: Any, attempts: Any) -> None:
-    from kernels import XDNA2
-    from kernels.specs import Prefill
+    from npu_deploy.kernels import XDNA2
+    from npu_deploy.kernels.specs import Prefill
 
     out = console()
     out.print(f"{described}, {plan.mode}, on {XDNA2.name}")
@@ -555,7 +555,7 @@ def _print_plan(described: str, plan: Any, profile: Any, attempts: Any) -> None:
 
 from . import deploy as _deploy  # noqa: E402,F401 - registers deploy, decide, resume, fork
 from . import serve as _serve  # noqa: E402,F401 - registers generate, chat, report, lessons
-from . import tui as _tui  # noqa: E402,F401 - registers tui, attach, replay
+from . import tui_commands as _tui  # noqa: E402,F401 - registers tui, attach, replay
 
 if __name__ == "__main__":
     main()

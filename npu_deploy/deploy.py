@@ -9,13 +9,13 @@ from typing import Any
 import click
 from rich.console import Console
 
-from events import PHASE_NAMES, Event
-from store import EventStore, RunLocked
+from npu_deploy.events import PHASE_NAMES, Event
+from npu_deploy.store import EventStore, RunLocked
 
 from .cli import EXIT_FAILED, EXIT_USAGE, code_version, console, db_option, db_path, fail, main
 
-DEFAULT_PIPELINE = "skills.autopilot:pipeline"
-CLAUDE_PIPELINE = "skills.claude:pipeline"
+DEFAULT_PIPELINE = "npu_deploy.skills.autopilot:pipeline"
+CLAUDE_PIPELINE = "npu_deploy.skills.claude:pipeline"
 EXIT_NEEDS_HUMAN = 3      # the run stopped for a person (needs_human, or waiting headless)
 
 
@@ -54,7 +54,7 @@ def _progress(out: Console) -> Any:
 
 def _drive(conductor: Any, out: Console, wait: bool) -> None:
     """Run the conductor to its next halt and exit with a code that says why it stopped."""
-    from machine import Halt
+    from npu_deploy.machine import Halt
 
     run_id = conductor.run_id
     try:
@@ -80,7 +80,7 @@ def _drive(conductor: Any, out: Console, wait: bool) -> None:
 
 
 def load_pipeline_or_fail(spec: str) -> Any:
-    from machine import load_pipeline
+    from npu_deploy.machine import load_pipeline
 
     try:
         return load_pipeline(spec)
@@ -90,8 +90,8 @@ def load_pipeline_or_fail(spec: str) -> Any:
 
 def _check_model(spec: str) -> None:
     """Refuse a model the autopilot cannot deploy before the run is created."""
-    from oracle import OracleError, model_args, resolve
-    from oracle.config import read_config
+    from npu_deploy.oracle import OracleError, model_args, resolve
+    from npu_deploy.oracle.config import read_config
 
     try:
         source = resolve(spec)
@@ -103,7 +103,7 @@ def _check_model(spec: str) -> None:
 def _claude_config(option: str | None, budget: str) -> dict[str, Any]:
     """--agent claude: the key must be there, the model priced, the budget well formed,
     before any run is created."""
-    from skills.claude import Budget, ClaudeConfig, model_from_env, price_of
+    from npu_deploy.skills.claude import Budget, ClaudeConfig, model_from_env, price_of
 
     _needs_key("--agent claude")
     model = model_from_env(option)
@@ -118,7 +118,7 @@ def _claude_config(option: str | None, budget: str) -> dict[str, Any]:
 def _needs_key(what: str) -> None:
     import os
 
-    from skills.claude import KEY_ENV
+    from npu_deploy.skills.claude import KEY_ENV
 
     if not os.environ.get(KEY_ENV):
         fail(f"{what} needs {KEY_ENV} in the environment (an Anthropic API key); or deploy "
@@ -127,7 +127,7 @@ def _needs_key(what: str) -> None:
 
 def _needs_npu(what: str, objects: str | None) -> None:
     """Fail in one line unless this machine can run the xrt backend with `objects`."""
-    from kernels.xrt import XrtError, require
+    from npu_deploy.kernels.xrt import XrtError, require
 
     try:
         require(objects=objects)
@@ -197,7 +197,7 @@ def deploy_cmd(model: str, headless: bool, auto_approve: bool, pause_at: str, bu
                seed_fault: str | None, backend: str, air_objects: Path | None,
                repeats: int | None) -> None:
     """Deploy MODEL through phases 0-7 as a new run in the store."""
-    from machine import Conductor, Policy
+    from npu_deploy.machine import Conductor, Policy
 
     npu: dict[str, Any] = {}
     if repeats is not None and backend != "xrt":
@@ -205,7 +205,7 @@ def deploy_cmd(model: str, headless: bool, auto_approve: bool, pause_at: str, bu
              "figure each", EXIT_USAGE)
     if backend == "xrt":               # before anything is stored
         _needs_npu("--backend xrt", None if air_objects is None else str(air_objects))
-        from skills.workspace import air_cache_dir
+        from npu_deploy.skills.workspace import air_cache_dir
         npu = {"backend": "xrt", "air_objects": str(Path(str(air_objects)).resolve()),
                "air_cache": str(air_cache_dir()),
                **({"npu_repeats": repeats} if repeats is not None else {})}
@@ -233,13 +233,13 @@ def deploy_cmd(model: str, headless: bool, auto_approve: bool, pause_at: str, bu
 def _deploy_in_tui(model: str, policy: Any, pipeline_spec: str, config: dict[str, Any],
                    run_id: str | None) -> None:
     """The TUI, with the conductor in a worker thread of this process."""
-    from events import uuid7
-    from store.eventstore import validate_run_id
+    from npu_deploy.events import uuid7
+    from npu_deploy.store.eventstore import validate_run_id
 
-    from .tui import ConductorDriver, needs_terminal, run_app
+    from .tui_commands import ConductorDriver, needs_terminal, run_app
 
     needs_terminal("deploy without --headless")
-    from events import InvalidEvent
+    from npu_deploy.events import InvalidEvent
 
     try:
         run_id = validate_run_id(run_id) if run_id else uuid7()
@@ -262,12 +262,13 @@ def _deploy_in_tui(model: str, policy: Any, pipeline_spec: str, config: dict[str
 @click.option("--no-wait", is_flag=True, help="Stop instead of waiting for a person.")
 def resume_cmd(run: str, pipeline_spec: str | None, no_wait: bool) -> None:
     """Go on with a run that crashed, was paused, or stopped for a person."""
-    from machine import RunEnded, resume
-    from machine.conductor import run_config
+    from npu_deploy.machine import RunEnded, resume
+    from npu_deploy.machine.conductor import canonical_pipeline, run_config
 
     store = EventStore.open(db_path())
     run_id = store.resolve_run(run)
-    spec = pipeline_spec or run_config(store, run_id).get("pipeline") or DEFAULT_PIPELINE
+    spec = canonical_pipeline(pipeline_spec or run_config(store, run_id).get("pipeline")
+                              or DEFAULT_PIPELINE)
     config = run_config(store, run_id)
     if spec == CLAUDE_PIPELINE:
         _needs_key(f"run {run_id} is worked by Claude: resuming it")
@@ -293,7 +294,7 @@ def resume_cmd(run: str, pipeline_spec: str | None, no_wait: bool) -> None:
 @click.option("--note", default=None, help="Why: recorded in the fork's first event.")
 def fork_cmd(run: str, at_version: int, note: str | None) -> None:
     """Start a new run from RUN's history up to --at (RUN itself is not changed)."""
-    from machine import fork
+    from npu_deploy.machine import fork
 
     store = EventStore.open(db_path())
     run_id = store.resolve_run(run)

@@ -8,14 +8,14 @@ from typing import Any
 
 import click
 
-from store import EventStore
+from npu_deploy.store import EventStore
 
 from .cli import EXIT_USAGE, db_option, db_path, emit_json, fail, main, open_readonly
 
 
 def _runner(run: str) -> Any:
-    from skills.runner import NotDeployed, Runner
-    from skills.workspace import Workspace
+    from npu_deploy.skills.runner import NotDeployed, Runner
+    from npu_deploy.skills.workspace import Workspace
 
     store = open_readonly()
     run_id = store.resolve_run(run)
@@ -110,8 +110,8 @@ def lessons_cmd(run: str, action: str | None, lesson_id: str | None, author: str
                 as_json: bool) -> None:
     """List RUN's lessons, or approve one (`lessons RUN approve ID`): its proposed trigger is
     added to the store's skill overlay, which the debug matcher reads from then on."""
-    from skills.catalog import overlay_dir
-    from skills.memory import approve_lesson, lessons_markdown
+    from npu_deploy.skills.catalog import overlay_dir
+    from npu_deploy.skills.memory import approve_lesson, lessons_markdown
 
     if action is None:
         store = open_readonly()

@@ -17,7 +17,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
-from store import EventStore
+from npu_deploy.store import EventStore
 
 from .screens.run import RunScreen
 from .screens.runs import RunsScreen

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from events import Event
+from npu_deploy.events import Event
 
 
 @dataclass

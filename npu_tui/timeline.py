@@ -16,12 +16,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, NamedTuple
 
-from events import PHASE_NAMES, DeploymentState, Event
-from events import fold as fold_events
-from events.describe import describe
-from events.state import GateSummary
-from store import EventStore, StoreError
-from store.eventstore import EVENT_COLUMNS, event_from_row
+from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
+from npu_deploy.events import fold as fold_events
+from npu_deploy.events.describe import describe
+from npu_deploy.events.state import GateSummary
+from npu_deploy.store import EventStore, StoreError
+from npu_deploy.store.eventstore import EVENT_COLUMNS, event_from_row
 
 PAGE: Final = 256              # event lines read per query
 PAGES_KEPT: Final = 64         # about 16k lines in memory, whatever the run's length

@@ -66,7 +66,7 @@ def goldens_for(writer: Any, loaded: LoadedModel, prompt_ids: torch.Tensor, *,
                 phase: int = 0, attempt: int = 1) -> tuple[dict[str, torch.Tensor], bool]:
     """The golden tensors of `prompt_ids` for this run: read back when the run already
     captured them, otherwise captured, stored and recorded. Returns (tensors, reused)."""
-    from events import NewEvent
+    from npu_deploy.events import NewEvent
 
     store = writer.store
     key = goldens_key(loaded, prompt_ids)

@@ -20,10 +20,10 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from kernels.optimize import DECODE_ORDER, PREFILL_ORDER
-from kernels.specs import Decode, Mode, Prefill
-from machine import Pipeline
-from oracle.prompts import CAPITAL_QUESTION
+from npu_deploy.kernels.optimize import DECODE_ORDER, PREFILL_ORDER
+from npu_deploy.kernels.specs import Decode, Mode, Prefill
+from npu_deploy.machine import Pipeline
+from npu_deploy.oracle.prompts import CAPITAL_QUESTION
 
 from .catalog import SkillMatcher
 from .gates import gates

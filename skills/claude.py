@@ -36,10 +36,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from kernels.specs import Decode, Mode, Prefill
-from kernels.transforms import IllegalTransform
-from machine import NeedsHuman, Pipeline, ToolFailed
-from machine.conductor import run_config
+from npu_deploy.kernels.specs import Decode, Mode, Prefill
+from npu_deploy.kernels.transforms import IllegalTransform
+from npu_deploy.machine import NeedsHuman, Pipeline, ToolFailed
+from npu_deploy.machine.conductor import run_config
 
 from .catalog import SkillMatcher, load_catalog
 from .gates import gates

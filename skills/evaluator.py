@@ -24,8 +24,8 @@ from typing import Any
 
 import click
 
-from kernels.specs import Decode, Prefill
-from store import EventStore
+from npu_deploy.kernels.specs import Decode, Prefill
+from npu_deploy.store import EventStore
 
 from .gates import (
     block_checks,

@@ -24,8 +24,8 @@ import sys
 from dataclasses import replace
 from typing import Any
 
-from kernels.specs import Decode, Prefill
-from oracle.gate import phase0_gate
+from npu_deploy.kernels.specs import Decode, Prefill
+from npu_deploy.oracle.gate import phase0_gate
 
 from .runtime import Recipe
 from .toolbox import (
@@ -263,7 +263,7 @@ class EvaluatorGate(_Gate):
 
     def compute(self, ws: Workspace, tb: Toolbox) -> dict[str, Any]:
         ws.release_backend()        # the evaluator's process opens the NPU itself
-        cmd = [sys.executable, "-m", "skills.evaluator", str(ws.store.path), ws.run_id,
+        cmd = [sys.executable, "-m", "npu_deploy.skills.evaluator", str(ws.store.path), ws.run_id,
                "--json"]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         try:

@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
-from events import NewEvent
-from store import EventStore, RunWriter
+from npu_deploy.events import NewEvent
+from npu_deploy.store import EventStore, RunWriter
 
 from .catalog import load_catalog
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from kernels.perf import Rates
+from npu_deploy.kernels.perf import Rates
 
 TIME_SOURCES = ("modeled", "measured-npu")
 KERNEL_SOURCES = ("modeled", "measured-npu", "measured-cpu")

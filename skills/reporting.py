@@ -11,10 +11,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from events import PHASE_NAMES
-from events.envelope import parse_ts
-from kernels.perf import DDR_ROOF, estimate
-from kernels.specs import Decode, Prefill
+from npu_deploy.events import PHASE_NAMES
+from npu_deploy.events.envelope import parse_ts
+from npu_deploy.kernels.perf import DDR_ROOF, estimate
+from npu_deploy.kernels.specs import Decode, Prefill
 
 from .report import KernelPoint, PhaseSpan, ReportData, render_report
 from .workspace import Workspace

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from oracle.prompts import Prompt
+from npu_deploy.oracle.prompts import Prompt
 
 from .runtime import DeployedModel
 from .toolbox import stop_tokens

@@ -22,12 +22,12 @@ from typing import Any
 
 import torch
 
-from kernels.execute import PlanRunner
-from kernels.hardware import XDNA2, Hardware
-from kernels.plan import DispatchPlan, baseline_plan
-from kernels.specs import Decode, Mode, Prefill
-from kernels.transforms import TRANSFORMS
-from oracle.config import ModelArgs
+from npu_deploy.kernels.execute import PlanRunner
+from npu_deploy.kernels.hardware import XDNA2, Hardware
+from npu_deploy.kernels.plan import DispatchPlan, baseline_plan
+from npu_deploy.kernels.specs import Decode, Mode, Prefill
+from npu_deploy.kernels.transforms import TRANSFORMS
+from npu_deploy.oracle.config import ModelArgs
 
 TOP_K = 5
 

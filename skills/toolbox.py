@@ -17,15 +17,15 @@ from typing import Any
 
 import torch
 
-from kernels.checker import check
-from kernels.perf import Profile
-from kernels.plan import Dispatch, DispatchPlan, config_key
-from kernels.selection import select
-from kernels.specs import SPECS, Decode, KernelUse, Mode, Prefill
-from kernels.transforms import TRANSFORMS, IllegalTransform
-from kernels.validate import validate_kernel
-from oracle.metrics import compare
-from oracle.reference import golden_name
+from npu_deploy.kernels.checker import check
+from npu_deploy.kernels.perf import Profile
+from npu_deploy.kernels.plan import Dispatch, DispatchPlan, config_key
+from npu_deploy.kernels.selection import select
+from npu_deploy.kernels.specs import SPECS, Decode, KernelUse, Mode, Prefill
+from npu_deploy.kernels.transforms import TRANSFORMS, IllegalTransform
+from npu_deploy.kernels.validate import validate_kernel
+from npu_deploy.oracle.metrics import compare
+from npu_deploy.oracle.reference import golden_name
 
 from .catalog import load_catalog
 from .runtime import DeployedModel, Greedy, Recipe, reference_greedy, topk_check
@@ -383,7 +383,7 @@ class Toolbox:
         ws = self.ws
 
         def work() -> dict[str, Any]:
-            from oracle.prompts import Prompt
+            from npu_deploy.oracle.prompts import Prompt
             chat = bool(getattr(ws.loaded.tokenizer, "chat_template", None))
             ids = ws.ids(Prompt("ask", text, chat=chat))
             out = ws.deployed(ws.recipe()).generate(ids, max_tokens, stop=stop_tokens(ws))
@@ -396,7 +396,7 @@ class Toolbox:
         """The MLIR-AIR program of every dispatch of the deployed prefill and decode plans:
         each source a blob, and a file in the run's directory (air/prefill, air/decode),
         ready for mlir-air's XRT backend."""
-        from kernels.air import emit_plan, write_programs
+        from npu_deploy.kernels.air import emit_plan, write_programs
 
         ws = self.ws
 

@@ -26,15 +26,15 @@ from typing import Any
 
 import torch
 
-from kernels.emulator import EmulatorBackend
-from kernels.execute import PlanRunner
-from kernels.hardware import HARDWARE, Hardware
-from kernels.npu import REPEATS
-from kernels.perf import Profile, estimate
-from kernels.plan import DispatchPlan
-from kernels.specs import Prefill
-from oracle.prompts import DEFAULT_SEQ_LEN, Prompt, canonical_prompts
-from store import EventStore
+from npu_deploy.kernels.emulator import EmulatorBackend
+from npu_deploy.kernels.execute import PlanRunner
+from npu_deploy.kernels.hardware import HARDWARE, Hardware
+from npu_deploy.kernels.npu import REPEATS
+from npu_deploy.kernels.perf import Profile, estimate
+from npu_deploy.kernels.plan import DispatchPlan
+from npu_deploy.kernels.specs import Prefill
+from npu_deploy.oracle.prompts import DEFAULT_SEQ_LEN, Prompt, canonical_prompts
+from npu_deploy.store import EventStore
 
 from .runtime import DeployedModel, Recipe
 
@@ -86,7 +86,7 @@ def _npu_backend(ws: Workspace) -> Any:
     """The NPU backend of an xrt run: pyxrt and mlir-air, unless the run's config names
     another runtime (`npu_runtime`, module:function of the workspace returning the
     backend's `runner` and `compiler`: the simulated NPU of the tests is one)."""
-    from kernels.npu import NpuBackend
+    from npu_deploy.kernels.npu import NpuBackend
     s = ws.settings
     if not s.air_objects:
         raise ValueError("a run on the xrt backend needs its micro-kernel objects "
@@ -183,7 +183,7 @@ class Workspace:
         modeled."""
         if not self.settings.measured:
             return estimate(plan, self.hw)
-        from kernels.npu import measure
+        from npu_deploy.kernels.npu import measure
         runner = self.runner
         ids = self.ids(self.block_prompt())
         if isinstance(plan.mode, Prefill):
@@ -230,7 +230,7 @@ _MODELS: dict[str, Any] = {}
 
 
 def _load(spec: str) -> Any:
-    from oracle.loading import load_model
+    from npu_deploy.oracle.loading import load_model
 
     if spec not in _MODELS:
         _MODELS.clear()             # one model at a time: they can be large

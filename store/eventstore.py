@@ -18,7 +18,7 @@ from filelock import FileLock, Timeout
 from platformdirs import user_data_path
 from sqlite_utils import Database
 
-from events import (
+from npu_deploy.events import (
     BLOB_REF_RE,
     EVENT_TYPES,
     GENESIS_HASH,
@@ -34,15 +34,15 @@ from events import (
     validate_payload,
     with_head,
 )
-from events import fold as fold_events
-from events.envelope import (
+from npu_deploy.events import fold as fold_events
+from npu_deploy.events.envelope import (
     PREIMAGE_SEPARATORS,
     RUN_ID_RE,
     SEP,
     STORED_COLUMNS,
     hash_preimage,
 )
-from events.state import REDUCED_TYPES, reduce_body
+from npu_deploy.events.state import REDUCED_TYPES, reduce_body
 
 from .errors import StoreCorrupt, StoreError, UnknownRun
 from .schema import connect, release

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from events import (
+from npu_deploy.events import (
     EVENT_TYPES,
     GENESIS_HASH,
     DeploymentState,

@@ -18,7 +18,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from events import (
+from npu_deploy.events import (
     GENESIS_HASH,
     DeploymentState,
     Event,
@@ -34,7 +34,7 @@ from events import (
     validate_payload,
     with_head,
 )
-from events.state import reduce_body
+from npu_deploy.events.state import reduce_body
 
 from .errors import (
     CommandAlreadyConsumed,

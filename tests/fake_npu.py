@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from kernels.air import Program
-from kernels.emulator import EmulatorBackend
-from kernels.execute import _physical
-from kernels.perf import device_s
-from kernels.plan import Dispatch
-from kernels.xrt import Artifact
+from npu_deploy.kernels.air import Program
+from npu_deploy.kernels.emulator import EmulatorBackend
+from npu_deploy.kernels.execute import _physical
+from npu_deploy.kernels.perf import device_s
+from npu_deploy.kernels.plan import Dispatch
+from npu_deploy.kernels.xrt import Artifact
 
 COMPLETED, TIMEOUT = "ERT_CMD_STATE_COMPLETED", "ERT_CMD_STATE_TIMEOUT"
 
@@ -213,7 +213,7 @@ def compiler_for(sim: SimulatedXrt, cache: Path) -> Any:
 
 def runtime(ws: Any) -> dict[str, Any]:
     """The `npu_runtime` of a run on the simulated NPU: its runner, compiler and lock."""
-    from kernels.xrt import XrtRunner
+    from npu_deploy.kernels.xrt import XrtRunner
 
     sim = SimulatedXrt(ws.loaded.args.head_dim)
     return {"runner": XrtRunner(sim, clock=sim.clock),

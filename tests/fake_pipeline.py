@@ -14,7 +14,7 @@ import os
 import time
 from typing import Any
 
-from machine import Pipeline
+from npu_deploy.machine import Pipeline
 
 
 class FakeAgent:

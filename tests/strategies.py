@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from events import NewEvent
+from npu_deploy.events import NewEvent
 
 text = st.text(max_size=40)
 ident = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12)

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from kernels import SPECS, XDNA2
-from kernels.air import EmitError, emit_dispatch, emit_plan, layout_of, write_programs
-from kernels.checker import check_with_usage
-from kernels.optimize import optimize
-from kernels.plan import Binding, Dispatch, Launch, baseline_plan
-from kernels.selection import select
-from kernels.specs import Decode, KernelUse, Prefill
 from npu_deploy.cli import model_shape
+from npu_deploy.kernels import SPECS, XDNA2
+from npu_deploy.kernels.air import EmitError, emit_dispatch, emit_plan, layout_of, write_programs
+from npu_deploy.kernels.checker import check_with_usage
+from npu_deploy.kernels.optimize import optimize
+from npu_deploy.kernels.plan import Binding, Dispatch, Launch, baseline_plan
+from npu_deploy.kernels.selection import select
+from npu_deploy.kernels.specs import Decode, KernelUse, Prefill
 
 BYTES = {"bf16": 2, "f32": 4}
 

@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 import torch
 
-from kernels import SPECS, XDNA2
-from kernels.air import EmitError, emit_dispatch
-from kernels.plan import Binding, Dispatch, Launch
-from kernels.selection import select
-from kernels.specs import KernelUse
+from npu_deploy.kernels import SPECS, XDNA2
+from npu_deploy.kernels.air import EmitError, emit_dispatch
+from npu_deploy.kernels.plan import Binding, Dispatch, Launch
+from npu_deploy.kernels.selection import select
+from npu_deploy.kernels.specs import KernelUse
 
 HIERARCHY = ("launch", "segment", "herd")
 ISSUED = ("ChannelPut", "ChannelGet", "dma_memcpy_nd", "CallOp")   # what the evaluator records

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from conftest import assert_one_error
 
-from events import NewEvent
-from machine import Conductor, Policy
-from skills.autopilot import pipeline
-from store import EventStore, RunWriter
+from npu_deploy.events import NewEvent
+from npu_deploy.machine import Conductor, Policy
+from npu_deploy.skills.autopilot import pipeline
+from npu_deploy.store import EventStore, RunWriter
 
 FAST = {"seq_len": 32, "steps": 12}
 
@@ -105,8 +105,9 @@ def test_the_evaluator_fails_a_run_whose_gates_passed_without_the_work(tmp_path)
                             config=FAST)
         assert c.run().reason == "finished"
         c.close()
-    done = subprocess.run([sys.executable, "-m", "skills.evaluator", str(tmp_path / "runs.db"),
-                           c.run_id, "--json"], capture_output=True, text=True, check=False)
+    done = subprocess.run([sys.executable, "-m", "npu_deploy.skills.evaluator",
+                           str(tmp_path / "runs.db"), c.run_id, "--json"],
+                          capture_output=True, text=True, check=False)
     assert done.returncode == 1, done.stderr
     report = json.loads(done.stdout)
     assert report["verdict"] == "FAIL"
@@ -157,7 +158,7 @@ def test_the_command_line_refuses_an_unknown_model_and_a_run_without_deployment(
 
 
 def test_the_optimization_memory_orders_the_next_deployment(tmp_path):
-    from skills.memory import transform_order
+    from npu_deploy.skills.memory import transform_order
 
     db = tmp_path / "runs.db"
     with EventStore.open(db) as store:
@@ -184,7 +185,7 @@ def test_the_optimization_memory_orders_the_next_deployment(tmp_path):
 
 
 def test_an_approved_lesson_adds_its_trigger_to_the_matcher(tmp_path, cli):
-    from skills.catalog import SkillMatcher, load_catalog, overlay_dir
+    from npu_deploy.skills.catalog import SkillMatcher, load_catalog, overlay_dir
 
     db = tmp_path / "runs.db"
     with EventStore.open(db) as store:

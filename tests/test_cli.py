@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from conftest import ERROR_PREFIX, STARTED, assert_one_error
 
-from events import NewEvent
-from store import EventStore
+from npu_deploy.events import NewEvent
+from npu_deploy.store import EventStore
 
 RUN_A = "20260101T000000-aaaaaa"      # 5 events: run.started, 4 messages
 RUN_B = "20260101T000001-bbbbbb"      # 3 events

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from strategies import event_lists
 
-from events import (
+from npu_deploy.events import (
     GENESIS_HASH,
     DeploymentState,
     InvalidEvent,
@@ -22,8 +22,8 @@ from events import (
     uuid7,
     validate_payload,
 )
-from events.state import fold_slowly
-from store.writer import prepare
+from npu_deploy.events.state import fold_slowly
+from npu_deploy.store.writer import prepare
 
 
 def seal_all(news: list[NewEvent], run_id: str = "r1") -> list:
@@ -167,7 +167,7 @@ def test_fold_is_deterministic_and_resumable_from_any_point(news):
 
 
 def test_every_event_type_the_system_needs_is_defined():
-    from events import EVENT_TYPES
+    from npu_deploy.events import EVENT_TYPES
     assert set(EVENT_TYPES) == {
         "run.started", "run.resumed", "run.forked", "run.finished", "phase.entered",
         "phase.exited", "agent.message", "model.called", "tool.requested", "tool.completed",

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernels import SPECS, XDNA1, XDNA2, Decode, Prefill, blocking, check, model_kernels
-from oracle import CATALOG
+from npu_deploy.kernels import SPECS, XDNA1, XDNA2, Decode, Prefill, blocking, check, model_kernels
+from npu_deploy.oracle import CATALOG
 
 GEMM_8x4 = {"tile_m": 64, "tile_k_l2": 256, "tile_k_l1": 32, "tile_n": 128, "herd_m": 4,
             "herd_n": 8}
@@ -128,7 +128,7 @@ def test_head_dim_128_seq_first_attention_hangs():
 
 def test_attention_resources_follow_the_mlir_air_program():
     """NPU_FACTS: 32 tiles for 4 q tiles x 4 cascade stages; the example unrolls two heads."""
-    from kernels.checker import check_with_usage
+    from npu_deploy.kernels.checker import check_with_usage
 
     shape = {"heads": 32, "kv_heads": 8, "Lq": 2048, "Lk": 2048, "head_dim": 64}
     findings, usage = check_with_usage(SPECS["flash_attention"], shape, {}, XDNA2)
@@ -155,7 +155,7 @@ def test_attention_configurations_that_cannot_exist(config, needle):
 
 
 def test_odd_head_counts_get_one_head_per_unroll():
-    from kernels.selection import select
+    from npu_deploy.kernels.selection import select
 
     uses = {u.role: u for u in model_kernels(CATALOG["smollm2-135m"].args, Prefill(2048))}
     chosen = select(uses["attention"], XDNA2)
@@ -222,7 +222,7 @@ def test_bytes_moved_counts_every_operand():
 
 @pytest.mark.parametrize("name", list(CATALOG))
 def test_selection_finds_a_valid_configuration_for_every_kernel(name):
-    from kernels.selection import select_all
+    from npu_deploy.kernels.selection import select_all
 
     for mode in (Prefill(2048), Prefill(77), Decode(2047)):
         for sel in select_all(model_kernels(CATALOG[name].args, mode), XDNA2):
@@ -233,7 +233,7 @@ def test_selection_finds_a_valid_configuration_for_every_kernel(name):
 
 
 def test_selection_keeps_the_calibrated_config_where_it_fits():
-    from kernels.selection import select_all
+    from npu_deploy.kernels.selection import select_all
 
     sels = {s.roles[0]: s for s in select_all(
         model_kernels(CATALOG["llama-3.2-1b"].args, Prefill(2048)), XDNA2)}
@@ -243,7 +243,7 @@ def test_selection_keeps_the_calibrated_config_where_it_fits():
 
 
 def test_unaligned_widths_get_a_smaller_tile_n():
-    from kernels.selection import select_all
+    from npu_deploy.kernels.selection import select_all
 
     sels = {s.roles[0]: s for s in select_all(
         model_kernels(CATALOG["qwen2.5-0.5b"].args, Prefill(2048)), XDNA2)}
@@ -253,7 +253,7 @@ def test_unaligned_widths_get_a_smaller_tile_n():
 
 
 def test_odd_sequence_lengths_are_padded_and_the_waste_recorded():
-    from kernels.selection import select_all
+    from npu_deploy.kernels.selection import select_all
 
     sels = {s.roles[0]: s for s in select_all(
         model_kernels(CATALOG["smollm2-135m"].args, Prefill(77)), XDNA2)}

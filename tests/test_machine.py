@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from fake_pipeline import make
 
-from events import DeploymentState
-from machine import (
+from npu_deploy.events import DeploymentState
+from npu_deploy.machine import (
     Conductor,
     DeploymentMachine,
     IllegalTransition,
@@ -21,7 +21,7 @@ from machine import (
     resume,
     state_of,
 )
-from store import EventStore, RunLocked
+from npu_deploy.store import EventStore, RunLocked
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "machine.md"
 
@@ -197,7 +197,7 @@ def test_resume_is_refused_while_another_process_writes(store, fake):
 
 
 def test_a_step_that_cannot_be_repeated_is_put_to_a_person(store, fake):
-    from machine import PhaseRun
+    from npu_deploy.machine import PhaseRun
 
     pipeline = fake()
     c = Conductor.start(store, pipeline, Policy(auto_approve=True), model="tiny")
@@ -312,7 +312,7 @@ def test_a_person_can_override_a_failed_gate_only_explicitly(store, fake, cli):
     assert exited[0].phase == 0 and exited[0].payload["outcome"] == "passed"
     assert "overrode" in exited[0].payload["reason"]
     assert c.state.phases[0].last_gate.passed is False
-    from events.describe import describe
+    from npu_deploy.events.describe import describe
     override = [e for e in store.events(c.run_id) if e.type == "human.decision"][-1]
     assert "OVERRIDING THE FAILED GATE" in describe(override)
     c.close()
@@ -329,3 +329,13 @@ def test_a_person_can_override_a_failed_gate_only_explicitly(store, fake, cli):
     assert c.run().reason == "finished"
     c.close()
     assert store.fold(c.run_id).phases[0].outcome == "passed"
+
+
+def test_a_pipeline_named_before_the_namespace_move_still_loads():
+    """Runs stored before the packages moved under `npu_deploy` name their pipeline by the
+    old module path in `run.started`; resuming them must find it."""
+    from npu_deploy.machine.conductor import Pipeline, canonical_pipeline, load_pipeline
+
+    assert canonical_pipeline("skills.autopilot:pipeline").startswith("npu_deploy.")
+    pipeline = load_pipeline("skills.autopilot:pipeline")
+    assert isinstance(pipeline, Pipeline) and pipeline.agent.name == "autopilot"

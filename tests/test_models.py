@@ -14,11 +14,18 @@ import torch
 from conftest import STARTED, assert_one_error
 from safetensors.torch import load_file, save_file
 
-from oracle import BadConfig, ModelCorrupt, ModelNotFound, UnsupportedModel, model_args, resolve
-from oracle.errors import TokenizerMismatch
-from oracle.goldens import find_goldens, goldens_for, goldens_key
-from oracle.loading import load_model
-from store import EventStore, export_run, import_run, read_export
+from npu_deploy.oracle import (
+    BadConfig,
+    ModelCorrupt,
+    ModelNotFound,
+    UnsupportedModel,
+    model_args,
+    resolve,
+)
+from npu_deploy.oracle.errors import TokenizerMismatch
+from npu_deploy.oracle.goldens import find_goldens, goldens_for, goldens_key
+from npu_deploy.oracle.loading import load_model
+from npu_deploy.store import EventStore, export_run, import_run, read_export
 
 
 @pytest.fixture
@@ -41,7 +48,7 @@ def edit_config(directory: Path, **changes) -> None:
 # --- offline sources ---------------------------------------------------------------------
 
 def test_importing_oracle_switches_the_hub_offline():
-    import oracle  # noqa: F401
+    import npu_deploy.oracle  # noqa: F401
     assert os.environ["HF_HUB_OFFLINE"] == "1"
 
 
@@ -74,7 +81,7 @@ def test_converted_gguf_is_reused_not_converted_again(smollm2):
 
 
 def test_a_gguf_path_is_converted_like_the_bundled_file(smollm2):
-    from oracle.sources import bundled_gguf
+    from npu_deploy.oracle.sources import bundled_gguf
 
     source = resolve(str(bundled_gguf()))
     assert source.kind == "gguf" and source.directory == smollm2.source.directory

@@ -21,15 +21,15 @@ import pytest
 import torch
 from fake_npu import SimulatedXrt, compiler_for
 
-from kernels.air import tensor_key
-from kernels.emulator import EmulatorBackend
-from kernels.execute import PlanRunner
-from kernels.npu import NpuBackend, argument_kinds, measure
-from kernels.perf import Profile, device_s, estimate
-from kernels.plan import baseline_plan
-from kernels.specs import Decode, Prefill
-from kernels.transforms import TRANSFORMS
-from kernels.xrt import XrtRunner
+from npu_deploy.kernels.air import tensor_key
+from npu_deploy.kernels.emulator import EmulatorBackend
+from npu_deploy.kernels.execute import PlanRunner
+from npu_deploy.kernels.npu import NpuBackend, argument_kinds, measure
+from npu_deploy.kernels.perf import Profile, device_s, estimate
+from npu_deploy.kernels.plan import baseline_plan
+from npu_deploy.kernels.specs import Decode, Prefill
+from npu_deploy.kernels.transforms import TRANSFORMS
+from npu_deploy.kernels.xrt import XrtRunner
 
 L = 24
 
@@ -161,10 +161,10 @@ def test_a_weight_read_by_a_gemm_and_a_gemv_is_two_buffers(tiny_models):
 
 def test_a_deployment_on_the_xrt_backend_measures_and_writes_its_programs(tmp_path,
                                                                           monkeypatch):
-    from machine import Conductor, Policy
-    from skills.autopilot import pipeline
-    from skills.workspace import workspace_dir
-    from store import EventStore
+    from npu_deploy.machine import Conductor, Policy
+    from npu_deploy.skills.autopilot import pipeline
+    from npu_deploy.skills.workspace import workspace_dir
+    from npu_deploy.store import EventStore
 
     tests = str(Path(__file__).parent)      # the evaluator's process imports fake_npu too
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(

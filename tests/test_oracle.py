@@ -10,11 +10,11 @@ import torch
 import transformers
 from transformers.models.llama import modeling_llama
 
-from events import validate_payload
-from oracle import CATALOG, OracleError, RopeScaling, model_args
-from oracle.gate import phase0_gate
-from oracle.prompts import CAPITAL_QUESTION, Prompt, canonical_prompts
-from oracle.reference import (
+from npu_deploy.events import validate_payload
+from npu_deploy.oracle import CATALOG, OracleError, RopeScaling, model_args
+from npu_deploy.oracle.gate import phase0_gate
+from npu_deploy.oracle.prompts import CAPITAL_QUESTION, Prompt, canonical_prompts
+from npu_deploy.oracle.reference import (
     BLOCK_OPS,
     Reference,
     apply_rope,

@@ -12,10 +12,10 @@ import dataclasses
 import pytest
 import torch
 
-from kernels import XDNA2
-from kernels.emulator import EmulatorBackend
-from kernels.execute import PlanRunner
-from kernels.perf import (
+from npu_deploy.kernels import XDNA2
+from npu_deploy.kernels.emulator import EmulatorBackend
+from npu_deploy.kernels.execute import PlanRunner
+from npu_deploy.kernels.perf import (
     CALIBRATION,
     PerfParams,
     _first_with_role,
@@ -24,9 +24,9 @@ from kernels.perf import (
     reference_decode,
     reference_prefill,
 )
-from kernels.plan import Dispatch, HostStep, baseline_plan
-from kernels.specs import Decode, Prefill
-from kernels.transforms import (
+from npu_deploy.kernels.plan import Dispatch, HostStep, baseline_plan
+from npu_deploy.kernels.specs import Decode, Prefill
+from npu_deploy.kernels.transforms import (
     TRANSFORMS,
     IllegalTransform,
     align_layouts,
@@ -34,8 +34,8 @@ from kernels.transforms import (
     merge_dispatches,
     reuse_buffers,
 )
-from oracle import CATALOG
-from oracle.metrics import compare
+from npu_deploy.oracle import CATALOG
+from npu_deploy.oracle.metrics import compare
 
 LLAMA = CATALOG["llama-3.2-1b"].args
 TINY = ["tiny-llama", "tiny-llama-mha", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2-hd128"]
@@ -268,7 +268,7 @@ def test_every_report_carries_its_source_and_the_roofline():
 
 
 def test_optimize_keeps_only_faster_steps():
-    from kernels.optimize import optimize
+    from npu_deploy.kernels.optimize import optimize
 
     result = optimize(baseline_plan("llama-3.2-1b", LLAMA, Prefill(2048)))
     kept = [a for a in result.attempts if a.kept]

@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from events import NewEvent
-from store import EventStore, RunWriter, StoreError
+from npu_deploy.events import NewEvent
+from npu_deploy.store import EventStore, RunWriter, StoreError
 
 TESTS = Path(__file__).resolve().parent
 VOLATILE = {"duration_s", "wall_s", "agent_s", "backend_s", "command_id"}
@@ -176,7 +176,7 @@ def test_decide_checks_the_run_before_leaving_a_command(cli, tmp_path, monkeypat
     db = tmp_path / "runs.db"
     from fake_pipeline import make
 
-    from machine import Conductor, Policy
+    from npu_deploy.machine import Conductor, Policy
 
     with EventStore.open(db) as store:
         c = Conductor.start(store, make(), Policy(), model="tiny", run_id="r1")
@@ -198,7 +198,7 @@ def test_resume_and_fork_commands(cli, tmp_path, monkeypatch):
     from conftest import assert_one_error
     from fake_pipeline import make
 
-    from machine import Conductor, Policy
+    from npu_deploy.machine import Conductor, Policy
 
     with EventStore.open(db) as store:
         c = Conductor.start(store, make(), Policy(), model="tiny", run_id="r1",
@@ -248,7 +248,7 @@ def test_resume_and_replay_of_a_100k_event_run_take_under_a_second(tmp_path):
 
 
 def test_a_snapshot_of_another_reducer_is_ignored_and_rebuilt(tmp_path):
-    from events.state import REDUCER_VERSION
+    from npu_deploy.events.state import REDUCER_VERSION
 
     with EventStore.open(tmp_path / "runs.db") as store:
         run_id = _big_run(store, 3000)

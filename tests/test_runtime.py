@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kernels.specs import Decode, Prefill
-from oracle.catalog import CATALOG
-from skills.runtime import Greedy, Recipe, topk_check
+from npu_deploy.kernels.specs import Decode, Prefill
+from npu_deploy.oracle.catalog import CATALOG
+from npu_deploy.skills.runtime import Greedy, Recipe, topk_check
 
 REF = Greedy([1, 2, 3, 4], [[1, 9, 8], [2, 7, 6], [3, 5, 0], [4, 0, 0]])
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from skills import CATALOG_DIR, Symptoms, load_catalog, match, validate
-from skills.catalog import SkillMatcher
+from npu_deploy.skills import CATALOG_DIR, Symptoms, load_catalog, match, validate
+from npu_deploy.skills.catalog import SkillMatcher
 
 PHASES = ["phase-0-cpu-oracle", "phase-1-kernel-validation", "phase-2-single-block",
           "phase-3-full-model", "phase-4-prefill-optimization", "phase-5-decode-optimization",
@@ -57,7 +57,7 @@ def test_the_catalog_is_valid_and_complete():
 
 
 def test_the_transforms_name_optimization_skills_of_the_catalog():
-    from kernels.transforms import TRANSFORMS
+    from npu_deploy.kernels.transforms import TRANSFORMS
 
     catalog = load_catalog()
     for t in TRANSFORMS.values():
@@ -163,8 +163,8 @@ def test_validator_catches_a_skill_the_orchestrator_names_but_the_catalog_lacks(
 # --- a seeded fault through the conductor ----------------------------------------------------
 
 def test_a_seeded_gemm_fault_proposes_the_matching_skill_and_the_pick_passes(tmp_path):
-    from machine import Conductor, Pipeline, Policy
-    from store import EventStore
+    from npu_deploy.machine import Conductor, Pipeline, Policy
+    from npu_deploy.store import EventStore
 
     class Agent:
         name = "seeded"

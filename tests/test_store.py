@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from strategies import event_lists
 
-from events import InvalidEvent, NewEvent, canonical_json
-from store import (
+from npu_deploy.events import InvalidEvent, NewEvent, canonical_json
+from npu_deploy.store import (
     SCHEMA_VERSION,
     CommandAlreadyConsumed,
     EventStore,
@@ -200,7 +200,7 @@ def test_blobs_are_content_addressed_compressed_and_checked_on_read(store, db_pa
 
 def test_stored_older_schema_events_are_upcast_on_read_and_still_verify(store, db_path):
     """An event written under model.called schema 1 reads in the current form."""
-    from events import seal
+    from npu_deploy.events import seal
 
     with store.create_run(STARTED) as w:
         run_id, head = w.run_id, w.state
@@ -210,7 +210,7 @@ def test_stored_older_schema_events_are_upcast_on_read_and_still_verify(store, d
                prev_hash=head.last_hash, schema_version=1, payload_json=canonical_json(v1))
     conn = raw(db_path)
     conn.execute("BEGIN")
-    from store.writer import insert_row
+    from npu_deploy.store.writer import insert_row
     insert_row(conn, old)
     conn.execute("UPDATE runs SET head_version = 2, head_hash = ? WHERE run_id = ?",
                  (old.hash, run_id))
@@ -378,7 +378,7 @@ def test_export_files_carry_payloads_as_stored(store, tmp_path):
 
 
 def test_a_store_migrates_forward_once_and_keeps_its_runs(db_path, monkeypatch):
-    from store import schema
+    from npu_deploy.store import schema
 
     with EventStore.open(db_path) as s, s.create_run(STARTED) as w:
         w.append(msg("before the migration"))

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from conftest import STARTED
 
-from events import NewEvent
-from store import EventStore, RunLocked
-from store import writer as writer_module
+from npu_deploy.events import NewEvent
+from npu_deploy.store import EventStore, RunLocked
+from npu_deploy.store import writer as writer_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,8 +37,8 @@ pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs PO
 #: appends and small batches with tiny random pauses; prints "DONE <head version>".
 TAIL_WRITER = """
 import random, sys, time
-from events import NewEvent
-from store import EventStore
+from npu_deploy.events import NewEvent
+from npu_deploy.store import EventStore
 db, run_id, count, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 rng = random.Random(seed)
 def msg(i):
@@ -65,8 +65,8 @@ with EventStore.open(db) as s:
 #: "COMMITTED <batch>" after each commit, until it is killed.
 CRASH_WRITER = """
 import sys
-from events import NewEvent
-from store import EventStore
+from npu_deploy.events import NewEvent
+from npu_deploy.store import EventStore
 db, run_id, it, k = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 s = EventStore.open(db)
 w = s.writer(run_id)
@@ -83,7 +83,7 @@ while True:
 #: argv: db, run_id. Holds the run's writer until stdin is closed.
 LOCK_HOLDER = """
 import sys
-from store import EventStore
+from npu_deploy.store import EventStore
 with EventStore.open(sys.argv[1]) as s:
     w = s.writer(sys.argv[2])
     print("READY", flush=True)

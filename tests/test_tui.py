@@ -12,18 +12,18 @@ from pathlib import Path
 
 import pytest
 
-import npu_tui.timeline as timeline_module
-from machine import Conductor, Policy
-from npu_deploy.tui import ConductorDriver
-from npu_tui import DeployApp
-from npu_tui.messages import EventsArrived
-from npu_tui.screens.decision import DecisionDialog
-from npu_tui.screens.dialogs import Confirm, ForkDialog, GotoDialog, ResumeConfirm
-from npu_tui.screens.run import RunScreen
-from npu_tui.screens.runs import RunsScreen
-from npu_tui.timeline import EventLine, RunTimeline, row_of
-from npu_tui.widgets.panels import GatesPanel, source_label
-from store import EventStore
+import npu_deploy.tui.timeline as timeline_module
+from npu_deploy.machine import Conductor, Policy
+from npu_deploy.store import EventStore
+from npu_deploy.tui import DeployApp
+from npu_deploy.tui.messages import EventsArrived
+from npu_deploy.tui.screens.decision import DecisionDialog
+from npu_deploy.tui.screens.dialogs import Confirm, ForkDialog, GotoDialog, ResumeConfirm
+from npu_deploy.tui.screens.run import RunScreen
+from npu_deploy.tui.screens.runs import RunsScreen
+from npu_deploy.tui.timeline import EventLine, RunTimeline, row_of
+from npu_deploy.tui.widgets.panels import GatesPanel, source_label
+from npu_deploy.tui_commands import ConductorDriver
 
 SIZE = (150, 45)
 
@@ -379,7 +379,7 @@ async def test_event_details_open_on_enter(store, db_path, finished_run):
     app = DeployApp(db_path, run_id=finished_run, live=False)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("enter")
-        from npu_tui.screens.dialogs import EventDetail
+        from npu_deploy.tui.screens.dialogs import EventDetail
         assert isinstance(app.screen, EventDetail)
         assert app.screen.event.type == "run.started"
         await pilot.press("escape")

@@ -20,12 +20,12 @@ import tui_runs
 from textual.pilot import Pilot
 from textual.widgets import Button, Input
 
-from npu_tui import DeployApp
-from npu_tui.screens.decision import DecisionDialog
-from npu_tui.screens.dialogs import Confirm
-from npu_tui.screens.run import RunScreen
-from npu_tui.widgets.scrubber import Scrubber
-from store import EventStore
+from npu_deploy.store import EventStore
+from npu_deploy.tui import DeployApp
+from npu_deploy.tui.screens.decision import DecisionDialog
+from npu_deploy.tui.screens.dialogs import Confirm
+from npu_deploy.tui.screens.run import RunScreen
+from npu_deploy.tui.widgets.scrubber import Scrubber
 
 SIZE = (140, 40)
 DB = Path("runs.db")       # relative: the runs screen prints the path, the same everywhere
@@ -247,7 +247,7 @@ async def test_decision_buttons_are_on_screen(db, run_id, size):
 async def test_a_live_run_opens_scrolled_to_its_newest_event(db):
     """Attaching to a run longer than the stream is tall shows its newest events, with the
     cursor line (the head) on screen."""
-    from npu_tui.widgets.event_stream import EventStream
+    from npu_deploy.tui.widgets.event_stream import EventStream
 
     app = DeployApp(db, run_id="done-pass", live=True)
     async with app.run_test(size=SIZE) as pilot:

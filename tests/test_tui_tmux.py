@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from store import EventStore, StoreUnreadable
+from npu_deploy.store import EventStore, StoreUnreadable
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent

@@ -17,10 +17,18 @@ import pytest
 import torch
 from fake_npu import FakeXrt
 
-from kernels import XDNA2
-from kernels.air import emit_dispatch
-from kernels.plan import Binding, Dispatch, Launch
-from kernels.xrt import Artifact, XrtError, XrtRunner, compile_program, missing, npu_lock, require
+from npu_deploy.kernels import XDNA2
+from npu_deploy.kernels.air import emit_dispatch
+from npu_deploy.kernels.plan import Binding, Dispatch, Launch
+from npu_deploy.kernels.xrt import (
+    Artifact,
+    XrtError,
+    XrtRunner,
+    compile_program,
+    missing,
+    npu_lock,
+    require,
+)
 
 
 def add_dispatch(n: int = 2) -> Dispatch:
@@ -227,8 +235,8 @@ def test_deploy_backend_xrt_lists_the_missing_kernel_objects_too(cli, db_path: P
 
 def test_resuming_an_npu_run_here_fails_in_one_line_and_changes_nothing(cli, db_path: Path,
                                                                        fake):
-    from machine import Conductor, Policy
-    from store import EventStore
+    from npu_deploy.machine import Conductor, Policy
+    from npu_deploy.store import EventStore
 
     with EventStore.open(db_path) as store:
         c = Conductor.start(store, fake(), Policy(), model="tiny-llama", backend="xrt",

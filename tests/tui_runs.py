@@ -23,8 +23,8 @@ from typing import Any
 
 from fake_pipeline import FakeAgent, make
 
-from machine import Conductor, Pipeline, Policy
-from store import EventStore
+from npu_deploy.machine import Conductor, Pipeline, Policy
+from npu_deploy.store import EventStore
 
 #: Where the fake clock starts, and how far it moves per reading.
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -54,9 +54,9 @@ class FakeClock:
 
 
 #: Each module that bound the name at import time reads the clock or draws ids through it.
-_PATCHED = (("events.envelope", "utc_now"), ("events.envelope", "uuid7"),
-            ("store.eventstore", "utc_now"), ("store.eventstore", "uuid7"),
-            ("store.writer", "utc_now"))
+_PATCHED = (("npu_deploy.events.envelope", "utc_now"), ("npu_deploy.events.envelope", "uuid7"),
+            ("npu_deploy.store.eventstore", "utc_now"), ("npu_deploy.store.eventstore", "uuid7"),
+            ("npu_deploy.store.writer", "utc_now"))
 
 
 @contextlib.contextmanager

@@ -14,8 +14,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from events import PHASE_NAMES, DeploymentState, Event
-from events.state import GateSummary
+from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
+from npu_deploy.events.state import GateSummary
 
 from ..timeline import gate_rows, situation
 from ..widgets.panels import gate_table, plural

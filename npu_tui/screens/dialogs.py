@@ -14,7 +14,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from events import Event
+from npu_deploy.events import Event
 
 CANCEL: list[BindingType] = [Binding("escape", "cancel", "Cancel", id="dialog.cancel")]
 

@@ -17,9 +17,9 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
-from events import PHASE_NAMES, DeploymentState
-from events import fold as fold_events
-from store import EventStore
+from npu_deploy.events import PHASE_NAMES, DeploymentState
+from npu_deploy.events import fold as fold_events
+from npu_deploy.store import EventStore
 
 from ..messages import CursorMoved, EventsArrived, Seek, ShowEvent
 from ..timeline import RunTimeline, waiting_for

@@ -16,8 +16,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 from textual.widgets.data_table import CellDoesNotExist
 
-from events import PHASE_NAMES
-from store import RunSummary
+from npu_deploy.events import PHASE_NAMES
+from npu_deploy.store import RunSummary
 
 from ..timeline import unfinished_step, waiting_for
 from ..widgets.phase_strip import SHORT

@@ -18,8 +18,8 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from events import PHASE_NAMES, DeploymentState, Event
-from events.describe import describe
+from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
+from npu_deploy.events.describe import describe
 
 from ..timeline import GateRow, gate_rows
 

@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from events import PHASE_NAMES, DeploymentState
+from npu_deploy.events import PHASE_NAMES, DeploymentState
 
 SHORT = ("oracle", "kernels", "block", "model", "prefill", "decode", "finalize", "evaluator")
 STATE_GLYPH = {"pending": "·", "working": "…", "gating": "⊨", "passed": "✓?",

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from store import EventStore
+from npu_deploy.store import EventStore
 
 from .cli import EXIT_USAGE, code_version, db_option, db_path, fail, main
 
@@ -26,7 +26,7 @@ class ConductorDriver:
     config: dict[str, Any] = field(default_factory=dict)
 
     def deploy(self, run_id: str) -> str:
-        from machine import Conductor
+        from npu_deploy.machine import Conductor
 
         from .deploy import load_pipeline_or_fail
 
@@ -42,8 +42,8 @@ class ConductorDriver:
             store.close()
 
     def resume(self, run_id: str) -> str:
-        from machine import resume
-        from machine.conductor import run_config
+        from npu_deploy.machine import resume
+        from npu_deploy.machine.conductor import run_config
 
         from .deploy import DEFAULT_PIPELINE, load_pipeline_or_fail
 
@@ -55,7 +55,7 @@ class ConductorDriver:
             store.close()
 
     def fork(self, run_id: str, at_version: int, note: str | None) -> str:
-        from machine import fork
+        from npu_deploy.machine import fork
 
         store = EventStore.open(self.store_path)
         try:
@@ -80,7 +80,7 @@ def needs_terminal(what: str) -> None:
 
 def run_app(run_id: str | None, *, live: bool, driver: Any = None,
             drive: str | None = None) -> None:
-    from npu_tui import DeployApp
+    from npu_deploy.tui import DeployApp
 
     DeployApp(db_path(), run_id=run_id, live=live, driver=driver, drive=drive).run()
 
