@@ -40,12 +40,12 @@ def main() -> int:
 
     import torch
 
+    from npu_deploy.agents.autopilot import pipeline
     from npu_deploy.events import PHASE_NAMES
     from npu_deploy.machine import Conductor, Policy
     from npu_deploy.oracle.prompts import CAPITAL_QUESTION
-    from npu_deploy.skills.autopilot import pipeline
-    from npu_deploy.skills.runner import Runner
-    from npu_deploy.skills.workspace import Workspace
+    from npu_deploy.pipeline.inference import Runner
+    from npu_deploy.pipeline.workspace import Workspace
     from npu_deploy.store import EventStore
 
     torch.set_num_threads(2)

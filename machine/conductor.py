@@ -591,8 +591,8 @@ def fork(store: EventStore, run_id: str, at_version: int, note: str | None = Non
 
 #: Pipelines under the names their modules had before the project moved under one installed
 #: namespace: runs stored then name them so in `run.started`, and still resume.
-MOVED_PIPELINES = {"skills.autopilot:pipeline": "npu_deploy.skills.autopilot:pipeline",
-                   "skills.claude:pipeline": "npu_deploy.skills.claude:pipeline"}
+MOVED_PIPELINES = {"skills.autopilot:pipeline": "npu_deploy.agents.autopilot:pipeline",
+                   "skills.claude:pipeline": "npu_deploy.agents.claude:pipeline"}
 
 
 def canonical_pipeline(spec: str) -> str:

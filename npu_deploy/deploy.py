@@ -14,8 +14,8 @@ from npu_deploy.store import EventStore, RunLocked
 
 from .cli import EXIT_FAILED, EXIT_USAGE, code_version, console, db_option, db_path, fail, main
 
-DEFAULT_PIPELINE = "npu_deploy.skills.autopilot:pipeline"
-CLAUDE_PIPELINE = "npu_deploy.skills.claude:pipeline"
+DEFAULT_PIPELINE = "npu_deploy.agents.autopilot:pipeline"
+CLAUDE_PIPELINE = "npu_deploy.agents.claude:pipeline"
 EXIT_NEEDS_HUMAN = 3      # the run stopped for a person (needs_human, or waiting headless)
 
 
@@ -103,7 +103,7 @@ def _check_model(spec: str) -> None:
 def _claude_config(option: str | None, budget: str) -> dict[str, Any]:
     """--agent claude: the key must be there, the model priced, the budget well formed,
     before any run is created."""
-    from npu_deploy.skills.claude import Budget, ClaudeConfig, model_from_env, price_of
+    from npu_deploy.agents.claude import Budget, ClaudeConfig, model_from_env, price_of
 
     _needs_key("--agent claude")
     model = model_from_env(option)
@@ -118,7 +118,7 @@ def _claude_config(option: str | None, budget: str) -> dict[str, Any]:
 def _needs_key(what: str) -> None:
     import os
 
-    from npu_deploy.skills.claude import KEY_ENV
+    from npu_deploy.agents.claude import KEY_ENV
 
     if not os.environ.get(KEY_ENV):
         fail(f"{what} needs {KEY_ENV} in the environment (an Anthropic API key); or deploy "
@@ -205,7 +205,7 @@ def deploy_cmd(model: str, headless: bool, auto_approve: bool, pause_at: str, bu
              "figure each", EXIT_USAGE)
     if backend == "xrt":               # before anything is stored
         _needs_npu("--backend xrt", None if air_objects is None else str(air_objects))
-        from npu_deploy.skills.workspace import air_cache_dir
+        from npu_deploy.pipeline.workspace import air_cache_dir
         npu = {"backend": "xrt", "air_objects": str(Path(str(air_objects)).resolve()),
                "air_cache": str(air_cache_dir()),
                **({"npu_repeats": repeats} if repeats is not None else {})}

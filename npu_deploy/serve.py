@@ -14,8 +14,8 @@ from .cli import EXIT_USAGE, db_option, db_path, emit_json, fail, main, open_rea
 
 
 def _runner(run: str) -> Any:
-    from npu_deploy.skills.runner import NotDeployed, Runner
-    from npu_deploy.skills.workspace import Workspace
+    from npu_deploy.pipeline.inference import NotDeployed, Runner
+    from npu_deploy.pipeline.workspace import Workspace
 
     store = open_readonly()
     run_id = store.resolve_run(run)
@@ -111,7 +111,7 @@ def lessons_cmd(run: str, action: str | None, lesson_id: str | None, author: str
     """List RUN's lessons, or approve one (`lessons RUN approve ID`): its proposed trigger is
     added to the store's skill overlay, which the debug matcher reads from then on."""
     from npu_deploy.skills.catalog import overlay_dir
-    from npu_deploy.skills.memory import approve_lesson, lessons_markdown
+    from npu_deploy.skills.lessons import approve_lesson, lessons_markdown
 
     if action is None:
         store = open_readonly()

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from conftest import assert_one_error
 
+from npu_deploy.agents.autopilot import pipeline
 from npu_deploy.events import NewEvent
 from npu_deploy.machine import Conductor, Policy
-from npu_deploy.skills.autopilot import pipeline
 from npu_deploy.store import EventStore, RunWriter
 
 FAST = {"seq_len": 32, "steps": 12}
@@ -105,7 +105,7 @@ def test_the_evaluator_fails_a_run_whose_gates_passed_without_the_work(tmp_path)
                             config=FAST)
         assert c.run().reason == "finished"
         c.close()
-    done = subprocess.run([sys.executable, "-m", "npu_deploy.skills.evaluator",
+    done = subprocess.run([sys.executable, "-m", "npu_deploy.pipeline.evaluator",
                            str(tmp_path / "runs.db"), c.run_id, "--json"],
                           capture_output=True, text=True, check=False)
     assert done.returncode == 1, done.stderr
@@ -158,7 +158,7 @@ def test_the_command_line_refuses_an_unknown_model_and_a_run_without_deployment(
 
 
 def test_the_optimization_memory_orders_the_next_deployment(tmp_path):
-    from npu_deploy.skills.memory import transform_order
+    from npu_deploy.skills.experience import transform_order
 
     db = tmp_path / "runs.db"
     with EventStore.open(db) as store:
@@ -185,7 +185,8 @@ def test_the_optimization_memory_orders_the_next_deployment(tmp_path):
 
 
 def test_an_approved_lesson_adds_its_trigger_to_the_matcher(tmp_path, cli):
-    from npu_deploy.skills.catalog import SkillMatcher, load_catalog, overlay_dir
+    from npu_deploy.skills.catalog import load_catalog, overlay_dir
+    from npu_deploy.skills.matcher import SkillMatcher
 
     db = tmp_path / "runs.db"
     with EventStore.open(db) as store:

@@ -15,15 +15,15 @@ import httpx2
 import pytest
 from conftest import assert_one_error
 
-from npu_deploy.machine import Conductor, Policy, resume
-from npu_deploy.skills.claude import (
+from npu_deploy.agents.claude import (
     PRICES,
     Budget,
     ClaudeAgent,
     ClaudeConfig,
     pipeline,
 )
-from npu_deploy.skills.workspace import workspace_dir
+from npu_deploy.machine import Conductor, Policy, resume
+from npu_deploy.pipeline.workspace import workspace_dir
 from npu_deploy.store import EventStore
 
 KEY = "sk-ant-api03-planted-key-0123456789abcdefXYZ"
@@ -91,7 +91,7 @@ def start(store: EventStore, script: Script, *, budget: Budget | None = None,
                           command_timeout_s=2.0)
     return Conductor.start(store, claude_pipeline(script, max_retries), Policy(),
                            model="tiny-llama-mha",
-                           config={**FAST, "pipeline": "npu_deploy.skills.claude:pipeline",
+                           config={**FAST, "pipeline": "npu_deploy.agents.claude:pipeline",
                                    "claude": config.to_config()},
                            on_event=on_event, run_id=run_id)
 

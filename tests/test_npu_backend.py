@@ -161,9 +161,9 @@ def test_a_weight_read_by_a_gemm_and_a_gemv_is_two_buffers(tiny_models):
 
 def test_a_deployment_on_the_xrt_backend_measures_and_writes_its_programs(tmp_path,
                                                                           monkeypatch):
+    from npu_deploy.agents.autopilot import pipeline
     from npu_deploy.machine import Conductor, Policy
-    from npu_deploy.skills.autopilot import pipeline
-    from npu_deploy.skills.workspace import workspace_dir
+    from npu_deploy.pipeline.workspace import workspace_dir
     from npu_deploy.store import EventStore
 
     tests = str(Path(__file__).parent)      # the evaluator's process imports fake_npu too

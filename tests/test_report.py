@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from matplotlib.image import imread
 
-from npu_deploy.skills.report import (
+from npu_deploy.pipeline.report.render import (
     DPI,
     ROOFLINE_SIZE,
     TIMELINE_SIZE,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from npu_deploy.kernels.specs import Decode, Prefill
 from npu_deploy.oracle.catalog import CATALOG
-from npu_deploy.skills.runtime import Greedy, Recipe, topk_check
+from npu_deploy.pipeline.deployed import Greedy, topk_check
+from npu_deploy.pipeline.recipe import Recipe
 
 REF = Greedy([1, 2, 3, 4], [[1, 9, 8], [2, 7, 6], [3, 5, 0], [4, 0, 0]])
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from npu_deploy.skills import CATALOG_DIR, Symptoms, load_catalog, match, validate
-from npu_deploy.skills.catalog import SkillMatcher
+from npu_deploy.skills.matcher import SkillMatcher
 
 PHASES = ["phase-0-cpu-oracle", "phase-1-kernel-validation", "phase-2-single-block",
           "phase-3-full-model", "phase-4-prefill-optimization", "phase-5-decode-optimization",

@@ -40,11 +40,11 @@ from npu_deploy.kernels.specs import Decode, Mode, Prefill
 from npu_deploy.kernels.transforms import IllegalTransform
 from npu_deploy.machine import NeedsHuman, Pipeline, ToolFailed
 from npu_deploy.machine.conductor import run_config
-
-from .catalog import SkillMatcher, load_catalog
-from .gates import gates
-from .toolbox import Toolbox
-from .workspace import Workspace, blob_json, read_json, workspace_of
+from npu_deploy.pipeline.gates import gates
+from npu_deploy.pipeline.toolbox import Toolbox
+from npu_deploy.pipeline.workspace import Workspace, blob_json, read_json, workspace_of
+from npu_deploy.skills.catalog import load_catalog
+from npu_deploy.skills.matcher import SkillMatcher
 
 KEY_ENV = "ANTHROPIC_API_KEY"
 MODEL_ENV = "NPU_DEPLOY_CLAUDE_MODEL"
@@ -223,7 +223,7 @@ def prepare(ws: Workspace, root: Path, answers: dict[str, Any] | None) -> None:
     phase 0 built it, of the oracle's answers. The gates read the store, never these
     copies: changing them could fool nobody, and the file tools refuse to."""
     root.mkdir(parents=True, exist_ok=True)
-    from . import gates as gates_module
+    from npu_deploy.pipeline import gates as gates_module
     files = {root / "gates" / "gates.py": Path(gates_module.__file__).read_text()}
     if answers is not None:
         files[root / "oracle" / "answers.json"] = json.dumps(answers, indent=1,
@@ -500,7 +500,7 @@ TOOLS: dict[str, Tool] = {
 
 
 def _write_report(c: Context) -> dict[str, Any]:
-    from .autopilot import write_report
+    from npu_deploy.agents.autopilot import write_report
     return write_report(c.run, c.tb)
 
 

@@ -1,10 +1,4 @@
-"""A deployment as data, and the model it runs.
-
-A `Recipe` is everything the phases decided: the tile configuration of each (kernel, shape)
-phase 1 validated, the GEMM datapath phase 3 chose, and the plan transforms phases 4 and 5
-kept, in order. It is small JSON, stored as a blob, and it rebuilds the dispatch plan of any
-prefill length or decode position (`Recipe.plan`), so that the runner, the gates and the
-independent evaluator all run exactly what the phases decided.
+"""The deployed model: a `Recipe` (pipeline.recipe) run on a backend.
 
 `DeployedModel` runs a recipe on a backend: prefill, KV-cache decode, and greedy generation
 that keeps the top-k of every step for the token-set check (`topk_check`, the idea of vLLM's
@@ -15,63 +9,20 @@ two continue from different text).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from npu_deploy.kernels.execute import PlanRunner
 from npu_deploy.kernels.hardware import XDNA2, Hardware
-from npu_deploy.kernels.plan import DispatchPlan, baseline_plan
+from npu_deploy.kernels.plan import DispatchPlan
 from npu_deploy.kernels.specs import Decode, Mode, Prefill
-from npu_deploy.kernels.transforms import TRANSFORMS
 from npu_deploy.oracle.config import ModelArgs
+from npu_deploy.pipeline.recipe import Recipe
 
 TOP_K = 5
-
-
-@dataclass(frozen=True)
-class Recipe:
-    configs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    gemm_datapath: str = "bfp16"
-    prefill_transforms: tuple[str, ...] = ()
-    decode_transforms: tuple[str, ...] = ()
-
-    def to_json(self) -> bytes:
-        return json.dumps({"configs": self.configs, "gemm_datapath": self.gemm_datapath,
-                           "prefill_transforms": list(self.prefill_transforms),
-                           "decode_transforms": list(self.decode_transforms)},
-                          sort_keys=True).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes) -> Recipe:
-        d = json.loads(data)
-        return cls(dict(d["configs"]), str(d["gemm_datapath"]),
-                   tuple(d["prefill_transforms"]), tuple(d["decode_transforms"]))
-
-    def transforms(self, mode: Mode) -> tuple[str, ...]:
-        return self.prefill_transforms if isinstance(mode, Prefill) else self.decode_transforms
-
-    def with_transform(self, mode: Mode, name: str) -> Recipe:
-        if isinstance(mode, Prefill):
-            return replace(self, prefill_transforms=(*self.prefill_transforms, name))
-        return replace(self, decode_transforms=(*self.decode_transforms, name))
-
-    def baseline(self, model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2
-                 ) -> DispatchPlan:
-        """The baseline plan with this recipe's configurations and datapath. Decode runs
-        GEMVs, so the datapath only changes prefill."""
-        return baseline_plan(model, args, mode, hw, configs=self.configs,
-                             gemm_datapath=self.gemm_datapath)
-
-    def plan(self, model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2
-             ) -> DispatchPlan:
-        plan = self.baseline(model, args, mode, hw)
-        for name in self.transforms(mode):
-            plan = TRANSFORMS[name].apply(plan)
-        return plan
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ trusts nothing the run says about itself:
   oracle, and each must pass;
 * its own profiles: the deployed plans re-estimated, and the report's figures compared.
 
-    python -m skills.evaluator STORE RUN [--json]
+    python -m npu_deploy.pipeline.evaluator STORE RUN [--json]
 
 prints the evaluation (JSON with --json, markdown otherwise); exit 0 on PASS, 1 on FAIL,
 2 when the run cannot be evaluated at all.
@@ -25,9 +25,8 @@ from typing import Any
 import click
 
 from npu_deploy.kernels.specs import Decode, Prefill
-from npu_deploy.store import EventStore
-
-from .gates import (
+from npu_deploy.pipeline.deployed import reference_greedy
+from npu_deploy.pipeline.gates import (
     block_checks,
     check,
     kernel_checks,
@@ -37,8 +36,9 @@ from .gates import (
     speed_check,
     time_word,
 )
-from .runtime import Recipe, reference_greedy
-from .workspace import Workspace, read_json
+from npu_deploy.pipeline.recipe import Recipe
+from npu_deploy.pipeline.workspace import Workspace, read_json
+from npu_deploy.store import EventStore
 
 
 def recipes_at_gates(ws: Workspace) -> dict[int, Recipe]:

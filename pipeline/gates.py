@@ -12,7 +12,7 @@ inputs where the agent had some (phase 1 validates with another seed).
        on the emulator backend, measured on the NPU on the xrt backend)
     5  the same for decode, against phase 4's decode plan
     6  the runner's token-set check, its answer to the chat question, and the report's figures
-    7  the independent evaluator, in a fresh process (skills.evaluator)
+    7  the independent evaluator, in a fresh process (pipeline.evaluator)
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ from typing import Any
 
 from npu_deploy.kernels.specs import Decode, Prefill
 from npu_deploy.oracle.gate import phase0_gate
-
-from .runtime import Recipe
-from .toolbox import (
+from npu_deploy.pipeline.recipe import Recipe
+from npu_deploy.pipeline.toolbox import (
     Toolbox,
     block_metrics,
     kernel_uses_cached,
@@ -38,7 +37,7 @@ from .toolbox import (
     token_checks,
     validation_summary,
 )
-from .workspace import Workspace, blob_json, read_json, workspace_of
+from npu_deploy.pipeline.workspace import Workspace, blob_json, read_json, workspace_of
 
 KERNEL_SEED = 1              # the gate's inputs differ from the agent's (seed 0)
 BLOCK_COSINE = 0.99          # ARCHITECTURE.md, phase 2
@@ -240,7 +239,7 @@ class RunnerGate(_Gate):
     phase = 6
 
     def compute(self, ws: Workspace, tb: Toolbox) -> dict[str, Any]:
-        from .runner import Runner
+        from npu_deploy.pipeline.inference import Runner
 
         runner = Runner(ws)
         checks, _ = model_checks(ws, runner.recipe, tb.answers())
@@ -256,15 +255,15 @@ class RunnerGate(_Gate):
 
 
 class EvaluatorGate(_Gate):
-    """Runs `python -m skills.evaluator` in a fresh process on a read-only store and records
-    its checks; its full report is stored as a blob."""
+    """Runs `python -m npu_deploy.pipeline.evaluator` in a fresh process on a read-only store
+    and records its checks; its full report is stored as a blob."""
 
     phase = 7
 
     def compute(self, ws: Workspace, tb: Toolbox) -> dict[str, Any]:
         ws.release_backend()        # the evaluator's process opens the NPU itself
-        cmd = [sys.executable, "-m", "npu_deploy.skills.evaluator", str(ws.store.path), ws.run_id,
-               "--json"]
+        cmd = [sys.executable, "-m", "npu_deploy.pipeline.evaluator", str(ws.store.path),
+               ws.run_id, "--json"]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         try:
             report = json.loads(done.stdout)

@@ -12,10 +12,9 @@ from typing import Any
 import torch
 
 from npu_deploy.oracle.prompts import Prompt
-
-from .runtime import DeployedModel
-from .toolbox import stop_tokens
-from .workspace import Workspace
+from npu_deploy.pipeline.deployed import DeployedModel
+from npu_deploy.pipeline.toolbox import stop_tokens
+from npu_deploy.pipeline.workspace import Workspace
 
 MAX_NEW_TOKENS = 64
 

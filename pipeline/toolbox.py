@@ -26,10 +26,9 @@ from npu_deploy.kernels.transforms import TRANSFORMS, IllegalTransform
 from npu_deploy.kernels.validate import validate_kernel
 from npu_deploy.oracle.metrics import compare
 from npu_deploy.oracle.reference import golden_name
-
-from .catalog import load_catalog
-from .runtime import DeployedModel, Greedy, Recipe, reference_greedy, topk_check
-from .workspace import (
+from npu_deploy.pipeline.deployed import DeployedModel, Greedy, reference_greedy, topk_check
+from npu_deploy.pipeline.recipe import Recipe
+from npu_deploy.pipeline.workspace import (
     Workspace,
     blob_json,
     blob_tensors,
@@ -37,6 +36,7 @@ from .workspace import (
     read_tensors,
     workspace_of,
 )
+from npu_deploy.skills.catalog import load_catalog
 
 # Plan tensor -> the oracle's op of the same layer (the block lens of phases 2 and 3).
 BLOCK_TENSORS = {"n1": "attn_norm", "q": "q", "k": "k", "v": "v", "o": "attn", "attn": "o",

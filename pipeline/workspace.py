@@ -34,9 +34,9 @@ from npu_deploy.kernels.perf import Profile, estimate
 from npu_deploy.kernels.plan import DispatchPlan
 from npu_deploy.kernels.specs import Prefill
 from npu_deploy.oracle.prompts import DEFAULT_SEQ_LEN, Prompt, canonical_prompts
+from npu_deploy.pipeline.deployed import DeployedModel
+from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.store import EventStore
-
-from .runtime import DeployedModel, Recipe
 
 GREEDY_STEPS = 32       # the phase-3 gate's greedy tokens per prompt (ARCHITECTURE.md)
 
@@ -49,7 +49,7 @@ class Settings:
     seq_len: int = DEFAULT_SEQ_LEN
     steps: int = GREEDY_STEPS
     hw: str = "xdna2"
-    fault: str | None = None        # a seeded fault (a drill), see skills.autopilot
+    fault: str | None = None        # a seeded fault (a drill), see agents.autopilot
     backend: str = "emulator"       # emulator | xrt
     air_objects: str | None = None  # xrt: the compiled micro-kernel objects
     air_cache: str | None = None    # xrt: the compiled programs, by content hash

@@ -2,7 +2,7 @@
 (modeled on the emulator, measured again on the NPU on the xrt backend) against the
 baselines, the gates, the transforms tried, the deployed prefill's
 launches on the roofline, and where the deployment's own time went (phase by phase, measured
-on this host's CPU). `skills.report` draws it."""
+on this host's CPU). `pipeline.report.render` draws it."""
 
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ from npu_deploy.events import PHASE_NAMES
 from npu_deploy.events.envelope import parse_ts
 from npu_deploy.kernels.perf import DDR_ROOF, estimate
 from npu_deploy.kernels.specs import Decode, Prefill
-
-from .report import KernelPoint, PhaseSpan, ReportData, render_report
-from .workspace import Workspace
+from npu_deploy.pipeline.report.render import KernelPoint, PhaseSpan, ReportData, render_report
+from npu_deploy.pipeline.workspace import Workspace
 
 
 def report_plans(ws: Workspace) -> dict[str, tuple[Any, Any]]:

@@ -24,13 +24,13 @@ from npu_deploy.kernels.optimize import DECODE_ORDER, PREFILL_ORDER
 from npu_deploy.kernels.specs import Decode, Mode, Prefill
 from npu_deploy.machine import Pipeline
 from npu_deploy.oracle.prompts import CAPITAL_QUESTION
-
-from .catalog import SkillMatcher
-from .gates import gates
-from .memory import harvest_lessons, lessons_markdown, transform_order
-from .runtime import Greedy
-from .toolbox import SOURCE_WORDS, Toolbox, kernel_uses_cached, mode_text
-from .workspace import Workspace, blob_json
+from npu_deploy.pipeline.deployed import Greedy
+from npu_deploy.pipeline.gates import gates
+from npu_deploy.pipeline.toolbox import SOURCE_WORDS, Toolbox, kernel_uses_cached, mode_text
+from npu_deploy.pipeline.workspace import Workspace, blob_json
+from npu_deploy.skills.experience import transform_order
+from npu_deploy.skills.lessons import harvest_lessons, lessons_markdown
+from npu_deploy.skills.matcher import SkillMatcher
 
 PHASE_SKILLS = ("phase-0-cpu-oracle", "phase-1-kernel-validation", "phase-2-single-block",
                 "phase-3-full-model", "phase-4-prefill-optimization",
@@ -174,7 +174,7 @@ TRANSFORM_SKILLS = {"align_layouts": "layout-alignment", "reuse_buffers": "buffe
 
 def answer_length(tb: Toolbox, prompt: str) -> int:
     """How many tokens the oracle's answer to `prompt` has before its end of turn."""
-    from .toolbox import stop_tokens
+    from npu_deploy.pipeline.toolbox import stop_tokens
 
     ref = Greedy.from_dict(tb.answers()[prompt])
     stops = stop_tokens(tb.ws)
@@ -200,12 +200,12 @@ def write_report(run: Any, tb: Toolbox) -> dict[str, Any]:
     ws = tb.ws
     measured = None
     if ws.settings.measured:        # the report's NPU times are recorded profiles
-        from .reporting import report_plans
+        from npu_deploy.pipeline.report.gather import report_plans
         measured = {key: tb.profile(mode, recipe=recipe)["total_s"]
                     for key, (mode, recipe) in report_plans(ws).items()}
 
     def work() -> dict[str, Any]:
-        from .reporting import render_to_blobs, report_data
+        from npu_deploy.pipeline.report.gather import render_to_blobs, report_data
         data = report_data(ws, measured)
         files = render_to_blobs(ws, data)
         lessons = harvest_lessons(ws.store, ws.run_id)

@@ -1,0 +1,2 @@
+"""The Phase-6 performance report: gathered from a run's log (`gather`), drawn as
+report.md and two plots (`render`)."""
