@@ -223,8 +223,9 @@ def prepare(ws: Workspace, root: Path, answers: dict[str, Any] | None) -> None:
     phase 0 built it, of the oracle's answers. The gates read the store, never these
     copies: changing them could fool nobody, and the file tools refuse to."""
     root.mkdir(parents=True, exist_ok=True)
-    from npu_deploy.pipeline import gates as gates_module
-    files = {root / "gates" / "gates.py": Path(gates_module.__file__).read_text()}
+    from npu_deploy.pipeline import gates as gates_package
+    files = {root / "gates" / source.name: source.read_text()
+             for source in sorted(Path(gates_package.__file__).parent.glob("*.py"))}
     if answers is not None:
         files[root / "oracle" / "answers.json"] = json.dumps(answers, indent=1,
                                                               sort_keys=True)

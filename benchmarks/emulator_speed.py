@@ -29,8 +29,8 @@ import torch  # noqa: E402
 from benchmarks.host import cpu_name  # noqa: E402
 from npu_deploy.kernels.emulated_model import EmulatedModel  # noqa: E402
 from npu_deploy.kernels.emulator import EmulatorBackend  # noqa: E402
-from npu_deploy.oracle.loading import load_model  # noqa: E402
-from npu_deploy.oracle.metrics import compare  # noqa: E402
+from npu_deploy.metrics.comparison import compare  # noqa: E402
+from npu_deploy.models.loading import load_model  # noqa: E402
 
 TARGET_RATIO = 1.5
 

@@ -58,7 +58,7 @@ from npu_deploy.kernels.numerics import (  # noqa: E402
     gemv_operands,
     to_bf16,
 )
-from npu_deploy.oracle.metrics import compare  # noqa: E402
+from npu_deploy.metrics.comparison import compare  # noqa: E402
 
 SEQ = 2048
 # (K, N, role): NPU_FACTS.md's calibration set, M = seq 2048.

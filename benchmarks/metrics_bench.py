@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark oracle.metrics.compare against memcpy and against the obvious numpy code.
+"""Benchmark metrics.compare against memcpy and against the obvious numpy code.
 
 One run, one machine, one pair: ref is standard normal float32 of shape
 [elems // dim, dim] (the default is logits over a 151936-token vocabulary, ~100M
@@ -49,7 +49,7 @@ if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
 from benchmarks.host import cpu_name, emit  # noqa: E402
-from npu_deploy.oracle.metrics import Comparison, compare  # noqa: E402
+from npu_deploy.metrics.comparison import Comparison, compare  # noqa: E402
 
 ATOL, RTOL = 1e-5, 1.6e-2
 MB = 1e6
@@ -263,7 +263,7 @@ def print_report(report: dict[str, Any]) -> None:
     m, i = report["machine"], report["input"]
     mc, c, c2, ct, nv = (report[k] for k in ("memcpy", "compare", "compare_2_threads",
                                              "compare_torch_scan", "naive"))
-    print("npu_deploy.oracle.metrics.compare benchmark (measured on the CPU of this machine)")
+    print("npu_deploy.metrics.comparison.compare benchmark (measured on the CPU of this machine)")
     print(f"  cpu:     {m['cpu']} ({m['cpus']} cpus), Python {m['python']}, numpy {m['numpy']}, "
           f"torch {m['torch']} ({m['torch_threads']} intra-op threads)")
     print(f"  input:   2 x {i['shape']} float32 = 2 x {i['bytes_per_tensor'] / MB:,.0f} MB "

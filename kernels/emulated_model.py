@@ -6,9 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
-from npu_deploy.oracle.adapters import Weights
-from npu_deploy.oracle.config import ModelArgs
+from npu_deploy.models.adapters import Weights
+from npu_deploy.models.config import ModelArgs
 
 from .execute import PlanRunner
 from .hardware import XDNA2, Hardware

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from npu_deploy.models.adapters import Weights
+from npu_deploy.models.config import ModelArgs
 
 from npu_deploy.oracle import reference as ref_ops
-from npu_deploy.oracle.adapters import Weights
-from npu_deploy.oracle.config import ModelArgs
 
 from .numerics import to_bf16
 from .plan import Binding, Dispatch, DispatchPlan, HostStep, Launch

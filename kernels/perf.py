@@ -25,8 +25,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Literal
 
 import numpy as np
-
-from npu_deploy.oracle.config import ModelArgs
+from npu_deploy.models.config import ModelArgs
 
 from .hardware import XDNA2, Hardware
 from .plan import Dispatch, DispatchPlan, HostStep, Launch
@@ -233,7 +232,7 @@ class Profile:
 def reference_rates() -> tuple[float, float]:
     """(FLOP/s, bytes/s) of the measured Llama-3.2-1B deployment: prefill FLOPs over the
     measured TTFT, decode weight bytes over the measured time per token."""
-    from npu_deploy.oracle import CATALOG
+    from npu_deploy.models import CATALOG
 
     args = CATALOG["llama-3.2-1b"].args
     c = CALIBRATION
@@ -407,7 +406,7 @@ def _first_with_role(plan: DispatchPlan, role: str) -> Dispatch:
 
 def calibrate(c: Calibration = CALIBRATION) -> PerfParams:
     """Derive every parameter from the figures in `c` (see the module docstring)."""
-    from npu_deploy.oracle import CATALOG
+    from npu_deploy.models import CATALOG
 
     args = CATALOG["llama-3.2-1b"].args
     p = PerfParams(stream_bw=c.stream_bw, gemm_cap=c.gemm_best, cpu_bw=c.cpu_bw,
@@ -502,7 +501,7 @@ def params_text(p: PerfParams) -> str:
 
 def calibration_report(p: PerfParams | None = None) -> list[tuple[str, float, float]]:
     """(figure, measured on NPU2, modeled) for every Llama-3.2-1B figure of NPU_FACTS.md."""
-    from npu_deploy.oracle import CATALOG
+    from npu_deploy.models import CATALOG
 
     from .plan import baseline_plan
 

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from npu_deploy.oracle.config import ModelArgs
+from npu_deploy.models.config import ModelArgs
 
 from .hardware import XDNA2, Hardware
 from .selection import select

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from npu_deploy.oracle.config import ModelArgs
+from npu_deploy.models.config import ModelArgs
 
 BF16, FP32 = 2, 4          # bytes per element
 

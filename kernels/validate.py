@@ -13,8 +13,8 @@ from typing import Any, Protocol
 
 import torch
 
-from npu_deploy.oracle.config import RopeScaling
-from npu_deploy.oracle.metrics import Comparison, compare
+from npu_deploy.metrics.comparison import Comparison, compare
+from npu_deploy.models.config import RopeScaling
 from npu_deploy.oracle.reference import rope_cos_sin
 
 from .checker import Finding, check

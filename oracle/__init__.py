@@ -1,29 +1,14 @@
-"""oracle: Phase 0. Models loaded offline, the FP32 reference decomposed op by op,
-the comparison metrics every gate uses, and the Phase-0 gate.
+"""oracle: Phase 0's FP32 reference, decomposed op by op (`reference`), the canonical prompts
+every gate runs (`prompts`), and the golden tensors kept in the store (`goldens`)."""
 
-No network, ever: the Hugging Face hub is switched to offline mode before
-transformers is imported anywhere through this package.
-"""
+from npu_deploy.models.loading import LoadedModel
 
-import os
+from .reference import Reference
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ["TRANSFORMERS_OFFLINE"] = "1"
 
-from .catalog import CATALOG, CatalogEntry  # noqa: E402
-from .config import SUPPORTED, ModelArgs, RopeScaling, model_args  # noqa: E402
-from .errors import (  # noqa: E402
-    BadConfig,
-    ModelCorrupt,
-    ModelNotFound,
-    OracleError,
-    TokenizerMismatch,
-    UnsupportedModel,
-)
-from .sources import BUNDLED, ModelSource, cache_dir, resolve  # noqa: E402
+def reference_of(loaded: LoadedModel) -> Reference:
+    """The FP32 reference of a loaded model, from the weights read straight off its files."""
+    return Reference(loaded.args, loaded.weights)
 
-__all__ = [
-    "BUNDLED", "CATALOG", "SUPPORTED", "BadConfig", "CatalogEntry", "ModelArgs", "ModelCorrupt",
-    "ModelNotFound", "ModelSource", "OracleError", "RopeScaling", "TokenizerMismatch",
-    "UnsupportedModel", "cache_dir", "model_args", "resolve",
-]
+
+__all__ = ["Reference", "reference_of"]

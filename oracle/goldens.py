@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from npu_deploy.models.loading import LoadedModel
 
-from .loading import LoadedModel
+from npu_deploy.oracle import reference_of
 
 CAPTURE_TOOL = "oracle.capture"
 #: Bumped when the set or naming of captured ops changes; old captures are then ignored.
@@ -77,7 +78,7 @@ def goldens_for(writer: Any, loaded: LoadedModel, prompt_ids: torch.Tensor, *,
         "call_id": key, "tool": CAPTURE_TOOL,
         "arguments": {"tokens": int(prompt_ids.shape[0])}},
         actor="harness", phase=phase, attempt=attempt, idempotency_key=key + ":requested"))
-    tensors = loaded.reference().capture(prompt_ids)
+    tensors = reference_of(loaded).capture(prompt_ids)
     blob = encode(tensors)
     ref = store.put_blob(blob)
     writer.append(NewEvent("tool.completed", {

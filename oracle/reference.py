@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-
-from .adapters import LayerWeights, Weights
-from .config import ModelArgs, RopeScaling
+from npu_deploy.models.adapters import LayerWeights, Weights
+from npu_deploy.models.config import ModelArgs, RopeScaling
 
 #: The ops of one block, in order, as they are captured.
 BLOCK_OPS = ("attn_norm", "q", "k", "v", "q_norm", "k_norm", "q_rope", "k_rope", "attn",

@@ -25,17 +25,15 @@ from typing import Any
 import click
 
 from npu_deploy.kernels.specs import Decode, Prefill
+from npu_deploy.oracle import reference_of
 from npu_deploy.pipeline.deployed import reference_greedy
-from npu_deploy.pipeline.gates import (
-    block_checks,
-    check,
-    kernel_checks,
-    model_checks,
-    oracle_checks,
-    report_check,
-    speed_check,
-    time_word,
-)
+from npu_deploy.pipeline.gates.block import block_checks
+from npu_deploy.pipeline.gates.common import check, time_word
+from npu_deploy.pipeline.gates.kernels import kernel_checks
+from npu_deploy.pipeline.gates.model import model_checks
+from npu_deploy.pipeline.gates.oracle import oracle_checks
+from npu_deploy.pipeline.gates.runner import report_check
+from npu_deploy.pipeline.gates.speed import speed_check
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.workspace import Workspace, read_json
 from npu_deploy.store import EventStore
@@ -83,7 +81,7 @@ def evaluate(ws: Workspace) -> dict[str, Any]:
                             ">=", message=f"no passing gate for phase(s) {missing}"))
         return _result(checks, ws)
     # Its own oracle, compared with what phase 0 stored.
-    ref = ws.loaded.reference()
+    ref = reference_of(ws.loaded)
     goldens = ref.capture(ws.ids(ws.block_prompt()))
     answers = {p.name: reference_greedy(ref, ws.ids(p), ws.settings.steps).to_dict()
                for p in ws.prompts()}

@@ -24,7 +24,8 @@ from npu_deploy.kernels.selection import select
 from npu_deploy.kernels.specs import SPECS, Decode, KernelUse, Mode, Prefill
 from npu_deploy.kernels.transforms import TRANSFORMS, IllegalTransform
 from npu_deploy.kernels.validate import validate_kernel
-from npu_deploy.oracle.metrics import compare
+from npu_deploy.metrics.comparison import compare
+from npu_deploy.oracle import reference_of
 from npu_deploy.oracle.reference import golden_name
 from npu_deploy.pipeline.deployed import DeployedModel, Greedy, reference_greedy, topk_check
 from npu_deploy.pipeline.recipe import Recipe
@@ -211,7 +212,7 @@ class Toolbox:
         ws = self.ws
 
         def work() -> dict[str, Any]:
-            ref = ws.loaded.reference()
+            ref = reference_of(ws.loaded)
             ids = ws.ids(ws.block_prompt())
             goldens = ref.capture(ids)
             answers = {p.name: reference_greedy(ref, ws.ids(p), ws.settings.steps).to_dict()

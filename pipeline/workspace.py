@@ -230,7 +230,7 @@ _MODELS: dict[str, Any] = {}
 
 
 def _load(spec: str) -> Any:
-    from npu_deploy.oracle.loading import load_model
+    from npu_deploy.models.loading import load_model
 
     if spec not in _MODELS:
         _MODELS.clear()             # one model at a time: they can be large

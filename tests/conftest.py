@@ -48,8 +48,8 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def tiny_models(model_cache: Path):
     """The four random test models, loaded once per session."""
-    from npu_deploy.oracle.loading import load_model
-    from npu_deploy.oracle.random_models import RANDOM_MODELS
+    from npu_deploy.models.loading import load_model
+    from npu_deploy.models.random_models import RANDOM_MODELS
 
     return {name: load_model(name) for name in RANDOM_MODELS}
 
@@ -57,7 +57,7 @@ def tiny_models(model_cache: Path):
 @pytest.fixture(scope="session")
 def smollm2(model_cache: Path):
     """The bundled SmolLM2-135M-Instruct, de-quantized into the session's cache."""
-    from npu_deploy.oracle.loading import load_model
+    from npu_deploy.models.loading import load_model
 
     return load_model("smollm2-135m")
 

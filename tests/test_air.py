@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from npu_deploy.cli import model_shape
+from npu_deploy.cli.models import model_shape
 from npu_deploy.kernels import SPECS, XDNA2
 from npu_deploy.kernels.air import EmitError, emit_dispatch, emit_plan, layout_of, write_programs
 from npu_deploy.kernels.checker import check_with_usage

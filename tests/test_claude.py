@@ -312,8 +312,8 @@ def test_the_workspace_refuses_escapes_and_protected_paths(store, db_path, tmp_p
     outside.write_text("not yours")
     script = Script(message(use("read_file", 1, path="../../secret.txt"),
                             use("read_file", 2, path="link/secret.txt"),
-                            use("write_file", 3, path="gates/gates.py", content="PASS"),
-                            use("edit_file", 4, path="gates/gates.py", old="def", new="x"),
+                            use("write_file", 3, path="gates/model.py", content="PASS"),
+                            use("edit_file", 4, path="gates/model.py", old="def", new="x"),
                             use("write_file", 5, path="notes/plan.md", content="# plan"),
                             use("read_file", 6, path="notes/plan.md"),
                             use("grep", 7, pattern="^# plan", path="notes"),
@@ -341,7 +341,7 @@ def test_the_workspace_refuses_escapes_and_protected_paths(store, db_path, tmp_p
     refused = [e for e in of(events, "tool.completed") if not e.payload["ok"]]
     assert len(refused) == 4 and all("refused" in e.payload["result"]["error"]
                                      for e in refused)
-    gates_copy = workspace_dir(db_path, events[0].run_id) / "gates" / "gates.py"
+    gates_copy = workspace_dir(db_path, events[0].run_id) / "gates" / "model.py"
     assert "def " in gates_copy.read_text()
 
 

@@ -10,6 +10,7 @@ from npu_deploy.kernels import SPECS, XDNA2
 from npu_deploy.kernels.emulator import EmulatorBackend
 from npu_deploy.kernels.numerics import to_bf16
 from npu_deploy.kernels.validate import seeded_inputs, validate_kernel
+from npu_deploy.oracle import reference_of
 
 EMU = EmulatorBackend()
 
@@ -120,8 +121,8 @@ def test_a_whole_prefill_runs_on_the_emulator_close_to_the_reference(tiny_models
     loaded = tiny_models[name]
     tokens = torch.arange(3, 99)
     logits = EmulatedModel(loaded.args, loaded.weights, EMU).prefill(tokens)
-    ref, _ = loaded.reference().prefill(tokens)
-    from npu_deploy.oracle.metrics import compare
+    ref, _ = reference_of(loaded).prefill(tokens)
+    from npu_deploy.metrics.comparison import compare
 
     c = compare(ref, logits)
     assert c.cosine > 0.999 and 1e-3 < c.mean_rel_l1 < 5e-2    # NPU-sized error, not zero
@@ -143,7 +144,7 @@ def test_emulator_speed_benchmark_smoke():
 
 def test_validate_kernel_on_the_oracle_golden_tensors(tiny_models):
     loaded = tiny_models["tiny-qwen3"]
-    goldens = loaded.reference().capture(torch.arange(5, 69))
+    goldens = reference_of(loaded).capture(torch.arange(5, 69))
     w = loaded.weights.layers[1]
     a = to_bf16(goldens["L01.attn_norm"])
     shape = {"M": a.shape[0], "K": a.shape[1], "N": w.wq.shape[0]}
@@ -195,7 +196,7 @@ def test_batched_attention_equals_gemm_bfp16_per_head_bit_for_bit(shape):
 ])
 def test_blas_ordered_fp32_sums_stay_within_1e6_of_the_exact_tile_order(kernel, shape):
     from npu_deploy.kernels.emulator import EMULATED
-    from npu_deploy.oracle.metrics import compare
+    from npu_deploy.metrics.comparison import compare
 
     x = seeded_inputs(SPECS[kernel], shape, seed=2)
     config = {**SPECS[kernel].tunables}

@@ -1,4 +1,4 @@
-"""npu_deploy.oracle.metrics: every metric against the obvious float64 numpy computation, the fused
+"""metrics.comparison: every metric against the obvious float64 numpy computation, the fused
 scan against the torch scan, the edge cases a gate relies on, the memory bound of the
 streaming pass, and the top-k check."""
 
@@ -18,8 +18,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from npu_deploy.oracle import metrics
-from npu_deploy.oracle.metrics import Comparison, TopKCheck, compare, topk_agreement
+from npu_deploy.metrics import comparison as metrics
+from npu_deploy.metrics.comparison import Comparison, TopKCheck, compare, topk_agreement
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks" / "metrics_bench.py"

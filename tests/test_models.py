@@ -12,9 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import STARTED, assert_one_error
-from safetensors.torch import load_file, save_file
-
-from npu_deploy.oracle import (
+from npu_deploy.models import (
     BadConfig,
     ModelCorrupt,
     ModelNotFound,
@@ -22,9 +20,11 @@ from npu_deploy.oracle import (
     model_args,
     resolve,
 )
-from npu_deploy.oracle.errors import TokenizerMismatch
+from npu_deploy.models.errors import TokenizerMismatch
+from npu_deploy.models.loading import load_model
+from safetensors.torch import load_file, save_file
+
 from npu_deploy.oracle.goldens import find_goldens, goldens_for, goldens_key
-from npu_deploy.oracle.loading import load_model
 from npu_deploy.store import EventStore, export_run, import_run, read_export
 
 
@@ -81,7 +81,7 @@ def test_converted_gguf_is_reused_not_converted_again(smollm2):
 
 
 def test_a_gguf_path_is_converted_like_the_bundled_file(smollm2):
-    from npu_deploy.oracle.sources import bundled_gguf
+    from npu_deploy.models.sources import bundled_gguf
 
     source = resolve(str(bundled_gguf()))
     assert source.kind == "gguf" and source.directory == smollm2.source.directory

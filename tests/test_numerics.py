@@ -30,7 +30,7 @@ from npu_deploy.kernels.numerics import (
     to_bf16,
     to_bfp16,
 )
-from npu_deploy.oracle.metrics import compare
+from npu_deploy.metrics.comparison import compare
 
 LLAMA_32_1B_PROJECTIONS = [(2048, 2048), (2048, 512), (2048, 8192), (8192, 2048)]  # K, N
 ROWS = 64

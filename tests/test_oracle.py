@@ -8,11 +8,11 @@ import sys
 import pytest
 import torch
 import transformers
+from npu_deploy.models import CATALOG, OracleError, RopeScaling, model_args
 from transformers.models.llama import modeling_llama
 
 from npu_deploy.events import validate_payload
-from npu_deploy.oracle import CATALOG, OracleError, RopeScaling, model_args
-from npu_deploy.oracle.gate import phase0_gate
+from npu_deploy.oracle import reference_of
 from npu_deploy.oracle.prompts import CAPITAL_QUESTION, Prompt, canonical_prompts
 from npu_deploy.oracle.reference import (
     BLOCK_OPS,
@@ -24,6 +24,7 @@ from npu_deploy.oracle.reference import (
     rope_inv_freq,
     rope_table,
 )
+from npu_deploy.pipeline.gates.oracle import phase0_gate
 
 # --- single ops against their Hugging Face counterparts ---------------------------------
 
@@ -118,7 +119,7 @@ def test_phase0_gate_fails_when_the_reference_skips_an_op(tiny_models, name, dro
 
 def test_capture_names_every_op_of_every_layer_consistently(tiny_models):
     loaded = tiny_models["tiny-qwen3"]
-    ref = loaded.reference()
+    ref = reference_of(loaded)
     ids = SHORT[1].token_ids(loaded.tokenizer)
     goldens = ref.capture(ids)
     n = loaded.args.n_layers
@@ -138,7 +139,7 @@ def test_capture_names_every_op_of_every_layer_consistently(tiny_models):
 
 
 def test_decode_with_cache_equals_prefill_of_the_longer_sequence(tiny_models):
-    ref = tiny_models["tiny-llama"].reference()
+    ref = reference_of(tiny_models["tiny-llama"])
     ids = torch.arange(3, 40)
     full, _ = ref.prefill(ids)
     _, cache = ref.prefill(ids[:-3])

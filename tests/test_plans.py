@@ -34,8 +34,8 @@ from npu_deploy.kernels.transforms import (
     merge_dispatches,
     reuse_buffers,
 )
-from npu_deploy.oracle import CATALOG
-from npu_deploy.oracle.metrics import compare
+from npu_deploy.metrics.comparison import compare
+from npu_deploy.models import CATALOG
 
 LLAMA = CATALOG["llama-3.2-1b"].args
 TINY = ["tiny-llama", "tiny-llama-mha", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2-hd128"]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import npu_deploy.tui.timeline as timeline_module
+from npu_deploy.cli.tui import ConductorDriver
 from npu_deploy.machine import Conductor, Policy
 from npu_deploy.store import EventStore
 from npu_deploy.tui import DeployApp
@@ -23,7 +24,6 @@ from npu_deploy.tui.screens.run import RunScreen
 from npu_deploy.tui.screens.runs import RunsScreen
 from npu_deploy.tui.timeline import EventLine, RunTimeline, row_of
 from npu_deploy.tui.widgets.panels import GatesPanel, source_label
-from npu_deploy.tui_commands import ConductorDriver
 
 SIZE = (150, 45)
 

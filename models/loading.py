@@ -1,9 +1,9 @@
 """Load a resolved model: its config checked, its tokenizer matched, its weights read.
 
-The reference reads the weights straight from the safetensors files, not from
-the Hugging Face model object: transformers fills a missing tensor with random
-values and a warning, and an oracle built on that would agree with a model
-nobody trained. The Hugging Face model is loaded as well; it is what the
+The FP32 reference (`oracle.reference_of`) reads the weights read here straight from the
+safetensors files, not from the Hugging Face model object: transformers fills a missing
+tensor with random values and a warning, and an oracle built on that would agree with a
+model nobody trained. The Hugging Face model is loaded as well; it is what the
 Phase-0 gate checks the reference against.
 """
 
@@ -15,12 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
-from .adapters import Weights, weights_from_state_dict
-from .config import ModelArgs, model_args, read_config
-from .errors import BadConfig, ModelCorrupt, ModelNotFound, TokenizerMismatch
-from .reference import Reference
-from .sources import ModelSource, resolve
+from npu_deploy.models.adapters import Weights, weights_from_state_dict
+from npu_deploy.models.config import ModelArgs, model_args, read_config
+from npu_deploy.models.errors import BadConfig, ModelCorrupt, ModelNotFound, TokenizerMismatch
+from npu_deploy.models.sources import ModelSource, resolve
 
 
 @dataclass
@@ -30,9 +28,6 @@ class LoadedModel:
     weights: Weights
     tokenizer: Any
     _hf: Any = None
-
-    def reference(self) -> Reference:
-        return Reference(self.args, self.weights)
 
     @property
     def hf(self) -> Any:

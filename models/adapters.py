@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
-
-from .config import ModelArgs
-from .errors import BadConfig
+from npu_deploy.models.config import ModelArgs
+from npu_deploy.models.errors import BadConfig
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import BadConfig, ModelCorrupt, UnsupportedModel
+from npu_deploy.models.errors import BadConfig, ModelCorrupt, UnsupportedModel
 
 #: model_type -> what the adapter is called in messages.
 SUPPORTED = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .config import ModelArgs, model_args
+from npu_deploy.models.config import ModelArgs, model_args
 
 
 @dataclass(frozen=True)

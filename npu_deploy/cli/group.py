@@ -1,0 +1,64 @@
+"""The `npu-deploy` group: every error a user can cause, click's usage errors included, ends
+as one line on stderr and an exit code, never a traceback."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+import click
+
+from npu_deploy.events import InvalidEvent
+from npu_deploy.models import OracleError
+from npu_deploy.store import StoreError
+
+from .options import db_option
+from .output import EXIT_USAGE, fail
+
+
+def code_version() -> str:
+    try:
+        return version("npu-deploy")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+class CLI(click.Group):
+    """Turns every error, click's usage errors included, into one line and an exit code."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(*args, **kwargs)
+        except click.UsageError as e:
+            where = e.ctx.command_path if e.ctx else "npu-deploy"
+            fail(f"{e.format_message()} (see `{where} --help`)", EXIT_USAGE)
+        except click.ClickException as e:
+            fail(e.format_message(), e.exit_code)
+        except click.Abort:
+            fail("interrupted", 130)
+        sys.exit(code or 0)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (StoreError, InvalidEvent, OracleError) as e:
+            fail(str(e))
+        except sqlite3.DatabaseError as e:
+            fail(f"the store could not be read ({e}); check the file with "
+                 "`npu-deploy verify --all`")
+        except OSError as e:
+            fail(f"{e.strerror or e}: {e.filename or ''}".rstrip(": "))
+
+
+@click.group(cls=CLI, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(code_version(), prog_name="npu-deploy")
+@db_option
+def main() -> None:
+    """Deploy LLMs onto spatial NPUs through eight gated, event-sourced phases.
+
+    Every action of a deployment is an event in an append-only, hash-chained
+    SQLite log; these commands list, inspect, verify and move runs.
+    """

@@ -1,0 +1,70 @@
+"""The commands that use a deployed model: generate, chat."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from .options import db_option, open_readonly
+from .output import fail
+
+
+def _runner(run: str) -> Any:
+    from npu_deploy.pipeline.inference import NotDeployed, Runner
+    from npu_deploy.pipeline.workspace import Workspace
+
+    store = open_readonly()
+    run_id = store.resolve_run(run)
+    try:
+        runner = Runner(Workspace(store, run_id))
+    except NotDeployed as e:
+        fail(str(e))
+    s = store.fold(run_id)
+    if s.verdict != "PASS":
+        click.echo(f"note: run {run_id} is {s.status} (verdict {s.verdict or 'none yet'}); "
+                   "answering with the deployment as it stands", err=True)
+    return runner
+
+
+def _stream(piece: str) -> None:
+    sys.stdout.write(piece)
+    sys.stdout.flush()
+
+
+@click.command("generate")
+@db_option
+@click.argument("run")
+@click.argument("prompt")
+@click.option("--max-tokens", type=click.IntRange(1, 2048), default=64, show_default=True)
+def generate_cmd(run: str, prompt: str, max_tokens: int) -> None:
+    """Answer PROMPT with RUN's deployed model (emulator backend), streaming the tokens."""
+    runner = _runner(run)
+    runner.generate([{"role": "user", "content": prompt}], max_tokens, on_text=_stream)
+    sys.stdout.write("\n")
+
+
+@click.command("chat")
+@db_option
+@click.argument("run")
+@click.option("--max-tokens", type=click.IntRange(1, 2048), default=128, show_default=True)
+def chat_cmd(run: str, max_tokens: int) -> None:
+    """A conversation with RUN's deployed model; an empty line or end of input ends it."""
+    runner = _runner(run)
+    messages: list[dict[str, str]] = []
+    while True:
+        try:
+            text = input("you> ").strip()
+        except EOFError:
+            break
+        if not text:
+            break
+        messages.append({"role": "user", "content": text})
+        sys.stdout.write("model> ")
+        try:
+            answer = runner.generate(messages, max_tokens, on_text=_stream)
+        except ValueError as e:
+            fail(str(e))
+        sys.stdout.write("\n")
+        messages.append({"role": "assistant", "content": answer})

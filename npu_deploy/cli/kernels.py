@@ -1,0 +1,207 @@
+"""The commands over the hardware: kernels (configurations checked against XDNA 2), plan
+(dispatch plans, their modeled profile, their transforms and programs)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from .models import model_shape
+from .options import json_option
+from .output import EXIT_FAILED, EXIT_USAGE, console, emit_json, fail
+
+
+@click.command("kernels")
+@click.argument("model")
+@click.option("--seq-len", type=click.IntRange(1, 2048), default=2048, show_default=True,
+              help="Prefill length L.")
+@click.option("--decode", "decode_pos", type=click.IntRange(min=0), default=None,
+              help="Show one decode step at this position instead of the prefill.")
+@click.option("--hw", "hw_name", type=click.Choice(["xdna2", "xdna1"]), default="xdna2",
+              show_default=True, help="The NPU to check the configurations against.")
+@json_option("Print JSON instead of a table.")
+def kernels_cmd(model: str, seq_len: int, decode_pos: int | None, hw_name: str,
+                as_json: bool) -> None:
+    """Every kernel MODEL needs, the tile configuration chosen for it, and its findings.
+
+    MODEL is a name from `npu-deploy models` (shapes only) or any loadable model.
+    """
+    from npu_deploy.kernels import HARDWARE, Decode, Prefill, model_kernels
+    from npu_deploy.kernels.selection import select_all
+
+    hw = HARDWARE[hw_name]
+    described, args = model_shape(model)
+    mode = Decode(decode_pos) if decode_pos is not None else Prefill(seq_len)
+    selections = select_all(model_kernels(args, mode), hw)
+    if as_json:
+        emit_json([{"kernel": x.use.spec.name, "where": x.use.spec.where, "roles": x.roles,
+                    "shape": x.use.shape, "config": x.config, "usage": x.usage,
+                    "valid": x.valid, "wasted_fraction": x.wasted_fraction,
+                    "findings": [f.__dict__ for f in x.findings]} for x in selections])
+        return
+    out = console()
+    out.print(f"{described}, {mode}, on {hw.name}")
+    table = Table(title_justify="left", title="kernels (configurations checked against the "
+                  "hardware model; nothing here ran on an NPU)")
+    for col in ("kernel", "roles", "shape", "config", "tiles", "L1 KiB", "L2 KiB", "findings"):
+        table.add_column(col, justify="right" if col in ("tiles", "L1 KiB", "L2 KiB") else "left")
+    for x in selections:
+        config = " ".join(f"{k}={v}" for k, v in x.config.items())
+        findings = "; ".join(f.message for f in x.findings) or "-"
+        table.add_row(x.use.spec.name + (" (cpu)" if x.use.spec.where == "cpu" else ""),
+                      ", ".join(x.roles), x.use.shape_text(), config or "-",
+                      str(x.usage.get("tiles", 0)),
+                      f"{x.usage.get('l1_bytes', 0) / 1024:.1f}",
+                      f"{x.usage.get('l2_bytes', 0) / 1024:.0f}", findings)
+    out.print(table)
+    invalid = [x for x in selections if not x.valid]
+    if invalid:
+        out.print(f"{len(invalid)} kernel(s) have no configuration that fits {hw.name}")
+        sys.exit(EXIT_FAILED)
+
+
+@click.command("plan")
+@click.argument("model")
+@click.option("--mode", type=click.Choice(["prefill", "decode"]), default="prefill",
+              show_default=True, help="A prefill of --seq-len tokens, or one decode step.")
+@click.option("--seq-len", type=click.IntRange(1, 2048), default=2048, show_default=True,
+              help="Prefill length L (and, for decode, the default position).")
+@click.option("--pos", type=click.IntRange(min=0), default=None,
+              help="Decode position p (default: --seq-len).")
+@click.option("--optimize", is_flag=True,
+              help="Apply the plan transforms one at a time, keeping the faster plans.")
+@json_option("Print JSON instead of tables.")
+@click.option("--emit-air", "emit_air", type=click.Path(file_okay=False, path_type=Path),
+              default=None, metavar="DIR",
+              help="Also write the MLIR-AIR program of every dispatch to DIR (one .py each).")
+def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, optimize: bool,
+             as_json: bool, emit_air: Path | None) -> None:
+    """The dispatch plan of MODEL, its modeled profile on XDNA 2, and (with --optimize) the
+    transforms that make it faster.
+
+    Every time is modeled: the performance model is calibrated on the Llama-3.2-1B figures
+    measured on NPU2 (NPU_FACTS.md); nothing here ran on an NPU.
+    """
+    from npu_deploy.kernels import XDNA2
+    from npu_deploy.kernels.optimize import optimize as run_optimize
+    from npu_deploy.kernels.perf import estimate
+    from npu_deploy.kernels.plan import baseline_plan
+    from npu_deploy.kernels.specs import Decode, Prefill
+
+    described, args = model_shape(model)
+    step_mode = Prefill(seq_len) if mode == "prefill" else Decode(seq_len if pos is None
+                                                                   else pos)
+    try:
+        plan = baseline_plan(model, args, step_mode, XDNA2)
+    except NotImplementedError as e:
+        fail(f"{model}: {e}; this model cannot be planned yet", EXIT_USAGE)
+    attempts: tuple = ()
+    if optimize:
+        result = run_optimize(plan, XDNA2)
+        plan, profile, attempts = result.plan, result.profile, result.attempts
+    else:
+        profile = estimate(plan, XDNA2)
+    if emit_air is not None:
+        from npu_deploy.kernels.air import EmitError, emit_plan, write_programs
+        try:
+            written = write_programs(emit_plan(plan, XDNA2), emit_air)
+        except (EmitError, OSError) as e:
+            fail(f"--emit-air {emit_air}: {e}", EXIT_USAGE)
+        if not as_json:
+            click.echo(f"{len(written)} MLIR-AIR programs written to {emit_air}", err=True)
+    if as_json:
+        emit_json(_plan_json(described, plan, profile, attempts))
+        return
+    _print_plan(described, plan, profile, attempts)
+
+
+def _plan_json(described: str, plan: Any, profile: Any, attempts: Any) -> dict[str, Any]:
+    from npu_deploy.kernels import XDNA2
+    from npu_deploy.kernels.plan import Dispatch
+
+    steps = []
+    for step, prof in zip(plan.steps, profile.steps, strict=True):
+        row: dict[str, Any] = {"name": prof.name, "where": prof.where,
+                               "modeled_s": prof.seconds, "device_s": prof.device_s,
+                               "python_s": prof.python_s,
+                               "host_transfer_s": prof.host_transfer_s,
+                               "host_bytes": prof.host_bytes}
+        if isinstance(step, Dispatch):
+            row["launches"] = [{"kernel": ln.kernel, "role": ln.role, "layer": ln.layer,
+                                "shape": ln.shape_dict, "config": ln.config_dict,
+                                "bindings": [{"operand": b.operand, "tensor": b.tensor,
+                                              "kind": b.kind, "layout": b.layout,
+                                              "rows": b.rows} for b in ln.bindings],
+                                "modeled_s": lp.seconds, "flops": lp.flops, "bytes": lp.bytes,
+                                "achieved_flops": lp.achieved_flops,
+                                "achieved_bytes_per_s": lp.achieved_bw,
+                                "roofline_fraction": lp.roofline_fraction(XDNA2),
+                                "bound": lp.bound}
+                               for ln, lp in zip(step.launches, prof.launches, strict=True)]
+        else:
+            row["op"] = step.op
+        steps.append(row)
+    return {"model": described, "mode": str(plan.mode), "source": profile.source,
+            "calibration": profile.calibration, "transforms": list(plan.history),
+            "lm_head": plan.lm_head, "total_s": profile.total_s,
+            "one_time_s": profile.one_time_s, "tokens_per_s": profile.tokens_per_s,
+            "eta": profile.eta, "dispatches": len(plan.dispatches), "steps": steps,
+            "attempts": [{"transform": a.transform, "skill": a.skill, "before_s": a.before_s,
+                          "after_s": a.after_s, "kept": a.kept, "reason": a.reason}
+                         for a in attempts]}
+
+
+def _print_plan(described: str, plan: Any, profile: Any, attempts: Any) -> None:
+    from npu_deploy.kernels import XDNA2
+    from npu_deploy.kernels.specs import Prefill
+
+    out = console()
+    out.print(f"{described}, {plan.mode}, on {XDNA2.name}")
+    out.print("Every time below is modeled: the performance model is calibrated on the "
+              "Llama-3.2-1B figures measured on NPU2 (NPU_FACTS.md). Nothing ran on an NPU.")
+    if attempts:
+        t = Table(title="transforms, in the order tried (modeled)", title_justify="left")
+        for col in ("transform", "skill", "before ms", "after ms", "speed-up", "kept"):
+            t.add_column(col, justify="right" if "ms" in col or col == "speed-up" else "left")
+        for a in attempts:
+            after = "-" if a.after_s is None else f"{a.after_s * 1e3:.1f}"
+            speed = "-" if a.speedup is None else f"{a.speedup:.2f}x"
+            t.add_row(a.transform, a.skill, f"{a.before_s * 1e3:.1f}", after, speed,
+                      "yes" if a.kept else a.reason)
+        out.print(t)
+    t = Table(title="steps of layer 0 and outside the layers (the other layers repeat "
+              "layer 0)", title_justify="left")
+    for col in ("step", "where", "launches", "synced MB", "modeled ms"):
+        t.add_column(col, justify="left" if col in ("step", "where") else "right")
+    for step, prof in zip(plan.steps, profile.steps, strict=True):
+        if getattr(step, "layer", None) not in (None, 0) or (
+                hasattr(step, "launches") and step.launches[0].layer not in (None, 0)):
+            continue
+        n = len(step.launches) if hasattr(step, "launches") else 0
+        t.add_row(prof.name, prof.where, str(n) if n else "-",
+                  f"{prof.host_bytes / 1e6:.1f}", f"{prof.seconds * 1e3:.3f}")
+    out.print(t)
+    k = Table(title="kernels of layer 0 and outside the layers against the roofline "
+              f"({XDNA2.peak_flops / 1e12:.0f} TFLOP/s, 58 GB/s DDR), modeled",
+              title_justify="left")
+    for col in ("launch", "kernel", "modeled ms", "GFLOP/s", "GB/s", "of roofline", "bound"):
+        k.add_column(col, justify="left" if col in ("launch", "kernel", "bound") else "right")
+    for prof in profile.steps:
+        for lp in prof.launches:
+            if lp.label.startswith("L") and not lp.label.startswith("L0."):
+                continue
+            k.add_row(lp.label, lp.kernel, f"{lp.seconds * 1e3:.3f}",
+                      f"{lp.achieved_flops / 1e9:.0f}", f"{lp.achieved_bw / 1e9:.1f}",
+                      f"{lp.roofline_fraction(XDNA2):.0%}", lp.bound)
+    out.print(k)
+    kind = "TTFT" if isinstance(plan.mode, Prefill) else "per token"
+    out.print(f"{plan.summary}")
+    out.print(f"modeled {kind}: {profile.total_s * 1e3:.1f} ms"
+              + (f" (incl. {profile.one_time_s * 1e3:.1f} ms writing static weights once)"
+                 if isinstance(plan.mode, Prefill) else
+                 f", {profile.tokens_per_s:.1f} tokens/s")
+              + f"; eta {profile.eta:.2f} (1.00 = the measured Llama-3.2-1B deployment)")

@@ -1,0 +1,43 @@
+"""The options every command shares, declared once: `--db` (the store) and `--json`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from npu_deploy.store import EventStore, default_db_path
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def db_option(f: F) -> F:
+    """`--db` on every command (and on the group), with NPU_DEPLOY_DB as fallback."""
+    def remember(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
+        if value is not None:
+            ctx.ensure_object(dict)["db"] = value
+    return click.option(
+        # No click-side checks: the store says in one line what is wrong with the path.
+        "--db", type=click.Path(path_type=Path, readable=False), expose_value=False,
+        callback=remember, is_eager=True,
+        help="Store file (default: $NPU_DEPLOY_DB, else ~/.local/share/npu-deploy/runs.db).",
+    )(f)
+
+
+def json_option(help: str = "Print JSON instead of a table.") -> Callable[[F], F]:
+    """`--json` on every listing, passed to the command as `as_json`."""
+    return click.option("--json", "as_json", is_flag=True, help=help)
+
+
+def db_path() -> Path:
+    ctx = click.get_current_context()
+    for c in (ctx, *([ctx.parent] if ctx.parent else [])):
+        if c.obj and c.obj.get("db"):
+            return Path(c.obj["db"])
+    return default_db_path()
+
+
+def open_readonly() -> EventStore:
+    return EventStore.open(db_path(), readonly=True)

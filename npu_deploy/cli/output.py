@@ -1,0 +1,28 @@
+"""What every command prints: Rich tables at the terminal's width, JSON, and one-line errors
+with an exit code that says what kind of failure it was."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console
+
+EXIT_FAILED = 1   # the command ran and found a problem (bad input, broken chain)
+EXIT_USAGE = 2    # a wrong flag or argument
+
+
+def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
+    click.echo(f"npu-deploy: error: {message}", err=True)
+    sys.exit(code)
+
+
+def console() -> Console:
+    """Rich output at the terminal's width; 160 columns when piped (not rich's 80)."""
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
+def emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True, default=str))

@@ -1,0 +1,159 @@
+"""The commands over stored runs: runs, show, verify, export, import."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from npu_deploy.events import PHASE_NAMES, describe
+from npu_deploy.store import EventStore, StoreError, export_run, import_run, read_export
+
+from .options import db_option, db_path, json_option, open_readonly
+from .output import EXIT_FAILED, console, emit_json, fail
+
+
+@click.command("runs")
+@db_option
+@json_option("Print JSON instead of a table.")
+def runs_cmd(as_json: bool) -> None:
+    """List the runs in the store."""
+    path = db_path()
+    if not path.exists():
+        if as_json:
+            emit_json([])
+        else:
+            click.echo(f"no runs yet (no store at {path})")
+        return
+    with open_readonly() as store:
+        runs = store.runs()
+    if as_json:
+        emit_json([r.__dict__ for r in runs])
+        return
+    if not runs:
+        click.echo(f"no runs in {path}")
+        return
+    table = Table(title=f"runs in {path}", title_justify="left")
+    for col in ("run", "model", "started (UTC)", "phase", "status", "verdict", "events",
+                "tokens", "cost"):
+        table.add_column(col, justify="right" if col in ("events", "tokens", "cost") else "left",
+                         no_wrap=col in ("run", "started (UTC)"))
+    for r in runs:
+        phase = "-" if r.phase_reached is None else str(r.phase_reached)
+        table.add_row(r.run_id, r.model, r.created_ts[:16].replace("T", " "), phase, r.status,
+                      r.verdict or "-", str(r.events), f"{r.input_tokens + r.output_tokens:,}",
+                      f"${r.cost_usd:.2f}")
+    console().print(table)
+
+
+@click.command("show")
+@db_option
+@click.argument("run")
+@click.option("--events", "last", type=click.IntRange(min=0), default=20, show_default=True,
+              help="How many of the newest events to list.")
+@json_option("Print the folded state and events as JSON.")
+def show_cmd(run: str, last: int, as_json: bool) -> None:
+    """Show one run: its folded state, phases and newest events (RUN may be a prefix)."""
+    with open_readonly() as store:
+        run_id = store.resolve_run(run)
+        report = store.verify(run_id)
+        state = report.state or store.fold(run_id, use_snapshots=False)
+        status = store.live_status(run_id, state.status)
+        events = list(store.events(run_id, after_version=max(0, state.version - last)))
+    if as_json:
+        emit_json({"state": {**state.to_dict(), "wall_time_s": state.wall_time_s,
+                             "live_status": status},
+                   "verified": report.ok, "events": [e.to_dict() for e in events]})
+        if not report.ok:
+            fail(f"{report.line()}; what is shown is not to be trusted")
+        return
+    out = console()
+    t = state.totals
+    out.print(f"[bold]{run_id}[/]  {state.model} on {state.backend}, agent {state.agent}, "
+                  f"policy {state.policy}")
+    out.print(f"status {status}   verdict {state.verdict or '-'}   "
+                  f"events {state.version}   wall {state.wall_time_s:.1f} s   "
+                  f"model calls {t.model_calls}   tokens in {t.input_tokens:,} out "
+                  f"{t.output_tokens:,} cache read {t.cache_read_tokens:,} write "
+                  f"{t.cache_write_tokens:,}   cost ${t.cost_usd:.4f} (list prices)   "
+                  f"tool calls {t.tool_calls}   errors {t.errors}")
+    phases = Table(title="phases", title_justify="left")
+    for col in ("#", "phase", "status", "attempts", "last gate", "wall s"):
+        phases.add_column(col)
+    for p in state.phases:
+        gate = p.last_gate
+        phases.add_row(str(p.phase), PHASE_NAMES[p.phase], p.status, str(p.attempts),
+                       "-" if gate is None else f"{gate.gate} {'PASS' if gate.passed else 'FAIL'}",
+                       f"{p.wall_time_s:.1f}")
+    out.print(phases)
+    listing = Table(title=f"newest {len(events)} events", title_justify="left")
+    for col in ("v", "time (UTC)", "type", "phase", "actor", "summary"):
+        listing.add_column(col, overflow="fold")
+    for e in events:
+        listing.add_row(str(e.run_version), e.ts[11:23], e.type,
+                        "-" if e.phase is None else str(e.phase), e.actor, describe(e))
+    out.print(listing)
+    if not report.ok:
+        fail(f"{report.line()}; what is shown above is not to be trusted")
+
+
+@click.command("verify")
+@db_option
+@click.argument("run", required=False)
+@click.option("--all", "all_runs", is_flag=True, help="Verify every run in the store.")
+@json_option("Print the reports as JSON.")
+def verify_cmd(run: str | None, all_runs: bool, as_json: bool) -> None:
+    """Prove a run's hash chain untouched; name the first bad event if not."""
+    if bool(run) == all_runs:
+        raise click.UsageError("give a RUN id or --all")
+    path = db_path()
+    if all_runs and not path.exists():
+        click.echo(f"no runs to verify (no store at {path})")
+        return
+    with open_readonly() as store:
+        structural = store.integrity_problem()
+        if structural:
+            raise StoreError(f"{path} is damaged ({structural}); restore it from a copy or "
+                             "an export")
+        run_ids = store.run_ids() if all_runs else [store.resolve_run(run or "")]
+        reports = [store.verify(r, fold=False) for r in run_ids]
+    if as_json:
+        emit_json([{k: v for k, v in r.__dict__.items() if k != "state"} for r in reports])
+    else:
+        if not reports:
+            click.echo(f"no runs in {path}")
+        for r in reports:
+            click.echo(r.line(), err=not r.ok)
+    if not all(r.ok for r in reports):
+        sys.exit(EXIT_FAILED)
+
+
+@click.command("export")
+@db_option
+@click.argument("run")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="The JSONL file to write (events, then the blobs they reference).")
+def export_cmd(run: str, output: Path) -> None:
+    """Write a verified run and its blobs to one JSONL file."""
+    with open_readonly() as store:
+        header = export_run(store, run, output)
+    click.echo(f"exported {header['run_id']}: {header['events']} events, {header['blobs']} "
+               f"blobs, head {header['head_hash'][:16]} -> {output}")
+
+
+@click.command("import")
+@db_option
+@click.argument("file", type=click.Path(path_type=Path, readable=False))
+def import_cmd(file: Path) -> None:
+    """Add a run from an export file to the store, after checking every link."""
+    exported = read_export(file)   # checked whole before the store is opened or created
+    path = db_path()
+    with EventStore.open(path) as store:
+        result = import_run(store, exported)
+    if result.already_present:
+        click.echo(f"{result.run_id} is already in {path} with the same head; nothing written")
+    else:
+        click.echo(f"imported {result.run_id}: {result.events} events, {result.blobs} blobs "
+                   f"into {path}")

@@ -1,0 +1,51 @@
+"""What every gate shares: one check against its threshold, a verdict over the checks, and
+the gate as a recorded step of its phase (the harness runs it, never the agent)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from npu_deploy.pipeline.recipe import Recipe
+from npu_deploy.pipeline.toolbox import Toolbox
+from npu_deploy.pipeline.workspace import Workspace, workspace_of
+
+
+def check(subject: str, metric: str, value: float, threshold: float, comparison: str,
+          gating: bool = True, message: str = "") -> dict[str, Any]:
+    finite = math.isfinite(float(value))
+    # A NaN or an infinity never passes; the log (JSON) records it as -1.
+    value = float(value) if finite else -1.0
+    holds = finite and {"<=": value <= threshold, "<": value < threshold,
+                        ">=": value >= threshold, ">": value > threshold,
+                        "==": value == threshold}[comparison]
+    return {"subject": subject, "metric": metric, "value": value, "threshold": float(threshold),
+            "comparison": comparison, "passed": bool(holds), "gating": gating,
+            **({"message": message} if message else {})}
+
+
+def verdict(gate: str, checks: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    passed = all(c["passed"] for c in checks if c["gating"])
+    return {"gate": gate, "passed": passed, "checks": checks, **extra}
+
+
+def plan_s(ws: Workspace, recipe: Recipe, mode: Any) -> float:
+    """The recipe's `mode` plan's time: modeled on the emulator, measured on the NPU."""
+    return ws.time(recipe.plan(ws.settings.model, ws.loaded.args, mode, ws.hw)).total_s
+
+
+def time_word(ws: Workspace) -> str:
+    return "measured" if ws.settings.measured else "modeled"
+
+
+class _Gate:
+    phase: int = -1
+
+    def evaluate(self, run: Any) -> dict[str, Any]:
+        ws = workspace_of(run)
+        result: dict[str, Any] = run.step(f"gate{self.phase}", {"phase": self.phase},
+                                          lambda: self.compute(ws, Toolbox(run)), backend=True)
+        return result
+
+    def compute(self, ws: Workspace, tb: Toolbox) -> dict[str, Any]:
+        raise NotImplementedError

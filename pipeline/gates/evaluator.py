@@ -1,0 +1,35 @@
+"""Phase 7's gate: the independent evaluator (pipeline.evaluator), run in a fresh process on
+a read-only store; its checks are the gate's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+from npu_deploy.pipeline.toolbox import Toolbox
+from npu_deploy.pipeline.workspace import Workspace, blob_json
+
+from .common import _Gate, check, verdict
+
+
+class EvaluatorGate(_Gate):
+    """Runs `python -m npu_deploy.pipeline.evaluator` in a fresh process on a read-only store
+    and records its checks; its full report is stored as a blob."""
+
+    phase = 7
+
+    def compute(self, ws: Workspace, tb: Toolbox) -> dict[str, Any]:
+        ws.release_backend()        # the evaluator's process opens the NPU itself
+        cmd = [sys.executable, "-m", "npu_deploy.pipeline.evaluator", str(ws.store.path),
+               ws.run_id, "--json"]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        try:
+            report = json.loads(done.stdout)
+        except json.JSONDecodeError:
+            tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            return verdict("phase7.evaluator", [check("evaluator", "ran", 0, 1, ">=",
+                                                      message=tail[:300])])
+        ref = blob_json(ws.store, report)
+        return verdict("phase7.evaluator", report["checks"], inputs=ref)

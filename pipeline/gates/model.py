@@ -1,0 +1,36 @@
+"""Phase 3's gate: the whole model against the FP32 oracle, by the token-set check on every
+canonical prompt (metrics.topk_agreement's rule on the stored greedy runs); the per-layer
+cosines are recorded as a lens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from npu_deploy.pipeline.recipe import Recipe
+from npu_deploy.pipeline.toolbox import Toolbox, layer_lens, token_checks
+from npu_deploy.pipeline.workspace import Workspace
+
+from .common import _Gate, check, verdict
+
+
+def model_checks(ws: Workspace, recipe: Recipe, answers: dict[str, Any]
+                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    runs = token_checks(ws, recipe, answers)
+    checks = []
+    for r in runs:
+        checks.append(check(r["prompt"], "top5_token_set", 1 if r["passed"] else 0, 1, ">="))
+        checks.append(check(r["prompt"], "greedy_tokens_agreed", r["agreed"], r["steps"], ">=",
+                            gating=False))
+    return checks, runs
+
+
+class ModelGate(_Gate):
+    phase = 3
+
+    def compute(self, ws: Workspace, tb: Toolbox) -> dict[str, Any]:
+        recipe = ws.recipe()
+        checks, _ = model_checks(ws, recipe, tb.answers())
+        lens = layer_lens(ws, recipe, tb.goldens())
+        checks += [check(name, "layer_cosine", value, 0.99, ">=", gating=False)
+                   for name, value in lens.items()]
+        return verdict("phase3.model", checks)
