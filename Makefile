@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test bench lint clean
+.PHONY: setup demo test test-fast bench lint clean
 
 setup: $(STAMP)
 
@@ -33,6 +33,11 @@ test: setup
 	@$(PY) -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; \
 	exit $$rc
+
+# The fast core while developing (under two minutes on two cores): no slow, end-to-end
+# or TUI tests. `make test` runs them all.
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow and not e2e and not tui"
 
 bench: setup
 	$(PY) benchmarks/store_bench.py

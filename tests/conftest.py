@@ -1,4 +1,5 @@
-"""Shared fixtures: real store files in a temporary directory."""
+"""Shared fixtures (real store files in a temporary directory, the models, the command line),
+and the markers by folder: every test under tests/tui/ is a `tui` test."""
 
 from __future__ import annotations
 
@@ -12,6 +13,13 @@ from npu_deploy.cli import main
 from npu_deploy.store import EventStore
 
 ERROR_PREFIX = "npu-deploy: error:"
+TUI_TESTS = Path(__file__).resolve().parent / "tui"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if TUI_TESTS in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.tui)
 
 STARTED = {"model": "tiny-llama", "backend": "emulator", "agent": "autopilot",
            "code_version": "test"}

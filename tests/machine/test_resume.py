@@ -14,10 +14,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+from paths import TESTS
+
 from npu_deploy.events import NewEvent
 from npu_deploy.store import EventStore, RunWriter, StoreError
 
-TESTS = Path(__file__).resolve().parent
 VOLATILE = {"duration_s", "wall_s", "agent_s", "backend_s", "command_id"}
 
 
@@ -92,6 +94,7 @@ def _uninterrupted(db: Path, run_id: str) -> None:
     assert proc.wait() == 0
 
 
+@pytest.mark.e2e
 def test_kill_9_at_30_points_then_resume_gives_the_uninterrupted_run(tmp_path):
     reference_db, db, run_id = tmp_path / "ref.db", tmp_path / "runs.db", "crash-run"
     _uninterrupted(reference_db, run_id)
@@ -231,6 +234,7 @@ def _big_run(store: EventStore, n: int) -> str:
     return w.run_id
 
 
+@pytest.mark.slow
 def test_resume_and_replay_of_a_100k_event_run_take_under_a_second(tmp_path):
     """Timed in this process's CPU time (`time.process_time`), which on an idle machine is
     its wall time (0.07 s and 0.66 s here) and which other processes' load cannot stretch."""

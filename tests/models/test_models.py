@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import STARTED, assert_one_error
+from safetensors.torch import load_file, save_file
+
 from npu_deploy.models import (
     BadConfig,
     ModelCorrupt,
@@ -22,8 +24,6 @@ from npu_deploy.models import (
 )
 from npu_deploy.models.errors import TokenizerMismatch
 from npu_deploy.models.loading import load_model
-from safetensors.torch import load_file, save_file
-
 from npu_deploy.oracle.goldens import find_goldens, goldens_for, goldens_key
 from npu_deploy.store import EventStore, export_run, import_run, read_export
 
@@ -68,6 +68,7 @@ def test_unknown_spec_names_what_is_accepted(tmp_path):
         resolve(str(tmp_path / "nothing-here"))
 
 
+@pytest.mark.slow
 def test_converted_gguf_is_reused_not_converted_again(smollm2):
     directory = smollm2.source.directory
     before = (directory / "model.safetensors").stat().st_mtime_ns

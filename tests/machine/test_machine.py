@@ -4,10 +4,10 @@ tests/fake_pipeline.py and a real SQLite store."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 from fake_pipeline import make
+from paths import ROOT
 
 from npu_deploy.events import DeploymentState
 from npu_deploy.machine import (
@@ -23,7 +23,7 @@ from npu_deploy.machine import (
 )
 from npu_deploy.store import EventStore, RunLocked
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "machine.md"
+DOCS = ROOT / "docs" / "machine.md"
 
 
 @pytest.fixture

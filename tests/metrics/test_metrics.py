@@ -17,11 +17,11 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from paths import ROOT
 
 from npu_deploy.metrics import comparison as metrics
 from npu_deploy.metrics.comparison import Comparison, TopKCheck, compare, topk_agreement
 
-ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks" / "metrics_bench.py"
 
 
@@ -381,6 +381,7 @@ def test_sequences_of_different_lengths_compare_their_common_prefix():
 
 # --- memory and the benchmark script -----------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc")
 def test_a_512_mb_pair_needs_under_64_mb_of_extra_memory():
     """Peak RSS of a child process (the benchmark's probe): catches any full-size temporary,
@@ -393,6 +394,7 @@ def test_a_512_mb_pair_needs_under_64_mb_of_extra_memory():
     assert extra < 64e6, f"compare used {extra / 1e6:.1f} MB extra"
 
 
+@pytest.mark.slow
 def test_the_benchmark_script_runs_and_prints_its_targets():
     result = subprocess.run(
         [sys.executable, str(BENCH), "--elems", "300000",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from paths import ROOT
 
 from npu_deploy.kernels import SPECS, XDNA2
 from npu_deploy.kernels.emulator import EmulatorBackend
@@ -129,12 +130,12 @@ def test_a_whole_prefill_runs_on_the_emulator_close_to_the_reference(tiny_models
     assert (ref.argmax(-1) == logits.argmax(-1)).float().mean() > 0.9
 
 
+@pytest.mark.slow
 def test_emulator_speed_benchmark_smoke():
     import subprocess
     import sys
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     out = subprocess.run([sys.executable, str(root / "benchmarks" / "emulator_speed.py"),
                           "--model", "tiny-qwen3", "--seq-len", "64"], capture_output=True,
                          text=True, timeout=300)

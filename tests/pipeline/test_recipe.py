@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from npu_deploy.models.catalog import CATALOG
-
 from npu_deploy.kernels.specs import Decode, Prefill
+from npu_deploy.models.catalog import CATALOG
 from npu_deploy.pipeline.deployed import Greedy, topk_check
 from npu_deploy.pipeline.recipe import Recipe
 

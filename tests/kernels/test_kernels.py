@@ -4,9 +4,9 @@ figures and the symptom table of NPU_FACTS.md."""
 from __future__ import annotations
 
 import pytest
-from npu_deploy.models import CATALOG
 
 from npu_deploy.kernels import SPECS, XDNA1, XDNA2, Decode, Prefill, blocking, check, model_kernels
+from npu_deploy.models import CATALOG
 
 GEMM_8x4 = {"tile_m": 64, "tile_k_l2": 256, "tile_k_l1": 32, "tile_n": 128, "herd_m": 4,
             "herd_n": 8}

@@ -219,6 +219,7 @@ def test_a_merged_dispatch_is_one_function_with_a_launch_per_kernel(tmp_path: Pa
     compile(path.read_text(), str(path), "exec")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["smollm2-135m", "qwen2.5-0.5b", "qwen3-0.6b"])
 @pytest.mark.parametrize("mode", [Prefill(256), Decode(256)], ids=["prefill", "decode"])
 def test_every_dispatch_of_baseline_and_optimized_plans_emits(model, mode):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_one_error
+from paths import TESTS
 
 from npu_deploy.agents.autopilot import pipeline
 from npu_deploy.events import NewEvent
@@ -43,6 +44,7 @@ def gates_of(events: list) -> dict[int, list[bool]]:
     return out
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("model", ["tiny-qwen2", "tiny-qwen3", "tiny-llama-mha"])
 def test_a_tiny_model_deploys_through_all_eight_phases(tmp_path, model):
     run_id, events = deploy(tmp_path / "runs.db", model)
@@ -73,6 +75,7 @@ def test_a_tiny_model_deploys_through_all_eight_phases(tmp_path, model):
         assert store.verify(run_id).ok
 
 
+@pytest.mark.e2e
 def test_a_seeded_tile_fault_fails_phase_1_and_the_debug_skill_repairs_it(tmp_path):
     run_id, events = deploy(tmp_path / "runs.db", "tiny-llama", fault="gemm-tile")
     assert gates_of(events)[1] == [False, True]
@@ -94,10 +97,11 @@ def test_a_seeded_tile_fault_fails_phase_1_and_the_debug_skill_repairs_it(tmp_pa
     assert lessons[0]["draft"] and len(lessons[0]["event_refs"]) == 4
 
 
+@pytest.mark.e2e
 def test_the_evaluator_fails_a_run_whose_gates_passed_without_the_work(tmp_path):
     """The fake pipeline's gates say PASS for anything; the evaluator, in its own process,
     re-runs them from what is stored and finds nothing behind them."""
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(TESTS))
     from fake_pipeline import make
 
     with EventStore.open(tmp_path / "runs.db") as store:
@@ -118,6 +122,7 @@ def test_the_evaluator_fails_a_run_whose_gates_passed_without_the_work(tmp_path)
     assert any(m == "written" for _, m in failed)
 
 
+@pytest.mark.e2e
 def test_the_command_line_deploys_answers_reports_and_lists_lessons(tmp_path, cli):
     db = tmp_path / "runs.db"
     r = cli("--db", db, "deploy", "tiny-llama", "--headless", "--auto-approve",
@@ -157,6 +162,7 @@ def test_the_command_line_refuses_an_unknown_model_and_a_run_without_deployment(
     assert_one_error(cli("--db", db, "report", run_id, "-o", tmp_path / "r"), "no report")
 
 
+@pytest.mark.e2e
 def test_the_optimization_memory_orders_the_next_deployment(tmp_path):
     from npu_deploy.skills.experience import transform_order
 

@@ -72,6 +72,7 @@ def test_baseline_decode_keeps_host_steps_explicit():
     assert len(gemv) == 8 and all(ln.shape_dict["M"] <= 16384 for ln in gemv)
 
 
+@pytest.mark.slow
 def test_every_target_model_gets_a_plan_and_a_profile():
     for name, entry in CATALOG.items():
         for mode in (Prefill(2048), Decode(2048)):

@@ -13,8 +13,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 #: The folders at the repository's top level whose code installs as npu_deploy.<name>.
 PACKAGE_FOLDERS = {p.name for p in (ROOT / "npu_deploy").iterdir() if p.is_symlink()}
 

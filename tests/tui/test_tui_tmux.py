@@ -18,11 +18,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from paths import ROOT, TESTS
 
 from npu_deploy.store import EventStore, StoreUnreadable
 
-ROOT = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).resolve().parent
 NPU_DEPLOY = Path(sys.executable).parent / "npu-deploy"
 TMUX = shutil.which("tmux")
 WIDTH, HEIGHT = 150, 45

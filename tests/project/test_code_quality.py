@@ -6,7 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import pytest
+from paths import ROOT
+
 BIN = Path(sys.executable).parent
 
 
@@ -20,6 +22,7 @@ def test_ruff_finds_nothing():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_mypy_passes_on_the_core_packages():
     result = run("mypy")
     assert result.returncode == 0, result.stdout + result.stderr

@@ -21,12 +21,11 @@ from pathlib import Path
 
 import pytest
 from conftest import STARTED
+from paths import ROOT
 
 from npu_deploy.events import NewEvent
 from npu_deploy.store import EventStore, RunLocked
 from npu_deploy.store import writer as writer_module
-
-ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
 
@@ -391,7 +390,7 @@ def test_reopening_a_store_in_the_writer_process_keeps_its_writes_visible(tmp_pa
              "with EventStore.open(sys.argv[1]) as s:\n"
              "    s.post_command(sys.argv[2], 'pause')\n")
     subprocess.run([sys.executable, "-c", other, str(db), writer.run_id], check=True,
-                   cwd=Path(__file__).resolve().parent.parent)
+                   cwd=ROOT)
     for i in range(5):
         writer.append(NewEvent("agent.message", {"role": "assistant", "text": f"m{i}"},
                                actor="agent"))

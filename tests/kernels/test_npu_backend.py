@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from fake_npu import SimulatedXrt, compiler_for
+from paths import TESTS
 
 from npu_deploy.kernels.air import tensor_key
 from npu_deploy.kernels.emulator import EmulatorBackend
@@ -159,6 +160,7 @@ def test_a_weight_read_by_a_gemm_and_a_gemv_is_two_buffers(tiny_models):
     assert tensor_key(gemm, gemm.binding("b")) != tensor_key(gemv, gemv.binding("w"))
 
 
+@pytest.mark.e2e
 def test_a_deployment_on_the_xrt_backend_measures_and_writes_its_programs(tmp_path,
                                                                           monkeypatch):
     from npu_deploy.agents.autopilot import pipeline
@@ -166,7 +168,7 @@ def test_a_deployment_on_the_xrt_backend_measures_and_writes_its_programs(tmp_pa
     from npu_deploy.pipeline.workspace import workspace_dir
     from npu_deploy.store import EventStore
 
-    tests = str(Path(__file__).parent)      # the evaluator's process imports fake_npu too
+    tests = str(TESTS)      # the evaluator's process imports fake_npu too
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         p for p in (tests, os.environ.get("PYTHONPATH")) if p))
     (tmp_path / "objects").mkdir()

@@ -8,10 +8,10 @@ import sys
 import pytest
 import torch
 import transformers
-from npu_deploy.models import CATALOG, OracleError, RopeScaling, model_args
 from transformers.models.llama import modeling_llama
 
 from npu_deploy.events import validate_payload
+from npu_deploy.models import CATALOG, OracleError, RopeScaling, model_args
 from npu_deploy.oracle import reference_of
 from npu_deploy.oracle.prompts import CAPITAL_QUESTION, Prompt, canonical_prompts
 from npu_deploy.oracle.reference import (
@@ -207,6 +207,7 @@ def test_bundled_catalog_entry_agrees_with_the_loaded_model(smollm2):
 
 # --- the bundled model -----------------------------------------------------------------
 
+@pytest.mark.slow
 def test_bundled_smollm2_passes_the_phase0_gate_and_knows_paris(smollm2):
     report = phase0_gate(smollm2, canonical_prompts(64))
     assert report.passed, [c for c in report.checks if not c["passed"]]

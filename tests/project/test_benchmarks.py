@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import pytest
+from paths import ROOT
 
 
 def test_store_bench_runs_end_to_end_and_labels_its_figures(tmp_path):
@@ -27,6 +27,7 @@ def test_store_bench_runs_end_to_end_and_labels_its_figures(tmp_path):
     assert list(tmp_path.iterdir()) == []   # its working directory is removed
 
 
+@pytest.mark.slow
 def test_tui_bench_runs_end_to_end_and_labels_its_figures(tmp_path):
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "tui_bench.py"), "--quick", "--json",
