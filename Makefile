@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench lint clean
+.PHONY: setup demo test test-fast bench lint docs clean
 
 setup: $(STAMP)
 
@@ -43,6 +43,11 @@ bench: setup
 	$(PY) benchmarks/store_bench.py
 	$(PY) benchmarks/metrics_bench.py
 	$(PY) benchmarks/deploy_smollm2.py
+
+# Regenerate what the docs generate (the CLI reference, the kernel tables); a test fails
+# while they are stale.
+docs: setup
+	$(VENV)/bin/cog -r docs/*.md
 
 lint: setup
 	$(VENV)/bin/ruff check .
