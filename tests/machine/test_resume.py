@@ -235,20 +235,17 @@ def _big_run(store: EventStore, n: int) -> str:
 
 
 @pytest.mark.slow
-def test_resume_and_replay_of_a_100k_event_run_take_under_a_second(tmp_path):
-    """Timed in this process's CPU time (`time.process_time`), which on an idle machine is
-    its wall time (0.07 s and 0.66 s here) and which other processes' load cannot stretch."""
+def test_a_100k_event_run_replays_to_any_event_and_resumes_from_its_snapshots(tmp_path):
+    """What a long run's replay and resume give (how long they take is
+    benchmarks/resume_bench.py's: under a second each)."""
     with EventStore.open(tmp_path / "runs.db") as store:
         run_id = _big_run(store, 100_000)
-        t0 = time.process_time()
         state = store.fold(run_id, 99_000)                # replay to any event
-        replay = time.process_time() - t0
-        t0 = time.process_time()
+        assert state.version == 99_000
+        assert state == store.fold(run_id, 99_000, use_snapshots=False)
         with RunWriter.attach(store, run_id) as w:        # resume: lock, verify, fold
             assert w.state.version == 100_001
-        resume_s = time.process_time() - t0
-    assert state.version == 99_000
-    assert replay < 1.0 and resume_s < 1.0, (replay, resume_s)
+            assert w.state == store.fold(run_id, use_snapshots=False)
 
 
 def test_a_snapshot_of_another_reducer_is_ignored_and_rebuilt(tmp_path):

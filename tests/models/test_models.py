@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -72,10 +71,9 @@ def test_unknown_spec_names_what_is_accepted(tmp_path):
 def test_converted_gguf_is_reused_not_converted_again(smollm2):
     directory = smollm2.source.directory
     before = (directory / "model.safetensors").stat().st_mtime_ns
-    t0 = time.perf_counter()
     again = resolve("smollm2-135m")
     assert again.directory == directory
-    assert time.perf_counter() - t0 < 5.0          # the hash of the GGUF, no de-quantizing
+    # not written again: the hash of the GGUF matched, nothing was de-quantized
     assert (directory / "model.safetensors").stat().st_mtime_ns == before
     assert json.loads((directory / "npu-deploy-source.json").read_text())["dequantized_to"] \
         == "float32"

@@ -47,3 +47,14 @@ def test_tui_bench_runs_end_to_end_and_labels_its_figures(tmp_path):
         "first paint <= 0.5 s", "seek + drawn frame p95 <= 50 ms, Gates tab, warm",
         "peak RSS <= 150 MB",
         "UI timer lateness p99 <= 50 ms at 1000 events/s"}
+
+
+def test_resume_bench_runs_and_labels_its_figures():
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "resume_bench.py"), "--events", "3000",
+         "--repeats", "1", "--json"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["source"] == "measured-cpu" and report["events"] == 3000
+    assert set(report["medians"]) == {"replay", "resume", "full_fold"}
+    assert [t["target"].split()[0] for t in report["targets"]] == ["replay", "resume"]
