@@ -39,7 +39,7 @@ def _stream(piece: str) -> None:
 @click.argument("prompt")
 @click.option("--max-tokens", type=click.IntRange(1, 2048), default=64, show_default=True)
 def generate_cmd(run: str, prompt: str, max_tokens: int) -> None:
-    """Answer PROMPT with RUN's deployed model (emulator backend), streaming the tokens."""
+    """Answer PROMPT with RUN's deployed model on the run's backend, streaming the tokens."""
     runner = _runner(run)
     runner.generate([{"role": "user", "content": prompt}], max_tokens, on_text=_stream)
     sys.stdout.write("\n")
