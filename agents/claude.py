@@ -501,7 +501,7 @@ TOOLS: dict[str, Tool] = {
 
 
 def _write_report(c: Context) -> dict[str, Any]:
-    from npu_deploy.agents.autopilot import write_report
+    from npu_deploy.pipeline.report.write import write_report
     return write_report(c.run, c.tb)
 
 
