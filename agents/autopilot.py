@@ -17,7 +17,6 @@ corrupts the output silently. The gate must catch it and the debug skill must re
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from npu_deploy.kernels.optimize import DECODE_ORDER, PREFILL_ORDER
@@ -26,10 +25,11 @@ from npu_deploy.machine import Pipeline
 from npu_deploy.oracle.prompts import CAPITAL_QUESTION
 from npu_deploy.pipeline.deployed import Greedy
 from npu_deploy.pipeline.gates import gates
+from npu_deploy.pipeline.report.write import write_report
 from npu_deploy.pipeline.toolbox import SOURCE_WORDS, Toolbox, kernel_uses_cached, mode_text
-from npu_deploy.pipeline.workspace import Workspace, blob_json
+from npu_deploy.pipeline.workspace import Workspace
 from npu_deploy.skills.experience import transform_order
-from npu_deploy.skills.lessons import harvest_lessons, lessons_markdown
+from npu_deploy.skills.lessons import harvest_lessons
 from npu_deploy.skills.matcher import SkillMatcher
 
 PHASE_SKILLS = ("phase-0-cpu-oracle", "phase-1-kernel-validation", "phase-2-single-block",
@@ -192,26 +192,6 @@ def seeded_gemm_fault(ws: Workspace) -> dict[str, dict[str, Any]]:
                 return {key: {"tile_n": 32, "herd_n": herd}}
     raise ValueError("the gemm-tile drill needs a GEMM whose N is not a multiple of 32 x "
                      "some herd width from 1 to 8")
-
-
-def write_report(run: Any, tb: Toolbox) -> dict[str, Any]:
-    """The performance report (markdown, roofline and timeline plots) and lessons.md, as
-    blobs of the run."""
-    ws = tb.ws
-    measured = None
-    if ws.settings.measured:        # the report's NPU times are recorded profiles
-        from npu_deploy.pipeline.report.gather import report_plans
-        measured = {key: tb.profile(mode, recipe=recipe)["total_s"]
-                    for key, (mode, recipe) in report_plans(ws).items()}
-
-    def work() -> dict[str, Any]:
-        from npu_deploy.pipeline.report.gather import render_to_blobs, report_data
-        data = report_data(ws, measured)
-        files = render_to_blobs(ws, data)
-        lessons = harvest_lessons(ws.store, ws.run_id)
-        files["lessons.md"] = ws.store.put_blob(lessons_markdown(lessons).encode())
-        return {"report_data": blob_json(ws.store, asdict(data)), "files": files}
-    return run.step("write_report", {}, work)
 
 
 def pipeline() -> Pipeline:
