@@ -46,6 +46,7 @@ from npu_deploy.events.state import REDUCED_TYPES, reduce_body
 
 from .errors import StoreCorrupt, StoreError, UnknownRun
 from .schema import connect, release
+from .transaction import transaction
 
 if TYPE_CHECKING:
     from .writer import RunWriter
@@ -274,7 +275,7 @@ class EventStore:
         """Cache a folded state. Deleting snapshots changes nothing but speed."""
         if self.readonly or not state.run_id:
             return
-        with self.db.atomic():
+        with transaction(self.db):
             self.conn.execute(
                 "INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?, ?, ?, ?)",
                 (state.run_id, state.version, REDUCER_VERSION, state.last_hash,
@@ -370,7 +371,7 @@ class EventStore:
     def put_blob(self, data: bytes) -> str:
         """Store bytes once, compressed; returns the reference 'sha256:<hex>'."""
         digest = sha256_hex(data)
-        with self.db.atomic():
+        with transaction(self.db):
             self.conn.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?, ?, ?, ?)",
                               (digest, len(data), "zlib", zlib.compress(data, 6), utc_now()))
         return f"sha256:{digest}"
@@ -408,7 +409,7 @@ class EventStore:
         validate_payload("human.decision", {**(payload or {}), "decision": kind,
                                             "command_id": command_id, "author": author})
         run_id = self.resolve_run(run_id)
-        with self.db.atomic():
+        with transaction(self.db):
             self.conn.execute(
                 "INSERT INTO inbox (command_id, run_id, kind, payload, author, created_ts) "
                 "VALUES (?, ?, ?, ?, ?, ?)",

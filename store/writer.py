@@ -45,6 +45,7 @@ from .errors import (
     UnknownRun,
 )
 from .eventstore import EVENT_COLUMNS, EventStore, event_from_row, validate_run_id
+from .transaction import transaction
 
 #: A snapshot is cached every this many events (and when the writer closes).
 SNAPSHOT_EVERY = 1000
@@ -120,7 +121,7 @@ class RunWriter:
         self.run_id = run_id
         self._lock = lock
         # Our own connection: commits from it move other connections' data_version.
-        # Autocommit: a lone INSERT is its own transaction; larger ones say BEGIN.
+        # Autocommit: a lone INSERT is its own transaction; larger ones are `transaction`s.
         self._store = EventStore.open(store.path)
         self._conn = self._store.conn
         self._conn.isolation_level = None
@@ -163,18 +164,12 @@ class RunWriter:
                         run_id=run_id, run_version=1, prev_hash=GENESIS_HASH)
         lock = take_run_lock(store, run_id)
         try:
-            conn = store.conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with transaction(store.db) as conn:
                 if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone():
                     raise StoreError(f"run {run_id} already exists in {store.path}; "
                                      "choose another run id")
                 insert_run_row(conn, first)
                 update_run_summary(conn, apply(DeploymentState(), insert_row(conn, first)))
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
             return cls(store, run_id, lock)
         except BaseException:
             lock.release()
@@ -245,11 +240,9 @@ class RunWriter:
         return [e if e is not None else next(committed) for e in out]
 
     def _commit(self, events: list[Event], consumes: list[str | None] | None) -> list[Event]:
-        conn = self._conn
         folded = self._folded
         stored = []
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with transaction(self._store.db) as conn:
             for i, event in enumerate(events):
                 event = insert_row(conn, event)
                 if consumes and consumes[i]:
@@ -258,10 +251,6 @@ class RunWriter:
                 stored.append(event)
             if folded is not self._folded and run_summary(folded) != run_summary(self._folded):
                 update_run_summary(conn, folded)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
         # Commit, then apply: the in-memory head moves only after the commit.
         self._folded = folded
         self._advanced(stored[-1], len(stored))
