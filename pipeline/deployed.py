@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from npu_deploy.models.config import ModelArgs
 
 from npu_deploy.kernels.execute import PlanRunner
 from npu_deploy.kernels.hardware import XDNA2, Hardware
 from npu_deploy.kernels.plan import DispatchPlan
 from npu_deploy.kernels.specs import Decode, Mode, Prefill
+from npu_deploy.models.config import ModelArgs
 from npu_deploy.pipeline.recipe import Recipe
 
 TOP_K = 5
