@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from npu_deploy.events import DeploymentState, Event, NewEvent
+from npu_deploy.events.keys import FACT, MESSAGE, MODEL_CALL, RUN_FINISHED, STEP, AttemptKey
 from npu_deploy.events.payloads import validate_payload
 from npu_deploy.events.state import GATE_TOOL, PHASE_NAMES
 from npu_deploy.store import EventStore, RunWriter
@@ -122,6 +123,7 @@ class PhaseRun:
     def __init__(self, conductor: Conductor, phase: int, attempt: int, role: str = "") -> None:
         self.conductor, self.phase, self.attempt = conductor, phase, attempt
         self.role = role            # "" for the agent; the gate's steps get their own keys
+        self._keys = AttemptKey(phase, attempt, role)
         ph = conductor.state.phases[phase]
         self.instruction: str | None = ph.instruction
         self.debug_direction: str | None = ph.debug_direction
@@ -131,25 +133,25 @@ class PhaseRun:
     def name(self) -> str:
         return PHASE_NAMES[self.phase]
 
-    def _key(self, what: str) -> str:
-        return f"p{self.phase}.a{self.attempt}.{self.role}{what}"
+    def _next(self, kind: str) -> AttemptKey:
+        """The key of this run's next message, fact, model call or step."""
+        self._n += 1
+        return self._keys.counted(kind, self._n)
 
     def say(self, text: str) -> None:
         """An agent message, recorded once."""
-        self._n += 1
         self.conductor._record("agent.message", {"role": "assistant", "text": text},
                                phase=self.phase, attempt=self.attempt, actor="agent",
-                               key=self._key(f"m{self._n}"))
+                               key=self._next(MESSAGE))
 
     def record(self, type_: str, payload: dict[str, Any]) -> None:
         """A fact the agent (or gate) establishes, recorded once: a profile, a loaded skill,
         a lesson, an experience."""
         if type_ not in AGENT_FACTS:
             raise ValueError(f"an agent records {', '.join(AGENT_FACTS)}, not {type_}")
-        self._n += 1
         self.conductor._record(type_, payload, phase=self.phase, attempt=self.attempt,
                                actor="harness" if self.role else "agent",
-                               key=self._key(f"f{self._n}"))
+                               key=self._next(FACT))
 
     def step(self, tool: str, arguments: dict[str, Any], fn: Callable[[], dict[str, Any]],
              *, idempotent: bool = True, backend: bool = False,
@@ -157,9 +159,8 @@ class PhaseRun:
         """Run `fn` as a recorded tool step and return its result. A step already completed
         in the log (a resumed run) returns the stored result without running again. An
         exception of `expected` is recorded as a failed step and raised as `ToolFailed`."""
-        self._n += 1
-        return self.conductor._step(self.phase, self.attempt, f"{self.role}s{self._n}", tool,
-                                    arguments, fn, idempotent=idempotent, backend=backend,
+        return self.conductor._step(self._next(STEP), tool, arguments, fn,
+                                    idempotent=idempotent, backend=backend,
                                     actor="harness" if self.role else "agent",
                                     expected=expected)
 
@@ -167,8 +168,7 @@ class PhaseRun:
         """A model call, recorded once: `call()` returns ("model.called", payload), or
         ("error", payload) when the call failed. A resumed run gets the stored event back
         and the model is not called (nor paid) twice."""
-        self._n += 1
-        key = self._key(f"c{self._n}")
+        key = self._next(MODEL_CALL)
         stored = self.conductor._stored(key)
         if stored is not None:
             return stored
@@ -222,8 +222,8 @@ class Conductor:
     # --- recording: commit, then apply ---------------------------------------------
 
     def _record(self, type_: str, payload: dict[str, Any], *, phase: int | None = None,
-                attempt: int | None = None, actor: str = "harness", key: str | None = None,
-                consumes: str | None = None) -> Event:
+                attempt: int | None = None, actor: str = "harness",
+                key: AttemptKey | str | None = None, consumes: str | None = None) -> Event:
         payload = validate_payload(type_, payload)
         if key is not None:
             stored = self._stored(key)
@@ -234,7 +234,8 @@ class Conductor:
         if trigger is not None:
             self.machine.check(trigger, pre, payload, phase)     # refused before the commit
         event = self.writer.append(NewEvent(type_, payload, actor=actor, phase=phase,
-                                            attempt=attempt, idempotency_key=key),
+                                            attempt=attempt,
+                                            idempotency_key=None if key is None else str(key)),
                                    consumes=consumes)
         if trigger is not None:
             self.machine.fire(trigger, pre, payload, phase)          # ... applied after it
@@ -246,14 +247,14 @@ class Conductor:
             self.writer.snapshot()                                 # a phase boundary
         return event
 
-    def _stored(self, key: str) -> Event | None:
-        return self.writer.find(key)
+    def _stored(self, key: AttemptKey | str) -> Event | None:
+        return self.writer.find(str(key))
 
-    def _step(self, phase: int, attempt: int, what: str, tool: str, arguments: dict[str, Any],
+    def _step(self, key: AttemptKey, tool: str, arguments: dict[str, Any],
               fn: Callable[[], dict[str, Any]], *, idempotent: bool, backend: bool,
               actor: str, expected: tuple[type[Exception], ...] = ()) -> dict[str, Any]:
-        key = f"p{phase}.a{attempt}.{what}"
-        done = self._stored(key + ".done")
+        phase, attempt, call_id = key.phase, key.attempt, str(key)
+        done = self._stored(key.done())
         if done is not None:
             if not done.payload["ok"]:
                 raise ToolFailed(done.payload["result"].get("error", "failed"))
@@ -263,22 +264,22 @@ class Conductor:
         if self._stored(key) is not None and not idempotent:
             raise StepInterrupted(f"step {tool} of phase {phase} attempt {attempt} was started "
                                   "and not finished, and cannot be repeated safely")
-        self._record("tool.requested", {"call_id": key, "tool": tool, "arguments": args},
+        self._record("tool.requested", {"call_id": call_id, "tool": tool, "arguments": args},
                      phase=phase, attempt=attempt, actor=actor, key=key)
         t0 = time.perf_counter()
         try:
             result = fn()
         except expected as e:
             message = f"{type(e).__name__}: {e}"
-            self._record("tool.completed", {"call_id": key, "tool": tool, "ok": False,
+            self._record("tool.completed", {"call_id": call_id, "tool": tool, "ok": False,
                                             "result": {"error": message},
                                             "duration_s": time.perf_counter() - t0},
-                         phase=phase, attempt=attempt, actor=actor, key=key + ".done")
+                         phase=phase, attempt=attempt, actor=actor, key=key.done())
             raise ToolFailed(message) from e
-        self._record("tool.completed", {"call_id": key, "tool": tool, "ok": True,
+        self._record("tool.completed", {"call_id": call_id, "tool": tool, "ok": True,
                                         "result": result,
                                         "duration_s": time.perf_counter() - t0},
-                     phase=phase, attempt=attempt, actor=actor, key=key + ".done")
+                     phase=phase, attempt=attempt, actor=actor, key=key.done())
         return result
 
     # --- the inbox --------------------------------------------------------------------
@@ -335,7 +336,7 @@ class Conductor:
             return Halt(where, s.verdict or "")
         if s.aborting:
             self._record("run.finished", {"verdict": "ABORTED", "summary": "aborted by a person"},
-                         key="run.finished")
+                         key=RUN_FINISHED)
             return None
         if where == "paused":
             return Halt("paused", "npu-deploy resume RUN goes on")
@@ -358,10 +359,11 @@ class Conductor:
         if sub == "gating":
             self._gate(k, ph.attempts)
         elif sub == "passed":
+            attempt_key = AttemptKey(k, ph.attempts)
             self._record("checkpoint.requested",
-                         {"checkpoint_id": f"p{k}.a{ph.attempts}",
+                         {"checkpoint_id": str(attempt_key),
                           "summary": f"phase {k} ({PHASE_NAMES[k]}) passed its gate"},
-                         phase=k, attempt=ph.attempts, key=f"p{k}.a{ph.attempts}.checkpoint")
+                         phase=k, attempt=ph.attempts, key=attempt_key.child("checkpoint"))
         elif sub == "failed":
             self._after_failure(k, ph.attempts)
         elif sub == "awaiting_human":
@@ -390,7 +392,7 @@ class Conductor:
             if k == PHASES[-1]:
                 self._record("run.finished", {"verdict": "PASS",
                                               "summary": "every phase passed its gate"},
-                             key="run.finished")
+                             key=RUN_FINISHED)
             else:
                 self._enter(k + 1)
         return None
@@ -401,7 +403,7 @@ class Conductor:
         self._record("phase.entered", {"name": PHASE_NAMES[k], "instruction": ph.instruction,
                                        "debug_direction": ph.debug_direction
                                        if ph.decision == "pick" else None},
-                     phase=k, attempt=attempt, key=f"p{k}.a{attempt}.entered")
+                     phase=k, attempt=attempt, key=AttemptKey(k, attempt, "entered"))
 
     def _work(self, k: int, attempt: int) -> Halt | None:
         run = PhaseRun(self, k, attempt)
@@ -416,28 +418,28 @@ class Conductor:
         return None
 
     def _step_gate_request(self, k: int, attempt: int) -> None:
-        key = f"p{k}.a{attempt}.gate"
-        self._record("tool.requested", {"call_id": key, "tool": GATE_TOOL,
+        key = AttemptKey(k, attempt, "gate")
+        self._record("tool.requested", {"call_id": str(key), "tool": GATE_TOOL,
                                         "arguments": {"gate": k, "idempotent": True,
                                                       "backend": True}},
                      phase=k, attempt=attempt, key=key)
 
     def _gate(self, k: int, attempt: int) -> None:
-        key = f"p{k}.a{attempt}.gate"
+        key = AttemptKey(k, attempt, "gate")
         gate = self.pipeline.gates.get(k)
         if gate is None:
             raise KeyError(f"the pipeline has no gate for phase {k}")
         t0 = time.perf_counter()
         try:
-            result = gate.evaluate(PhaseRun(self, k, attempt, role="gate."))
+            result = gate.evaluate(PhaseRun(self, k, attempt, role="gate"))
         except _Stop:
             return
-        self._record("tool.completed", {"call_id": key, "tool": GATE_TOOL, "ok": True,
+        self._record("tool.completed", {"call_id": str(key), "tool": GATE_TOOL, "ok": True,
                                         "result": {"passed": bool(result["passed"])},
                                         "duration_s": time.perf_counter() - t0},
-                     phase=k, attempt=attempt, key=key + ".done")
+                     phase=k, attempt=attempt, key=key.done())
         self._record("gate.evaluated", result, phase=k, attempt=attempt,
-                     key=f"p{k}.a{attempt}.gate.result")
+                     key=key.child("result"))
 
     def _after_failure(self, k: int, attempt: int) -> None:
         s = self.state
@@ -455,16 +457,16 @@ class Conductor:
                    "checks": list(gate.checks if gate else ())}
         try:
             directions = self.pipeline.matcher.propose(
-                PhaseRun(self, k, attempt, role="debug."), payload)
+                PhaseRun(self, k, attempt, role="debug"), payload)
         except _Stop:
             return
-        self._record("debug.proposed", {"proposal_id": f"p{k}.a{attempt}",
+        self._record("debug.proposed", {"proposal_id": str(AttemptKey(k, attempt)),
                                         "symptom": symptom, "directions": directions},
-                     phase=k, attempt=attempt, key=f"p{k}.a{attempt}.debug")
+                     phase=k, attempt=attempt, key=AttemptKey(k, attempt, "debug"))
 
     def _policy_decision(self, k: int, attempt: int, decision: str, **fields: Any) -> None:
-        key = f"p{k}.a{attempt}.policy.{decision}"
-        self._record("human.decision", {"decision": decision, "command_id": key,
+        key = AttemptKey(k, attempt).child("policy", decision)
+        self._record("human.decision", {"decision": decision, "command_id": str(key),
                                         "author": f"policy:{self.policy.name}", **fields},
                      phase=k, attempt=attempt, actor="harness", key=key)
 
@@ -474,7 +476,7 @@ class Conductor:
         what = "overridden" if reason == OVERRIDDEN else "exited"
         self._record("phase.exited", {"outcome": outcome, "reason": reason, "wall_s": wall,
                                       "agent_s": agent, "backend_s": backend},
-                     phase=k, attempt=attempt, key=f"p{k}.a{attempt}.{what}")
+                     phase=k, attempt=attempt, key=AttemptKey(k, attempt, what))
 
     def _phase_times(self, k: int) -> tuple[float, float, float]:
         """Wall, agent and backend seconds of phase k so far, from its events: steps an
@@ -493,7 +495,8 @@ class Conductor:
                                                or p["arguments"].get("backend")):
                 backend_calls.add(p["call_id"])
             elif e.type == "tool.completed":
-                if ".gate." in p["call_id"]:
+                call = AttemptKey.parse(p["call_id"])
+                if call is not None and call.role == "gate":
                     continue        # a step inside a gate: the gate's own time holds it
                 if p["call_id"] in backend_calls:
                     backend += p["duration_s"]

@@ -34,6 +34,7 @@ from npu_deploy.events import (
     validate_payload,
     with_head,
 )
+from npu_deploy.events.keys import RUN_START
 from npu_deploy.events.state import reduce_body
 
 from .errors import (
@@ -160,7 +161,7 @@ class RunWriter:
         if store.readonly:
             raise StoreError(f"{store.path} was opened read-only; open it writable to append")
         run_id = validate_run_id(run_id or new_run_id())
-        first = prepare(NewEvent(first_type, started, actor=actor, idempotency_key="run.start"),
+        first = prepare(NewEvent(first_type, started, actor=actor, idempotency_key=RUN_START),
                         run_id=run_id, run_version=1, prev_hash=GENESIS_HASH)
         lock = take_run_lock(store, run_id)
         try:
