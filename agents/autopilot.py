@@ -23,8 +23,8 @@ from typing import Any
 from npu_deploy.kernels.optimize import DECODE_ORDER, PREFILL_ORDER
 from npu_deploy.kernels.specs import Decode, Mode, Prefill
 from npu_deploy.machine import Pipeline
+from npu_deploy.metrics.tokens import Greedy
 from npu_deploy.oracle.prompts import CAPITAL_QUESTION
-from npu_deploy.pipeline.deployed import Greedy
 from npu_deploy.pipeline.gates import gates
 from npu_deploy.pipeline.toolbox import SOURCE_WORDS, Toolbox, kernel_uses_cached, mode_text
 from npu_deploy.pipeline.workspace import Workspace, blob_json

@@ -25,9 +25,10 @@ from npu_deploy.kernels.specs import SPECS, Decode, KernelUse, Mode, Prefill
 from npu_deploy.kernels.transforms import TRANSFORMS, IllegalTransform
 from npu_deploy.kernels.validate import validate_kernel
 from npu_deploy.metrics.comparison import compare
+from npu_deploy.metrics.tokens import Greedy, topk_check
 from npu_deploy.oracle import reference_of
 from npu_deploy.oracle.reference import golden_name
-from npu_deploy.pipeline.deployed import DeployedModel, Greedy, reference_greedy, topk_check
+from npu_deploy.pipeline.deployed import DeployedModel, reference_greedy
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.workspace import (
     Workspace,
@@ -186,7 +187,7 @@ def token_checks(ws: Workspace, recipe: Recipe, answers: dict[str, Any]) -> list
     for p in ws.prompts():
         ref = Greedy.from_dict(answers[p.name])
         ours = model.generate(ws.ids(p), ws.settings.steps, follow=ref.tokens)
-        tc = topk_check(p.name, ours, ref)
+        tc = topk_check(ours, ref)
         out.append({"prompt": p.name, "passed": tc.passed, "agreed": tc.agreed,
                     "steps": tc.steps, "ours": tc.ours, "theirs": tc.theirs,
                     "text": ws.loaded.tokenizer.decode(ours.tokens)})
@@ -289,7 +290,7 @@ class Toolbox:
             ref = Greedy.from_dict(self.answers()[prompt])
             ours = ws.deployed(ws.recipe()).generate(ws.ids(p), ws.settings.steps,
                                                      follow=ref.tokens)
-            tc = topk_check(prompt, ours, ref)
+            tc = topk_check(ours, ref)
             return {"prompt": prompt, "agreed": tc.agreed, "steps": tc.steps,
                     "passed": tc.passed, "text": ws.loaded.tokenizer.decode(ours.tokens)}
         return self.run.step("run_model", {"prompt": prompt,
