@@ -69,6 +69,7 @@ def goldens_for(writer: Any, loaded: LoadedModel, prompt_ids: torch.Tensor, *,
     captured them, otherwise captured, stored and recorded. Returns (tensors, reused)."""
     from npu_deploy.events import NewEvent
     from npu_deploy.events.keys import capture_keys
+    from npu_deploy.events.payloads import ToolCompleted, ToolRequested
 
     store = writer.store
     key = goldens_key(loaded, prompt_ids)
@@ -76,15 +77,14 @@ def goldens_for(writer: Any, loaded: LoadedModel, prompt_ids: torch.Tensor, *,
     if ref is not None:
         return decode(store.get_blob(ref)), True
     requested, completed = capture_keys(key)
-    writer.append(NewEvent("tool.requested", {
-        "call_id": key, "tool": CAPTURE_TOOL,
-        "arguments": {"tokens": int(prompt_ids.shape[0])}},
+    writer.append(NewEvent.of(ToolRequested(
+        call_id=key, tool=CAPTURE_TOOL, arguments={"tokens": int(prompt_ids.shape[0])}),
         actor="harness", phase=phase, attempt=attempt, idempotency_key=requested))
     tensors = reference_of(loaded).capture(prompt_ids)
     blob = encode(tensors)
     ref = store.put_blob(blob)
-    writer.append(NewEvent("tool.completed", {
-        "call_id": key, "tool": CAPTURE_TOOL, "ok": True,
-        "result": {"key": key, "goldens": ref, "tensors": len(tensors), "bytes": len(blob)}},
+    writer.append(NewEvent.of(ToolCompleted(
+        call_id=key, tool=CAPTURE_TOOL, ok=True,
+        result={"key": key, "goldens": ref, "tensors": len(tensors), "bytes": len(blob)}),
         actor="harness", phase=phase, attempt=attempt, idempotency_key=completed))
     return tensors, False

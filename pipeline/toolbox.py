@@ -17,6 +17,12 @@ from typing import Any
 
 import torch
 
+from npu_deploy.events.payloads import (
+    ExperienceRecorded,
+    LessonRecorded,
+    ProfileRecorded,
+    SkillLoaded,
+)
 from npu_deploy.kernels.checker import check
 from npu_deploy.kernels.perf import Profile
 from npu_deploy.kernels.plan import Dispatch, DispatchPlan, config_key
@@ -327,7 +333,7 @@ class Toolbox:
         result = self.run.step("profile", {"mode": mode_text(mode),
                                            "transforms": list(recipe.transforms(mode))}, work,
                                backend=ws.settings.measured)
-        self.run.record("profile.recorded", result["payload"])
+        self.run.record(ProfileRecorded.from_dict(result["payload"]))
         return result
 
     def propose_transform(self, mode: Mode, order: list[str]) -> dict[str, Any]:
@@ -427,14 +433,14 @@ class Toolbox:
             skill = load_catalog()[name]
             return {"skill": name, "digest": skill.digest, "kind": skill.kind}
         result = self.run.step("load_skill", {"skill": name}, work)
-        self.run.record("skill.loaded", {"skill": name, "digest": result["digest"]})
+        self.run.record(SkillLoaded(skill=name, digest=result["digest"]))
         return result
 
-    def record_experience(self, payload: dict[str, Any]) -> None:
-        self.run.record("experience.recorded", payload)
+    def record_experience(self, experience: ExperienceRecorded) -> None:
+        self.run.record(experience)
 
-    def record_lesson(self, payload: dict[str, Any]) -> None:
-        self.run.record("lesson.recorded", payload)
+    def record_lesson(self, lesson: LessonRecorded) -> None:
+        self.run.record(lesson)
 
 
 def stop_tokens(ws: Workspace) -> set[int]:

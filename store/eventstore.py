@@ -49,6 +49,8 @@ from .schema import connect, release
 from .transaction import transaction
 
 if TYPE_CHECKING:
+    from npu_deploy.events.payloads import RunStarted
+
     from .writer import RunWriter
 
 EVENT_COLUMNS = ", ".join(STORED_COLUMNS)
@@ -207,7 +209,7 @@ class EventStore:
         from .writer import RunWriter
         return RunWriter.attach(self, self.resolve_run(run_id))
 
-    def create_run(self, started: dict[str, Any], *, run_id: str | None = None,
+    def create_run(self, started: RunStarted | dict[str, Any], *, run_id: str | None = None,
                    actor: str = "harness") -> RunWriter:
         """Start a new run with its `run.started` event; returns its writer."""
         from .writer import RunWriter

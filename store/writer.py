@@ -35,6 +35,7 @@ from npu_deploy.events import (
     with_head,
 )
 from npu_deploy.events.keys import RUN_START
+from npu_deploy.events.payloads import RunForked, RunStarted
 from npu_deploy.events.state import reduce_body
 
 from .errors import (
@@ -156,13 +157,18 @@ class RunWriter:
             raise
 
     @classmethod
-    def create(cls, store: EventStore, started: dict[str, Any], *, run_id: str | None = None,
-               actor: str = "harness", first_type: str = "run.started") -> RunWriter:
+    def create(cls, store: EventStore, started: RunStarted | RunForked | dict[str, Any], *,
+               run_id: str | None = None, actor: str = "harness",
+               first_type: str = "run.started") -> RunWriter:
+        """A new run, opened by `started`: a RunStarted or RunForked value, or the JSON
+        object of a `first_type` payload."""
         if store.readonly:
             raise StoreError(f"{store.path} was opened read-only; open it writable to append")
         run_id = validate_run_id(run_id or new_run_id())
-        first = prepare(NewEvent(first_type, started, actor=actor, idempotency_key=RUN_START),
-                        run_id=run_id, run_version=1, prev_hash=GENESIS_HASH)
+        opening = (NewEvent(first_type, started, actor=actor, idempotency_key=RUN_START)
+                   if isinstance(started, dict) else
+                   NewEvent.of(started, actor=actor, idempotency_key=RUN_START))
+        first = prepare(opening, run_id=run_id, run_version=1, prev_hash=GENESIS_HASH)
         lock = take_run_lock(store, run_id)
         try:
             with transaction(store.db) as conn:

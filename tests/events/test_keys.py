@@ -24,6 +24,7 @@ from npu_deploy.events.keys import (
     AttemptKey,
     capture_keys,
 )
+from npu_deploy.events.payloads import ModelCalled, SkillLoaded
 from npu_deploy.machine import Conductor, Policy
 
 part = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=8)
@@ -83,10 +84,9 @@ class Worker(FakeAgent):
     """The fake agent, plus a recorded fact and a model call each attempt."""
 
     def work(self, run: Any) -> None:
-        run.record("skill.loaded", {"skill": "deploy-new-llm", "digest": "0" * 64})
-        run.exchange(lambda: ("model.called", {
-            "model": "m", "input_tokens": 1, "output_tokens": 1, "cost_usd": 0.0,
-            "stop_reason": "end_turn", "duration_s": 0.0}))
+        run.record(SkillLoaded(skill="deploy-new-llm", digest="0" * 64))
+        run.exchange(lambda: ModelCalled(model="m", input_tokens=1, output_tokens=1,
+                                         cost_usd=0.0, stop_reason="end_turn", duration_s=0.0))
         super().work(run)
 
 
