@@ -5,9 +5,9 @@
 
 Every event is committed before the machine moves (`_record`), and the next action is
 always chosen from the folded state. Every event the conductor writes carries an
-idempotency key derived from (phase, attempt, what), so a conductor killed at any point and
-resumed writes each event once: an agent re-run after a crash replays its completed steps
-from the log instead of doing them again.
+idempotency key derived from (phase, attempt, what) (events.keys.AttemptKey), so a
+conductor killed at any point and resumed writes each event once: an agent re-run after a
+crash replays its completed steps from the log instead of doing them again.
 
 Agents, gates and debug matchers are interfaces (`Pipeline`); the autopilot issue fills
 them with the real phases.
@@ -483,7 +483,7 @@ class Conductor:
                 PhaseRun(self, k, attempt, role="debug"), payload)
         except _Stop:
             return
-        # The matcher's directions are data (DebugDirection objects): checked as they are built.
+        # A matcher answers with JSON objects (DebugMatcher): checked as the value is built.
         self._record(DebugProposed.from_dict({"proposal_id": str(AttemptKey(k, attempt)),
                                               "symptom": symptom, "directions": directions}),
                      phase=k, attempt=attempt, key=AttemptKey(k, attempt, "debug"))
