@@ -164,8 +164,9 @@ class NewEvent:
            attempt: int | None = None, causation_id: str | None = None,
            correlation_id: str | None = None, idempotency_key: str | None = None) -> NewEvent:
         """The event that records `payload`, a value of an event type's payload class."""
-        return cls(payload.event_type, payload.to_dict(), actor, phase, attempt, causation_id,
-                   correlation_id, idempotency_key)
+        return cls(payload.event_type, payload.to_dict(), actor=actor, phase=phase,
+                   attempt=attempt, causation_id=causation_id, correlation_id=correlation_id,
+                   idempotency_key=idempotency_key)
 
 
 class Event(NamedTuple):
