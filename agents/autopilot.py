@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from npu_deploy.events.payloads import ExperienceRecorded, LessonRecorded
 from npu_deploy.kernels.optimize import DECODE_ORDER, PREFILL_ORDER
 from npu_deploy.kernels.specs import Decode, Mode, Prefill
 from npu_deploy.machine import Pipeline
+from npu_deploy.metrics.tokens import Greedy
 from npu_deploy.oracle.prompts import CAPITAL_QUESTION
-from npu_deploy.pipeline.deployed import Greedy
 from npu_deploy.pipeline.gates import gates
 from npu_deploy.pipeline.report.write import write_report
 from npu_deploy.pipeline.toolbox import SOURCE_WORDS, Toolbox, kernel_uses_cached, mode_text
@@ -134,13 +135,13 @@ class Autopilot:
             tb.load_skill(TRANSFORM_SKILLS[name])
             r = tb.apply_transform(name, mode)
             speedup = r["before_s"] / r["after_s"] if r.get("after_s") else None
-            tb.record_experience({
-                "topic": f"{name} on {tb.ws.settings.model}",
-                "summary": r["reason"], "outcome": "worked" if r["kept"] else "failed",
-                "evidence": [k for k in ("plan_before", "plan_after") if r.get(k)],
-                "transform": name, "model": tb.ws.settings.model, "shape": mode_text(mode),
-                "speedup": speedup, "source": r["source"], "plan_before": r["plan_before"],
-                "plan_after": r.get("plan_after")})
+            tb.record_experience(ExperienceRecorded(
+                topic=f"{name} on {tb.ws.settings.model}",
+                summary=r["reason"], outcome="worked" if r["kept"] else "failed",
+                evidence=[k for k in ("plan_before", "plan_after") if r.get(k)],
+                transform=name, model=tb.ws.settings.model, shape=mode_text(mode),
+                speedup=speedup, source=r["source"], plan_before=r["plan_before"],
+                plan_after=r.get("plan_after")))
         end = tb.profile(mode, scope)
         run.say(f"{scope}: {start * 1e3:.2f} ms -> {end['total_s'] * 1e3:.2f} ms "
                 f"{SOURCE_WORDS[end['source']]} ({start / end['total_s']:.2f}x)")
@@ -157,7 +158,7 @@ class Autopilot:
                 "dispatches")
         write_report(run, tb)
         for lesson in harvest_lessons(tb.ws.store, tb.ws.run_id):
-            tb.record_lesson(lesson)
+            tb.record_lesson(LessonRecorded.from_dict(lesson))
 
     # --- 7: the evaluator ------------------------------------------------------------------
 

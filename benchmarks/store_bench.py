@@ -58,6 +58,7 @@ from eventsourcing.utils import Environment  # noqa: E402
 
 from benchmarks.host import cpu_name  # noqa: E402
 from npu_deploy.events import NewEvent  # noqa: E402
+from npu_deploy.events.keys import STEP, AttemptKey  # noqa: E402
 from npu_deploy.store import EventStore  # noqa: E402
 
 Workload = list[tuple[str, dict[str, Any]]]
@@ -85,6 +86,8 @@ _WORDS = ("the kernel tile buffer shape stride matmul layer norm attention softm
           "vector scalar core column row memory bank accumulate quantize int8 bf16 error "
           "output input weight bias model block profile trace result expected measured").split()
 _TOOLS = ("read_file", "write_file", "run_kernel", "compile_kernel", "run_tests", "bash")
+#: Every event of the workload is one of phase 0's first attempt, as the store sees it.
+_ATTEMPT = AttemptKey(0, 1)
 
 
 def _text(rng: random.Random, length: int) -> str:
@@ -107,7 +110,7 @@ def make_workload(n: int, seed: int) -> Workload:
     for i in range(n):
         slot = i % 20
         if slot in (4, 11, 17):
-            call = {"call_id": f"call-{i:07d}", "tool": rng.choice(_TOOLS)}
+            call = {"call_id": str(_ATTEMPT.counted(STEP, i + 1)), "tool": rng.choice(_TOOLS)}
             out.append(("tool.requested", {
                 **call,
                 "arguments": {"path": f"kernels/mm_{rng.randrange(64)}.cc", "timeout_s": 60,

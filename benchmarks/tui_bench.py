@@ -63,7 +63,6 @@ import math
 import os
 import platform
 import random
-import re
 import resource
 import sqlite3
 import subprocess
@@ -83,6 +82,7 @@ if str(_ROOT) not in sys.path:
 
 from benchmarks.host import cpu_name, emit  # noqa: E402
 from npu_deploy.events import PHASE_NAMES, NewEvent  # noqa: E402
+from npu_deploy.events.keys import FACT, MESSAGE, RUN_FINISHED, STEP, AttemptKey  # noqa: E402
 from npu_deploy.store import EventStore  # noqa: E402
 
 FIRST_PAINT_TARGET_S = 0.5
@@ -156,39 +156,40 @@ class Attempt:
 
     def __init__(self, phase: int, attempt: int, n: int = 0) -> None:
         self.phase, self.attempt, self.n = phase, attempt, n
+        self.keys = AttemptKey(phase, attempt)      # also its checkpoint's and proposal's id
         self.agent_s = self.backend_s = 0.0
 
-    def key(self, what: str) -> str:
-        return f"p{self.phase}.a{self.attempt}.{what}"
+    def key(self, what: str) -> AttemptKey:
+        return self.keys.child(what)
 
     def new(self, type_: str, payload: dict[str, Any], actor: str = "harness",
-            key: str | None = None) -> NewEvent:
+            key: AttemptKey | None = None) -> NewEvent:
         return NewEvent(type_, payload, actor=actor, phase=self.phase, attempt=self.attempt,
-                        idempotency_key=key)
+                        idempotency_key=None if key is None else str(key))
 
     def say(self, text: str) -> NewEvent:
         self.n += 1
         return self.new("agent.message", {"role": "assistant", "text": text}, "agent",
-                        self.key(f"m{self.n}"))
+                        self.keys.counted(MESSAGE, self.n))
 
     def fact(self, type_: str, payload: dict[str, Any]) -> NewEvent:
         self.n += 1
-        return self.new(type_, payload, "agent", self.key(f"f{self.n}"))
+        return self.new(type_, payload, "agent", self.keys.counted(FACT, self.n))
 
     def step(self, tool: str, arguments: dict[str, Any], result: dict[str, Any], *,
              ok: bool, duration_s: float) -> list[NewEvent]:
         self.n += 1
-        call_id = self.key(f"s{self.n}")
+        call = self.keys.counted(STEP, self.n)
         backend = tool in BACKEND_TOOLS
         if backend:
             self.backend_s += duration_s
         else:
             self.agent_s += duration_s
-        return [self.new("tool.requested", {"call_id": call_id, "tool": tool, "arguments": {
-                    **arguments, "idempotent": True, "backend": backend}}, "agent", call_id),
-                self.new("tool.completed", {"call_id": call_id, "tool": tool, "ok": ok,
+        return [self.new("tool.requested", {"call_id": str(call), "tool": tool, "arguments": {
+                    **arguments, "idempotent": True, "backend": backend}}, "agent", call),
+                self.new("tool.completed", {"call_id": str(call), "tool": tool, "ok": ok,
                                             "result": result, "duration_s": duration_s},
-                         "agent", call_id + ".done")]
+                         "agent", call.done())]
 
 
 class Blobs:
@@ -336,7 +337,7 @@ class Synthetic:
                 direction = "tile"
         yield Step(NewEvent("run.finished", {"verdict": "PASS",
                                              "summary": "every phase passed its gate"},
-                            idempotency_key="run.finished"))
+                            idempotency_key=RUN_FINISHED))
 
     def attempt(self, att: Attempt, turns: int, direction: str | None,
                 passed: bool) -> Iterator[Step]:
@@ -350,7 +351,7 @@ class Synthetic:
                 yield Step(e, turn=j == 0)
         yield from (Step(e) for e in self.gate(att, passed))
         if passed:
-            cp = f"p{k}.a{a}"
+            cp = str(att.keys)
             yield Step(att.new("checkpoint.requested", {
                 "checkpoint_id": cp, "summary": f"phase {k} ({PHASE_NAMES[k]}) passed its gate"},
                 key=att.key("checkpoint")))
@@ -362,7 +363,7 @@ class Synthetic:
                 snapshot=True)
         else:
             yield Step(att.new("debug.proposed", self.proposal(att), key=att.key("debug")))
-            yield Step(decision=("pick", {"direction_id": "tile", "proposal_id": f"p{k}.a{a}"}),
+            yield Step(decision=("pick", {"direction_id": "tile", "proposal_id": str(att.keys)}),
                        phase=k, attempt=a)
 
     def gate(self, att: Attempt, passed: bool) -> list[NewEvent]:
@@ -379,16 +380,16 @@ class Synthetic:
                        "threshold": 0.999, "comparison": ">=", "passed": True, "gating": False})
         duration = round(self.rng.uniform(2.0, 30.0), 3)
         att.backend_s += duration
-        return [att.new("tool.requested", {"call_id": key, "tool": "gate", "arguments": {
+        return [att.new("tool.requested", {"call_id": str(key), "tool": "gate", "arguments": {
                     "gate": k, "idempotent": True, "backend": True}}, key=key),
-                att.new("tool.completed", {"call_id": key, "tool": "gate", "ok": True,
+                att.new("tool.completed", {"call_id": str(key), "tool": "gate", "ok": True,
                                            "result": {"passed": passed},
-                                           "duration_s": duration}, key=key + ".done"),
+                                           "duration_s": duration}, key=key.done()),
                 att.new("gate.evaluated", {"gate": f"phase{k}-gate", "passed": passed,
-                                           "checks": checks}, key=att.key("gate.result"))]
+                                           "checks": checks}, key=key.child("result"))]
 
     def proposal(self, att: Attempt) -> dict[str, Any]:
-        return {"proposal_id": f"p{att.phase}.a{att.attempt}",
+        return {"proposal_id": str(att.keys),
                 "symptom": "gemm_kv[L0]/mean_rel_l1 = 0.031 (needs <= 0.012)",
                 "directions": [
                     {"direction_id": "tile", "skill": "silent-gemm-corruption",
@@ -728,11 +729,12 @@ class LatenessProbe:
 
 def last_counter(store: EventStore, run_id: str, phase: int, attempt: int) -> int:
     """The highest PhaseRun counter among the attempt's keys (p.a.m7, p.a.s8.done, ...)."""
-    pattern = re.compile(rf"p{phase}\.a{attempt}\.[msf](\d+)(\.done)?")
     rows = store.conn.execute("SELECT idempotency_key FROM events WHERE run_id = ? AND "
                               "phase = ? AND attempt = ? AND idempotency_key IS NOT NULL",
                               (run_id, phase, attempt)).fetchall()
-    return max((int(m.group(1)) for (key,) in rows if (m := pattern.fullmatch(key))), default=0)
+    keys = [AttemptKey.parse(text) for (text,) in rows]
+    return max((k.counter for k in keys if k is not None and k.counter is not None
+                and k.role == "" and k.attempt_key == AttemptKey(phase, attempt)), default=0)
 
 
 def writer_child(db: Path, run_id: str, rate: float, seconds: float, seed: int) -> dict[str, Any]:

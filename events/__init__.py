@@ -17,9 +17,11 @@ from .envelope import (
     utc_now,
     uuid7,
 )
+from .keys import RUN_FINISHED, RUN_START, AttemptKey
 from .payloads import (
     BLOB_REF_RE,
     EVENT_TYPES,
+    Payload,
     blob_refs,
     current_schema_version,
     validate_payload,
@@ -39,8 +41,9 @@ from .upcasters import UPCASTERS, upcast
 
 __all__ = [
     "ACTORS", "BLOB_REF_RE", "EVENT_TYPES", "GENESIS_HASH", "PHASE_NAMES", "REDUCER_VERSION",
-    "UPCASTERS", "DeploymentState", "Event", "GateSummary", "InvalidEvent", "NewEvent",
-    "PhaseState", "RunTotals", "apply", "blob_refs", "canonical_json", "check_envelope",
-    "current_schema_version", "describe", "fold", "new_run_id", "seal", "sha256_hex",
-    "upcast", "utc_now", "uuid7", "validate_payload", "with_head",
+    "RUN_FINISHED", "RUN_START", "UPCASTERS", "AttemptKey", "DeploymentState", "Event",
+    "GateSummary", "InvalidEvent", "NewEvent", "Payload", "PhaseState", "RunTotals", "apply",
+    "blob_refs", "canonical_json", "check_envelope", "current_schema_version", "describe",
+    "fold", "new_run_id", "seal", "sha256_hex", "upcast", "utc_now", "uuid7",
+    "validate_payload", "with_head",
 ]

@@ -8,6 +8,7 @@ is a chain: change any byte of any event and every later link breaks.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import json
 import os
@@ -17,7 +18,12 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeVar
+
+if TYPE_CHECKING:
+    from .payloads import Payload
+
+    P = TypeVar("P", bound=Payload)
 
 ACTORS: Final = ("agent", "harness", "human", "evaluator")
 PHASES: Final = range(8)
@@ -153,6 +159,15 @@ class NewEvent:
     correlation_id: str | None = None
     idempotency_key: str | None = None
 
+    @classmethod
+    def of(cls, payload: Payload, *, actor: str = "harness", phase: int | None = None,
+           attempt: int | None = None, causation_id: str | None = None,
+           correlation_id: str | None = None, idempotency_key: str | None = None) -> NewEvent:
+        """The event that records `payload`, a value of an event type's payload class."""
+        return cls(payload.event_type, payload.to_dict(), actor=actor, phase=phase,
+                   attempt=attempt, causation_id=causation_id, correlation_id=correlation_id,
+                   idempotency_key=idempotency_key)
+
 
 class Event(NamedTuple):
     """A stored event. `payload_json` is the exact hashed text of `payload`.
@@ -181,6 +196,14 @@ class Event(NamedTuple):
 
     def computed_hash(self) -> str:
         return chain_hash(*self[1:15])
+
+    def typed(self, cls: builtins.type[P]) -> P:
+        """The payload as a value of its class (`cls`, which must be this event's type's):
+        `event.typed(ToolCompleted).ok`."""
+        if cls.event_type != self.type:
+            raise TypeError(f"event v{self.run_version} is a {self.type}, not a "
+                            f"{cls.event_type} ({cls.__name__})")
+        return cls.from_dict(self.payload)
 
     def row(self) -> dict[str, Any]:
         """The stored columns (no decoded payload)."""

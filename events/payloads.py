@@ -1,8 +1,12 @@
 """Typed payloads of every event type, and their validation on append.
 
-Each event type is a frozen dataclass registered under its dotted name.
-`validate_payload` checks a JSON payload against it field by field, fills in
-defaults, and refuses anything malformed with a message that names the field.
+Each event type is a frozen dataclass registered under its dotted name. Writers build
+these values (`PhaseEntered(name=...)`) and `NewEvent.of` turns one into an event; readers
+get one back from a stored event with `event.typed(PhaseEntered)`. What is stored is the
+value's JSON object (`to_dict`): every field, defaults included, exactly as when writers
+built the dicts by hand. `validate_payload` checks a JSON payload against its class field
+by field, fills in defaults, and refuses anything malformed with a message that names the
+field; every append runs it.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, Self, Union, get_args, get_origin
 
 from .envelope import InvalidEvent
 
@@ -25,24 +29,54 @@ BlobRef = Annotated[str, "blob"]
 
 Verdict = Literal["PASS", "FAIL", "ABORTED", "NEEDS_HUMAN"]
 Source = Literal["measured-npu", "measured-cpu", "modeled"]
+Outcome = Literal["passed", "failed", "needs_human", "aborted"]
+Decision = Literal["approve", "redirect", "pick", "pause", "abort"]
 
 #: type name -> (payload class, current schema version)
-EVENT_TYPES: dict[str, tuple[type, int]] = {}
+EVENT_TYPES: dict[str, tuple[type[Payload], int]] = {}
+
+
+class Payload:
+    """What the payload class of every event type shares: the type's dotted name, and the
+    JSON object a stored event holds."""
+
+    event_type: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of this payload: every field (nested values as objects too)."""
+        return _plain(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Self:
+        """The payload `data` holds, checked as an append checks it (`validate_payload`),
+        with defaults for the fields it leaves out."""
+        checked = _checker_for(cls)(data, cls.event_type)
+        built: Self = _builder_for(cls)(checked)
+        return built
 
 
 def event_type(name: str, schema_version: int = 1):  # type: ignore[no-untyped-def]
-    def register(cls: type) -> type:
-        cls.event_type = name  # type: ignore[attr-defined]
+    def register(cls: type[Payload]) -> type[Payload]:
+        cls.event_type = name
         EVENT_TYPES[name] = (cls, schema_version)
         return cls
     return register
+
+
+def payload_class(type_name: str) -> type[Payload]:
+    """The payload class of an event type."""
+    entry = EVENT_TYPES.get(type_name)
+    if entry is None:
+        known = ", ".join(sorted(EVENT_TYPES))
+        raise InvalidEvent(f"type: unknown event type {type_name!r} (known: {known})")
+    return entry[0]
 
 
 # --- run lifecycle ---------------------------------------------------------
 
 @event_type("run.started")
 @dataclass(frozen=True)
-class RunStarted:
+class RunStarted(Payload):
     model: str
     backend: str
     agent: str
@@ -54,7 +88,7 @@ class RunStarted:
 
 @event_type("run.resumed")
 @dataclass(frozen=True)
-class RunResumed:
+class RunResumed(Payload):
     from_version: int
     reason: str
     unfinished_step: str | None = None
@@ -62,7 +96,7 @@ class RunResumed:
 
 @event_type("run.forked", schema_version=2)
 @dataclass(frozen=True)
-class RunForked:
+class RunForked(Payload):
     parent_run_id: str
     parent_version: int
     parent_hash: str
@@ -77,7 +111,7 @@ class RunForked:
 
 @event_type("run.finished")
 @dataclass(frozen=True)
-class RunFinished:
+class RunFinished(Payload):
     verdict: Verdict
     summary: str
     report: BlobRef | None = None
@@ -87,7 +121,7 @@ class RunFinished:
 
 @event_type("phase.entered")
 @dataclass(frozen=True)
-class PhaseEntered:
+class PhaseEntered(Payload):
     name: str
     instruction: str | None = None       # a person's redirect, for this attempt
     debug_direction: str | None = None   # the picked debug direction, if any
@@ -95,8 +129,8 @@ class PhaseEntered:
 
 @event_type("phase.exited", schema_version=2)
 @dataclass(frozen=True)
-class PhaseExited:
-    outcome: Literal["passed", "failed", "needs_human", "aborted"]
+class PhaseExited(Payload):
+    outcome: Outcome
     reason: str = ""
     # schema 2: where the attempt's time went (measured on the CPU of the conductor's host)
     wall_s: float = 0.0
@@ -108,14 +142,14 @@ class PhaseExited:
 
 @event_type("agent.message")
 @dataclass(frozen=True)
-class AgentMessage:
+class AgentMessage(Payload):
     role: Literal["assistant", "user", "system"]
     text: str
 
 
 @event_type("model.called", schema_version=3)
 @dataclass(frozen=True)
-class ModelCalled:
+class ModelCalled(Payload):
     model: str
     input_tokens: int
     output_tokens: int
@@ -138,7 +172,7 @@ class ModelCalled:
 
 @event_type("tool.requested")
 @dataclass(frozen=True)
-class ToolRequested:
+class ToolRequested(Payload):
     call_id: str
     tool: str
     arguments: dict[str, Any] = field(default_factory=dict)
@@ -146,7 +180,7 @@ class ToolRequested:
 
 @event_type("tool.completed")
 @dataclass(frozen=True)
-class ToolCompleted:
+class ToolCompleted(Payload):
     call_id: str
     tool: str
     ok: bool
@@ -156,7 +190,7 @@ class ToolCompleted:
 
 @event_type("tool.abandoned")
 @dataclass(frozen=True)
-class ToolAbandoned:
+class ToolAbandoned(Payload):
     call_id: str
     tool: str
     reason: str
@@ -192,7 +226,7 @@ def _compare(value: float, comparison: str, threshold: float) -> bool:
 
 @event_type("gate.evaluated")
 @dataclass(frozen=True)
-class GateEvaluated:
+class GateEvaluated(Payload):
     gate: str
     passed: bool
     checks: list[GateCheck]
@@ -220,7 +254,7 @@ class ProfileEntry:
 
 @event_type("profile.recorded")
 @dataclass(frozen=True)
-class ProfileRecorded:
+class ProfileRecorded(Payload):
     scope: Literal["prefill", "decode", "kernel", "end_to_end"]
     source: Source          # where the times come from: never present modeled as measured
     total_s: float
@@ -231,7 +265,7 @@ class ProfileRecorded:
 
 @event_type("checkpoint.requested")
 @dataclass(frozen=True)
-class CheckpointRequested:
+class CheckpointRequested(Payload):
     checkpoint_id: str
     summary: str
     options: list[str] = field(default_factory=lambda: ["approve", "redirect", "pause", "abort"])
@@ -239,8 +273,8 @@ class CheckpointRequested:
 
 @event_type("human.decision", schema_version=2)
 @dataclass(frozen=True)
-class HumanDecision:
-    decision: Literal["approve", "redirect", "pick", "pause", "abort"]
+class HumanDecision(Payload):
+    decision: Decision
     command_id: str              # the inbox command this records, exactly once
     author: str = "human"
     checkpoint_id: str | None = None
@@ -271,7 +305,7 @@ class DebugDirection:
 
 @event_type("debug.proposed")
 @dataclass(frozen=True)
-class DebugProposed:
+class DebugProposed(Payload):
     proposal_id: str
     symptom: str
     directions: list[DebugDirection]
@@ -281,14 +315,14 @@ class DebugProposed:
 
 @event_type("skill.loaded")
 @dataclass(frozen=True)
-class SkillLoaded:
+class SkillLoaded(Payload):
     skill: str
     digest: str
 
 
 @event_type("lesson.recorded", schema_version=2)
 @dataclass(frozen=True)
-class LessonRecorded:
+class LessonRecorded(Payload):
     symptom: str
     root_cause: str
     fix: str
@@ -303,7 +337,7 @@ class LessonRecorded:
 
 @event_type("lesson.approved")
 @dataclass(frozen=True)
-class LessonApproved:
+class LessonApproved(Payload):
     lesson_id: str
     author: str
     applied_to: str         # where the catalog change was written
@@ -311,7 +345,7 @@ class LessonApproved:
 
 @event_type("experience.recorded", schema_version=2)
 @dataclass(frozen=True)
-class ExperienceRecorded:
+class ExperienceRecorded(Payload):
     topic: str
     summary: str
     outcome: Literal["worked", "failed"]
@@ -328,7 +362,7 @@ class ExperienceRecorded:
 
 @event_type("error")
 @dataclass(frozen=True)
-class ErrorRaised:
+class ErrorRaised(Payload):
     kind: str
     message: str
     detail: str | None = None
@@ -346,11 +380,7 @@ _compiled: dict[type, Checker] = {}
 
 def validate_payload(type_name: str, payload: Any) -> dict[str, Any]:
     """Check a payload against its event type; return it with defaults filled in."""
-    entry = EVENT_TYPES.get(type_name)
-    if entry is None:
-        known = ", ".join(sorted(EVENT_TYPES))
-        raise InvalidEvent(f"type: unknown event type {type_name!r} (known: {known})")
-    result: dict[str, Any] = _checker_for(entry[0])(payload, type_name)
+    result: dict[str, Any] = _checker_for(payload_class(type_name))(payload, type_name)
     return result
 
 
@@ -378,8 +408,6 @@ def _compile_dataclass(cls: type) -> Checker:
         specs.append((f.name, _compile(hints[f.name]), default))
     names = frozenset(name for name, _, _ in specs)
     known = ", ".join(sorted(names))
-    nested = {name: item for name, tp in hints.items()
-              if (item := _list_item_dataclass(tp)) is not None}
     cross_check = getattr(cls, "check", None)
 
     def check(value: Any, path: str) -> dict[str, Any]:
@@ -397,7 +425,7 @@ def _compile_dataclass(cls: type) -> Checker:
             else:
                 raise InvalidEvent(f"{path}.{name}: missing field")
         if cross_check is not None:
-            cross_check(_build(cls, out, nested))
+            cross_check(_builder_for(cls)(out))
         return out
     return check
 
@@ -406,12 +434,36 @@ def _same(value: Any) -> Any:
     return value
 
 
-def _build(cls: type, data: dict[str, Any], nested: dict[str, type]) -> Any:
-    """Instantiate a validated payload (nested dataclasses included) for its `check`."""
-    kwargs = dict(data)
-    for name, item in nested.items():
-        kwargs[name] = [_build(item, v, {}) for v in data[name]]
-    return cls(**kwargs)
+_builders: dict[type, Callable[[dict[str, Any]], Any]] = {}
+
+
+def _builder_for(cls: type) -> Callable[[dict[str, Any]], Any]:
+    """A function that instantiates `cls` (nested dataclasses included) from its checked
+    JSON object."""
+    builder = _builders.get(cls)
+    if builder is None:
+        hints = typing.get_type_hints(cls)
+        nested = {name: item for name, tp in hints.items()
+                  if (item := _list_item_dataclass(tp)) is not None}
+
+        def build(data: dict[str, Any]) -> Any:
+            kwargs = dict(data)
+            for name, item in nested.items():
+                if name in kwargs:
+                    kwargs[name] = [_builder_for(item)(v) for v in kwargs[name]]
+            return cls(**kwargs)
+        builder = _builders[cls] = build
+    return builder
+
+
+def _plain(value: Any) -> Any:
+    """A payload (or a value inside one) as JSON: dataclasses become objects of every
+    field, lists are copied, everything else is kept as it is."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _list_item_dataclass(tp: Any) -> type | None:

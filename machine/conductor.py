@@ -5,9 +5,9 @@
 
 Every event is committed before the machine moves (`_record`), and the next action is
 always chosen from the folded state. Every event the conductor writes carries an
-idempotency key derived from (phase, attempt, what), so a conductor killed at any point and
-resumed writes each event once: an agent re-run after a crash replays its completed steps
-from the log instead of doing them again.
+idempotency key derived from (phase, attempt, what) (events.keys.AttemptKey), so a
+conductor killed at any point and resumed writes each event once: an agent re-run after a
+crash replays its completed steps from the log instead of doing them again.
 
 Agents, gates and debug matchers are interfaces (`Pipeline`); the autopilot issue fills
 them with the real phases.
@@ -21,7 +21,31 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from npu_deploy.events import DeploymentState, Event, NewEvent
-from npu_deploy.events.payloads import validate_payload
+from npu_deploy.events.keys import FACT, MESSAGE, MODEL_CALL, RUN_FINISHED, STEP, AttemptKey
+from npu_deploy.events.payloads import (
+    AgentMessage,
+    CheckpointRequested,
+    DebugProposed,
+    Decision,
+    ErrorRaised,
+    ExperienceRecorded,
+    GateEvaluated,
+    HumanDecision,
+    LessonRecorded,
+    ModelCalled,
+    Outcome,
+    Payload,
+    PhaseEntered,
+    PhaseExited,
+    ProfileRecorded,
+    RunFinished,
+    RunForked,
+    RunResumed,
+    SkillLoaded,
+    ToolCompleted,
+    ToolRequested,
+    validate_payload,
+)
 from npu_deploy.events.state import GATE_TOOL, PHASE_NAMES
 from npu_deploy.store import EventStore, RunWriter
 
@@ -30,7 +54,7 @@ from .machine import DEFAULT_BUDGET, PHASES, DeploymentMachine, state_of, trigge
 POLL_S = 0.2                # how often a waiting conductor looks at the inbox
 OVERRIDDEN = "a person overrode the failed gate"   # the phase.exited reason; the evaluator fails it
 #: What `PhaseRun.record` takes: facts, never moves of the machine.
-AGENT_FACTS = ("profile.recorded", "skill.loaded", "lesson.recorded", "experience.recorded")
+AGENT_FACTS = (ProfileRecorded, SkillLoaded, LessonRecorded, ExperienceRecorded)
 
 
 # --- the interfaces ------------------------------------------------------------------------
@@ -44,9 +68,9 @@ class Agent(Protocol):
 
 
 class Gate(Protocol):
-    """Evaluates a phase's gate from stored artifacts: a `gate.evaluated` payload."""
+    """Evaluates a phase's gate from stored artifacts: its `gate.evaluated` payload."""
 
-    def evaluate(self, run: PhaseRun) -> dict[str, Any]: ...
+    def evaluate(self, run: PhaseRun) -> GateEvaluated: ...
 
 
 class DebugMatcher(Protocol):
@@ -122,6 +146,7 @@ class PhaseRun:
     def __init__(self, conductor: Conductor, phase: int, attempt: int, role: str = "") -> None:
         self.conductor, self.phase, self.attempt = conductor, phase, attempt
         self.role = role            # "" for the agent; the gate's steps get their own keys
+        self._keys = AttemptKey(phase, attempt, role)
         ph = conductor.state.phases[phase]
         self.instruction: str | None = ph.instruction
         self.debug_direction: str | None = ph.debug_direction
@@ -131,25 +156,26 @@ class PhaseRun:
     def name(self) -> str:
         return PHASE_NAMES[self.phase]
 
-    def _key(self, what: str) -> str:
-        return f"p{self.phase}.a{self.attempt}.{self.role}{what}"
+    def _next(self, kind: str) -> AttemptKey:
+        """The key of this run's next message, fact, model call or step."""
+        self._n += 1
+        return self._keys.counted(kind, self._n)
 
     def say(self, text: str) -> None:
         """An agent message, recorded once."""
-        self._n += 1
-        self.conductor._record("agent.message", {"role": "assistant", "text": text},
+        self.conductor._record(AgentMessage(role="assistant", text=text),
                                phase=self.phase, attempt=self.attempt, actor="agent",
-                               key=self._key(f"m{self._n}"))
+                               key=self._next(MESSAGE))
 
-    def record(self, type_: str, payload: dict[str, Any]) -> None:
+    def record(self, fact: Payload) -> None:
         """A fact the agent (or gate) establishes, recorded once: a profile, a loaded skill,
-        a lesson, an experience."""
-        if type_ not in AGENT_FACTS:
-            raise ValueError(f"an agent records {', '.join(AGENT_FACTS)}, not {type_}")
-        self._n += 1
-        self.conductor._record(type_, payload, phase=self.phase, attempt=self.attempt,
+        a lesson, an experience (AGENT_FACTS)."""
+        if not isinstance(fact, AGENT_FACTS):
+            raise ValueError(f"an agent records {', '.join(c.event_type for c in AGENT_FACTS)}"
+                             f", not {fact.event_type}")
+        self.conductor._record(fact, phase=self.phase, attempt=self.attempt,
                                actor="harness" if self.role else "agent",
-                               key=self._key(f"f{self._n}"))
+                               key=self._next(FACT))
 
     def step(self, tool: str, arguments: dict[str, Any], fn: Callable[[], dict[str, Any]],
              *, idempotent: bool = True, backend: bool = False,
@@ -157,26 +183,24 @@ class PhaseRun:
         """Run `fn` as a recorded tool step and return its result. A step already completed
         in the log (a resumed run) returns the stored result without running again. An
         exception of `expected` is recorded as a failed step and raised as `ToolFailed`."""
-        self._n += 1
-        return self.conductor._step(self.phase, self.attempt, f"{self.role}s{self._n}", tool,
-                                    arguments, fn, idempotent=idempotent, backend=backend,
+        return self.conductor._step(self._next(STEP), tool, arguments, fn,
+                                    idempotent=idempotent, backend=backend,
                                     actor="harness" if self.role else "agent",
                                     expected=expected)
 
-    def exchange(self, call: Callable[[], tuple[str, dict[str, Any]]]) -> Event:
-        """A model call, recorded once: `call()` returns ("model.called", payload), or
-        ("error", payload) when the call failed. A resumed run gets the stored event back
-        and the model is not called (nor paid) twice."""
-        self._n += 1
-        key = self._key(f"c{self._n}")
+    def exchange(self, call: Callable[[], ModelCalled | ErrorRaised]) -> Event:
+        """A model call, recorded once: `call()` returns its ModelCalled, or an ErrorRaised
+        when the call failed. A resumed run gets the stored event back and the model is not
+        called (nor paid) twice."""
+        key = self._next(MODEL_CALL)
         stored = self.conductor._stored(key)
         if stored is not None:
             return stored
         self.conductor._between_steps()
-        type_, payload = call()
-        if type_ not in ("model.called", "error"):
-            raise ValueError(f"a model call records model.called or error, not {type_}")
-        return self.conductor._record(type_, payload, phase=self.phase, attempt=self.attempt,
+        outcome = call()
+        if not isinstance(outcome, ModelCalled | ErrorRaised):
+            raise ValueError(f"a model call records model.called or error, not {outcome!r}")
+        return self.conductor._record(outcome, phase=self.phase, attempt=self.attempt,
                                       actor="agent", key=key)
 
     def events(self, *types: str) -> list[Event]:
@@ -221,10 +245,11 @@ class Conductor:
 
     # --- recording: commit, then apply ---------------------------------------------
 
-    def _record(self, type_: str, payload: dict[str, Any], *, phase: int | None = None,
-                attempt: int | None = None, actor: str = "harness", key: str | None = None,
+    def _record(self, fact: Payload, *, phase: int | None = None, attempt: int | None = None,
+                actor: str = "harness", key: AttemptKey | str | None = None,
                 consumes: str | None = None) -> Event:
-        payload = validate_payload(type_, payload)
+        type_ = fact.event_type
+        payload = validate_payload(type_, fact.to_dict())
         if key is not None:
             stored = self._stored(key)
             if stored is not None:           # written before a crash: once is enough
@@ -234,7 +259,8 @@ class Conductor:
         if trigger is not None:
             self.machine.check(trigger, pre, payload, phase)     # refused before the commit
         event = self.writer.append(NewEvent(type_, payload, actor=actor, phase=phase,
-                                            attempt=attempt, idempotency_key=key),
+                                            attempt=attempt,
+                                            idempotency_key=None if key is None else str(key)),
                                    consumes=consumes)
         if trigger is not None:
             self.machine.fire(trigger, pre, payload, phase)          # ... applied after it
@@ -246,39 +272,39 @@ class Conductor:
             self.writer.snapshot()                                 # a phase boundary
         return event
 
-    def _stored(self, key: str) -> Event | None:
-        return self.writer.find(key)
+    def _stored(self, key: AttemptKey | str) -> Event | None:
+        return self.writer.find(str(key))
 
-    def _step(self, phase: int, attempt: int, what: str, tool: str, arguments: dict[str, Any],
+    def _step(self, key: AttemptKey, tool: str, arguments: dict[str, Any],
               fn: Callable[[], dict[str, Any]], *, idempotent: bool, backend: bool,
               actor: str, expected: tuple[type[Exception], ...] = ()) -> dict[str, Any]:
-        key = f"p{phase}.a{attempt}.{what}"
-        done = self._stored(key + ".done")
-        if done is not None:
-            if not done.payload["ok"]:
-                raise ToolFailed(done.payload["result"].get("error", "failed"))
-            return dict(done.payload["result"])
+        phase, attempt, call_id = key.phase, key.attempt, str(key)
+        stored = self._stored(key.done())
+        if stored is not None:
+            done = stored.typed(ToolCompleted)
+            if not done.ok:
+                raise ToolFailed(done.result.get("error", "failed"))
+            return dict(done.result)
         self._between_steps()
         args = {**arguments, "idempotent": idempotent, "backend": backend}
         if self._stored(key) is not None and not idempotent:
             raise StepInterrupted(f"step {tool} of phase {phase} attempt {attempt} was started "
                                   "and not finished, and cannot be repeated safely")
-        self._record("tool.requested", {"call_id": key, "tool": tool, "arguments": args},
+        self._record(ToolRequested(call_id=call_id, tool=tool, arguments=args),
                      phase=phase, attempt=attempt, actor=actor, key=key)
         t0 = time.perf_counter()
         try:
             result = fn()
         except expected as e:
             message = f"{type(e).__name__}: {e}"
-            self._record("tool.completed", {"call_id": key, "tool": tool, "ok": False,
-                                            "result": {"error": message},
-                                            "duration_s": time.perf_counter() - t0},
-                         phase=phase, attempt=attempt, actor=actor, key=key + ".done")
+            self._record(ToolCompleted(call_id=call_id, tool=tool, ok=False,
+                                       result={"error": message},
+                                       duration_s=time.perf_counter() - t0),
+                         phase=phase, attempt=attempt, actor=actor, key=key.done())
             raise ToolFailed(message) from e
-        self._record("tool.completed", {"call_id": key, "tool": tool, "ok": True,
-                                        "result": result,
-                                        "duration_s": time.perf_counter() - t0},
-                     phase=phase, attempt=attempt, actor=actor, key=key + ".done")
+        self._record(ToolCompleted(call_id=call_id, tool=tool, ok=True, result=result,
+                                   duration_s=time.perf_counter() - t0),
+                     phase=phase, attempt=attempt, actor=actor, key=key.done())
         return result
 
     # --- the inbox --------------------------------------------------------------------
@@ -291,22 +317,23 @@ class Conductor:
                 continue
             s = self.writer.state
             phase = s.current_phase
-            payload = {**cmd["payload"], "decision": cmd["kind"],
-                       "command_id": cmd["command_id"], "author": cmd["author"]}
+            fields = {**cmd["payload"], "decision": cmd["kind"],
+                      "command_id": cmd["command_id"], "author": cmd["author"]}
             if cmd["kind"] == "approve" and phase is not None:
-                payload.setdefault("checkpoint_id", s.phases[phase].pending_checkpoint)
+                fields.setdefault("checkpoint_id", s.phases[phase].pending_checkpoint)
             if cmd["kind"] == "pick" and phase is not None:
-                payload.setdefault("proposal_id", s.phases[phase].pending_proposal)
-            payload = validate_payload("human.decision", payload)
+                fields.setdefault("proposal_id", s.phases[phase].pending_proposal)
+            decision = HumanDecision.from_dict(fields)
+            payload = decision.to_dict()
             trigger = trigger_for("human.decision", payload, phase)
             attempt = s.phases[phase].attempts if phase is not None else None
             if trigger is not None and self.machine.allows(trigger, s, payload, phase):
-                self._record("human.decision", payload, phase=phase, attempt=attempt,
-                             actor="human", consumes=cmd["command_id"])
+                self._record(decision, phase=phase, attempt=attempt, actor="human",
+                             consumes=cmd["command_id"])
             else:
-                self._record("error", {"kind": "command_refused", "recoverable": True,
-                                       "message": f"{cmd['kind']} cannot be taken while the run "
-                                                  f"is {self.machine.state}"},
+                self._record(ErrorRaised(kind="command_refused", recoverable=True,
+                                         message=f"{cmd['kind']} cannot be taken while the run "
+                                                 f"is {self.machine.state}"),
                              phase=phase, attempt=attempt, consumes=cmd["command_id"])
 
     def _between_steps(self) -> None:
@@ -334,8 +361,8 @@ class Conductor:
         if where in ("finished", "failed", "aborted"):
             return Halt(where, s.verdict or "")
         if s.aborting:
-            self._record("run.finished", {"verdict": "ABORTED", "summary": "aborted by a person"},
-                         key="run.finished")
+            self._record(RunFinished(verdict="ABORTED", summary="aborted by a person"),
+                         key=RUN_FINISHED)
             return None
         if where == "paused":
             return Halt("paused", "npu-deploy resume RUN goes on")
@@ -358,10 +385,11 @@ class Conductor:
         if sub == "gating":
             self._gate(k, ph.attempts)
         elif sub == "passed":
-            self._record("checkpoint.requested",
-                         {"checkpoint_id": f"p{k}.a{ph.attempts}",
-                          "summary": f"phase {k} ({PHASE_NAMES[k]}) passed its gate"},
-                         phase=k, attempt=ph.attempts, key=f"p{k}.a{ph.attempts}.checkpoint")
+            attempt_key = AttemptKey(k, ph.attempts)
+            self._record(CheckpointRequested(
+                checkpoint_id=str(attempt_key),
+                summary=f"phase {k} ({PHASE_NAMES[k]}) passed its gate"),
+                phase=k, attempt=ph.attempts, key=attempt_key.child("checkpoint"))
         elif sub == "failed":
             self._after_failure(k, ph.attempts)
         elif sub == "awaiting_human":
@@ -388,9 +416,8 @@ class Conductor:
                 return Halt("awaiting_pick", f"phase {k} waits for a debug direction")
         elif sub == "done":
             if k == PHASES[-1]:
-                self._record("run.finished", {"verdict": "PASS",
-                                              "summary": "every phase passed its gate"},
-                             key="run.finished")
+                self._record(RunFinished(verdict="PASS", summary="every phase passed its gate"),
+                             key=RUN_FINISHED)
             else:
                 self._enter(k + 1)
         return None
@@ -398,10 +425,10 @@ class Conductor:
     def _enter(self, k: int) -> None:
         ph = self.state.phases[k]
         attempt = ph.attempts + 1
-        self._record("phase.entered", {"name": PHASE_NAMES[k], "instruction": ph.instruction,
-                                       "debug_direction": ph.debug_direction
-                                       if ph.decision == "pick" else None},
-                     phase=k, attempt=attempt, key=f"p{k}.a{attempt}.entered")
+        self._record(PhaseEntered(name=PHASE_NAMES[k], instruction=ph.instruction,
+                                  debug_direction=ph.debug_direction
+                                  if ph.decision == "pick" else None),
+                     phase=k, attempt=attempt, key=AttemptKey(k, attempt, "entered"))
 
     def _work(self, k: int, attempt: int) -> Halt | None:
         run = PhaseRun(self, k, attempt)
@@ -416,28 +443,26 @@ class Conductor:
         return None
 
     def _step_gate_request(self, k: int, attempt: int) -> None:
-        key = f"p{k}.a{attempt}.gate"
-        self._record("tool.requested", {"call_id": key, "tool": GATE_TOOL,
-                                        "arguments": {"gate": k, "idempotent": True,
-                                                      "backend": True}},
+        key = AttemptKey(k, attempt, "gate")
+        self._record(ToolRequested(call_id=str(key), tool=GATE_TOOL,
+                                   arguments={"gate": k, "idempotent": True, "backend": True}),
                      phase=k, attempt=attempt, key=key)
 
     def _gate(self, k: int, attempt: int) -> None:
-        key = f"p{k}.a{attempt}.gate"
+        key = AttemptKey(k, attempt, "gate")
         gate = self.pipeline.gates.get(k)
         if gate is None:
             raise KeyError(f"the pipeline has no gate for phase {k}")
         t0 = time.perf_counter()
         try:
-            result = gate.evaluate(PhaseRun(self, k, attempt, role="gate."))
+            result = gate.evaluate(PhaseRun(self, k, attempt, role="gate"))
         except _Stop:
             return
-        self._record("tool.completed", {"call_id": key, "tool": GATE_TOOL, "ok": True,
-                                        "result": {"passed": bool(result["passed"])},
-                                        "duration_s": time.perf_counter() - t0},
-                     phase=k, attempt=attempt, key=key + ".done")
-        self._record("gate.evaluated", result, phase=k, attempt=attempt,
-                     key=f"p{k}.a{attempt}.gate.result")
+        self._record(ToolCompleted(call_id=str(key), tool=GATE_TOOL, ok=True,
+                                   result={"passed": bool(result.passed)},
+                                   duration_s=time.perf_counter() - t0),
+                     phase=k, attempt=attempt, key=key.done())
+        self._record(result, phase=k, attempt=attempt, key=key.child("result"))
 
     def _after_failure(self, k: int, attempt: int) -> None:
         s = self.state
@@ -455,26 +480,27 @@ class Conductor:
                    "checks": list(gate.checks if gate else ())}
         try:
             directions = self.pipeline.matcher.propose(
-                PhaseRun(self, k, attempt, role="debug."), payload)
+                PhaseRun(self, k, attempt, role="debug"), payload)
         except _Stop:
             return
-        self._record("debug.proposed", {"proposal_id": f"p{k}.a{attempt}",
-                                        "symptom": symptom, "directions": directions},
-                     phase=k, attempt=attempt, key=f"p{k}.a{attempt}.debug")
+        # A matcher answers with JSON objects (DebugMatcher): checked as the value is built.
+        self._record(DebugProposed.from_dict({"proposal_id": str(AttemptKey(k, attempt)),
+                                              "symptom": symptom, "directions": directions}),
+                     phase=k, attempt=attempt, key=AttemptKey(k, attempt, "debug"))
 
-    def _policy_decision(self, k: int, attempt: int, decision: str, **fields: Any) -> None:
-        key = f"p{k}.a{attempt}.policy.{decision}"
-        self._record("human.decision", {"decision": decision, "command_id": key,
-                                        "author": f"policy:{self.policy.name}", **fields},
+    def _policy_decision(self, k: int, attempt: int, decision: Decision, **fields: Any) -> None:
+        key = AttemptKey(k, attempt).child("policy", decision)
+        self._record(HumanDecision(decision=decision, command_id=str(key),
+                                   author=f"policy:{self.policy.name}", **fields),
                      phase=k, attempt=attempt, actor="harness", key=key)
 
-    def _exit(self, k: int, attempt: int, outcome: str, reason: str) -> None:
+    def _exit(self, k: int, attempt: int, outcome: Outcome, reason: str) -> None:
         wall, agent, backend = self._phase_times(k)
         # An override may follow this attempt's needs_human exit: it is an exit of its own.
         what = "overridden" if reason == OVERRIDDEN else "exited"
-        self._record("phase.exited", {"outcome": outcome, "reason": reason, "wall_s": wall,
-                                      "agent_s": agent, "backend_s": backend},
-                     phase=k, attempt=attempt, key=f"p{k}.a{attempt}.{what}")
+        self._record(PhaseExited(outcome=outcome, reason=reason, wall_s=wall, agent_s=agent,
+                                 backend_s=backend),
+                     phase=k, attempt=attempt, key=AttemptKey(k, attempt, what))
 
     def _phase_times(self, k: int) -> tuple[float, float, float]:
         """Wall, agent and backend seconds of phase k so far, from its events: steps an
@@ -488,19 +514,21 @@ class Conductor:
         for e in self.store.events(self.run_id, phase=k):
             first = first or e.ts
             last = e.ts
-            p = e.payload
-            if e.type == "tool.requested" and (p["tool"] == GATE_TOOL
-                                               or p["arguments"].get("backend")):
-                backend_calls.add(p["call_id"])
+            if e.type == "tool.requested":
+                request = e.typed(ToolRequested)
+                if request.tool == GATE_TOOL or request.arguments.get("backend"):
+                    backend_calls.add(request.call_id)
             elif e.type == "tool.completed":
-                if ".gate." in p["call_id"]:
+                done = e.typed(ToolCompleted)
+                call = AttemptKey.parse(done.call_id)
+                if call is not None and call.role == "gate":
                     continue        # a step inside a gate: the gate's own time holds it
-                if p["call_id"] in backend_calls:
-                    backend += p["duration_s"]
+                if done.call_id in backend_calls:
+                    backend += done.duration_s
                 else:
-                    agent += p["duration_s"]
+                    agent += done.duration_s
             elif e.type == "model.called":
-                agent += p["duration_s"]
+                agent += e.typed(ModelCalled).duration_s
         wall = (parse_ts(last) - parse_ts(first)).total_seconds() if first and last else 0.0
         return wall, agent, backend
 
@@ -547,8 +575,8 @@ def resume(store: EventStore, run_id: str, pipeline: Pipeline, *,
                               on_event)
         unfinished = _unfinished_step(store, run_id)
         reason = s.status if s.status in ("paused", "needs_human") else "crashed"
-        conductor._record("run.resumed", {"from_version": s.version, "reason": reason,
-                                          "unfinished_step": unfinished})
+        conductor._record(RunResumed(from_version=s.version, reason=reason,
+                                     unfinished_step=unfinished))
         return conductor
     except BaseException:
         writer.close()
@@ -575,12 +603,12 @@ def fork(store: EventStore, run_id: str, at_version: int, note: str | None = Non
         last = store.fold(run_id).version
         raise ValueError(f"run {run_id} has versions 1..{last}; --at must be one of them")
     first = events[0].payload
-    forked = {"parent_run_id": run_id, "parent_version": at_version,
-              "parent_hash": events[-1].hash, "model": first["model"],
-              "backend": first["backend"], "agent": first["agent"],
-              "code_version": first["code_version"], "policy": first.get("policy", ""),
-              "note": note, "config": dict(first.get("config") or {})}
-    with RunWriter.create(store, forked, run_id=new_run_id, first_type="run.forked") as w:
+    forked = RunForked(parent_run_id=run_id, parent_version=at_version,
+                       parent_hash=events[-1].hash, model=first["model"],
+                       backend=first["backend"], agent=first["agent"],
+                       code_version=first["code_version"], policy=first.get("policy", ""),
+                       note=note, config=dict(first.get("config") or {}))
+    with RunWriter.create(store, forked, run_id=new_run_id) as w:
         w.append_batch([NewEvent(e.type, e.payload, actor=e.actor, phase=e.phase,
                                  attempt=e.attempt, causation_id=e.causation_id,
                                  correlation_id=e.correlation_id,

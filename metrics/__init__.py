@@ -1,8 +1,10 @@
 """metrics: how every numerical gate compares a candidate with its reference. `compare` is
 one streaming float64 pass (a fused numba scan, a torch scan as its reference) giving every
-element-wise and aggregate figure; `topk_agreement` is the token-set check of two greedy
-runs."""
+element-wise and aggregate figure; `topk_check` (metrics.tokens) is the token-set check of
+two greedy runs."""
 
-from .comparison import Comparison, TopKCheck, compare, topk_agreement
+from .comparison import Comparison, compare
+from .tokens import TOP_K, Greedy, TokenCheck, greedy_step, topk_check
 
-__all__ = ["Comparison", "TopKCheck", "compare", "topk_agreement"]
+__all__ = ["TOP_K", "Comparison", "Greedy", "TokenCheck", "compare", "greedy_step",
+           "topk_check"]

@@ -21,9 +21,6 @@ scan's buffers (8.7 MB by default, touched only when it runs), 8 bytes per posit
 per-position cosines the percentiles need, and ~100 bytes for each position in flight (up to
 max(65536, chunk_elems / dim) + 4096 of them: 7 MB, or 26 MB when rows are one element long).
 
-`topk_agreement` is the top-k token-set check at the first divergence of two greedy
-sequences (the idea of vLLM's `check_logprobs_close`).
-
 Conventions, chosen so that a gate never divides by zero:
 
 * cosine of two zero vectors is 1.0, of one zero vector and a non-zero one 0.0;
@@ -40,7 +37,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -121,26 +118,6 @@ class Comparison:
         return out
 
 
-@dataclass(frozen=True)
-class TopKCheck:
-    """Top-k token-set agreement at the first divergence of two greedy sequences."""
-
-    passed: bool
-    k: int
-    diverged_at: int | None
-    ref_token: int | None
-    cand_token: int | None
-    # Rank = how many vocabulary entries have a strictly higher logit (0 is the argmax), so
-    # a tie never counts against a token; a NaN logit ranks last.
-    cand_token_rank_in_ref: int | None
-    ref_token_rank_in_cand: int | None
-    ref_len: int
-    cand_len: int
-
-    def as_dict(self) -> dict[str, JSONScalar]:
-        return asdict(self)
-
-
 def compare(ref: ArrayLike, cand: ArrayLike, *, atol: float = DEFAULT_ATOL,
             rtol: float = DEFAULT_RTOL, chunk_elems: int = DEFAULT_CHUNK_ELEMS,
             threads: int = DEFAULT_THREADS, fused: bool = True) -> Comparison:
@@ -176,27 +153,6 @@ def compare(ref: ArrayLike, cand: ArrayLike, *, atol: float = DEFAULT_ATOL,
                 _scan_fused(scan, ref_rows, cand_rows, *bits, pos0, workers)
             pos0 += ref_rows.shape[0]
     return scan.result(shape, ref_a, cand_a)
-
-
-def topk_agreement(ref_tokens: Sequence[int] | ArrayLike, cand_tokens: Sequence[int] | ArrayLike,
-                   ref_logits: Sequence[ArrayLike] | ArrayLike,
-                   cand_logits: Sequence[ArrayLike] | ArrayLike, k: int = 5) -> TopKCheck:
-    """At the first index where the greedy sequences differ, each chosen token must be in the
-    other run's top-k logits at that step. Identical common prefixes pass."""
-    if k < 1:
-        raise ValueError(f"topk_agreement: k must be >= 1, got {k}")
-    ref_ids, cand_ids = _token_ids(ref_tokens), _token_ids(cand_tokens)
-    lengths = {"ref_len": len(ref_ids), "cand_len": len(cand_ids)}
-    i = next((j for j, (a, b) in enumerate(zip(ref_ids, cand_ids, strict=False)) if a != b),
-             None)
-    if i is None:
-        return TopKCheck(passed=True, k=k, diverged_at=None, ref_token=None, cand_token=None,
-                         cand_token_rank_in_ref=None, ref_token_rank_in_cand=None, **lengths)
-    in_ref = _rank(_logits_at(ref_logits, i, "ref_logits"), cand_ids[i], "cand token")
-    in_cand = _rank(_logits_at(cand_logits, i, "cand_logits"), ref_ids[i], "ref token")
-    return TopKCheck(passed=in_ref < k and in_cand < k, k=k, diverged_at=i,
-                     ref_token=ref_ids[i], cand_token=cand_ids[i],
-                     cand_token_rank_in_ref=in_ref, ref_token_rank_in_cand=in_cand, **lengths)
 
 
 # --- streaming scan --------------------------------------------------------------------
@@ -881,33 +837,3 @@ def _json_float(x: float) -> float | str:
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
     return x
-
-
-# --- top-k helpers ---------------------------------------------------------------------
-
-
-def _token_ids(tokens: Sequence[int] | ArrayLike) -> list[int]:
-    if isinstance(tokens, torch.Tensor | np.ndarray):
-        return [int(t) for t in tokens.reshape(-1).tolist()]
-    return [int(t) for t in tokens]
-
-
-def _logits_at(logits: Sequence[ArrayLike] | ArrayLike, step: int,
-               name: str) -> np.ndarray[Any, np.dtype[np.float64]]:
-    if step >= len(logits):
-        raise ValueError(f"topk_agreement: {name} has {len(logits)} steps, the sequences "
-                         f"diverge at step {step}")
-    row = logits[step]
-    if isinstance(row, torch.Tensor):
-        row = row.detach().to("cpu", torch.float64).numpy()
-    return np.asarray(row, dtype=np.float64).reshape(-1)
-
-
-def _rank(logits: np.ndarray[Any, np.dtype[np.float64]], token: int, what: str) -> int:
-    if not 0 <= token < logits.size:
-        raise ValueError(f"topk_agreement: {what} {token} is outside a vocabulary of "
-                         f"{logits.size}")
-    value = logits[token]
-    if math.isnan(value):
-        return int(logits.size)
-    return int(np.count_nonzero(logits > value))

@@ -19,6 +19,7 @@ from typing import Any, Final, NamedTuple
 from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
 from npu_deploy.events import fold as fold_events
 from npu_deploy.events.describe import describe
+from npu_deploy.events.keys import AttemptKey
 from npu_deploy.events.state import GateSummary
 from npu_deploy.store import EventStore, StoreError
 from npu_deploy.store.eventstore import EVENT_COLUMNS, event_from_row
@@ -406,7 +407,7 @@ def situation(state: DeploymentState) -> tuple[str, str | None]:
         return "none", None
     ph = state.phases[k]
     if state.status == "needs_human":
-        return "stopped", f"p{k}.a{ph.attempts}.stopped"
+        return "stopped", str(AttemptKey(k, ph.attempts, "stopped"))
     if ph.pending_checkpoint:
         return "checkpoint", ph.pending_checkpoint
     if ph.pending_proposal:

@@ -68,21 +68,23 @@ def goldens_for(writer: Any, loaded: LoadedModel, prompt_ids: torch.Tensor, *,
     """The golden tensors of `prompt_ids` for this run: read back when the run already
     captured them, otherwise captured, stored and recorded. Returns (tensors, reused)."""
     from npu_deploy.events import NewEvent
+    from npu_deploy.events.keys import capture_keys
+    from npu_deploy.events.payloads import ToolCompleted, ToolRequested
 
     store = writer.store
     key = goldens_key(loaded, prompt_ids)
     ref = find_goldens(store, writer.run_id, key)
     if ref is not None:
         return decode(store.get_blob(ref)), True
-    writer.append(NewEvent("tool.requested", {
-        "call_id": key, "tool": CAPTURE_TOOL,
-        "arguments": {"tokens": int(prompt_ids.shape[0])}},
-        actor="harness", phase=phase, attempt=attempt, idempotency_key=key + ":requested"))
+    requested, completed = capture_keys(key)
+    writer.append(NewEvent.of(ToolRequested(
+        call_id=key, tool=CAPTURE_TOOL, arguments={"tokens": int(prompt_ids.shape[0])}),
+        actor="harness", phase=phase, attempt=attempt, idempotency_key=requested))
     tensors = reference_of(loaded).capture(prompt_ids)
     blob = encode(tensors)
     ref = store.put_blob(blob)
-    writer.append(NewEvent("tool.completed", {
-        "call_id": key, "tool": CAPTURE_TOOL, "ok": True,
-        "result": {"key": key, "goldens": ref, "tensors": len(tensors), "bytes": len(blob)}},
-        actor="harness", phase=phase, attempt=attempt, idempotency_key=key + ":completed"))
+    writer.append(NewEvent.of(ToolCompleted(
+        call_id=key, tool=CAPTURE_TOOL, ok=True,
+        result={"key": key, "goldens": ref, "tensors": len(tensors), "bytes": len(blob)}),
+        actor="harness", phase=phase, attempt=attempt, idempotency_key=completed))
     return tensors, False

@@ -1,16 +1,12 @@
 """The deployed model: a `Recipe` (pipeline.recipe) run on a backend.
 
 `DeployedModel` runs a recipe on a backend: prefill, KV-cache decode, and greedy generation
-that keeps the top-k of every step for the token-set check (`topk_check`, the idea of vLLM's
-`check_logprobs_close`: two greedy runs agree until they first differ; there, each one's
-token must be among the other's k most likely; after it nothing is compared, because the
-two continue from different text).
+that keeps the top-k of every step for the token-set check (npu_deploy.metrics.tokens).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -19,57 +15,9 @@ from npu_deploy.kernels.execute import PlanRunner
 from npu_deploy.kernels.hardware import XDNA2, Hardware
 from npu_deploy.kernels.plan import DispatchPlan
 from npu_deploy.kernels.specs import Decode, Mode, Prefill
+from npu_deploy.metrics.tokens import Greedy, greedy_step
 from npu_deploy.models.config import ModelArgs
 from npu_deploy.pipeline.recipe import Recipe
-
-TOP_K = 5
-
-
-@dataclass(frozen=True)
-class Greedy:
-    """A greedy run: the tokens, and the k most likely tokens at each step (best first)."""
-
-    tokens: list[int]
-    topk: list[list[int]]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"tokens": self.tokens, "topk": self.topk}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Greedy:
-        return cls([int(t) for t in d["tokens"]], [[int(t) for t in k] for k in d["topk"]])
-
-
-def greedy_step(logits: torch.Tensor, k: int = TOP_K) -> tuple[int, list[int]]:
-    top = torch.topk(logits.float(), k).indices.tolist()
-    return int(logits.float().argmax()), [int(t) for t in top]
-
-
-@dataclass(frozen=True)
-class TokenCheck:
-    """The token-set check of one prompt."""
-
-    prompt: str
-    agreed: int                 # leading tokens identical
-    steps: int
-    ours: int | None = None     # the two tokens at the first difference
-    theirs: int | None = None
-    ours_in_their_topk: bool = True
-    theirs_in_our_topk: bool = True
-
-    @property
-    def passed(self) -> bool:
-        return self.ours_in_their_topk and self.theirs_in_our_topk
-
-
-def topk_check(prompt: str, ours: Greedy, reference: Greedy) -> TokenCheck:
-    steps = len(reference.tokens)
-    for i in range(min(len(ours.tokens), steps)):
-        a, b = ours.tokens[i], reference.tokens[i]
-        if a != b:
-            return TokenCheck(prompt, i, steps, a, b, a in reference.topk[i],
-                              b in ours.topk[i])
-    return TokenCheck(prompt, min(len(ours.tokens), steps), steps)
 
 
 def reference_greedy(reference: Any, ids: torch.Tensor, steps: int) -> Greedy:

@@ -24,6 +24,7 @@ from typing import Any
 
 import click
 
+from npu_deploy.events.payloads import GateEvaluated, HumanDecision, PhaseExited
 from npu_deploy.kernels.specs import Decode, Prefill
 from npu_deploy.oracle import reference_of
 from npu_deploy.pipeline.deployed import reference_greedy
@@ -61,11 +62,11 @@ def log_checks(ws: Workspace) -> list[dict[str, Any]]:
     approved: set[tuple[int, int]] = set()
     for e in ws.store.events(ws.run_id):
         key = (e.phase or 0, e.attempt or 0)
-        if e.type == "gate.evaluated" and e.payload["passed"]:
+        if e.type == "gate.evaluated" and e.typed(GateEvaluated).passed:
             gate_ok.add(key)
-        elif e.type == "human.decision" and e.payload["decision"] == "approve":
+        elif e.type == "human.decision" and e.typed(HumanDecision).decision == "approve":
             approved.add(key)
-        elif e.type == "phase.exited" and e.payload["outcome"] == "passed":
+        elif e.type == "phase.exited" and e.typed(PhaseExited).outcome == "passed":
             checks.append(check(f"phase {e.phase} attempt {e.attempt}",
                                 "exit_after_passing_gate_and_decision",
                                 1 if key in gate_ok and key in approved else 0, 1, ">="))

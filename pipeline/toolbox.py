@@ -17,6 +17,12 @@ from typing import Any
 
 import torch
 
+from npu_deploy.events.payloads import (
+    ExperienceRecorded,
+    LessonRecorded,
+    ProfileRecorded,
+    SkillLoaded,
+)
 from npu_deploy.kernels.checker import check
 from npu_deploy.kernels.perf import Profile
 from npu_deploy.kernels.plan import Dispatch, DispatchPlan, config_key
@@ -25,9 +31,10 @@ from npu_deploy.kernels.specs import SPECS, Decode, KernelUse, Mode, Prefill
 from npu_deploy.kernels.transforms import TRANSFORMS, IllegalTransform
 from npu_deploy.kernels.validate import validate_kernel
 from npu_deploy.metrics.comparison import compare
+from npu_deploy.metrics.tokens import Greedy, topk_check
 from npu_deploy.oracle import reference_of
 from npu_deploy.oracle.reference import golden_name
-from npu_deploy.pipeline.deployed import DeployedModel, Greedy, reference_greedy, topk_check
+from npu_deploy.pipeline.deployed import DeployedModel, reference_greedy
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.workspace import (
     Workspace,
@@ -186,7 +193,7 @@ def token_checks(ws: Workspace, recipe: Recipe, answers: dict[str, Any]) -> list
     for p in ws.prompts():
         ref = Greedy.from_dict(answers[p.name])
         ours = model.generate(ws.ids(p), ws.settings.steps, follow=ref.tokens)
-        tc = topk_check(p.name, ours, ref)
+        tc = topk_check(ours, ref)
         out.append({"prompt": p.name, "passed": tc.passed, "agreed": tc.agreed,
                     "steps": tc.steps, "ours": tc.ours, "theirs": tc.theirs,
                     "text": ws.loaded.tokenizer.decode(ours.tokens)})
@@ -289,7 +296,7 @@ class Toolbox:
             ref = Greedy.from_dict(self.answers()[prompt])
             ours = ws.deployed(ws.recipe()).generate(ws.ids(p), ws.settings.steps,
                                                      follow=ref.tokens)
-            tc = topk_check(prompt, ours, ref)
+            tc = topk_check(ours, ref)
             return {"prompt": prompt, "agreed": tc.agreed, "steps": tc.steps,
                     "passed": tc.passed, "text": ws.loaded.tokenizer.decode(ours.tokens)}
         return self.run.step("run_model", {"prompt": prompt,
@@ -326,7 +333,7 @@ class Toolbox:
         result = self.run.step("profile", {"mode": mode_text(mode),
                                            "transforms": list(recipe.transforms(mode))}, work,
                                backend=ws.settings.measured)
-        self.run.record("profile.recorded", result["payload"])
+        self.run.record(ProfileRecorded.from_dict(result["payload"]))
         return result
 
     def propose_transform(self, mode: Mode, order: list[str]) -> dict[str, Any]:
@@ -426,14 +433,14 @@ class Toolbox:
             skill = load_catalog()[name]
             return {"skill": name, "digest": skill.digest, "kind": skill.kind}
         result = self.run.step("load_skill", {"skill": name}, work)
-        self.run.record("skill.loaded", {"skill": name, "digest": result["digest"]})
+        self.run.record(SkillLoaded(skill=name, digest=result["digest"]))
         return result
 
-    def record_experience(self, payload: dict[str, Any]) -> None:
-        self.run.record("experience.recorded", payload)
+    def record_experience(self, experience: ExperienceRecorded) -> None:
+        self.run.record(experience)
 
-    def record_lesson(self, payload: dict[str, Any]) -> None:
-        self.run.record("lesson.recorded", payload)
+    def record_lesson(self, lesson: LessonRecorded) -> None:
+        self.run.record(lesson)
 
 
 def stop_tokens(ws: Workspace) -> set[int]:

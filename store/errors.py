@@ -41,3 +41,8 @@ class CommandAlreadyConsumed(StoreError):
 
 class ImportRefused(StoreError):
     """An export file that cannot be imported as it is."""
+
+
+class NestedTransaction(RuntimeError):
+    """A transaction was opened inside another on one connection: a bug in the caller, since
+    SQLite cannot nest them (store.transaction)."""

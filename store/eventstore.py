@@ -46,8 +46,11 @@ from npu_deploy.events.state import REDUCED_TYPES, reduce_body
 
 from .errors import StoreCorrupt, StoreError, UnknownRun
 from .schema import connect, release
+from .transaction import transaction
 
 if TYPE_CHECKING:
+    from npu_deploy.events.payloads import RunStarted
+
     from .writer import RunWriter
 
 EVENT_COLUMNS = ", ".join(STORED_COLUMNS)
@@ -206,7 +209,7 @@ class EventStore:
         from .writer import RunWriter
         return RunWriter.attach(self, self.resolve_run(run_id))
 
-    def create_run(self, started: dict[str, Any], *, run_id: str | None = None,
+    def create_run(self, started: RunStarted | dict[str, Any], *, run_id: str | None = None,
                    actor: str = "harness") -> RunWriter:
         """Start a new run with its `run.started` event; returns its writer."""
         from .writer import RunWriter
@@ -274,7 +277,7 @@ class EventStore:
         """Cache a folded state. Deleting snapshots changes nothing but speed."""
         if self.readonly or not state.run_id:
             return
-        with self.db.atomic():
+        with transaction(self.db):
             self.conn.execute(
                 "INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?, ?, ?, ?)",
                 (state.run_id, state.version, REDUCER_VERSION, state.last_hash,
@@ -370,7 +373,7 @@ class EventStore:
     def put_blob(self, data: bytes) -> str:
         """Store bytes once, compressed; returns the reference 'sha256:<hex>'."""
         digest = sha256_hex(data)
-        with self.db.atomic():
+        with transaction(self.db):
             self.conn.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?, ?, ?, ?)",
                               (digest, len(data), "zlib", zlib.compress(data, 6), utc_now()))
         return f"sha256:{digest}"
@@ -408,7 +411,7 @@ class EventStore:
         validate_payload("human.decision", {**(payload or {}), "decision": kind,
                                             "command_id": command_id, "author": author})
         run_id = self.resolve_run(run_id)
-        with self.db.atomic():
+        with transaction(self.db):
             self.conn.execute(
                 "INSERT INTO inbox (command_id, run_id, kind, payload, author, created_ts) "
                 "VALUES (?, ?, ?, ?, ?, ?)",

@@ -16,6 +16,7 @@ from pathlib import Path
 from sqlite_utils import Database
 
 from .errors import NewerSchema, NotAStore, StoreCorrupt, StoreUnreadable
+from .transaction import transaction
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 OUR_TABLES = {"runs", "events", "blobs", "snapshots", "inbox"}
@@ -193,18 +194,12 @@ def _connect(path: Path, *, readonly: bool) -> Database:
 
 
 def _migrate(db: Database, version: int) -> None:
-    conn = db.conn
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with transaction(db) as conn:
         # Re-read under the write lock: another process may have migrated first.
         current = conn.execute("PRAGMA user_version").fetchone()[0]
         for step in range(current, SCHEMA_VERSION):
             MIGRATIONS[step](db)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
 
 
 def _classify(path: Path, error: sqlite3.DatabaseError) -> Exception:

@@ -38,6 +38,7 @@ from npu_deploy.events import (
 from .errors import ImportRefused, StoreError
 from .eventstore import EventStore, validate_run_id
 from .schema import SCHEMA_VERSION
+from .transaction import transaction
 from .writer import insert_row, insert_run_row, take_run_lock, update_run_summary
 
 FORMAT = "npu-deploy-run"
@@ -109,10 +110,8 @@ def import_run(store: EventStore, source: str | os.PathLike[str] | ExportedRun) 
     events, blobs = exported.events, exported.blobs
     run_id = events[0].run_id
     lock = take_run_lock(store, run_id)
-    conn = store.conn
     try:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with transaction(store.db) as conn:
             # Checked under the write lock, so two importers of one file cannot race.
             existing = conn.execute("SELECT head_version, head_hash FROM runs WHERE run_id = ?",
                                     (run_id,)).fetchone()
@@ -120,7 +119,6 @@ def import_run(store: EventStore, source: str | os.PathLike[str] | ExportedRun) 
                 if tuple(existing) != (events[-1].run_version, events[-1].hash):
                     raise ImportRefused(f"run {run_id} already exists in {store.path} with "
                                         "other events; import into another store (--db)")
-                conn.execute("ROLLBACK")
                 return ImportResult(run_id, len(events), len(blobs), already_present=True)
             insert_run_row(conn, events[0])
             state = DeploymentState()
@@ -131,11 +129,6 @@ def import_run(store: EventStore, source: str | os.PathLike[str] | ExportedRun) 
             for digest, (codec, data, size) in blobs.items():
                 conn.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?, ?, ?, ?)",
                              (digest, size, codec, data, now))
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
     finally:
         lock.release()
     return ImportResult(run_id, len(events), len(blobs), already_present=False)

@@ -34,6 +34,8 @@ from npu_deploy.events import (
     validate_payload,
     with_head,
 )
+from npu_deploy.events.keys import RUN_START
+from npu_deploy.events.payloads import RunForked, RunStarted
 from npu_deploy.events.state import reduce_body
 
 from .errors import (
@@ -45,6 +47,7 @@ from .errors import (
     UnknownRun,
 )
 from .eventstore import EVENT_COLUMNS, EventStore, event_from_row, validate_run_id
+from .transaction import transaction
 
 #: A snapshot is cached every this many events (and when the writer closes).
 SNAPSHOT_EVERY = 1000
@@ -120,7 +123,7 @@ class RunWriter:
         self.run_id = run_id
         self._lock = lock
         # Our own connection: commits from it move other connections' data_version.
-        # Autocommit: a lone INSERT is its own transaction; larger ones say BEGIN.
+        # Autocommit: a lone INSERT is its own transaction; larger ones are `transaction`s.
         self._store = EventStore.open(store.path)
         self._conn = self._store.conn
         self._conn.isolation_level = None
@@ -154,27 +157,26 @@ class RunWriter:
             raise
 
     @classmethod
-    def create(cls, store: EventStore, started: dict[str, Any], *, run_id: str | None = None,
-               actor: str = "harness", first_type: str = "run.started") -> RunWriter:
+    def create(cls, store: EventStore, started: RunStarted | RunForked | dict[str, Any], *,
+               run_id: str | None = None, actor: str = "harness",
+               first_type: str = "run.started") -> RunWriter:
+        """A new run, opened by `started`: a RunStarted or RunForked value, or the JSON
+        object of a `first_type` payload."""
         if store.readonly:
             raise StoreError(f"{store.path} was opened read-only; open it writable to append")
         run_id = validate_run_id(run_id or new_run_id())
-        first = prepare(NewEvent(first_type, started, actor=actor, idempotency_key="run.start"),
-                        run_id=run_id, run_version=1, prev_hash=GENESIS_HASH)
+        opening = (NewEvent(first_type, started, actor=actor, idempotency_key=RUN_START)
+                   if isinstance(started, dict) else
+                   NewEvent.of(started, actor=actor, idempotency_key=RUN_START))
+        first = prepare(opening, run_id=run_id, run_version=1, prev_hash=GENESIS_HASH)
         lock = take_run_lock(store, run_id)
         try:
-            conn = store.conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with transaction(store.db) as conn:
                 if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone():
                     raise StoreError(f"run {run_id} already exists in {store.path}; "
                                      "choose another run id")
                 insert_run_row(conn, first)
                 update_run_summary(conn, apply(DeploymentState(), insert_row(conn, first)))
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
             return cls(store, run_id, lock)
         except BaseException:
             lock.release()
@@ -245,11 +247,9 @@ class RunWriter:
         return [e if e is not None else next(committed) for e in out]
 
     def _commit(self, events: list[Event], consumes: list[str | None] | None) -> list[Event]:
-        conn = self._conn
         folded = self._folded
         stored = []
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with transaction(self._store.db) as conn:
             for i, event in enumerate(events):
                 event = insert_row(conn, event)
                 if consumes and consumes[i]:
@@ -258,10 +258,6 @@ class RunWriter:
                 stored.append(event)
             if folded is not self._folded and run_summary(folded) != run_summary(self._folded):
                 update_run_summary(conn, folded)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
         # Commit, then apply: the in-memory head moves only after the commit.
         self._folded = folded
         self._advanced(stored[-1], len(stored))

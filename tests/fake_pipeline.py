@@ -14,6 +14,7 @@ import os
 import time
 from typing import Any
 
+from npu_deploy.events.payloads import GateCheck, GateEvaluated
 from npu_deploy.machine import Pipeline
 
 
@@ -38,11 +39,11 @@ class FakeGate:
     def __init__(self, fails: int) -> None:
         self.fails = fails
 
-    def evaluate(self, run: Any) -> dict[str, Any]:
+    def evaluate(self, run: Any) -> GateEvaluated:
         ok = run.attempt > self.fails or run.instruction == "fix it"
-        return {"gate": f"fake-{run.phase}", "passed": ok, "checks": [
-            {"subject": "block", "metric": "rel_l2", "value": 1e-5 if ok else 0.3,
-             "threshold": 1e-3, "comparison": "<=", "passed": ok}]}
+        return GateEvaluated(gate=f"fake-{run.phase}", passed=ok, checks=[
+            GateCheck(subject="block", metric="rel_l2", value=1e-5 if ok else 0.3,
+                      threshold=1e-3, comparison="<=", passed=ok)])
 
 
 class FakeMatcher:

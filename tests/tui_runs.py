@@ -23,6 +23,7 @@ from typing import Any
 
 from fake_pipeline import FakeAgent, make
 
+from npu_deploy.events.payloads import GateCheck, GateEvaluated
 from npu_deploy.machine import Conductor, Pipeline, Policy
 from npu_deploy.store import EventStore
 
@@ -188,11 +189,11 @@ def working_run(store: EventStore, run_id: str = "work-p1") -> str:
 class _WideGate:
     """A gate the size of a real one: ten checks on ten layers, six of them failing."""
 
-    def evaluate(self, run: Any) -> dict[str, Any]:
-        checks = [{"subject": f"layers.{i}.mlp.down_proj", "metric": "rel_l2",
-                   "value": 0.3 if i < 6 else 1e-5, "threshold": 1e-3, "comparison": "<=",
-                   "passed": i >= 6} for i in range(10)]
-        return {"gate": f"wide-{run.phase}", "passed": False, "checks": checks}
+    def evaluate(self, run: Any) -> GateEvaluated:
+        checks = [GateCheck(subject=f"layers.{i}.mlp.down_proj", metric="rel_l2",
+                            value=0.3 if i < 6 else 1e-5, threshold=1e-3, comparison="<=",
+                            passed=i >= 6) for i in range(10)]
+        return GateEvaluated(gate=f"wide-{run.phase}", passed=False, checks=checks)
 
 
 class _ManyDirections:

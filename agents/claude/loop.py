@@ -18,6 +18,7 @@ from npu_deploy.agents.claude.prompts import reseed, seed, system_prompt
 from npu_deploy.agents.claude.sandbox import Files, prepare
 from npu_deploy.agents.claude.tools import Context, run_tool, tool_schemas
 from npu_deploy.agents.claude.transport import MessagesAPI
+from npu_deploy.events.payloads import ErrorRaised, ModelCalled
 from npu_deploy.machine import NeedsHuman
 from npu_deploy.machine.conductor import run_config
 from npu_deploy.pipeline.workspace import Workspace, read_json, workspace_of
@@ -88,7 +89,7 @@ class ClaudeAgent:
 
     def _call(self, run: Any, ws: Workspace, config: ClaudeConfig, price: Price,
               system: list[dict[str, Any]], tools: list[dict[str, Any]],
-              conv: Conversation) -> tuple[str, dict[str, Any]]:
+              conv: Conversation) -> ModelCalled | ErrorRaised:
         """One request (only when the log has no reply for this turn yet)."""
         over = spent(run).over(config.budget)
         if over is not None:

@@ -11,6 +11,7 @@ from typing import Any
 from npu_deploy.agents.claude.config import KEY_ENV, ClaudeConfig, scrub
 from npu_deploy.agents.claude.conversation import Conversation
 from npu_deploy.agents.claude.prices import Price
+from npu_deploy.events.payloads import ErrorRaised, ModelCalled
 from npu_deploy.machine import NeedsHuman
 from npu_deploy.pipeline.workspace import Workspace, blob_json
 
@@ -41,7 +42,7 @@ class MessagesAPI:
 
     def request(self, ws: Workspace, config: ClaudeConfig, price: Price,
                 system: list[dict[str, Any]], tools: list[dict[str, Any]],
-                conv: Conversation) -> tuple[str, dict[str, Any]]:
+                conv: Conversation) -> ModelCalled | ErrorRaised:
         """One `messages.create` call and the turn's event: `model.called` with the usage,
         cost, stop reason, request id, latency and blobs of the request and the response,
         or an `error` (after the client's retries) whose message carries no key."""
@@ -59,21 +60,21 @@ class MessagesAPI:
         except anthropic.APIError as e:
             kind = "context_window_exceeded" if context_overflow(e) else "api_error"
             status = getattr(e, "status_code", None)
-            return "error", {"kind": kind, "recoverable": True,
-                             "message": scrub(f"{type(e).__name__}"
-                                              f"{f' (HTTP {status})' if status else ''}: {e}",
-                                              self.env),
-                             "detail": f"request blob {blob_json(ws.store, request)}; after "
-                                       f"{time.perf_counter() - t0:.1f} s and "
-                                       f"{config.max_retries} retries"}
+            return ErrorRaised(kind=kind, recoverable=True,
+                               message=scrub(f"{type(e).__name__}"
+                                             f"{f' (HTTP {status})' if status else ''}: {e}",
+                                             self.env),
+                               detail=f"request blob {blob_json(ws.store, request)}; after "
+                                      f"{time.perf_counter() - t0:.1f} s and "
+                                      f"{config.max_retries} retries")
         duration = time.perf_counter() - t0
         u = message.usage
         usage = {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
                  "cache_write_tokens": u.cache_creation_input_tokens or 0,
                  "cache_read_tokens": u.cache_read_input_tokens or 0}
-        return "model.called", {
-            "model": message.model, **usage, "cost_usd": price.cost(usage),
-            "stop_reason": str(message.stop_reason), "duration_s": duration,
-            "request_id": getattr(message, "_request_id", None),
-            "request": blob_json(ws.store, request),
-            "response": ws.store.put_blob(scrub(message.to_json(), self.env).encode())}
+        return ModelCalled(
+            model=message.model, **usage, cost_usd=price.cost(usage),
+            stop_reason=str(message.stop_reason), duration_s=duration,
+            request_id=getattr(message, "_request_id", None),
+            request=blob_json(ws.store, request),
+            response=ws.store.put_blob(scrub(message.to_json(), self.env).encode()))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from npu_deploy.events.payloads import GateEvaluated
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.toolbox import Toolbox
 from npu_deploy.pipeline.workspace import Workspace, workspace_of
@@ -41,11 +42,13 @@ def time_word(ws: Workspace) -> str:
 class _Gate:
     phase: int = -1
 
-    def evaluate(self, run: Any) -> dict[str, Any]:
+    def evaluate(self, run: Any) -> GateEvaluated:
+        """The gate, computed as a recorded step of the phase (its result is the verdict's
+        JSON object, kept as the gate computed it) and returned as its payload."""
         ws = workspace_of(run)
-        result: dict[str, Any] = run.step(f"gate{self.phase}", {"phase": self.phase},
-                                          lambda: self.compute(ws, Toolbox(run)), backend=True)
-        return result
+        result = run.step(f"gate{self.phase}", {"phase": self.phase},
+                          lambda: self.compute(ws, Toolbox(run)), backend=True)
+        return GateEvaluated.from_dict(result)
 
     def compute(self, ws: Workspace, tb: Toolbox) -> dict[str, Any]:
         raise NotImplementedError

@@ -1,5 +1,5 @@
 """Phase 3's gate: the whole model against the FP32 oracle, by the token-set check on every
-canonical prompt (metrics.topk_agreement's rule on the stored greedy runs); the per-layer
+canonical prompt (npu_deploy.metrics.tokens' rule on the stored greedy runs); the per-layer
 cosines are recorded as a lens."""
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ import pytest
 from fake_pipeline import make
 from paths import ROOT
 
-from npu_deploy.events import DeploymentState
+from npu_deploy.events import RUN_FINISHED, DeploymentState
+from npu_deploy.events.payloads import AgentMessage, PhaseExited, RunFinished, ToolRequested
 from npu_deploy.machine import (
     Conductor,
     DeploymentMachine,
@@ -61,7 +62,7 @@ def test_a_phase_is_left_only_after_a_passing_gate_and_a_decision(store, fake):
     # leaving without the decision is refused by the guard
     assert not c.machine.allows("exit_p0", pre, {"outcome": "passed"}, 0)
     with pytest.raises(IllegalTransition):
-        c._record("phase.exited", {"outcome": "passed"}, phase=0, attempt=1)
+        c._record(PhaseExited(outcome="passed"), phase=0, attempt=1)
     assert c.state.version == pre.version                   # nothing was committed
     c.close()
 
@@ -204,8 +205,7 @@ def test_a_step_that_cannot_be_repeated_is_put_to_a_person(store, fake):
     c._enter(0)
     run = PhaseRun(c, 0, 1)
     # a non-idempotent step that was requested and never completed (the process died)
-    c._record("tool.requested", {"call_id": "p0.a1.s1", "tool": "flash",
-                                 "arguments": {"idempotent": False}},
+    c._record(ToolRequested(call_id="p0.a1.s1", tool="flash", arguments={"idempotent": False}),
               phase=0, attempt=1, actor="agent", key="p0.a1.s1")
     c.close()
 
@@ -257,11 +257,10 @@ def test_resume_reruns_an_unfinished_idempotent_step_under_its_key(store, fake):
     pipeline = fake()
     c = Conductor.start(store, pipeline, Policy(auto_approve=True), model="tiny")
     c._enter(0)
-    c._record("agent.message", {"role": "assistant", "text": "phase 0 attempt 1: no "
-                                "instruction"}, phase=0, attempt=1, actor="agent",
-              key="p0.a1.m1")
-    c._record("tool.requested", {"call_id": "p0.a1.s2", "tool": "compute",
-                                 "arguments": {"i": 0, "idempotent": True, "backend": False}},
+    c._record(AgentMessage(role="assistant", text="phase 0 attempt 1: no instruction"),
+              phase=0, attempt=1, actor="agent", key="p0.a1.m1")
+    c._record(ToolRequested(call_id="p0.a1.s2", tool="compute",
+                            arguments={"i": 0, "idempotent": True, "backend": False}),
               phase=0, attempt=1, actor="agent", key="p0.a1.s2")
     c.close()                                          # the process died inside the step
     c = resume(store, c.run_id, pipeline)
@@ -291,8 +290,7 @@ def test_a_fail_verdict_ends_the_run_as_failed(store, fake):
     c = Conductor.start(store, fake(fail="7:9"), Policy(auto_approve=True, budget=1),
                         model="tiny")
     assert c.run().reason == "needs_human" and c.state.current_phase == 7
-    c._record("run.finished", {"verdict": "FAIL", "summary": "the evaluator failed"},
-              key="run.finished")
+    c._record(RunFinished(verdict="FAIL", summary="the evaluator failed"), key=RUN_FINISHED)
     assert c.machine.state == "failed" and c.state.status == "failed" and c.state.terminal
     assert c.run().reason == "failed"
     c.close()

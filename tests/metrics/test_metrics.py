@@ -1,6 +1,6 @@
 """metrics.comparison: every metric against the obvious float64 numpy computation, the fused
-scan against the torch scan, the edge cases a gate relies on, the memory bound of the
-streaming pass, and the top-k check."""
+scan against the torch scan, the edge cases a gate relies on, and the memory bound of the
+streaming pass (the top-k check: test_tokens.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from paths import ROOT
 
 from npu_deploy.metrics import comparison as metrics
-from npu_deploy.metrics.comparison import Comparison, TopKCheck, compare, topk_agreement
+from npu_deploy.metrics.comparison import Comparison, compare
 
 BENCH = ROOT / "benchmarks" / "metrics_bench.py"
 
@@ -336,47 +336,6 @@ def test_as_dict_is_plain_json():
     assert blob["shape"] == [3, 10]
     assert set(blob) == set(Comparison.__dataclass_fields__)
     assert json.loads(json.dumps(blob, allow_nan=False)) == blob
-
-
-# --- top-k agreement --------------------------------------------------------------------
-
-def logits_ranking(*order: int, vocab: int = 10) -> torch.Tensor:
-    """Logits whose argmax is order[0], second order[1], ..."""
-    row = torch.zeros(vocab)
-    for rank, token in enumerate(order):
-        row[token] = 100.0 - rank
-    return row
-
-
-def test_identical_sequences_pass_without_a_divergence():
-    logits = torch.randn(3, 10)
-    got = topk_agreement([1, 2, 3], [1, 2, 3], logits, logits)
-    assert (got.passed, got.diverged_at, got.ref_len, got.cand_len) == (True, None, 3, 3)
-
-
-def test_a_divergence_inside_the_top_k_passes_and_names_the_ranks():
-    ref_logits = [logits_ranking(1), logits_ranking(4, 7)]
-    cand_logits = np.stack([logits_ranking(1).numpy(), logits_ranking(7, 2, 4).numpy()])
-    got = topk_agreement([1, 4], [1, 7], ref_logits, cand_logits, k=3)
-    assert got == TopKCheck(passed=True, k=3, diverged_at=1, ref_token=4, cand_token=7,
-                            cand_token_rank_in_ref=1, ref_token_rank_in_cand=2,
-                            ref_len=2, cand_len=2)
-    assert not topk_agreement([1, 4], [1, 7], ref_logits, cand_logits, k=2).passed
-
-
-def test_a_divergence_outside_the_top_k_fails():
-    ref_logits = torch.stack([logits_ranking(5, 6, 7, 8, 9, 1)])
-    cand_logits = torch.stack([logits_ranking(1, 5)])
-    got = topk_agreement([5], [1], ref_logits, cand_logits, k=5)
-    assert (got.passed, got.cand_token_rank_in_ref, got.ref_token_rank_in_cand) == (
-        False, 5, 1)
-
-
-def test_sequences_of_different_lengths_compare_their_common_prefix():
-    logits = torch.randn(4, 10)
-    got = topk_agreement([1, 2, 3, 4], [1, 2], logits, logits[:2])
-    assert (got.passed, got.diverged_at, got.ref_len, got.cand_len) == (True, None, 4, 2)
-    assert got.as_dict()["ref_len"] == 4
 
 
 # --- memory and the benchmark script -----------------------------------------------------

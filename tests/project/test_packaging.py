@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -19,9 +20,14 @@ from paths import ROOT
 PACKAGE_FOLDERS = {p.name for p in (ROOT / "npu_deploy").iterdir() if p.is_symlink()}
 
 
-def _wheel(out: Path) -> Path:
+def _wheel(out: Path, scratch: Path) -> Path:
+    """The wheel of a copy of the checkout (setuptools writes build/ and egg-info where it
+    builds, and the checkout is no place for them)."""
+    source = scratch / "source"
+    shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "*.egg-info", "__pycache__", ".*_cache", "reports"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--no-build-isolation", "-w", str(out), str(ROOT)],
+                    "--no-build-isolation", "-w", str(out), str(source)],
                    check=True, capture_output=True, text=True, timeout=300)
     (wheel,) = out.glob("npu_deploy-*.whl")
     return wheel
@@ -29,7 +35,7 @@ def _wheel(out: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _wheel(tmp_path_factory.mktemp("wheel"))
+    return _wheel(tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("scratch"))
 
 
 def test_every_package_folder_is_linked_under_the_namespace():

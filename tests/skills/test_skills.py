@@ -163,6 +163,7 @@ def test_validator_catches_a_skill_the_orchestrator_names_but_the_catalog_lacks(
 # --- a seeded fault through the conductor ----------------------------------------------------
 
 def test_a_seeded_gemm_fault_proposes_the_matching_skill_and_the_pick_passes(tmp_path):
+    from npu_deploy.events.payloads import GateCheck, GateEvaluated
     from npu_deploy.machine import Conductor, Pipeline, Policy
     from npu_deploy.store import EventStore
 
@@ -178,11 +179,11 @@ def test_a_seeded_gemm_fault_proposes_the_matching_skill_and_the_pick_passes(tmp
             run.step("read_tiles", {}, lambda: {"tile_n": 0})
             fixed = run.debug_direction == "silent-gemm-corruption"
             q = 0.9999 if fixed or run.phase != 1 else 0.02
-            return {"gate": "kernels", "passed": q >= 0.99, "checks": [
-                {"subject": "L0.q_proj gemm", "metric": "cosine", "value": q,
-                 "threshold": 0.99, "comparison": ">=", "passed": q >= 0.99},
-                {"subject": "L0.k_proj gemm", "metric": "cosine", "value": 0.9999,
-                 "threshold": 0.99, "comparison": ">=", "passed": True}]}
+            return GateEvaluated(gate="kernels", passed=q >= 0.99, checks=[
+                GateCheck(subject="L0.q_proj gemm", metric="cosine", value=q,
+                          threshold=0.99, comparison=">=", passed=q >= 0.99),
+                GateCheck(subject="L0.k_proj gemm", metric="cosine", value=0.9999,
+                          threshold=0.99, comparison=">=", passed=True)])
 
     with EventStore.open(tmp_path / "runs.db") as store:
         pipeline = Pipeline(Agent(), {k: Gate() for k in range(8)}, SkillMatcher())

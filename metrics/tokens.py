@@ -1,0 +1,106 @@
+"""The token-set check: does a deployed model choose the tokens its reference chooses?
+
+A greedy run (`Greedy`) keeps, at every step, the token it chose and the k tokens it found
+most likely (best first, k = TOP_K unless generated otherwise). `topk_check` compares two
+such runs, a candidate ("ours") and its reference, by this rule, the idea of vLLM's
+`check_logprobs_close` (vllm-project/vllm, tests/models/utils.py):
+
+1. Walk both runs from step 0 while they chose the same token. Those leading steps are
+   `agreed`.
+2. At the first step i where they differ, the check passes if and only if the candidate's
+   token is among the reference's top-k at step i AND the reference's token is among the
+   candidate's top-k at step i. A divergence between two near-tied tokens is what reduced
+   precision (bf16 storage, another accumulation order) is expected to cause; a token the
+   other side did not even rank in its top k is a wrong model.
+3. Nothing after step i is compared: from there the two runs continue from different text.
+4. Runs that never differ pass, also when one is shorter than the other (a stop token or
+   the step budget ended it): only their common length is compared. `steps` is the
+   reference's length.
+
+The top-k of a step is the list the run kept (all of it), or its first `k` entries when
+`k` is given; asking for more candidates than a run kept is an error, never a silently
+smaller check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+#: How many candidates a greedy run keeps per step: the gates' top-5 token-set check.
+TOP_K = 5
+
+
+@dataclass(frozen=True)
+class Greedy:
+    """A greedy run: the tokens, and the k most likely tokens at each step (best first).
+    Stored as JSON (`to_dict`) in the oracle's answers and read back with `from_dict`."""
+
+    tokens: list[int]
+    topk: list[list[int]]
+
+    def __post_init__(self) -> None:
+        if len(self.topk) != len(self.tokens):
+            raise ValueError(f"a greedy run of {len(self.tokens)} tokens needs as many top-k "
+                             f"lists, got {len(self.topk)}")
+        empty = next((i for i, top in enumerate(self.topk) if not top), None)
+        if empty is not None:
+            raise ValueError(f"a greedy run's top-k list of step {empty} is empty")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tokens": self.tokens, "topk": self.topk}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Greedy:
+        return cls([int(t) for t in d["tokens"]], [[int(t) for t in k] for k in d["topk"]])
+
+
+def greedy_step(logits: torch.Tensor, k: int = TOP_K) -> tuple[int, list[int]]:
+    """The token greedy decoding chooses from one step's logits [vocab], and the step's
+    k most likely tokens, best first."""
+    top = torch.topk(logits.float(), k).indices.tolist()
+    return int(logits.float().argmax()), [int(t) for t in top]
+
+
+@dataclass(frozen=True)
+class TokenCheck:
+    """The token-set check of two greedy runs (see the module's rule)."""
+
+    agreed: int                 # leading tokens identical
+    steps: int                  # the reference's length
+    ours: int | None = None     # the two tokens at the first difference, if any
+    theirs: int | None = None
+    ours_in_their_topk: bool = True
+    theirs_in_our_topk: bool = True
+
+    @property
+    def passed(self) -> bool:
+        return self.ours_in_their_topk and self.theirs_in_our_topk
+
+    @property
+    def diverged_at(self) -> int | None:
+        """The first step where the runs differ (None: they never did)."""
+        return None if self.ours is None else self.agreed
+
+
+def topk_check(ours: Greedy, reference: Greedy, k: int | None = None) -> TokenCheck:
+    """The token-set check of the greedy run `ours` against `reference`: at the first step
+    where they differ, each one's token must be in the other's top-k (the module's rule)."""
+    if k is not None and (type(k) is not int or k < 1):
+        raise ValueError(f"topk_check: k must be an integer >= 1, got {k!r}")
+    steps = len(reference.tokens)
+    common = min(len(ours.tokens), steps)
+    if k is not None:
+        for name, run in (("ours", ours), ("the reference", reference)):
+            kept = min((len(top) for top in run.topk[:common]), default=k)
+            if kept < k:
+                raise ValueError(f"topk_check: {name} kept only {kept} candidates at a step; "
+                                 f"a top-{k} check needs {k}")
+    for i in range(common):
+        a, b = ours.tokens[i], reference.tokens[i]
+        if a != b:
+            return TokenCheck(i, steps, a, b, a in reference.topk[i][:k],
+                              b in ours.topk[i][:k])
+    return TokenCheck(common, steps)

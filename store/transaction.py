@@ -1,0 +1,46 @@
+"""The one way the store writes several statements atomically: `with transaction(db):`.
+
+sqlite-utils' `Database.atomic()` is close, but not what a store shared by several processes
+needs. It opens with a deferred `BEGIN`, which takes the write lock only at the first write;
+a transaction that has read by then and finds that another connection wrote in between
+cannot be upgraded and fails with SQLITE_BUSY at once, without waiting for busy_timeout
+(sqlite.org/lang_transaction.html; the busy handler is skipped where waiting could
+deadlock, sqlite.org/c3ref/busy_handler.html). `BEGIN IMMEDIATE` takes the lock up front,
+waiting for it. And `atomic()` nests by opening a savepoint, which commits or rolls back
+with the outer transaction: a caller that expects its own commit would be fooled. SQLite
+itself has no nested BEGIN, so a nested `transaction` is a bug, refused with a clear error.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlite_utils import Database
+
+from .errors import NestedTransaction
+
+
+@contextmanager
+def transaction(db: Database, *, immediate: bool = True) -> Iterator[sqlite3.Connection]:
+    """Run the block as one transaction of `db`'s connection: committed when it ends, rolled
+    back (and the error raised again) when it raises. `immediate` takes the write lock at
+    the start, waiting up to the connection's busy_timeout for another writer to finish.
+
+    Durability is the connection's: with `synchronous = FULL` (schema.connect) the COMMIT
+    returns after the fsync. A COMMIT that fails rolls back too."""
+    conn = db.conn
+    if conn.in_transaction:
+        raise NestedTransaction("a transaction is already open on this connection and SQLite "
+                                "cannot nest them: do this work inside the open transaction, "
+                                "or after it ends")
+    conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        # Some errors (a full disk, an interrupt) end the transaction themselves.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
