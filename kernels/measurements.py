@@ -206,8 +206,10 @@ def read_row(headers: list[str], cells: list[str], units: dict[str, str]) -> lis
                 row.setdefault("bandwidth", value)
                 units["bandwidth"] = unit
                 rest = rest.split("GB/s", 1)[1].strip()
+            if rest.startswith("(") and rest.endswith(")"):
+                rest = rest[1:-1]
             if rest:
-                row["result_note"] = rest.strip("() ")
+                row["result_note"] = rest
         elif header == "causal":
             row["causal"] = text == "✓"
         elif header.startswith("speedup"):

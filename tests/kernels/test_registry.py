@@ -148,6 +148,11 @@ def test_the_markdown_reader_takes_upstreams_cells_as_numbers_in_their_units():
                     ["2×8 / 1×8", "—", "—", "—", "❌ `herd_y > 4` (only 4 AIE rows)"], units)
     assert [(r["herd_x"], r["herd_y"]) for r in rows] == [(2, 8), (1, 8)]
     assert rows[0]["result"] == "fail" and rows[0]["latency"] is None
+    (row,) = read_row(["herd", "tiles", "result"], ["8×4", "32", "❌ does not place (32 tiles)"],
+                      {})
+    assert row["result_note"] == "does not place (32 tiles)"
+    (row,) = read_row(["herd", "tiles", "result"], ["8×1", "8", "✅ **43.4 GB/s** (best)"], {})
+    assert (row["result"], row["bandwidth"], row["result_note"]) == ("pass", 43.4, "best")
     (row,) = read_row(["lq×lk", "latency", "GFLOP/s", "causal", "Status"],
                       ["2048×2048", "15.4–16.1 ms", "**1065–1116**", "✓", "✅ llama"], units)
     assert row == {"Lq": 2048, "Lk": 2048, "latency": [15.4, 16.1], "gflops": [1065, 1116],
