@@ -10,6 +10,7 @@ from .families import (
     decode_attention,
     embedding,
     flash_attention,
+    gelu,
     gemm,
     gemv,
     rmsnorm,
@@ -28,6 +29,7 @@ FAMILIES: dict[str, KernelFamily] = {f.name: f for module in (
     add,
     embedding,
     decode_attention,
+    gelu,
 ) for f in module.FAMILIES}
 
 SPECS: dict[str, KernelSpec] = {name: f.spec for name, f in FAMILIES.items()}
