@@ -55,7 +55,8 @@ def _family(f: KernelFamily) -> str:
     if f.numerics is not None:
         facts.append(["Phase-1 atol", f"{f.numerics.atol:g} (rtol 1.6e-2)"])
     if f.cost is not None:
-        facts.append(["cost of a launch", _doc(f.cost.work)
+        rate = f" (rate `{f.cost.rate_key}`)" if f.cost.rate_key else ""
+        facts.append(["cost of a launch", _doc(f.cost.work) + rate
                       + ("" if f.cost.derated else " (no in-deployment derate)")])
     if f.host is not None:
         facts.append(["cost on the host", _doc(f.host.seconds)])

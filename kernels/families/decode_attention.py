@@ -66,8 +66,9 @@ RULES = (
     "shim streams: K and V in, the output out, per column",
 )
 
+
 def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
-                      usage: dict[str, int]) -> list[Finding]:
+          usage: dict[str, int]) -> list[Finding]:
     """One query per head against the cache: each column takes whole KV heads, streams their
     K and V in k_tile chunks (ping-pong), keeps the group's queries, scores (FP32) and output
     accumulator (FP32). Our model of a decode-attention launch, not a measured program."""
@@ -164,6 +165,7 @@ def _body(w: Writer, launch: Launch, layout: LaunchLayout, arg: dict[str, str]) 
     w(f"head = at([(lx, {cols}), (tx, 1)])          # this tile's KV head")
     w(f"dma_memcpy_nd(q_l1, {arg['q']}, src_offsets=[0, at([(head, {group * hd})])], "
       f"src_sizes=[{group}, {hd}], src_strides=[{hd}, 1])")
+
     def chunk(rows: int, terms: list[tuple[str, int]], first: int) -> None:
         for name in ("k", "v"):
             at_kv, stride = head_rows(launch, name, "head", s["kv_heads"], s["Lk"], hd,
@@ -184,7 +186,6 @@ def _body(w: Writer, launch: Launch, layout: LaunchLayout, arg: dict[str, str]) 
     call(w, extern(layout, "decode_attn_out"))
     w(f"dma_memcpy_nd({arg['o']}, q_l1, dst_offsets=[0, at([(head, {group * hd})])], "
       f"dst_sizes=[{group}, {hd}], dst_strides=[{hd}, 1])")
-
 
 
 FAMILIES = (

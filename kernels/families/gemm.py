@@ -7,6 +7,7 @@ the registry's GEMM pages, whose JSON this module's data files are ingested from
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -55,7 +56,8 @@ if TYPE_CHECKING:
 # --- spec --------------------------------------------------------------------------------
 
 
-def operands(out_bytes: int):  # type: ignore[no-untyped-def]
+def operands(out_bytes: int) -> Callable[[Shape], list[Operand]]:
+    """A [M, K] and B [K, N] in bf16, C [M, N] in `out_bytes` per element."""
     return lambda s: [Operand("a", (s["M"], s["K"]), BF16, "input"),
                       Operand("b", (s["K"], s["N"]), BF16, "weight"),
                       Operand("c", (s["M"], s["N"]), out_bytes, "output")]
@@ -90,6 +92,7 @@ RULES = (
     "buffer descriptors: 3 streams, a pair more per unaligned tail",
     "padding (warning): M to tile_m x herd_m, K to tile_k_l2",
 )
+
 
 def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
           usage: dict[str, int]) -> list[Finding]:
@@ -219,7 +222,6 @@ def misplaced_columns(c: torch.Tensor, span_n: int) -> torch.Tensor:
     return wide.reshape(-1)[:rows * n].reshape(c.shape).contiguous()
 
 
-
 def reference(s: Shape, c: dict[str, Any], x: Tensors) -> Tensors:
     return {"c": fp32_reference(x["a"], x["b"])}
 
@@ -241,7 +243,8 @@ ATOL = 6e-2
 BF16_DATAPATH_RATE = 0.5
 
 
-def cost(rate: str) -> Cost:
+def cost(fit: Callable[[PerfParams], tuple[float, float, float]]) -> Cost:
+    """`fit(params)`: the fitted (A, bk, bn) of this output type."""
     def work(spec: KernelSpec, s: Shape, c: dict[str, Any], p: PerfParams
              ) -> tuple[float, float]:
         """compute: padded FLOPs at A (K/2048)^bk (N/2048)^bn FLOP/s (fitted on the
@@ -251,7 +254,7 @@ def cost(rate: str) -> Cost:
         nt = int(c["tile_n"]) * int(c["herd_n"])
         kt = int(c["tile_k_l2"])
         padded = 2.0 * _up(s["M"], mt) * _up(s["K"], kt) * _up(s["N"], nt)
-        a, bk, bn = getattr(p, rate)
+        a, bk, bn = fit(p)
         rate_flops = min(p.gemm_cap, a * (s["K"] / 2048) ** bk * (s["N"] / 2048) ** bn)
         if c.get("datapath", "bfp16") == "bf16":
             rate_flops *= BF16_DATAPATH_RATE
@@ -374,7 +377,6 @@ def drain_c(w: Writer, launch: Launch, c: str, c_l2: str, rows: int, span: int,
                         f"head_dim ({hd}) to divide one another")
 
 
-
 PROGRAM = AirProgram(launch_layout, segment)
 
 # --- measured -----------------------------------------------------------------------------
@@ -387,13 +389,14 @@ SOURCE_FP32 = Source("details/GEMM_bf16_in_fp32_out.json", registry_json(
     "codegen) and tile; herd [herd_m, herd_n]"))
 
 
-def _family(spec: KernelSpec, out_dtype: torch.dtype, source: Source) -> KernelFamily:
+def _family(spec: KernelSpec, out_dtype: torch.dtype, fit: Callable[[PerfParams], Any],
+            source: Source) -> KernelFamily:
     return KernelFamily(
         spec, rules=RULES, check=check, candidates=product_space(SPACE),
         numerics=Numerics(emulate(out_dtype), reference, ATOL, weights=unit_scale),
-        cost=cost(spec.name), program=PROGRAM, data=spec.name, source=source,
+        cost=cost(fit), program=PROGRAM, data=spec.name, source=source,
         transposed_weight="b", exact_tiles=True)
 
 
-FAMILIES = (_family(GEMM_BF16, torch.bfloat16, SOURCE_BF16),
-            _family(GEMM_FP32, torch.float32, SOURCE_FP32))
+FAMILIES = (_family(GEMM_BF16, torch.bfloat16, lambda p: p.gemm_bf16, SOURCE_BF16),
+            _family(GEMM_FP32, torch.float32, lambda p: p.gemm_fp32, SOURCE_FP32))
