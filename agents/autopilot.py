@@ -21,7 +21,7 @@ from typing import Any
 
 from npu_deploy.events.payloads import ExperienceRecorded, LessonRecorded
 from npu_deploy.kernels.optimize import DECODE_ORDER, PREFILL_ORDER
-from npu_deploy.kernels.specs import Decode, Mode, Prefill
+from npu_deploy.kernels.specs import SPECS, Decode, Mode, Prefill
 from npu_deploy.machine import Pipeline
 from npu_deploy.metrics.tokens import Greedy
 from npu_deploy.oracle.prompts import CAPITAL_QUESTION
@@ -186,7 +186,8 @@ def seeded_gemm_fault(ws: Workspace) -> dict[str, dict[str, Any]]:
     """The drill's wrong choice: for the first prefill GEMM, tile_n x herd_n that does not
     divide N (tile_n 32 on as many columns as leave a remainder)."""
     for key, use in sorted(kernel_uses_cached(ws).items()):
-        if use["kernel"] == "gemm_bf16":
+        # a GEMM: a kernel tiled along N over herd columns (the bf16-out ones sort first)
+        if {"tile_n", "herd_n"} <= SPECS[use["kernel"]].tunables.keys():
             n = use["shape"]["N"]
             herd = next((h for h in range(8, 0, -1) if n % (32 * h)), None)
             if herd is not None:

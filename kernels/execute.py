@@ -26,6 +26,7 @@ from npu_deploy.oracle import reference as ref_ops
 
 from .numerics import to_bf16
 from .plan import Binding, Dispatch, DispatchPlan, HostStep, Launch
+from .registry import HOST_KERNELS, family
 from .specs import Operand, Prefill
 
 Tensors = dict[str, torch.Tensor]
@@ -129,10 +130,11 @@ class PlanRunner:
         config = dict(launch.config_dict)
         config["layouts"] = {b.operand: b.layout for b in launch.bindings}
         config["head_dim"] = self.args.head_dim
-        if spec.name.startswith("gemm") or "attention" in spec.name:
+        kernel = family(spec.name)
+        if kernel.exact_tiles:
             config["exact_tiles"] = self.exact_tiles
-        if spec.name.startswith("gemm"):
-            config["static_b"] = launch.binding("b").tensor.startswith("w.")
+        if kernel.transposed_weight is not None:     # a weight converted once (static_b)
+            config["static_b"] = launch.binding(kernel.transposed_weight).tensor.startswith("w.")
         inputs, outputs = {}, {}
         for op in spec.operands(shape):
             b = launch.binding(op.name)
@@ -146,8 +148,8 @@ class PlanRunner:
     def _input(self, launch: Launch, b: Binding, dims: tuple[int, ...],
                tensors: Tensors) -> torch.Tensor:
         if b.tensor.startswith("w."):
-            t = self._weight(b.tensor, gemm_b=launch.spec.name.startswith("gemm")
-                             and b.operand == "b")
+            transposed = b.operand == family(launch.kernel).transposed_weight
+            t = self._weight(b.tensor, gemm_b=transposed)
         elif b.tensor in tensors:
             t = tensors[b.tensor]
         else:
@@ -193,8 +195,9 @@ class PlanRunner:
         def put(operand: str, value: torch.Tensor) -> None:
             tensors[step.binding(operand).tensor] = value
 
-        if step.op == "embedding":
-            put("y", get("table")[get("tokens")])
+        kernel = HOST_KERNELS.get(step.op)
+        if kernel is not None and kernel.host is not None:     # a kernel family on the host
+            kernel.host.run(s, get, put)
         elif step.op == "transpose":
             x, hd = get("x"), s["head_dim"]
             if p["to"] == "head-first":
@@ -216,14 +219,6 @@ class PlanRunner:
                                      f"the plan decodes position {pos}")
                 row = get(name).reshape(kvh, 1, hd)
                 put(f"{name}_cache", torch.cat((old, row), dim=1))
-        elif step.op == "decode_attention":
-            # On the host: FP32 attention of the bf16 query against the bf16 cache, one cast.
-            heads, lk, hd = s["heads"], s["Lk"], s["head_dim"]
-            q = get("q").to(torch.float32).reshape(heads, 1, hd)
-            k = get("k").to(torch.float32)[:, :lk]
-            v = get("v").to(torch.float32)[:, :lk]
-            o = ref_ops.attention(q, k, v, start=lk - 1)
-            put("o", to_bf16(o.transpose(0, 1).reshape(1, heads * hd)))
         elif step.op == "final_norm_last_row":
             # The rmsnorm kernel's numerics on one row: FP32, one cast to bf16.
             x = get("x")[-1:]

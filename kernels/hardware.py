@@ -10,6 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 KiB = 1024
+GB = 1e9
+
+# The bandwidth roof of the roofline: the best effective DDR bandwidth an NPU kernel sees
+# (NPU_FACTS: ~30-58 GB/s).
+DDR_ROOF = 58 * GB
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from .execute import PlanRunner, StepTime
 from .hardware import XDNA2, Hardware
 from .perf import Profile, StepProfile, estimate
 from .plan import Binding, Dispatch, DispatchPlan, Kind, Launch, Layout
+from .registry import FAMILIES
 from .specs import KernelSpec, Prefill, Shape
 from .xrt import (
     LOCK_PATH,
@@ -49,9 +50,8 @@ Tensors = dict[str, torch.Tensor]
 Operands = tuple[dict[str, Any], Tensors, Tensors]
 
 #: Operands stored head-first when a kernel runs alone (the spec's dims, as the emulator
-#: reads them without a plan's layouts).
-HEAD_FIRST = {"flash_attention": ("q", "k", "v", "o"), "npu_decode_attention": ("q", "k", "v", "o"),
-              "rope": ("x", "y")}
+#: reads them without a plan's layouts), as each family declares.
+HEAD_FIRST = {name: f.head_first_alone for name, f in FAMILIES.items() if f.head_first_alone}
 
 
 def argument_kinds(dispatch: Dispatch, program: Program) -> dict[str, str]:

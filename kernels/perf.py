@@ -7,13 +7,16 @@
     prefill (TTFT) = every step + writing the static weights once (the first call does it)
     decode (per token) = every step
 
-Compute rates come from the measured kernel table of NPU_FACTS.md (GEMM as a power law in K
-and N fitted to the four Llama-3.2-1B projection shapes, capped at the best GEMM measured;
-FlashAttention, the streaming kernels' GB/s); the overheads, the GEMV bandwidth, the
-in-deployment derate and the host rates are fitted to the Llama-3.2-1B deployment figures
-(dispatch times, TTFT and decode, the IRON baseline). `calibrate()` is that procedure; it
-re-derives every number of `PerfParams` from `CALIBRATION`, and a test checks the defaults
-are its output. Nothing else tunes the model: other models and shapes are predictions.
+Each kernel family declares its launch's work (`Cost`). Compute rates come from the measured
+kernel table of NPU_FACTS.md (GEMM as a power law in K and N fitted to the four Llama-3.2-1B
+projection shapes, capped at the best GEMM measured; FlashAttention, the streaming kernels'
+GB/s; a family outside that table, its own data file's best rate); the overheads, the GEMV
+bandwidth, the in-deployment derate and the host rates are fitted to the Llama-3.2-1B
+deployment figures (dispatch times, TTFT and decode, the IRON baseline). Those figures are
+data, with their provenance: kernels/data/calibration.json. `calibrate()` is that
+procedure; it re-derives every number of `PerfParams` from `CALIBRATION`, and a test checks
+the defaults are its output. Nothing else tunes the model: other models and shapes are
+predictions.
 
 Every time this module reports is `modeled`.
 """
@@ -28,25 +31,14 @@ import numpy as np
 
 from npu_deploy.models.config import ModelArgs
 
-from .hardware import XDNA2, Hardware
+from .hardware import DDR_ROOF, GB, XDNA2, Hardware
+from .measurements import TO_BASE, best_rate, load, scaled
 from .plan import Dispatch, DispatchPlan, HostStep, Launch
+from .registry import FAMILIES, HOST_KERNELS, family
 from .specs import BF16, Decode, Mode, Prefill
 
 Source = Literal["modeled", "measured-npu", "measured-cpu"]
 MS = 1e-3
-GB = 1e9
-
-# The bandwidth roof of the roofline: the best effective DDR bandwidth an NPU kernel sees
-# (NPU_FACTS: ~30-58 GB/s).
-DDR_ROOF = 58 * GB
-# Streaming kernels reuse a measured rate: QK norm is an RMSNorm, the bias add an add.
-_STREAM_FAMILY = {"rmsnorm": "rmsnorm", "qk_norm": "rmsnorm", "rope": "rope", "add": "add",
-                  "bias_add": "add", "silu_mul": "silu_mul"}
-
-
-# The native bf16 MMA does 4x8x8 MACs per instruction where the BFP16 one does 8x8x8 (aie_api,
-# AIE2P): half the compute rate. Inferred from the instruction shapes, never measured.
-BF16_DATAPATH_RATE = 0.5
 
 
 @dataclass(frozen=True)
@@ -57,10 +49,9 @@ class PerfParams:
     gemm_bf16: tuple[float, float, float] = (6.223238e+12, 0.2579079, 0.07325562)
     gemm_fp32: tuple[float, float, float] = (8.02643e+12, 0.1437908, 0.04327728)
     gemm_cap: float = 9.797e+12
-    # Measured bytes/s of the streaming kernels (in + out).
-    stream_bw: tuple[tuple[str, float], ...] = (
-        ("add", 57.7e9), ("rmsnorm", 24.9e9), ("rope", 56.6e9), ("silu_mul", 25.1e9))
-    attention_rate: float = 1.098e+12           # FLOP/s, causal FLOPs
+    # The measured rates the families' costs name (bytes/s of a streaming kernel, in + out;
+    # FLOP/s of FlashAttention, causal FLOPs): data, not fitted.
+    rates: tuple[tuple[str, float], ...] = field(default_factory=lambda: CALIBRATION.rates)
     gemv_bw: float = 3.783912e+10                   # weight bytes/s
     launch_overhead_s: float = 8.400836e-05
     dispatch_overhead_s: float = 5.646134e-05
@@ -72,49 +63,87 @@ class PerfParams:
     cpu_bw: float = 2e+10                      # host ops' copies (assumed)
     cpu_attention_s: float = 1.442482e-05      # a decode attention step's fixed cost
 
-    def stream(self, kernel: str) -> float:
-        return dict(self.stream_bw)[_STREAM_FAMILY[kernel]]
+    def rate(self, key: str) -> float:
+        """The measured rate a family's cost names (a QK norm reads RMSNorm's)."""
+        return dict(self.rates)[key]
 
 
-# --- the figures the model is calibrated on (NPU_FACTS.md, Llama-3.2-1B, measured) -------
+# --- the figures the model is calibrated on (kernels/data/calibration.json) ------------------
 
 @dataclass(frozen=True)
 class Calibration:
-    gemm_bf16: tuple[tuple[int, int, int, float], ...] = (
-        (2048, 2048, 2048, 6215e9), (2048, 2048, 512, 5626e9),
-        (2048, 2048, 8192, 6893e9), (2048, 8192, 2048, 8898e9))
-    gemm_fp32: tuple[tuple[int, int, int, float], ...] = (
-        (2048, 2048, 2048, 8508e9), (2048, 2048, 512, 7342e9),
-        (2048, 2048, 8192, 8278e9), (2048, 8192, 2048, 9797e9))
-    gemm_best: float = 9797e9
-    gemv: tuple[tuple[int, int, float], ...] = (                     # M, K, FLOP/s
-        (2048, 2048, 25.5e9), (512, 2048, 15.5e9), (16384, 2048, 30.6e9))
-    stream_bw: tuple[tuple[str, float], ...] = (("add", 57.7e9), ("rmsnorm", 24.9e9),
-                                                ("rope", 56.6e9), ("silu_mul", 25.1e9))
-    attention_gflops: tuple[float, float] = (1065e9, 1131e9)
+    """NPU_FACTS.md's measured figures (Llama-3.2-1B, NPU2, June 2026), in base units."""
+
+    gemm_bf16: tuple[tuple[int, int, int, float], ...]          # M, K, N, FLOP/s
+    gemm_fp32: tuple[tuple[int, int, int, float], ...]
+    gemm_best: float
+    gemv: tuple[tuple[int, int, float], ...]                     # M, K, FLOP/s
+    rates: tuple[tuple[str, float], ...]                         # rate key, bytes/s or FLOP/s
     # The deployment: per-layer dispatch times (s) by the roles they hold.
-    prefill_dispatches: tuple[tuple[str, float], ...] = (
-        ("attn_norm", 7.3 * MS), ("attention", 21.6 * MS), ("o_proj", 41.0 * MS),
-        ("lm_head.0", 13.6 * MS))
-    decode_dispatches: tuple[tuple[str, float], ...] = (
-        ("attn_norm", 0.9 * MS), ("o_proj", 3.6 * MS), ("lm_head.0", 13.6 * MS))
-    ttft_s: float = 1.27
-    decode_s: float = 92 * MS
-    python_prefill_s: float = 125 * MS     # "~125 ms of Python scheduling"
-    other_cpu_decode_s: float = 5 * MS     # "~5 ms other CPU work"
-    static_write_share: float = 0.04       # "weights written once per layer (~4%)"
-    cpu_attention_s: float = 0.3 * MS      # per layer
-    iron_prefill_s: float = 2.744
-    iron_decode_s: float = 370 * MS
-    seq: int = 2048
+    prefill_dispatches: tuple[tuple[str, float], ...]
+    decode_dispatches: tuple[tuple[str, float], ...]
+    ttft_s: float
+    decode_s: float
+    python_prefill_s: float        # "~125 ms of Python scheduling"
+    other_cpu_decode_s: float      # "~5 ms other CPU work"
+    static_write_share: float      # "weights written once per layer (~4%)"
+    cpu_attention_s: float         # per layer
+    iron_prefill_s: float
+    iron_decode_s: float
+    seq: int
     # Inferred, not given: the decode figures are taken at the end of the 2048-token
     # prefill, and the host's copy rate is an assumption for a laptop CPU.
-    decode_pos: int = 2048
-    cpu_bw: float = 20e9
-    dispatch_overhead_range: tuple[float, float] = (50e-6, 200e-6)   # "~50-200 us"
+    decode_pos: int
+    cpu_bw: float
+    dispatch_overhead_range: tuple[float, float]   # "~50-200 us"
+
+    @classmethod
+    def from_data(cls, data: dict) -> Calibration:
+        """The figures of calibration.json. The rate a family's cost names is its row of
+        the measured kernel table (a range gives its middle), or, for a family the table
+        lacks, the best rate of the family's own data file."""
+        kernels = {r["kernel"]: r for r in data["kernels"]["rows"]}
+        rates = {}
+        for f in FAMILIES.values():
+            key = f.cost.rate_key if f.cost else None
+            if key is None or key in rates:
+                continue
+            if key in kernels:
+                row = kernels[key]
+                values = row["value"] if isinstance(row["value"], list) else [row["value"]]
+                rates[key] = sum(scaled(v, TO_BASE[row["unit"]]) for v in values) / len(values)
+            elif f.data is not None:
+                rates[key] = best_rate(f.data)
+        gemm = data["gemm_projections"]["rows"]
+        giga = TO_BASE["GFLOP/s"]
+        dep, assumed = data["deployment"], data["assumed"]
+
+        def dispatches(name: str) -> tuple[tuple[str, float], ...]:
+            return tuple((r["holds"], r["ms"] * MS) for r in dep[name]["rows"])
+
+        low, high = dep["dispatch_overhead_us"]
+        return cls(
+            gemm_bf16=tuple((r["M"], r["K"], r["N"], scaled(r["bf16_out"], giga)) for r in gemm),
+            gemm_fp32=tuple((r["M"], r["K"], r["N"], scaled(r["fp32_out"], giga)) for r in gemm),
+            # the best GEMM measured (the cap of the fitted GEMM rate)
+            gemm_best=max(scaled(r[out], giga) for r in gemm for out in ("bf16_out", "fp32_out")),
+            gemv=tuple((r["M"], r["K"], scaled(r["gflops"], giga))
+                       for r in data["gemv_projections"]["rows"]),
+            rates=tuple(sorted(rates.items())),
+            prefill_dispatches=dispatches("prefill_dispatches"),
+            decode_dispatches=dispatches("decode_dispatches"),
+            ttft_s=dep["ttft_s"], decode_s=dep["decode_ms"] * MS,
+            python_prefill_s=dep["python_prefill_ms"] * MS,
+            other_cpu_decode_s=dep["other_cpu_decode_ms"] * MS,
+            static_write_share=dep["static_write_share"],
+            cpu_attention_s=dep["cpu_attention_ms"] * MS,
+            iron_prefill_s=dep["iron_prefill_s"], iron_decode_s=dep["iron_decode_ms"] * MS,
+            seq=dep["seq"], decode_pos=assumed["decode_pos"],
+            cpu_bw=scaled(assumed["cpu_bw_GBps"], TO_BASE["GB/s"]),
+            dispatch_overhead_range=(scaled(low, TO_BASE["us"]), scaled(high, TO_BASE["us"])))
 
 
-CALIBRATION = Calibration()
+CALIBRATION: Calibration = Calibration.from_data(load("calibration"))
 
 
 # --- the model ----------------------------------------------------------------------------
@@ -263,33 +292,20 @@ def model_weight_bytes(args: ModelArgs) -> int:
 
 
 def launch_work(ln: Launch, p: PerfParams) -> tuple[float, float, int, str]:
-    """(seconds of work before derate and overhead, FLOPs, bytes, bound) of a launch."""
+    """(seconds of work before derate and overhead, FLOPs, bytes, bound) of a launch: the
+    larger of its family's compute and memory terms."""
     spec, s, c = ln.spec, ln.shape_dict, ln.config_dict
-    flops, nbytes = spec.flops(s), spec.bytes_moved(s)
-    if spec.name.startswith("gemm"):
-        mt = int(c["tile_m"]) * int(c["herd_m"])
-        nt = int(c["tile_n"]) * int(c["herd_n"])
-        kt = int(c["tile_k_l2"])
-        padded = 2.0 * _up(s["M"], mt) * _up(s["K"], kt) * _up(s["N"], nt)
-        a, bk, bn = p.gemm_fp32 if spec.name == "gemm_fp32" else p.gemm_bf16
-        rate = min(p.gemm_cap, a * (s["K"] / 2048) ** bk * (s["N"] / 2048) ** bn)
-        if c.get("datapath", "bfp16") == "bf16":
-            rate *= BF16_DATAPATH_RATE
-        compute, memory = padded / rate, nbytes / DDR_ROOF
-    elif spec.name == "gemv":
-        compute, memory = 0.0, BF16 * s["M"] * s["K"] / p.gemv_bw
-    elif spec.name == "npu_decode_attention":
-        compute, memory = 0.0, nbytes / p.gemv_bw
-    elif spec.name == "flash_attention":
-        compute, memory = flops / p.attention_rate, nbytes / DDR_ROOF
-    else:
-        compute, memory = 0.0, nbytes / p.stream(spec.name)
+    cost = family(spec.name).cost
+    if cost is None:
+        raise KeyError(f"kernel {spec.name!r} has no cost on the NPU")
+    compute, memory = cost.work(spec, s, c, p)
     bound = "compute" if compute >= memory else "memory"
-    return max(compute, memory), flops, nbytes, bound
+    return max(compute, memory), spec.flops(s), spec.bytes_moved(s), bound
 
 
-def _up(n: int, step: int) -> int:
-    return math.ceil(n / step) * step
+def _derated(ln: Launch) -> bool:
+    cost = family(ln.kernel).cost
+    return cost is None or cost.derated
 
 
 def _rows(mode: Mode) -> int:
@@ -324,7 +340,7 @@ def _dispatch(d: Dispatch, p: PerfParams, py: float,
     synced: dict[str, int] = {}
     for ln in d.launches:
         work, flops, nbytes, bound = launch_work(ln, p)
-        derate = 1.0 if ln.kernel in ("gemv", "npu_decode_attention") else p.kernel_derate
+        derate = p.kernel_derate if _derated(ln) else 1.0
         launches.append(LaunchProfile(ln.label, ln.kernel, derate * work + p.launch_overhead_s,
                                       flops, nbytes, bound))
         sizes = _operand_bytes(ln)
@@ -352,11 +368,9 @@ def device_s(d: Dispatch, params: PerfParams | None = None) -> float:
 def _host_step(plan: DispatchPlan, h: HostStep, p: PerfParams, py: float) -> StepProfile:
     s = h.shape_dict
     a = plan.args
-    if h.op == "decode_attention":
-        kv = 2 * BF16 * s["kv_heads"] * s["Lk"] * s["head_dim"]
-        t = p.cpu_attention_s + kv / p.cpu_bw
-    elif h.op == "embedding":
-        t = BF16 * s["rows"] * s["width"] / p.cpu_bw
+    kernel = HOST_KERNELS.get(h.op)
+    if kernel is not None and kernel.host is not None:      # a kernel family on the host
+        t = kernel.host.seconds(s, p)
     elif h.op == "transpose":
         t = 2 * BF16 * s["rows"] * s["heads"] * s["head_dim"] / p.cpu_bw
     elif h.op == "kv_store":
@@ -410,8 +424,7 @@ def calibrate(c: Calibration = CALIBRATION) -> PerfParams:
     from npu_deploy.models import CATALOG
 
     args = CATALOG["llama-3.2-1b"].args
-    p = PerfParams(stream_bw=c.stream_bw, gemm_cap=c.gemm_best, cpu_bw=c.cpu_bw,
-                   attention_rate=sum(c.attention_gflops) / 2)
+    p = PerfParams(rates=c.rates, gemm_cap=c.gemm_best, cpu_bw=c.cpu_bw)
     # 1. GEMM: log(rate) = log A + bk log(K/2048) + bn log(N/2048), least squares.
     gemm = {}
     for name, points in (("gemm_bf16", c.gemm_bf16), ("gemm_fp32", c.gemm_fp32)):
@@ -437,7 +450,7 @@ def calibrate(c: Calibration = CALIBRATION) -> PerfParams:
             gemv_bytes = other = 0.0
             for ln in d.launches:
                 work = launch_work(ln, p)[0]
-                if ln.kernel in ("gemv", "npu_decode_attention"):
+                if not _derated(ln):
                     gemv_bytes += work * p.gemv_bw      # bytes: work was bytes / gemv_bw
                 else:
                     other += work

@@ -29,12 +29,13 @@ from typing import Any, Literal
 
 from npu_deploy.models.config import ModelArgs
 
+from .family import Layout
 from .hardware import XDNA2, Hardware
+from .registry import HOST_KERNELS
 from .selection import select
 from .specs import SPECS, Decode, KernelSpec, KernelUse, Mode, Prefill, Shape
 
 Kind = Literal["static", "intermediate", "input", "output"]
-Layout = Literal["seq-first", "head-first"]
 KINDS: tuple[Kind, ...] = ("static", "intermediate", "input", "output")
 
 
@@ -113,10 +114,9 @@ class Dispatch:
     launches: tuple[Launch, ...]
 
 
-# Host ops a plan may hold besides the CPU kernels of the registry (embedding,
-# decode_attention): what each does is in kernels.execute.
-HOST_OPS = ("embedding", "decode_attention", "transpose", "final_norm_last_row", "kv_store",
-            "kv_append")
+# Host ops a plan may hold: the kernel families that run on the host (the embedding lookup,
+# decode attention), and the plan's own bookkeeping (what each does is in kernels.execute).
+HOST_OPS = (*HOST_KERNELS, "transpose", "final_norm_last_row", "kv_store", "kv_append")
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,7 @@ class PlanBuilder:
             config = dict(chosen) if chosen is not None else select(use, self.hw).config
             if "eps" in config:                 # compiled into the norm kernels
                 config = {**config, "eps": self.args.norm_eps}
-            if self.gemm_datapath and kernel.startswith("gemm"):
+            if self.gemm_datapath and "datapath" in SPECS[kernel].tunables:
                 config = {**config, "datapath": self.gemm_datapath}
             self._configs[use.key] = config
         return self._configs[use.key]

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from .checker import Finding, check_merge
+from .family import ProgramLayout
 from .hardware import XDNA2, Hardware
 from .plan import (
     Binding,
@@ -37,7 +38,7 @@ from .plan import (
     Step,
     lm_head_gemv,
 )
-from .selection import attention_layout
+from .registry import family
 from .specs import Decode, Prefill
 
 
@@ -110,25 +111,32 @@ def align_layouts(plan: DispatchPlan) -> DispatchPlan:
     if not transposes:
         raise IllegalTransform("align_layouts", "the plan has no host transposes to remove")
     alias = {s.binding("y").tensor: s.binding("x").tensor for s in transposes}
-    attention = {ln.layer: ln for ln in plan.launches() if ln.kernel == "flash_attention"}
+    # the launch of each layer whose program is compiled for one layout (attention)
+    attention = {ln.layer: ln for ln in plan.launches() if _program_layout(ln) is not None}
     chain: dict[str, Layout] = {}           # tensor -> the layout it now takes
     for step in plan.steps:
         for b, layer in _bindings_with_layer(step):
             ln = attention.get(layer)
             if ln is None:
                 continue
-            target = _program_layout(ln)
+            target = _layout_at(ln)
             if b.layout == "head-first" and not b.tensor.endswith(("_cache", ".oh")):
                 chain[alias.get(b.tensor, b.tensor)] = target
-    # A bias add feeding the chain works in the chain's layout too (the GEMM before it writes
-    # that layout).
+    # A kernel that works in its output's layout (a bias add) feeding the chain takes the
+    # chain's layout too (the GEMM before it writes that layout).
     for ln in plan.launches():
-        if ln.kernel == "bias_add" and ln.binding("y").tensor in chain:
-            chain[ln.binding("x").tensor] = chain[ln.binding("y").tensor]
+        if not family(ln.kernel).layout_follows_output:
+            continue
+        out = ln.spec.output(ln.shape_dict).name
+        if ln.binding(out).tensor in chain:
+            for op in ln.spec.operands(ln.shape_dict):
+                if op.role == "input":
+                    chain[ln.binding(op.name).tensor] = chain[ln.binding(out).tensor]
 
     def fn(b: Binding, owner: Launch | HostStep) -> Binding:
         tensor = alias.get(b.tensor, b.tensor)
-        if isinstance(owner, Launch) and owner.kernel == "flash_attention" and b.operand == "o":
+        rule = _program_layout(owner) if isinstance(owner, Launch) else None
+        if rule is not None and b.operand in rule.seq_first_outputs:
             return replace(b, tensor=tensor, layout="seq-first")
         if tensor.endswith(".oh"):
             return replace(b, tensor=tensor, layout="seq-first")
@@ -140,7 +148,7 @@ def align_layouts(plan: DispatchPlan) -> DispatchPlan:
         if isinstance(step, HostStep):
             return step
         return replace(step, launches=tuple(
-            ln.with_config(layout=_program_layout(ln)) if ln.kernel == "flash_attention" else ln
+            ln.with_config(layout=_layout_at(ln)) if _program_layout(ln) is not None else ln
             for ln in step.launches))
 
     steps = [program(_rebind(s, fn)) for s in plan.steps
@@ -148,9 +156,14 @@ def align_layouts(plan: DispatchPlan) -> DispatchPlan:
     return _with(plan, steps, "align_layouts")
 
 
-def _program_layout(attention: Launch) -> Layout:
-    return "head-first" if attention_layout(attention.shape_dict["head_dim"]) == "head-first" \
-        else "seq-first"
+def _program_layout(ln: Launch) -> ProgramLayout | None:
+    return family(ln.kernel).program_layout
+
+
+def _layout_at(ln: Launch) -> Layout:
+    rule = _program_layout(ln)
+    assert rule is not None
+    return rule.at(ln.shape_dict)
 
 
 def _bindings_with_layer(step: Step) -> list[tuple[Binding, int | None]]:
@@ -260,19 +273,22 @@ def last_token_lm_head(plan: DispatchPlan, hw: Hardware = XDNA2) -> DispatchPlan
 # --- decode attention on the host -------------------------------------------------------
 
 def decode_attention_on_cpu(plan: DispatchPlan) -> DispatchPlan:
-    """Each decode attention launch becomes a host step (one query against the cache)."""
+    """Each launch whose kernel has a host counterpart (decode attention: one query against
+    the cache) becomes that host step."""
     if not isinstance(plan.mode, Decode):
         raise IllegalTransform("decode_attention_on_cpu", "applies to a decode plan")
     steps: list[Step] = []
     moved = 0
     for step in plan.steps:
-        if isinstance(step, Dispatch) and any(ln.kernel == "npu_decode_attention"
+        if isinstance(step, Dispatch) and any(family(ln.kernel).host_alternative
                                               for ln in step.launches):
             if len(step.launches) != 1:
                 raise IllegalTransform("decode_attention_on_cpu", f"{step.name} holds other "
                                        "launches; move attention before merging")
             ln = step.launches[0]
-            steps.append(HostStep("decode_attention", ln.role, ln.layer, ln.shape,
+            host_op = family(ln.kernel).host_alternative
+            assert host_op is not None
+            steps.append(HostStep(host_op, ln.role, ln.layer, ln.shape,
                                   tuple(replace(b, kind="input" if b.operand != "o"
                                                 else "output") for b in ln.bindings)))
             moved += 1

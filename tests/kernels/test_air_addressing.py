@@ -458,6 +458,30 @@ def test_a_head_first_bias_add_needs_head_dim() -> None:
         emit(launch)
 
 
+# --- GELU: a 2-D herd (herd_rows rows), compute inline ------------------------------------------
+
+GELU = {"rows": 128, "width": 1536}
+
+
+@pytest.mark.parametrize("herd_rows", [2, 1, 4])
+def test_gelu_moves_every_element_in_and_out_once_over_a_two_dimensional_herd(
+        herd_rows: int) -> None:
+    s = GELU
+    launch = make_launch("gelu", s, {"herd_m": 4, "herd_rows": herd_rows, "tile": 1024})
+    (x, y), ops = trace(emit(launch))
+    n = s["rows"] * s["width"]
+    reads, writes = touching(ops, "dma_memcpy_nd", x, 1), touching(ops, "dma_memcpy_nd", y, 0)
+    assert len(reads) == len(writes) == n // 1024
+    assert covers_once([op.pattern("src_") for op in reads], n)
+    assert covers_once([op.pattern("dst_") for op in writes], n)
+    # each tile (tx, ty) writes back the very block it read
+    for r, w in zip(reads, writes, strict=True):
+        assert r.env == w.env and torch.equal(r.pattern("src_"), w.pattern("dst_"))
+    assert {(op.env["tx"], op.env["ty"]) for op in reads} == \
+        {(tx, ty) for tx in range(4) for ty in range(herd_rows)}
+    assert not [op for op in ops if op.kind == "CallOp"]        # no micro-kernel
+
+
 # --- names -----------------------------------------------------------------------------------
 
 PROGRAMS = [
@@ -476,6 +500,7 @@ PROGRAMS = [
     ("add", {"rows": 128, "width": 576}, None, {}),
     ("bias_add", {"rows": 128, "width": 1152}, None, {}),
     ("bias_add", BIAS, None, {"x": "head-first", "y": "head-first"}),
+    ("gelu", GELU, None, {}),
     ("flash_attention", {"heads": 32, "kv_heads": 8, "Lq": 2048, "Lk": 2048, "head_dim": 64},
      {}, {}),
     ("flash_attention", ATTENTION, {}, {o: "head-first" for o in "qkvo"}),

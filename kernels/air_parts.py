@@ -1,0 +1,195 @@
+"""The parts an MLIR-AIR program is written from, for the kernel families' emitters: buffers
+in L1 and L2, external micro-kernels, a launch's layout on the array, and the source writer
+with its herd, allocation, call and DDR-addressing helpers. `kernels.air` assembles a
+dispatch's module from the families' layouts and segments.
+
+Nothing here imports mlir-air: the programs are text.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .family import BF16, FP32, Operand
+
+if TYPE_CHECKING:
+    from .plan import Launch
+
+DTYPES = {BF16: "bf16", FP32: "f32"}
+
+
+class EmitError(ValueError):
+    """A launch that cannot be written as an MLIR-AIR program."""
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """An allocation in L2 or L1. `pingpong` buffers are double-buffered by the compiler
+    (the checker counts them twice)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str                       # bf16 | f32
+    space: str                       # L1 | L2
+    pingpong: bool = False
+    phase: str = "all"               # all | compute | drain: when it is allocated (GEMM)
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * (2 if self.dtype == "bf16" else 4)
+
+
+@dataclass(frozen=True)
+class Extern:
+    """An external micro-kernel: a C symbol in an object file, called with L1 buffers."""
+
+    symbol: str
+    obj: str
+    args: tuple[str, ...]            # L1 buffer names, then "i32" for each size argument
+
+
+@dataclass(frozen=True)
+class LaunchLayout:
+    """One launch on the array: what `emit_dispatch` writes for it."""
+
+    kernel: str
+    label: str                       # L0.q_proj
+    operands: tuple[Operand, ...]    # the function's arguments for it, in the spec's order
+    grid: tuple[int, int]            # air.launch sizes
+    segment: tuple[int, int] | None  # air.segment sizes (FlashAttention's head unroll)
+    herd: tuple[int, int]            # air.herd sizes: (columns, rows)
+    l2: tuple[Buffer, ...]
+    l1: tuple[Buffer, ...]
+    loop: int                        # iterations of each herd tile's main loop
+    inner: int = 1                   # iterations of its inner loop (GEMM's K1 steps)
+    externs: tuple[Extern, ...] = ()
+    channels: tuple[tuple[str, tuple[int, ...]], ...] = ()   # name, size
+    flags: dict[str, Any] = field(default_factory=dict)       # compiler options it needs
+    #: module imports its inline code needs beyond the common header (direct codegen)
+    imports: tuple[str, ...] = ()
+
+    @property
+    def tiles(self) -> int:
+        return self.herd[0] * self.herd[1]
+
+    def l1_bytes(self) -> int:
+        """Peak L1 per compute tile, ping-pong buffers counted twice (as kernels.checker
+        counts it): what lives throughout, plus the larger of the compute and drain
+        phases' buffers."""
+        def total(phase: str) -> int:
+            return sum(b.nbytes * (2 if b.pingpong else 1) for b in self.l1 if b.phase == phase)
+        return total("all") + max(total("compute"), total("drain"))
+
+    def l2_bytes(self) -> int:
+        return sum(b.nbytes * (2 if b.pingpong else 1) for b in self.l2)
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def buf(name: str, shape: tuple[int, ...], elem: int | str, space: str,
+        pingpong: bool = False, phase: str = "all") -> Buffer:
+    dtype = elem if isinstance(elem, str) else DTYPES[elem]
+    return Buffer(name, tuple(int(d) for d in shape), dtype, space, pingpong, phase)
+
+
+def dims(*sizes: int) -> str:
+    return "x".join(str(s) for s in sizes)
+
+
+def identifier(name: str) -> str:
+    """A dispatch name as a Python and MLIR symbol: the function, and XRT's instance name."""
+    out = re.sub(r"\W", "_", name).strip("_") or "dispatch"
+    return out if not out[0].isdigit() else f"d_{out}"
+
+
+# --- writing source ------------------------------------------------------------------------
+
+class Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.depth = 0
+
+    def __call__(self, text: str = "") -> None:
+        self.lines.append(("    " * self.depth + text) if text else "")
+
+    def indent(self) -> Writer:
+        self.depth += 1
+        return self
+
+    def dedent(self) -> None:
+        self.depth -= 1
+
+
+def memref(shape: tuple[int, ...], dtype: str, space: str | None = None) -> str:
+    where = f", memory_space={space}" if space else ""
+    return f"MemRefType.get({list(shape)}, {dtype}{where})"
+
+
+def call(w: Writer, ext: Extern, ints: tuple[int | str, ...] = ()) -> None:
+    """Call a micro-kernel: its L1 buffers, then its size arguments as i32 (an int is a
+    constant, a string an index value of the program, cast)."""
+    it = iter(ints)
+
+    def i32(value: int | str) -> str:
+        return f"arith.ConstantOp(i32, {value})" if isinstance(value, int) \
+            else f"arith.index_cast(i32, {value})"
+    args = [i32(next(it, 0)) if a == "i32" else a for a in ext.args]
+    w(f"CallOp({ext.symbol}, [{', '.join(args)}])")
+
+
+def extern(layout: LaunchLayout, prefix: str) -> Extern:
+    return next(e for e in layout.externs if e.symbol.startswith(prefix))
+
+
+def open_herd(w: Writer, p: str, layout: LaunchLayout, operands: list[str], what: str) -> None:
+    """Open a herd (the caller writes its body, then dedents): every herd of a launch has the
+    same name and size, as in mlir-air's GEMM, which runs one herd three times. A herd whose
+    code is all inline (no micro-kernel) links nothing."""
+    objs = ",".join(sorted({e.obj for e in layout.externs}))
+    w(f"# herd: {what}")
+    ops = ", ".join(["lx", "ly", *operands])
+    link = f", link_with={objs!r}" if objs else ""
+    w(f"@herd(name='{p}_herd', sizes={list(layout.herd)}, operands=[{ops}]{link})")
+    w(f"def {p}_herd_{identifier(what.split()[0])}(tx, ty, hsx, hsy, {ops}):")
+    w.indent()
+
+
+def alloc_l1(w: Writer, buffers: tuple[Buffer, ...]) -> None:
+    for b in buffers:
+        w(f"{b.name} = AllocOp({memref(b.shape, b.dtype, 'L1')}, [], [])")
+
+
+def free(w: Writer, buffers: tuple[Buffer, ...]) -> None:
+    for b in buffers:
+        w(f"DeallocOp({b.name})")
+
+
+def stream_segment(w: Writer, p: str, layout: LaunchLayout, names: list[str],
+                   body: Callable[[], None]) -> None:
+    """A segment of one herd whose tiles stream their operands between DDR and L1 (no L2
+    staging): open the herd, allocate the L1 buffers, write `body()`, free them."""
+    open_herd(w, p, layout, names, "stream tiles")
+    alloc_l1(w, layout.l1)
+    body()
+    free(w, layout.l1)
+    w.dedent()
+
+
+def head_rows(launch: Launch, operand: str, head: str, heads: int, length: int, hd: int,
+              rows: list[tuple[str, int]], first: int = 0) -> tuple[str, int]:
+    """Where rows `first + sum(value * multiplier)` of one head of an attention operand
+    start, and the stride between rows, in the layout the operand is bound in:
+    head-first [heads, length, hd] or seq-first [length, heads * hd]."""
+    if launch.binding(operand).layout == "head-first":
+        terms, stride, per_head = [(v, m * hd) for v, m in rows], hd, length * hd
+    else:
+        terms, stride, per_head = [(v, m * heads * hd) for v, m in rows], heads * hd, hd
+    body = ", ".join(f"({v}, {m})" for v, m in [(head, per_head), *terms])
+    const = first * stride
+    return (f"at([{body}], {const})" if const else f"at([{body}])"), stride

@@ -1,0 +1,381 @@
+"""Causal FlashAttention, GQA or MHA, for prefill. mlir-air programming_examples/
+flash_attention/kernel_fusion_based (attn_npu2.py): a launch per (q block, head group), a
+segment unrolled over heads, a herd of q_tiles columns by `cascade` rows that stream K and V
+through the memory tiles and merge their partial softmax states over cascade channels. The
+registry page FlashAttention_bf16.md measures it (1065-1131 GFLOP/s at Llama-3.2-1B's
+prefill). It is built as its own program and runs alone in its dispatch."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from npu_deploy.oracle import reference as ref_ops
+
+from .. import rules
+from ..air_parts import (
+    Extern,
+    LaunchLayout,
+    Writer,
+    alloc_l1,
+    buf,
+    call,
+    cdiv,
+    dims,
+    extern,
+    free,
+    head_rows,
+    open_herd,
+)
+from ..family import (
+    BF16,
+    AirProgram,
+    Cost,
+    KernelFamily,
+    KernelSpec,
+    Layout,
+    Numerics,
+    Operand,
+    ProgramLayout,
+    Shape,
+    Tensors,
+)
+from ..hardware import DDR_ROOF, Hardware
+from ..measurements import Source, TableSource, markdown_tables
+from ..numerics import BFP16EBS8, DEFAULT_TILE_K, _quantize_last_dim, softmax_bfp16, to_bf16
+from ..rules import Finding
+from ..tensors import as_head_first, bound_layout, f32
+
+if TYPE_CHECKING:
+    from ..perf import PerfParams
+    from ..plan import Launch
+
+# --- spec: q [heads, Lq, d], k and v [kv_heads, Lk, d], o [heads, Lq, d] ---------------------
+
+
+def operands(s: Shape) -> list[Operand]:
+    lq, lk, d = s["Lq"], s["Lk"], s["head_dim"]
+    return [Operand("q", (s["heads"], lq, d), BF16, "input"),
+            Operand("k", (s["kv_heads"], lk, d), BF16, "input"),
+            Operand("v", (s["kv_heads"], lk, d), BF16, "input"),
+            Operand("o", (s["heads"], lq, d), BF16, "output")]
+
+
+def flops(s: Shape) -> float:
+    # QK^T and PV, each 2*Lq*Lk*d per head; causal prefill (Lq == Lk) does about half.
+    full = 4.0 * s["heads"] * s["Lq"] * s["Lk"] * s["head_dim"]
+    return full / 2 if s["Lq"] == s["Lk"] else full
+
+
+FLASH_ATTENTION = KernelSpec(
+    "flash_attention", "npu", "causal FlashAttention, GQA or MHA",
+    ("heads", "kv_heads", "Lq", "Lk", "head_dim"), operands, flops,
+    {"q_tile": 256, "k_tile": 64, "q_tiles": 4, "cascade": 4, "heads_per_unroll": 2,
+     "dv_tile": 64, "layout": "seq-first"})
+
+# --- checker rule -------------------------------------------------------------------------
+
+RULES = (
+    "herd: heads_per_unroll x q_tiles columns by cascade rows fit the array",
+    "divisible: query heads over KV heads, heads by heads_per_unroll, q_tile into q_tiles",
+    "causal mask: q blocks (q_tile / q_tiles) as long as the K chunks (k_tile)",
+    "divisible: head_dim by k_tile and dv_tile; dv_tile by the 8-wide matmul",
+    "L1: Q block, a K and a V chunk, scores, two accumulators, row vectors (bf16)",
+    "L2 per column: a K and a V chunk per cascade stage, the output block",
+    "layout: seq-first at head_dim >= 128 hangs on NPU2 (use head-first)",
+    "corrupt: a kernel object compiled for other (Lq, Lk, head_dim) than the launch",
+    "padding (warning): Lq to q_tile, Lk to k_tile x cascade",
+)
+
+
+def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
+          usage: dict[str, int]) -> list[Finding]:
+    """mlir-air's FlashAttention (programming_examples/flash_attention/kernel_fusion_based,
+    attn_npu2.py): a herd of (heads_per_unroll x q_tiles) columns by `cascade` rows; each
+    compute tile takes a q block of q_tile / q_tiles rows and streams K and V in k_tile
+    chunks (the K chunk is also the head-dim tile), and the cascade rows merge their partial
+    softmax states. The resource figures follow that program's L1 allocations."""
+    f: list[Finding] = []
+    heads, hd = s["heads"], s["head_dim"]
+    per_unroll, q_tiles, cascade = int(c["heads_per_unroll"]), int(c["q_tiles"]), int(c["cascade"])
+    q_tile, k_tile = int(c["q_tile"]), int(c["k_tile"])
+    dv_tile = int(c.get("dv_tile") or k_tile)
+    cols = per_unroll * q_tiles
+    rules.herd(f, cascade, cols, hw)
+    # NPU_FACTS: 32 tiles for 4 q tiles and 4 cascade stages -- the example's default of two
+    # heads per unroll.
+    usage.update(tiles=cols * cascade)
+    rules.heads_share_kv(f, s["heads"], s["kv_heads"])
+    if heads % per_unroll:
+        f.append(Finding("divisible", "error", f"heads={heads} is not a multiple of "
+                         f"heads_per_unroll={per_unroll}; use a divisor of {heads}", heads,
+                         per_unroll))
+    if q_tile % q_tiles:
+        f.append(Finding("divisible", "error", f"q_tile={q_tile} does not split into "
+                         f"q_tiles={q_tiles} equal blocks", q_tile, q_tiles))
+    tq = q_tile // max(q_tiles, 1)
+    if tq != k_tile:
+        f.append(Finding("divisible", "error", f"causal masking needs q blocks as long as the K "
+                         f"chunks: q_tile/q_tiles={tq} but k_tile={k_tile}", tq, k_tile))
+    for name, dim, step in (("head_dim", hd, k_tile), ("head_dim (V)", hd, dv_tile)):
+        if dim % step:
+            f.append(Finding("divisible", "error", f"{name}={dim} is not a multiple of the "
+                             f"tile {step}; use a tile that divides it", dim, step))
+    if dv_tile % 8:
+        f.append(Finding("divisible", "error", f"dv_tile={dv_tile} is not a multiple of the "
+                         "8-wide matmul", dv_tile, 8))
+    # L1 per tile, bf16, single buffers as allocated: Q kept whole (head_dim wide), one K
+    # chunk, one V chunk, the score block, the output accumulator, and two per-row vectors
+    # (max and sum); during the cascade merge one more accumulator and six row vectors.
+    l1 = BF16 * (tq * hd + k_tile * k_tile + k_tile * dv_tile + tq * k_tile
+                 + 2 * tq * dv_tile + 8 * tq)
+    rules.l1(f, l1, hw, f"Q {tq}x{hd}, K {k_tile}x{k_tile}, V {k_tile}x{dv_tile}, scores "
+             f"{tq}x{k_tile}, two {tq}x{dv_tile} accumulators, row vectors; bf16",
+             "use a smaller dv_tile or k_tile")
+    # L2 per column: a K and a V chunk per cascade stage, and the q block's output.
+    l2 = BF16 * (cascade * (k_tile * k_tile + k_tile * dv_tile) + q_tile * dv_tile)
+    if l2 > hw.l2_bytes:
+        f.append(Finding("l2", "error", f"L2 footprint {l2 / 1024:.1f} KiB (K and V chunks per "
+                         f"stage, the output block) exceeds the {hw.l2_bytes // 1024} KiB of a "
+                         "memory tile; use fewer cascade stages or a smaller k_tile", l2,
+                         hw.l2_bytes))
+    usage.update(l1_bytes=l1, l2_bytes=l2)
+    if hd >= 128 and c["layout"] == "seq-first":
+        f.append(Finding("layout", "error", f"seq-first FlashAttention with head_dim="
+                         f"{hd} splits K into chunks and hangs on NPU2 "
+                         "(ERT_CMD_STATE_TIMEOUT, measured); use layout=head-first", hd, 128))
+    compiled = c.get("compiled_for")
+    if compiled is not None and tuple(compiled) != (s["Lq"], s["Lk"], hd):
+        f.append(Finding("known_failure", "corrupt", f"kernel object compiled for "
+                         f"(Lq, Lk, head_dim)={tuple(compiled)} launched at "
+                         f"{(s['Lq'], s['Lk'], hd)}: NaN or garbage output; "
+                         "recompile it for the launch sizes", 0, 0))
+    rules.pad(f, "Lq", s["Lq"], q_tile)
+    rules.pad(f, "Lk", s["Lk"], k_tile * cascade)
+    return f
+
+
+# --- search space ------------------------------------------------------------------------
+
+
+def program_layout(head_dim: int) -> Layout:
+    """The FlashAttention program for a head_dim: seq-first as measured at 64, head-first
+    from 128 (NPU_FACTS: seq-first hangs there)."""
+    return "head-first" if head_dim >= 128 else "seq-first"
+
+
+def candidates(spec: KernelSpec, shape: Shape, hw: Hardware) -> Iterator[dict[str, Any]]:
+    """Two heads per unroll as measured, else one (an odd head count). The K chunk is also
+    the head-dim tile: heads narrower than 64 take a chunk that divides them, with q blocks
+    as long (the causal mask needs them equal)."""
+    layout = program_layout(shape["head_dim"])
+    for chunk in (64, 32, 16):
+        if chunk != 64 and shape["head_dim"] % chunk:
+            continue
+        for per_unroll in (2, 1):
+            yield {"layout": layout, "heads_per_unroll": per_unroll, "k_tile": chunk,
+                   "q_tile": 4 * chunk, "q_tiles": 4, "dv_tile": chunk}
+
+
+# --- numerics: both matmuls through the BFP16 datapath, the softmax in FP32, P as bf16 -----
+
+def emulate(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensors:
+    """Causal attention, all heads at once: S = QK^T and O = PV through the BFP16 datapath
+    (exactly what `gemm_bfp16` computes per head: blocks along the K dim, exact K-tile sums
+    rounded to FP32 and added in order), the softmax of S / sqrt(head_dim) in FP32 with P
+    handed on as bf16 (`softmax_bf16`; computed fused with P's block conversion). K tiles of
+    PV that lie wholly past a row block's causal limit hold zeros and are skipped."""
+    fmt, tk = BFP16EBS8, DEFAULT_TILE_K
+    h, hkv, lq, lk, d = s["heads"], s["kv_heads"], s["Lq"], s["Lk"], s["head_dim"]
+    group, start = h // hkv, lk - lq
+    # exact: FP64 K-tile sums, as gemm_bfp16 does; otherwise one FP32 BLAS call per product.
+    exact = bool(c.get("exact_tiles", True))
+    dtype = torch.float64 if exact else torch.float32
+    q = as_head_first(f32(x["q"]), h, lq, d, bound_layout(c, "q", "head-first"))
+    k = as_head_first(f32(x["k"]), hkv, lk, d, bound_layout(c, "k", "head-first"))
+    v = as_head_first(f32(x["v"]), hkv, lk, d, bound_layout(c, "v", "head-first"))
+    qq = _quantize_last_dim(q.reshape(-1, d), fmt).view(h, lq, d).to(dtype)
+    kq = _quantize_last_dim(k.reshape(-1, d), fmt).view(hkv, lk, d)
+    kq = kq.repeat_interleave(group, dim=0).to(dtype)
+    vq = _quantize_last_dim(v.transpose(1, 2).reshape(-1, lk), fmt)
+    vq = vq.view(hkv, d, lk).transpose(1, 2).repeat_interleave(group, dim=0).to(dtype)
+    o = torch.empty(h, lq, d, dtype=torch.bfloat16)
+    rows = max(1, (1 << 22) // max(h * lk, 1))          # bounds the FP64 scratch to ~32 MiB
+    for r0 in range(0, lq, rows):
+        r1 = min(lq, r0 + rows)
+        # Keys past the block's last position are masked: their probabilities are exact
+        # zeros, which form whole zero blocks and K tiles (upto is a multiple of tk), so
+        # they are left out of both products.
+        upto = min(lk, -(-(start + r1) // tk) * tk)
+        if not exact:
+            scores = torch.bmm(qq[:, r0:r1], kq[:, :upto].transpose(1, 2))
+        else:
+            scores = torch.zeros(h, r1 - r0, upto)
+            for d0 in range(0, d, tk):
+                scores += torch.bmm(qq[:, r0:r1, d0:d0 + tk],
+                                    kq[:, :upto, d0:d0 + tk].transpose(1, 2)).float()
+        valid = (torch.arange(r0, r1) + start + 1).clamp(max=upto).repeat(h)
+        pq = softmax_bfp16(scores.view(-1, upto), valid, 1.0 / math.sqrt(d))
+        pq = pq.view(h, r1 - r0, upto).to(dtype)
+        if not exact:
+            acc = torch.bmm(pq, vq[:, :upto])
+        else:
+            acc = torch.zeros(h, r1 - r0, d)
+            for k0 in range(0, upto, tk):
+                acc += torch.bmm(pq[:, :, k0:k0 + tk], vq[:, k0:k0 + tk]).float()
+        o[:, r0:r1] = to_bf16(acc)
+    if bound_layout(c, "o", "head-first") == "seq-first":
+        return {"o": o.transpose(0, 1).reshape(lq, h * d)}
+    return {"o": o}
+
+
+def reference(s: Shape, c: dict, x: Tensors) -> Tensors:
+    out = ref_ops.attention(f32(x["q"]), f32(x["k"]), f32(x["v"]), start=s["Lk"] - s["Lq"])
+    return {"o": out}
+
+
+# The chained BFP16 matmuls: measured worst excess over rtol alone, 3 seeds, 3.5e-2
+# (mean|ref| 0.14).
+NUMERICS = Numerics(emulate, reference, atol=5e-2)
+
+# --- cost: causal FLOPs at the measured FlashAttention rate, or the bytes at the DDR roof ---
+
+
+#: its row of the calibration set: 1065-1131 GFLOP/s at Llama-3.2-1B's prefill
+RATE = FLASH_ATTENTION.name
+
+
+def work(spec: KernelSpec, s: Shape, c: dict[str, Any], p: PerfParams) -> tuple[float, float]:
+    """compute: causal FLOPs at the measured FlashAttention rate; memory: bytes at the DDR
+    roof"""
+    return spec.flops(s) / p.rate(RATE), spec.bytes_moved(s) / DDR_ROOF
+
+
+# --- the program -----------------------------------------------------------------------------
+
+def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayout:
+    """mlir-air FlashAttention (kernel_fusion_based, NPU2): a launch per (q block, head
+    group), a segment unrolled over heads_per_unroll heads, a herd of q_tiles columns by
+    `cascade` rows; K and V reach L1 through L2 by channels, one per cascade stage, and the
+    stages merge their partial softmax states over cascade channels."""
+    s = launch.shape_dict
+    hd, heads = s["head_dim"], s["heads"]
+    q_tile, k_tile, q_tiles, cascade, unroll = (int(c[k]) for k in
+                                                ("q_tile", "k_tile", "q_tiles", "cascade",
+                                                 "heads_per_unroll"))
+    dv = int(c.get("dv_tile") or k_tile)
+    tq = q_tile // q_tiles
+    obj = f"attn_{dims(s['Lq'], s['Lk'], hd)}.o"     # compiled for the launch's sizes
+    l2 = tuple(b for st in range(cascade) for b in (
+        buf(f"k{st}_l2", (k_tile, k_tile), BF16, "L2"), buf(f"v{st}_l2", (k_tile, dv), BF16,
+                                                                "L2"))) \
+        + (buf("o_l2", (q_tile, dv), BF16, "L2"),)
+    l1 = (buf("q_l1", (tq, hd), BF16, "L1"), buf("k_l1", (k_tile, k_tile), BF16, "L1"),
+          buf("v_l1", (k_tile, dv), BF16, "L1"), buf("g_l1", (tq, k_tile), BF16, "L1"),
+          buf("gp_l1", (tq, dv), BF16, "L1"), buf("gp_in_l1", (tq, dv), BF16, "L1"),
+          buf("up_l1", (tq, 1), BF16, "L1"), buf("sp_l1", (tq, 1), BF16, "L1"),
+          buf("rows_l1", (tq, 6), BF16, "L1"))
+    channels = (("q_in", (q_tiles,)), ("k_in", (cascade,)), ("k_to_l1", (cascade,)),
+                ("v_in", (cascade,)), ("v_to_l1", (cascade,)),
+                ("cascade_gp", (q_tiles, cascade)), ("cascade_up", (q_tiles, cascade)),
+                ("cascade_sp", (q_tiles, cascade)), ("o_to_l2", (q_tiles,)), ("o_out", (1,)))
+    externs = (Extern("zero_fill_gp_bf16", obj, ("gp_l1",)),
+               Extern("neg_inf_fill_up_bf16", obj, ("up_l1",)),
+               Extern("matmul_a_b_bf16", obj, ("q_l1", "k_l1", "g_l1")),
+               Extern("apply_causal_mask", obj, ("g_l1", "i32", "i32")),
+               Extern("fused_softmax", obj, ("g_l1", "up_l1", "sp_l1")),
+               Extern("matmul_g_b_bf16", obj, ("g_l1", "v_l1", "gp_l1")),
+               Extern("add_gp_g", obj, ("gp_in_l1", "gp_l1")),
+               Extern("div_gp_sp", obj, ("sp_l1", "gp_l1")))
+    return LaunchLayout(
+        launch.kernel, launch.label, tuple(launch.spec.operands(s)),
+        grid=(cdiv(s["Lq"], q_tile), cdiv(heads, unroll)), segment=(unroll, 1),
+        herd=(q_tiles, cascade), l2=l2, l1=l1, loop=cdiv(s["Lk"], k_tile * cascade),
+        externs=externs, channels=channels,
+        flags={"omit_pingpong": "all", "compiled_for": (s["Lq"], s["Lk"], hd)})
+
+
+def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[str, str],
+            names: list[str], head_dim: int | None) -> None:
+    """FlashAttention: the segment moves this q block and the K and V chunks from DDR into
+    the memory tiles and on to the herd by channels (K and V broadcast along each cascade
+    row); each row of the herd takes every cascade-th chunk; the rows merge their partial
+    results over the cascade channels and the first row sends the output back."""
+    s = launch.shape_dict
+    q_tiles, cascade = layout.herd
+    hd, Lk = s["head_dim"], s["Lk"]
+    q_tile = layout.l2[-1].shape[0]
+    kt = layout.l1[1].shape[0]
+    group = s["heads"] // s["kv_heads"]
+    w(f"head = at([(ly, {layout.segment[0] if layout.segment else 1}), (gx, 1)])")
+    w(f"kv_head = at([(head, 1)], divisor={group})  # GQA: {group} query heads per KV head")
+    heads, kvh, Lq = s["heads"], s["kv_heads"], s["Lq"]
+    q_at, q_stride = head_rows(launch, "q", "head", heads, Lq, hd, [("lx", q_tile)])
+    w(f"ChannelPut('{p}_q_in', {arg['q']}, offsets=[0, {q_at}], sizes=[{q_tile}, {hd}], "
+      f"strides=[{q_stride}, 1])")
+    w(f"for j in range_(0, {layout.loop}):")
+    w.indent()
+    for st in range(cascade):
+        for name in ("k", "v"):
+            at_kv, stride = head_rows(launch, name, "kv_head", kvh, Lk, hd,
+                                       [("j", kt * cascade)], st * kt)
+            w(f"ChannelPut('{p}_{name}_in', {arg[name]}, indices=[{st}], offsets=[0, "
+              f"{at_kv}], sizes=[{kt}, {hd}], strides=[{stride}, 1])")
+            w(f"ChannelGet('{p}_{name}_in', {name}{st}_l2, indices=[{st}])")
+            w(f"ChannelPut('{p}_{name}_to_l1', {name}{st}_l2, indices=[{st}])")
+    w("yield_([])")
+    w.dedent()
+    o_l2 = layout.l2[-1].name
+    open_herd(w, p, layout, [], f"attend: {q_tiles} q blocks x {cascade} cascade stages")
+    alloc_l1(w, layout.l1)
+    w(f"ChannelGet('{p}_q_in', q_l1, indices=[tx])")
+    call(w, extern(layout, "zero_fill_gp"))
+    call(w, extern(layout, "neg_inf_fill_up"))
+    w(f"for j in range_(0, {layout.loop}):")
+    w.indent()
+    w(f"ChannelGet('{p}_k_to_l1', k_l1, indices=[ty])")
+    w(f"ChannelGet('{p}_v_to_l1', v_l1, indices=[ty])")
+    call(w, extern(layout, "matmul_a_b"))
+    call(w, extern(layout, "apply_causal_mask"), (s["Lq"], Lk))
+    call(w, extern(layout, "fused_softmax"))
+    call(w, extern(layout, "matmul_g_b"))
+    w("yield_([])")
+    w.dedent()
+    for kind in ("gp", "up", "sp"):
+        w(f"ChannelGet('{p}_cascade_{kind}', {'gp_in' if kind == 'gp' else kind}_l1, "
+          "indices=[tx, ty])  # from the row below; the last row starts the chain")
+    call(w, extern(layout, "add_gp_g"))
+    call(w, extern(layout, "div_gp_sp"))
+    w(f"ChannelPut('{p}_o_to_l2', gp_l1, indices=[tx])")
+    free(w, layout.l1)
+    w.dedent()
+    w(f"ChannelGet('{p}_o_to_l2', {o_l2})")
+    w(f"ChannelPut('{p}_o_out', {o_l2})")
+    o_at, o_stride = head_rows(launch, "o", "head", heads, Lq, hd, [("lx", q_tile)])
+    w(f"ChannelGet('{p}_o_out', {arg['o']}, offsets=[0, {o_at}], "
+      f"sizes=[{q_tile}, {layout.l1[2].shape[1]}], strides=[{o_stride}, 1])")
+
+
+# --- measured -----------------------------------------------------------------------------
+
+SOURCE = Source("details/FlashAttention_bf16.md", markdown_tables(
+    TableSource("shapes", "Tested shapes", "lq×lk",
+                "tested shapes (heads-first harness): latency and GFLOP/s at lqp 256, 4 q "
+                "tiles, 2 heads per unroll, 4 cascade stages"),
+    TableSource("tiles", "tile choice vs performance", "lqp",
+                "GFLOP/s at 2048 causal against the q tiling (lqp, nqt q tiles, hpu heads "
+                "per unroll, ncs cascade stages)")))
+
+FAMILIES = (KernelFamily(
+    FLASH_ATTENTION, rules=RULES, check=check, candidates=candidates, numerics=NUMERICS,
+    cost=Cost(work, rate_key=RATE), program=AirProgram(launch_layout, segment),
+    data="flash_attention", source=SOURCE, head_first_alone=("q", "k", "v", "o"),
+    # Built as its own program (with its own segment and cascade routing), and the measured
+    # deployment runs it alone in its dispatch: our reading, not a documented hardware limit.
+    own_elf=True,
+    program_layout=ProgramLayout(lambda s: program_layout(s["head_dim"]),
+                                 seq_first_outputs=("o",)),
+    exact_tiles=True),)

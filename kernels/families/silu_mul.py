@@ -1,0 +1,54 @@
+"""SiLU(gate) x up, element-wise: the SwiGLU activation. mlir-air programming_examples/
+silu_and_mul (`silu_and_mul_bf16` over a tile); the registry page SiLU_Mul_bf16.md measures
+it (3 streams per tile cap the herd at 8 tiles)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch.nn.functional as F
+
+from npu_deploy.oracle import reference as ref_ops
+
+from ..family import KernelFamily, KernelSpec, Numerics, Shape, Tensors, product_space
+from ..measurements import Source, TableSource, markdown_tables
+from ..tensors import bf16_out, f32
+from . import streaming
+
+# --- spec --------------------------------------------------------------------------------
+
+SILU_MUL = KernelSpec("silu_mul", "npu", "SiLU(gate) x up, element-wise", ("rows", "width"),
+                      streaming.row_operands("gate", "up"), lambda s: 5.0 * s["rows"] * s["width"],
+                      {"herd_m": 8, "tile": 2048})
+
+# --- numerics: bf16 in, SiLU and the product in FP32, one cast to bf16 ---------------------
+
+
+def emulate(s: Shape, c: dict[str, Any], x: Tensors, out: Tensors | None = None) -> Tensors:
+    return {"y": bf16_out(ref_ops.silu_mul(f32(x["gate"]), f32(x["up"])), out, "y")}
+
+
+def reference(s: Shape, c: dict[str, Any], x: Tensors) -> Tensors:
+    return {"y": F.silu(f32(x["gate"])) * f32(x["up"])}
+
+
+NUMERICS = Numerics(emulate, reference, atol=1e-3)
+
+# --- measured -----------------------------------------------------------------------------
+
+SOURCE = Source("details/SiLU_Mul_bf16.md", markdown_tables(
+    TableSource("shapes", "Tested shapes", "N",
+                "tested sizes (N elements), best config; latency and bandwidth (gate and up "
+                "in, out)"),
+    TableSource("herd", "Tunable space & performance", "herd",
+                "which herds place at N=16777216"),
+    TableSource("herd_x", "Tunable space & performance", "herd_x",
+                "latency and bandwidth against the number of columns (one row)"),
+    TableSource("tile_n", "Tunable space & performance", "tile_n",
+                "latency and bandwidth against the tile size, herd 8x1")))
+
+FAMILIES = (KernelFamily(
+    SILU_MUL, rules=streaming.RULES, check=streaming.check,
+    candidates=product_space(streaming.ELEMENT_SPACE), numerics=NUMERICS,
+    cost=streaming.stream_cost("silu_mul"), program=streaming.program("silu_and_mul_bf16"),
+    data="silu_mul", source=SOURCE),)

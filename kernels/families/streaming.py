@@ -1,0 +1,203 @@
+"""What the row and element-wise kernel families share (RMSNorm, the QK norm, RoPE, SiLU x
+mul, the adds, GELU): their operands, the resource rule, the search spaces, the cost and the
+program of a herd whose tiles stream their inputs from DDR and their output back.
+
+A row kernel (a `tile_rows` tunable) moves whole rows: a block of `tile_rows` rows of
+`width` per tile and loop step. An element-wise kernel moves flat tiles of `tile` elements.
+What differs per family is declared by roles: a `weight` operand (a norm's weight, a bias)
+is loaded whole into L1 once; a `table` operand (RoPE's cos and sin) gets a row per row of
+the block; every `input` is a stream.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .. import rules
+from ..air_parts import Buffer, Extern, LaunchLayout, Writer, buf, call, cdiv, dims, stream_segment
+from ..family import BF16, AirProgram, Cost, KernelSpec, Operand, SegmentWriter, Shape
+from ..hardware import Hardware
+from ..rules import Finding
+
+if TYPE_CHECKING:
+    from ..perf import PerfParams
+    from ..plan import Launch
+
+
+# --- spec -------------------------------------------------------------------------------
+
+def row_operands(*names: str, out: str = "y", weight: str | None = None, table: bool = False
+                 ) -> Callable[[Shape], list[Operand]]:
+    """Inputs `names` of [rows, width], a weight row of [width], RoPE's cos and sin tables
+    of [seq, width], and the output of [rows, width]; all bf16."""
+    def ops(s: Shape) -> list[Operand]:
+        shape = (s["rows"], s["width"])
+        out_ops = [Operand(n, shape, BF16, "input") for n in names]
+        if weight:
+            out_ops.append(Operand(weight, (s["width"],), BF16, "weight"))
+        if table:
+            out_ops += [Operand("cos", (s["seq"], s["width"]), BF16, "table"),
+                        Operand("sin", (s["seq"], s["width"]), BF16, "table")]
+        return [*out_ops, Operand(out, shape, BF16, "output")]
+    return ops
+
+
+# --- checker rule ------------------------------------------------------------------------
+
+RULES = (
+    "herd: herd_m columns x herd_rows rows fit the array",
+    "shim streams: every tile streams its inputs and its output through the shim tiles",
+    "L1: the block of every stream, ping-pong, plus a weight row or a table row per row",
+    "alignment: a row (or tile) moves a multiple of 4 bytes",
+    "padding (warning, element-wise): elements pad to tile x tiles",
+)
+
+
+def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
+          usage: dict[str, int]) -> list[Finding]:
+    """Element-wise and row-wise kernels: each tile streams its inputs from DDR."""
+    hm, rows_used = int(c["herd_m"]), int(c.get("herd_rows", 1))
+    ops = spec.operands(s)
+    ins = sum(1 for o in ops if o.role == "input")
+    width = s["width"]
+    f: list[Finding] = []
+    rules.herd(f, rows_used, hm, hw)
+    rules.shim(f, hm * rows_used, ins, 1, hw)
+    if "tile_rows" in c:       # row kernels hold whole rows: norms, RoPE
+        rows = int(c["tile_rows"])
+        # A cos and a sin row for each row of the block (RoPE); a weight row (a norm).
+        extra = sum(rows * width * BF16 if o.role == "table" else width * BF16
+                    for o in ops if o.role in ("table", "weight"))
+        l1 = 2 * (ins + 1) * rows * width * BF16 + extra
+        usage.update(tiles=hm * rows_used, l1_bytes=l1)
+        rules.l1(f, l1, hw, f"{rows} row(s) of {width} in and out, twice", "use fewer tile_rows")
+        rules.align(f, "a row", width, BF16, hw)
+    else:
+        tile = int(c["tile"])
+        n = s["rows"] * width
+        # a weight (the bias row) sits whole next to the stream
+        l1 = 2 * (ins + 1) * tile * BF16 + sum(width * BF16 for o in ops if o.role == "weight")
+        usage.update(tiles=hm * rows_used, l1_bytes=l1)
+        rules.l1(f, l1, hw, f"{ins + 1} buffers of {tile} elements, twice", "use a smaller tile")
+        # A 1-D stream folds into a multi-dimensional descriptor: no repeat limit bites.
+        rules.pad(f, "elements", n, tile * hm * rows_used)
+        rules.align(f, "a tile", tile, BF16, hw)
+    return f
+
+
+# --- search spaces (calibrated value first: NPU_FACTS' element-wise herds of 8) ------------
+
+ROW_SPACE = {"herd_m": (8, 4, 2, 1), "tile_rows": (2, 1, 4, 8, 16, 32)}
+ELEMENT_SPACE = {"herd_m": (8, 4, 2, 1), "tile": (2048, 1024, 4096, 512, 256)}
+
+
+# --- cost --------------------------------------------------------------------------------
+
+def stream_cost(rate_key: str) -> Cost:
+    """Memory-bound: every byte in and out at the kernel's measured streaming rate."""
+    def work(spec: KernelSpec, s: Shape, c: dict[str, Any], p: PerfParams
+             ) -> tuple[float, float]:
+        """memory: bytes in and out at the measured streaming rate"""
+        return 0.0, spec.bytes_moved(s) / p.rate(rate_key)
+    return Cost(work, rate_key=rate_key)
+
+
+# --- the program ---------------------------------------------------------------------------
+
+#: (writer, launch, layout, operand -> argument, rows of the block) -> per-block DMAs
+BlockWriter = Callable[[Writer, "Launch", LaunchLayout, dict[str, str], int], None]
+#: (writer, launch, layout, elements per block, rows per block, head_dim) -> the compute
+ComputeWriter = Callable[[Writer, "Launch", LaunchLayout, int, int, int | None], None]
+
+
+def layout(symbol: str | None, size_args: tuple[str, ...] = ("n",), *,
+           imports: tuple[str, ...] = ()) -> Callable[..., LaunchLayout]:
+    """The launch of a row or element-wise kernel: one herd of herd_m columns by herd_rows
+    rows (1 unless the family streams few enough operands; a [1, P] herd fails placement
+    on NPU2), no L2, every stream's block in L1 twice. `symbol` is the micro-kernel, called
+    with the L1 buffers and `size_args` i32s; None when the compute is written inline
+    (direct codegen, `imports` what it needs)."""
+    def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayout:
+        spec, s = launch.spec, launch.shape_dict
+        ops = tuple(spec.operands(s))
+        hm, herd_rows = int(c["herd_m"]), int(c.get("herd_rows", 1))
+        streams = [o for o in ops if o.role == "input"] + [o for o in ops if o.role == "output"]
+        width = s["width"]
+        l1: tuple[Buffer, ...]
+        if "tile_rows" in c:
+            rows = int(c["tile_rows"])
+            block: tuple[int, ...] = (rows, width)
+            loop = cdiv(s["rows"], rows * hm * herd_rows)
+            sizes = dims(rows, width)
+        else:
+            block = (int(c["tile"]),)
+            loop = cdiv(s["rows"] * width, block[0] * hm * herd_rows)
+            sizes = dims(*block)
+        l1 = tuple(buf(f"{o.name}_l1", block, BF16, "L1", True) for o in streams)
+        # a table row per row of the block (RoPE), a weight row whole (a norm, a bias)
+        l1 += tuple(buf(f"{o.name}_l1", (block[0], width) if o.role == "table" else (width,),
+                        BF16, "L1") for o in ops if o.role in ("table", "weight"))
+        externs = () if symbol is None else (Extern(
+            f"{symbol}_{sizes}", f"{spec.name}_{sizes}.o",
+            tuple(b.name for b in l1) + ("i32",) * len(size_args)),)
+        return LaunchLayout(
+            spec.name, launch.label, ops, grid=(1, 1), segment=None, herd=(hm, herd_rows),
+            l2=(), l1=l1, loop=loop, externs=externs, imports=imports)
+    return launch_layout
+
+
+def call_extern(w: Writer, launch: Launch, layout: LaunchLayout, step: int, rows: int,
+                head_dim: int | None) -> None:
+    """The micro-kernel on this block: its buffers and the rows (a row kernel) or the
+    elements (an element-wise one) it holds."""
+    call(w, layout.externs[0], (rows if len(layout.l1[0].shape) > 1 else step,))
+
+
+def segment(compute: ComputeWriter = call_extern, per_block: BlockWriter | None = None
+            ) -> SegmentWriter:
+    """The herd's body: load each weight row once; then per block, move the inputs in (and
+    the block's table rows), compute, move the output back."""
+    def write(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[str, str],
+              names: list[str], head_dim: int | None) -> None:
+        stream_segment(w, p, layout, names,
+                       lambda: _body(w, launch, layout, arg, head_dim, compute, per_block))
+    return write
+
+
+def _body(w: Writer, launch: Launch, layout: LaunchLayout, arg: dict[str, str],
+          head_dim: int | None, compute: ComputeWriter, per_block: BlockWriter | None) -> None:
+    step = math.prod(layout.l1[0].shape)
+    rows = layout.l1[0].shape[0] if len(layout.l1[0].shape) > 1 else 1
+    cols, herd_rows = layout.herd
+    l1_names = {b.name for b in layout.l1}
+    for o in layout.operands:
+        if o.role == "weight" and f"{o.name}_l1" in l1_names:
+            w(f"dma_memcpy_nd({o.name}_l1, {arg[o.name]}, src_sizes=[{o.dims[-1]}], "
+              "src_strides=[1])")
+    w(f"for i in range_(0, {layout.loop}):")
+    w.indent()
+    if herd_rows == 1:
+        w(f"offset = at([(i, {step * cols}), (tx, {step})])")
+    else:       # tile (tx, ty) takes block tx * herd_rows + ty of each round
+        w(f"offset = at([(i, {step * cols * herd_rows}), (tx, {step * herd_rows}), "
+          f"(ty, {step})])")
+    for o in layout.operands:
+        if o.role == "input":
+            w(f"dma_memcpy_nd({o.name}_l1, {arg[o.name]}, src_offsets=[offset], "
+              f"src_sizes=[{step}], src_strides=[1])")
+    if per_block is not None:
+        per_block(w, launch, layout, arg, rows)
+    compute(w, launch, layout, step, rows, head_dim)
+    out = next(o for o in layout.operands if o.role == "output")
+    w(f"dma_memcpy_nd({arg[out.name]}, {out.name}_l1, dst_offsets=[offset], "
+      f"dst_sizes=[{step}], dst_strides=[1])")
+    w("yield_([])")
+    w.dedent()
+
+
+def program(symbol: str | None, size_args: tuple[str, ...] = ("n",), *,
+            compute: ComputeWriter = call_extern, per_block: BlockWriter | None = None,
+            imports: tuple[str, ...] = ()) -> AirProgram:
+    return AirProgram(layout(symbol, size_args, imports=imports), segment(compute, per_block))

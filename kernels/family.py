@@ -1,0 +1,225 @@
+"""What a kernel family is: one unit that declares everything the machinery asks of a kernel.
+
+A family module under `kernels/families/` reads top to bottom: its spec (what it reads,
+writes and computes, what can be tuned), its checker rule (can a configuration exist on
+the hardware), its search space (the configurations selection tries, calibrated first), its
+numerics (the NPU's arithmetic emulated on the CPU, the FP32 reference, the tolerance), its
+cost (the performance model's work of one launch), its MLIR-AIR program (the launch's
+layout on the array and the segment body), and what a plan must know of it (layouts, ELF
+sharing, a host counterpart). `kernels.registry` lists the families once; the checker, the
+selection, the emulator, the performance model, the emitter and the plan transforms ask it
+and never branch on a kernel's name.
+
+The measured figures a family is built on live in `kernels/data/<name>.json` with their
+provenance (see `kernels.measurements`); `docs/kernels.md` is generated from both.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+
+from .hardware import Hardware
+from .rules import Finding
+
+if TYPE_CHECKING:
+    from .air_parts import LaunchLayout, Writer
+    from .measurements import Source
+    from .perf import PerfParams
+    from .plan import Launch
+
+BF16, FP32 = 2, 4          # bytes per element
+
+Shape = dict[str, int]
+Layout = Literal["seq-first", "head-first"]
+Tensors = dict[str, torch.Tensor]
+
+
+# --- the spec: what a kernel reads, writes, computes and lets us tune -----------------------
+
+@dataclass(frozen=True)
+class Operand:
+    name: str
+    dims: tuple[int, ...]
+    elem_bytes: int
+    role: str                   # input | weight | output | table
+
+    @property
+    def nbytes(self) -> int:
+        n = self.elem_bytes
+        for d in self.dims:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    where: str                                   # "npu" or "cpu"
+    summary: str
+    dims: tuple[str, ...]                        # the shape's named dims
+    operands: Callable[[Shape], list[Operand]]
+    flops: Callable[[Shape], float]
+    tunables: dict[str, Any] = field(default_factory=dict)   # name -> default
+
+    def bytes_moved(self, shape: Shape) -> int:
+        return sum(o.nbytes for o in self.operands(shape))
+
+    def output(self, shape: Shape) -> Operand:
+        """The operand the kernel writes (every kernel here writes one)."""
+        return next(o for o in self.operands(shape) if o.role == "output")
+
+
+# --- the checker rule and the search space ------------------------------------------------
+
+#: (spec, shape, config with the spec's defaults filled in, hardware, usage to fill) ->
+#: every rule of the hardware the configuration breaks. `usage` gets tiles, l1_bytes,
+#: l2_bytes and, for streams through the shim, bd_base and bd_tails.
+CheckRule = Callable[[KernelSpec, Shape, dict[str, Any], Hardware, dict[str, int]],
+                     list[Finding]]
+#: (spec, shape, hardware) -> the configurations selection tries, the calibrated one first.
+Candidates = Callable[[KernelSpec, Shape, Hardware], Iterator[dict[str, Any]]]
+
+
+def product_space(space: Mapping[str, tuple[Any, ...]]) -> Candidates:
+    """Every combination of the values `space` lists per tunable, in order (the calibrated
+    value first in each), leaving out herds wider than the array has columns."""
+    def candidates(spec: KernelSpec, shape: Shape, hw: Hardware) -> Iterator[dict[str, Any]]:
+        names = list(space)
+        for values in itertools.product(*(space[n] for n in names)):
+            config = dict(zip(names, values, strict=True))
+            if config.get("herd_n", 1) > hw.cols or config.get("herd_m", 1) > hw.cols:
+                continue
+            yield config
+    return candidates
+
+
+# --- numerics ---------------------------------------------------------------------------
+
+#: (shape, config, inputs[, outputs]) -> results. A kernel may write a result straight into
+#: the output buffer it is given and return that buffer; the backend copies the others.
+EmulatedKernel = Callable[..., Tensors]
+#: (shape, config, inputs) -> the FP32 results of the same bf16 inputs.
+ReferenceKernel = Callable[[Shape, dict[str, Any], Tensors], Tensors]
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """The kernel's arithmetic on the emulator, its FP32 reference and the Phase-1 atol (for
+    the unit-scale outputs of the seeded inputs). `weights` scales a seeded weight (randn)
+    so that outputs stay at unit scale."""
+
+    emulate: EmulatedKernel
+    reference: ReferenceKernel
+    atol: float
+    weights: Callable[[torch.Tensor, Shape], torch.Tensor] | None = None
+
+
+# --- cost --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Cost:
+    """One launch's work for the performance model: (compute seconds, memory seconds) before
+    the in-deployment derate and the launch overhead.
+
+    `derated` False: the work is weight bytes over `PerfParams.gemv_bw`, a bandwidth fitted
+    to the deployment's own dispatch times, so the standalone-to-deployment derate does not
+    apply and `calibrate()` solves for that bandwidth with the overheads. `rate_key` names
+    the measured streaming rate the work reads (`PerfParams.stream`); a key the calibration
+    set lacks takes the best rate of the family's own data file."""
+
+    work: Callable[[KernelSpec, Shape, dict[str, Any], PerfParams], tuple[float, float]]
+    derated: bool = True
+    rate_key: str | None = None
+
+
+@dataclass(frozen=True)
+class HostOp:
+    """A kernel that runs on the CPU as a plan's host step: what it does to the step's
+    tensors (`get(operand)`, `put(operand, value)`) and what it costs."""
+
+    run: Callable[[Shape, Callable[[str], torch.Tensor],
+                   Callable[[str, torch.Tensor], None]], None]
+    seconds: Callable[[Shape, PerfParams], float]
+
+
+# --- the MLIR-AIR program ------------------------------------------------------------------
+
+#: (writer, name prefix "s0", launch, its layout, operand -> function argument, the
+#: launch's argument names, the model's head_dim) -> writes the segment's body.
+SegmentWriter = Callable[["Writer", str, "Launch", "LaunchLayout", dict[str, str], list[str],
+                          int | None], None]
+
+
+@dataclass(frozen=True)
+class AirProgram:
+    """How one launch is written for mlir-air: its layout on the array (grid, herd, L1 and
+    L2 buffers, loops, channels, micro-kernels) and the segment that moves and computes."""
+
+    layout: Callable[[Launch, dict[str, Any], Hardware], LaunchLayout]
+    segment: SegmentWriter
+
+
+@dataclass(frozen=True)
+class ProgramLayout:
+    """A kernel compiled for one operand layout (FlashAttention): `align_layouts` gives the
+    tensors around it the layout its program takes at a shape, and writes `seq_first_outputs`
+    seq-first for the GEMM that reads them."""
+
+    at: Callable[[Shape], Layout]
+    seq_first_outputs: tuple[str, ...] = ()
+
+
+# --- the family --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KernelFamily:
+    """One kernel, declared once. Only `spec` is required: a host kernel has no checker
+    rule, search space, cost on the NPU or program."""
+
+    spec: KernelSpec
+    #: the checker's rules, one line each (docs/kernels.md)
+    rules: tuple[str, ...] = ()
+    check: CheckRule | None = None
+    candidates: Candidates | None = None
+    numerics: Numerics | None = None
+    cost: Cost | None = None
+    program: AirProgram | None = None
+    #: on the host: what the step does and costs
+    host: HostOp | None = None
+    #: the data file (kernels/data/<data>.json) of its measured figures, and the upstream
+    #: page they are ingested from (only the family that owns the file names a source)
+    data: str | None = None
+    source: Source | None = None
+    # What plans, the runner and the NPU backend need to know of it:
+    #: operands stored head-first when it runs alone (no plan gives their layouts)
+    head_first_alone: tuple[str, ...] = ()
+    #: built as its own program: it never shares an ELF with other launches
+    own_elf: bool = False
+    #: compiled for one operand layout (see ProgramLayout)
+    program_layout: ProgramLayout | None = None
+    #: works in the layout its output is bound in: its input follows (a bias add)
+    layout_follows_output: bool = False
+    #: the host op that can replace its launch (`decode_attention_on_cpu`)
+    host_alternative: str | None = None
+    #: the operand that reads a model weight transposed, as [K, N] (a GEMM's B): the runner
+    #: hands it W^T, the program binds it as its own buffer, and the emulator may convert a
+    #: static one once
+    transposed_weight: str | None = None
+    #: its emulation has an exact (FP64 K-tile sums) and a fast (BLAS) path: the runner
+    #: chooses with config["exact_tiles"]
+    exact_tiles: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+__all__ = ["BF16", "FP32", "AirProgram", "Candidates", "CheckRule", "Cost", "EmulatedKernel",
+           "HostOp", "KernelFamily", "KernelSpec", "Layout", "Numerics", "Operand",
+           "ProgramLayout", "ReferenceKernel", "SegmentWriter", "Shape", "Tensors",
+           "product_space"]
