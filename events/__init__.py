@@ -24,8 +24,8 @@ from .payloads import (
     current_schema_version,
     validate_payload,
 )
+from .phases import PHASE_NAMES, PHASES, Phase, Threshold, threshold, thresholds_in_force
 from .state import (
-    PHASE_NAMES,
     REDUCER_VERSION,
     DeploymentState,
     GateSummary,
@@ -38,9 +38,10 @@ from .state import (
 from .upcasters import UPCASTERS, upcast
 
 __all__ = [
-    "ACTORS", "BLOB_REF_RE", "EVENT_TYPES", "GENESIS_HASH", "PHASE_NAMES", "REDUCER_VERSION",
-    "UPCASTERS", "DeploymentState", "Event", "GateSummary", "InvalidEvent", "NewEvent",
-    "PhaseState", "RunTotals", "apply", "blob_refs", "canonical_json", "check_envelope",
-    "current_schema_version", "describe", "fold", "new_run_id", "seal", "sha256_hex",
-    "upcast", "utc_now", "uuid7", "validate_payload", "with_head",
+    "ACTORS", "BLOB_REF_RE", "EVENT_TYPES", "GENESIS_HASH", "PHASES", "PHASE_NAMES",
+    "REDUCER_VERSION", "UPCASTERS", "DeploymentState", "Event", "GateSummary", "InvalidEvent",
+    "NewEvent", "Phase", "PhaseState", "RunTotals", "Threshold", "apply", "blob_refs",
+    "canonical_json", "check_envelope", "current_schema_version", "describe", "fold",
+    "new_run_id", "seal", "sha256_hex", "threshold", "thresholds_in_force", "upcast",
+    "utc_now", "uuid7", "validate_payload", "with_head",
 ]

@@ -12,15 +12,10 @@ from functools import reduce
 from typing import Any, Final
 
 from .envelope import GENESIS_HASH, Event, parse_ts
+from .phases import PHASE_NAMES
 
 #: Bumped whenever `apply` changes meaning; snapshots of another version are ignored.
 REDUCER_VERSION: Final = 2
-
-PHASE_NAMES: Final = (
-    "build CPU oracle", "kernel validation", "single block", "full model",
-    "prefill optimization", "decode optimization", "finalize & learn",
-    "independent evaluator",
-)
 
 TERMINAL_RUN_STATUSES: Final = ("finished", "failed", "aborted")
 

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from npu_deploy.events import DeploymentState, Event, NewEvent
 from npu_deploy.events.payloads import validate_payload
+from npu_deploy.events.phases import thresholds_in_force
 from npu_deploy.events.state import GATE_TOOL, PHASE_NAMES
 from npu_deploy.store import EventStore, RunWriter
 
@@ -207,6 +208,7 @@ class Conductor:
               on_event: Callable[[Event], None] | None = None) -> Conductor:
         started = {"model": model, "backend": backend, "agent": pipeline.agent.name,
                    "code_version": code_version, "policy": policy.name,
+                   "thresholds": thresholds_in_force(),       # the phase table's, now
                    "config": {"budget": policy.budget, "auto_approve": policy.auto_approve,
                               "pause_at": sorted(policy.pause_at), **(config or {})}}
         writer = RunWriter.create(store, started, run_id=run_id)

@@ -14,15 +14,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from npu_deploy.models.config import ModelArgs
 
+from npu_deploy.events.phases import phase
 from npu_deploy.kernels.execute import PlanRunner
 from npu_deploy.kernels.hardware import XDNA2, Hardware
 from npu_deploy.kernels.plan import DispatchPlan
 from npu_deploy.kernels.specs import Decode, Mode, Prefill
+from npu_deploy.models.config import ModelArgs
 from npu_deploy.pipeline.recipe import Recipe
 
-TOP_K = 5
+TOP_K = int(phase(3).threshold("top_k"))      # the phase-3 token-set check's k
 
 
 @dataclass(frozen=True)
