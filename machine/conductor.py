@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from npu_deploy.events import DeploymentState, Event, NewEvent
+from npu_deploy.events.decisions import refusal
 from npu_deploy.events.payloads import validate_payload
 from npu_deploy.events.phases import thresholds_in_force
 from npu_deploy.events.state import GATE_TOOL, PHASE_NAMES
@@ -292,6 +293,8 @@ class Conductor:
             if only is not None and cmd["kind"] not in only:
                 continue
             s = self.writer.state
+            if s.status == "paused" and cmd["kind"] not in ("pause", "abort"):
+                continue      # a paused run takes it after run.resumed (events/decisions.py)
             phase = s.current_phase
             payload = {**cmd["payload"], "decision": cmd["kind"],
                        "command_id": cmd["command_id"], "author": cmd["author"]}
@@ -306,9 +309,9 @@ class Conductor:
                 self._record("human.decision", payload, phase=phase, attempt=attempt,
                              actor="human", consumes=cmd["command_id"])
             else:
+                why = refusal(s, payload, phase) or f"is {self.machine.state}"
                 self._record("error", {"kind": "command_refused", "recoverable": True,
-                                       "message": f"{cmd['kind']} cannot be taken while the run "
-                                                  f"is {self.machine.state}"},
+                                       "message": f"{cmd['kind']} refused: the run {why}"},
                              phase=phase, attempt=attempt, consumes=cmd["command_id"])
 
     def _between_steps(self) -> None:

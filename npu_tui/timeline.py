@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, NamedTuple
 
-from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
+from npu_deploy.events import DeploymentState, Event
 from npu_deploy.events import fold as fold_events
 from npu_deploy.events.describe import describe
 from npu_deploy.events.state import GateSummary
@@ -396,36 +396,6 @@ def gate_rows(gates: Sequence[GateSummary]) -> list[GateRow]:
                             tuple(a.get(key) for a in by_attempt), c.get("message", "")))
     rows.sort(key=lambda r: (r.passed, not r.gating))
     return rows
-
-
-def situation(state: DeploymentState) -> tuple[str, str | None]:
-    """What the current phase waits on a person for: ("checkpoint" | "proposal" |
-    "stopped" | "none", the checkpoint or proposal id)."""
-    k = state.current_phase
-    if k is None or state.terminal:
-        return "none", None
-    ph = state.phases[k]
-    if state.status == "needs_human":
-        return "stopped", f"p{k}.a{ph.attempts}.stopped"
-    if ph.pending_checkpoint:
-        return "checkpoint", ph.pending_checkpoint
-    if ph.pending_proposal:
-        return "proposal", ph.pending_proposal
-    return "none", None
-
-
-def waiting_for(state: DeploymentState) -> str | None:
-    """`situation` in words; None when the run waits for nobody."""
-    kind, _ = situation(state)
-    if kind == "none":
-        return None
-    k = state.current_phase
-    assert k is not None
-    ph, where = state.phases[k], f"phase {k} ({PHASE_NAMES[k]})"
-    return {"stopped": f"{where} stopped for a person: {ph.exit_reason}",
-            "checkpoint": f"{where} passed its gate: approve or redirect",
-            "proposal": f"{where} failed its gate: pick one of "
-                        f"{len(ph.pending_directions)} debug directions"}[kind]
 
 
 def unfinished_step(store: EventStore, run_id: str) -> str | None:

@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 
 from npu_deploy.events import PHASE_NAMES, Event
+from npu_deploy.events.decisions import open_decisions
 from npu_deploy.store import EventStore, RunLocked
 
 from .group import code_version
@@ -326,40 +327,26 @@ def decide_cmd(run: str, decision: str, value: str | None, override: bool) -> No
     """Leave a decision for a run: approve | redirect TEXT | pick N | pause | abort.
 
     The run's conductor (in another terminal, or at the next resume) records it once."""
+    if override and decision != "approve":
+        fail("--override goes with approve only", EXIT_USAGE)
     store = EventStore.open(db_path())
     run_id = store.resolve_run(run)
     s = store.fold(run_id)
-    if s.terminal:
-        fail(f"run {run_id} is {s.status}; it takes no more decisions")
-    k = s.current_phase
-    ph = s.phases[k] if k is not None else None
-    payload: dict[str, Any] = {}
-    if override:
-        gate = ph.last_gate if ph is not None else None
-        if decision != "approve":
-            fail("--override goes with approve only", EXIT_USAGE)
-        if gate is None or gate.passed or ph is None or (
-                ph.pending_proposal is None and s.status != "needs_human"):
-            fail(f"run {run_id} has no failed gate waiting for a person (phase {k}); "
-                 "nothing to override")
-        payload["override"] = True
-    elif decision in ("approve", "redirect"):
-        stopped = s.status == "needs_human" and decision == "redirect"
-        if ph is None or (ph.pending_checkpoint is None and not stopped):
-            fail(f"run {run_id} is not waiting at a checkpoint (phase {k}: "
-                 f"{ph.status if ph else 'not started'}); nothing to {decision}")
-        if decision == "redirect":
-            if not value:
-                fail("redirect needs the instruction text: decide RUN redirect \"...\"",
-                     EXIT_USAGE)
-            payload["instruction"] = value
+    # Whether the run takes this decision now is events/decisions.py's rule; what the
+    # decision needs (an instruction, a direction number) is checked after it, as usage.
+    legal = open_decisions(s)
+    choice = "override" if override else decision
+    if not legal.allows(choice):
+        fail(f"run {run_id} {legal.refused[choice]}")
+    payload: dict[str, Any] = {"override": True} if override else {}
+    if decision == "redirect":
+        if not value:
+            fail("redirect needs the instruction text: decide RUN redirect \"...\"", EXIT_USAGE)
+        payload["instruction"] = value
     elif decision == "pick":
-        if ph is None or ph.pending_proposal is None:
-            fail(f"run {run_id} has no debug directions to pick from")
-        directions = ph.pending_directions
-        if value is None or not value.isdigit() or not 1 <= int(value) <= len(directions):
-            fail(f"pick needs a direction number from 1 to {len(directions)}", EXIT_USAGE)
-        payload["direction_id"] = directions[int(value) - 1]["direction_id"]
+        if value is None or not value.isdigit() or not 1 <= int(value) <= len(legal.pick):
+            fail(f"pick needs a direction number from 1 to {len(legal.pick)}", EXIT_USAGE)
+        payload["direction_id"] = legal.pick[int(value) - 1]
     command_id = store.post_command(run_id, decision, payload)
     click.echo(f"{decision} left for run {run_id} (command {command_id}); its conductor "
                "records it once")
