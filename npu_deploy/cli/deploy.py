@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from npu_deploy.events import PHASE_NAMES, Event
 from npu_deploy.events.decisions import open_decisions
@@ -16,6 +17,7 @@ from npu_deploy.store import EventStore, RunLocked
 from .group import code_version
 from .options import db_option, db_path
 from .output import EXIT_FAILED, EXIT_USAGE, console, fail
+from .render import progress
 
 DEFAULT_PIPELINE = "npu_deploy.agents.autopilot:pipeline"
 
@@ -27,35 +29,10 @@ EXIT_NEEDS_HUMAN = 3      # the run stopped for a person (needs_human, or waitin
 
 
 def _progress(out: Console) -> Any:
-    """The headless view: one line per event that moves the deployment."""
+    """The headless view: the lines of each event that moves the deployment (render.py)."""
     def show(e: Event) -> None:
-        p, where = e.payload, "" if e.phase is None else f"phase {e.phase} "
-        attempt = f" (attempt {e.attempt})" if e.attempt and e.attempt > 1 else ""
-        if e.type == "phase.entered":
-            extra = f": {p['instruction']}" if p.get("instruction") else ""
-            out.print(f"[bold]{where}{PHASE_NAMES[e.phase or 0]}[/]{attempt}{extra}")
-        elif e.type == "tool.completed" and e.actor == "agent":
-            out.print(f"  step {p['tool']} ({p['duration_s']:.2f} s)")
-        elif e.type == "gate.evaluated":
-            verdict = "[green]PASS[/]" if p["passed"] else "[red]FAIL[/]"
-            out.print(f"  gate {p['gate']}: {verdict}")
-            for c in p["checks"]:
-                mark = "ok " if c["passed"] else "BAD"
-                out.print(f"    {mark} {c['subject']}/{c['metric']} = {c['value']:.4g} "
-                          f"(needs {c['comparison']} {c['threshold']:.4g})")
-        elif e.type == "debug.proposed":
-            out.print(f"  debug: {p['symptom']}")
-            for i, d in enumerate(p["directions"], 1):
-                out.print(f"    {i}. {d['title']} ({d['skill']}, score {d['score']:.2f})")
-        elif e.type == "human.decision":
-            out.print(f"  decision: {p['decision']} by {p['author']}")
-        elif e.type == "phase.exited":
-            out.print(f"  {where}exited: {p['outcome']} {p['reason']} (wall {p['wall_s']:.1f} "
-                      f"s, agent {p['agent_s']:.1f} s, backend {p['backend_s']:.1f} s)")
-        elif e.type == "run.finished":
-            out.print(f"[bold]run finished: {p['verdict']}[/] {p['summary']}")
-        elif e.type == "error":
-            out.print(f"  [red]error[/] {p['kind']}: {p['message']}")
+        for line in progress(e):
+            out.print(line)
     return show
 
 
@@ -67,8 +44,8 @@ def _drive(conductor: Any, out: Console, wait: bool) -> None:
     try:
         halt: Halt = conductor.run(wait=False)
         while wait and halt.reason in ("awaiting_human", "awaiting_pick"):
-            out.print(f"waiting: {halt.detail}. From another terminal: npu-deploy decide "
-                      f"{run_id} approve | redirect TEXT | pick N | pause | abort")
+            out.print(Text(f"waiting: {halt.detail}. From another terminal: npu-deploy decide "
+                           f"{run_id} approve | redirect TEXT | pick N | pause | abort"))
             halt = conductor.run(wait=True)
     finally:
         conductor.close()
@@ -233,7 +210,7 @@ def deploy_cmd(model: str, headless: bool, auto_approve: bool, pause_at: str, bu
     conductor = Conductor.start(store, pipeline, policy, model=model, backend=backend,
                                 code_version=code_version(), run_id=run_id,
                                 config=config, on_event=_progress(out))
-    out.print(f"run {conductor.run_id}: {model}, policy {policy.name}, store {db_path()}")
+    out.print(Text(f"run {conductor.run_id}: {model}, policy {policy.name}, store {db_path()}"))
     _drive(conductor, out, wait=True)
 
 
