@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from npu_deploy.events import DeploymentState, Event, NewEvent, PhaseState
 from npu_deploy.events.decisions import refusal
+from npu_deploy.events.describe import failing_checks
 from npu_deploy.events.payloads import validate_payload
 from npu_deploy.events.phases import thresholds_in_force
 from npu_deploy.events.state import GATE_TOOL, PHASE_NAMES
@@ -463,8 +464,7 @@ class Conductor:
         s = self.state
         ph = s.phases[k]
         gate = ph.last_gate
-        failing = [c for c in (gate.checks if gate else ()) if c.get("gating", True)
-                   and not c["passed"]]
+        failing = failing_checks(gate.checks if gate else ())
         symptom = "; ".join(f"{c['subject']}/{c['metric']} = {c['value']:.3g} (needs "
                             f"{c['comparison']} {c['threshold']:.3g})" for c in failing[:3])
         if ph.attempts - ph.budget_from >= self.policy.budget:
