@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
 from npu_deploy.models.adapters import Weights
 from npu_deploy.models.config import ModelArgs
 

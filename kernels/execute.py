@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
 from npu_deploy.models.adapters import Weights
 from npu_deploy.models.config import ModelArgs
-
 from npu_deploy.oracle import reference as ref_ops
 
 from .numerics import to_bf16

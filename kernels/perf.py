@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Literal
 
 import numpy as np
+
 from npu_deploy.models.config import ModelArgs
 
 from .hardware import XDNA2, Hardware

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
+
 from npu_deploy.models.config import ModelArgs
 from npu_deploy.models.errors import BadConfig
 

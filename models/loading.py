@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from npu_deploy.models.adapters import Weights, weights_from_state_dict
 from npu_deploy.models.config import ModelArgs, model_args, read_config
 from npu_deploy.models.errors import BadConfig, ModelCorrupt, ModelNotFound, TokenizerMismatch

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock
+
 from npu_deploy.models.errors import ModelCorrupt, ModelNotFound, UnsupportedModel
 
 BUNDLED = "smollm2-135m"
@@ -186,6 +187,7 @@ def _convert(gguf_path: Path, out: Path) -> None:
 
 def random_model_dir(name: str, cache: Path, seed: int) -> Path:
     import transformers
+
     from npu_deploy.models.random_models import RANDOM_MODELS, TOKENIZER_VOCAB, build_random_model
 
     # The directory name changes whenever what would be built changes.

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from npu_deploy.models.loading import LoadedModel
 
+from npu_deploy.models.loading import LoadedModel
 from npu_deploy.oracle import reference_of
 
 CAPTURE_TOOL = "oracle.capture"
