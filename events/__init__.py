@@ -1,8 +1,10 @@
 """The vocabulary of a deployment: events, their canonical form and hash chain,
-typed payloads, and the pure fold into a `DeploymentState`. No I/O here, and no
-imports from the rest of the project."""
+typed payloads, and the pure fold into a `DeploymentState`; the phase table (phases.py),
+which decisions a run takes now (decisions.py), and what an event says (describe.py). No
+I/O here, and no imports from the rest of the project."""
 
-from .describe import describe
+from .decisions import OpenDecisions, Waiting, open_decisions, refusal, waiting_on
+from .describe import EventView, describe, view
 from .envelope import (
     ACTORS,
     GENESIS_HASH,
@@ -39,9 +41,10 @@ from .upcasters import UPCASTERS, upcast
 
 __all__ = [
     "ACTORS", "BLOB_REF_RE", "EVENT_TYPES", "GENESIS_HASH", "PHASES", "PHASE_NAMES",
-    "REDUCER_VERSION", "UPCASTERS", "DeploymentState", "Event", "GateSummary", "InvalidEvent",
-    "NewEvent", "Phase", "PhaseState", "RunTotals", "Threshold", "apply", "blob_refs",
-    "canonical_json", "check_envelope", "current_schema_version", "describe", "fold",
-    "new_run_id", "seal", "sha256_hex", "threshold", "thresholds_in_force", "upcast",
-    "utc_now", "uuid7", "validate_payload", "with_head",
+    "REDUCER_VERSION", "UPCASTERS", "DeploymentState", "Event", "EventView", "GateSummary",
+    "InvalidEvent", "NewEvent", "OpenDecisions", "Phase", "PhaseState", "RunTotals",
+    "Threshold", "Waiting", "apply", "blob_refs", "canonical_json", "check_envelope",
+    "current_schema_version", "describe", "fold", "new_run_id", "open_decisions", "refusal",
+    "seal", "sha256_hex", "threshold", "thresholds_in_force", "upcast", "utc_now", "uuid7",
+    "validate_payload", "view", "waiting_on", "with_head",
 ]
