@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from npu_deploy.events.payloads import ExperienceRecorded, LessonRecorded
+from npu_deploy.events.phases import PHASES
 from npu_deploy.kernels.optimize import DECODE_ORDER, PREFILL_ORDER
 from npu_deploy.kernels.specs import SPECS, Decode, Mode, Prefill
 from npu_deploy.machine import Pipeline
@@ -33,10 +34,7 @@ from npu_deploy.skills.experience import transform_order
 from npu_deploy.skills.lessons import harvest_lessons
 from npu_deploy.skills.matcher import SkillMatcher
 
-PHASE_SKILLS = ("phase-0-cpu-oracle", "phase-1-kernel-validation", "phase-2-single-block",
-                "phase-3-full-model", "phase-4-prefill-optimization",
-                "phase-5-decode-optimization", "phase-6-finalize-and-learn",
-                "phase-7-independent-evaluation")
+PHASE_SKILLS = tuple(p.skill for p in PHASES)       # the phase table (events/phases.py)
 FAULTS = ("gemm-tile",)
 
 

@@ -1,8 +1,10 @@
 """The vocabulary of a deployment: events, their canonical form and hash chain,
-typed payloads, and the pure fold into a `DeploymentState`. No I/O here, and no
-imports from the rest of the project."""
+typed payloads, and the pure fold into a `DeploymentState`; the phase table (phases.py),
+which decisions a run takes now (decisions.py), and what an event says (describe.py). No
+I/O here, and no imports from the rest of the project."""
 
-from .describe import describe
+from .decisions import OpenDecisions, Waiting, open_decisions, refusal, waiting_on
+from .describe import EventView, describe, view
 from .envelope import (
     ACTORS,
     GENESIS_HASH,
@@ -26,8 +28,8 @@ from .payloads import (
     current_schema_version,
     validate_payload,
 )
+from .phases import PHASE_NAMES, PHASES, Phase, Threshold, threshold, thresholds_in_force
 from .state import (
-    PHASE_NAMES,
     REDUCER_VERSION,
     DeploymentState,
     GateSummary,
@@ -40,10 +42,12 @@ from .state import (
 from .upcasters import UPCASTERS, upcast
 
 __all__ = [
-    "ACTORS", "BLOB_REF_RE", "EVENT_TYPES", "GENESIS_HASH", "PHASE_NAMES", "REDUCER_VERSION",
-    "RUN_FINISHED", "RUN_START", "UPCASTERS", "AttemptKey", "DeploymentState", "Event",
-    "GateSummary", "InvalidEvent", "NewEvent", "Payload", "PhaseState", "RunTotals", "apply",
-    "blob_refs", "canonical_json", "check_envelope", "current_schema_version", "describe",
-    "fold", "new_run_id", "seal", "sha256_hex", "upcast", "utc_now", "uuid7",
-    "validate_payload", "with_head",
+    "ACTORS", "BLOB_REF_RE", "EVENT_TYPES", "GENESIS_HASH", "PHASES", "PHASE_NAMES",
+    "REDUCER_VERSION", "RUN_FINISHED", "RUN_START", "UPCASTERS", "AttemptKey",
+    "DeploymentState", "Event", "EventView", "GateSummary", "InvalidEvent", "NewEvent",
+    "OpenDecisions", "Payload", "Phase", "PhaseState", "RunTotals", "Threshold", "Waiting",
+    "apply", "blob_refs", "canonical_json", "check_envelope", "current_schema_version",
+    "describe", "fold", "new_run_id", "open_decisions", "refusal", "seal", "sha256_hex",
+    "threshold", "thresholds_in_force", "upcast", "utc_now", "uuid7", "validate_payload",
+    "view", "waiting_on", "with_head",
 ]

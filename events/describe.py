@@ -1,26 +1,119 @@
-"""One-line, human-readable summaries of events (for listings and the TUI)."""
+"""What an event says, written once for every surface that shows events: its glyph, its
+tone, a one-line summary, an aside, and the detail lines under it.
+
+Text comes as spans, `(text, role)`, never as markup: a role says what a piece is ("" plain,
+"strong", "pass", "fail", "muted") and each surface styles roles its own way: plain text
+(`describe`, `plain`), Rich `Text` for the command line (npu_deploy/cli/render.py), the
+TUI's event lines (npu_tui/timeline.py). A model name, a redirect or an agent's message is
+data, whatever brackets it holds.
+
+    summary   the one line every listing shows (`show`, the TUI stream, the headless deploy)
+    aside     what a one-line listing leaves out: times, who decided ("0.12 s", "by ada")
+    details   lines under the summary where there is room: a gate's checks, the directions
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Final
 
 from .envelope import Event
 
+#: A piece of text and what it is: "" plain, "strong", "pass", "fail", "muted".
+Span = tuple[str, str]
+Line = tuple[Span, ...]
 
-def _gate(p: dict[str, Any]) -> str:
+GLYPHS: Final = {
+    "run.started": "▶", "run.forked": "⑂", "run.resumed": "↻", "run.finished": "■",
+    "phase.entered": "»", "phase.exited": "«", "agent.message": "✎", "model.called": "◇",
+    "tool.requested": "→", "tool.completed": "←", "tool.abandoned": "↯",
+    "gate.evaluated": "⊨", "profile.recorded": "⏱", "checkpoint.requested": "?",
+    "human.decision": "◆", "debug.proposed": "⚑", "skill.loaded": "§",
+    "lesson.recorded": "✱", "lesson.approved": "✔", "experience.recorded": "∿", "error": "✗",
+}
+#: How an event is coloured, from what it means: a verdict, a failure, a person's turn,
+#: the run's and phases' milestones, the agent's work, the rest.
+TONES: Final = ("pass", "fail", "human", "phase", "agent", "muted")
+
+
+@dataclass(frozen=True, slots=True)
+class EventView:
+    """What one event says."""
+
+    type: str
+    glyph: str
+    tone: str
+    summary: Line
+    aside: str
+    details: tuple[Line, ...]
+
+
+def plain(spans: Iterable[Span]) -> str:
+    return "".join([text for text, _ in spans])
+
+
+def glyph_of(type_: str) -> str:
+    return GLYPHS.get(type_, "·")
+
+
+def tone_of(e: Event) -> str:
+    p = e.payload
+    if e.type == "gate.evaluated":
+        return "pass" if p.get("passed") else "fail"
+    if e.type in ("error", "tool.abandoned") or (e.type == "tool.completed" and not p.get("ok")):
+        return "fail"
+    if e.type == "run.finished":
+        return "pass" if p.get("verdict") == "PASS" else "fail"
+    if e.type in ("human.decision", "checkpoint.requested", "debug.proposed"):
+        return "human"
+    if e.type in ("phase.entered", "phase.exited", "run.started", "run.forked", "run.resumed"):
+        return "phase"
+    if e.actor == "agent":
+        return "agent"
+    return "muted"
+
+
+def check_text(c: dict[str, Any]) -> str:
+    """One gate check: "L0 block output/cosine = 0.9812 (needs >= 0.99)"."""
+    return (f"{c['subject']}/{c['metric']} = {c['value']:.4g} "
+            f"(needs {c['comparison']} {c['threshold']:.4g})")
+
+
+def failing_checks(checks: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [c for c in checks if c.get("gating", True) and not c["passed"]]
+
+
+# --- the summaries --------------------------------------------------------------------------
+
+def _gate(p: dict[str, Any]) -> Line:
     checks = p["checks"]
-    failed = [c for c in checks if c.get("gating", True) and not c["passed"]]
-    verdict = "PASS" if p["passed"] else f"FAIL ({len(failed)} of {len(checks)} checks)"
-    return f"{p['gate']}: {verdict}"
+    if p["passed"]:
+        return (f"{p['gate']}: ", ""), ("PASS", "pass")
+    return (f"{p['gate']}: ", ""), (f"FAIL ({len(failing_checks(checks))} of {len(checks)} "
+                                    "checks)", "fail")
 
 
-_SUMMARIES: dict[str, Callable[[dict[str, Any]], str]] = {
+def _finished(p: dict[str, Any]) -> Line:
+    return (p["verdict"], "pass" if p["verdict"] == "PASS" else "fail"), (f": {p['summary']}", "")
+
+
+def _decision(p: dict[str, Any]) -> Line:
+    words = [(p["decision"], "strong")]
+    if p.get("override"):
+        words.append(("OVERRIDING THE FAILED GATE", "fail"))
+    words += [(str(x), "") for x in (p.get("direction_id"), p.get("instruction")) if x]
+    line: list[Span] = []
+    for word in words:
+        line += [(" ", ""), word] if line else [word]
+    return tuple(line)
+
+
+#: Summaries of one plain span (the event stream's hot path formats them straight).
+_PLAIN: dict[str, Callable[[dict[str, Any]], str]] = {
     "run.started": lambda p: f"{p['model']} on {p['backend']}, agent {p['agent']}",
     "run.forked": lambda p: f"from {p['parent_run_id']} at v{p['parent_version']}",
     "run.resumed": lambda p: f"from v{p['from_version']}: {p['reason']}",
-    "run.finished": lambda p: f"{p['verdict']}: {p['summary']}",
-    "phase.entered": lambda p: p["name"],
     "phase.exited": lambda p: f"{p['outcome']} {p['reason']}".strip(),
     "agent.message": lambda p: f"{p['role']}: {p['text']}",
     "model.called": lambda p: (f"{p['model']} in {p['input_tokens']} out {p['output_tokens']} "
@@ -28,25 +121,99 @@ _SUMMARIES: dict[str, Callable[[dict[str, Any]], str]] = {
     "tool.requested": lambda p: f"{p['tool']} [{p['call_id']}]",
     "tool.completed": lambda p: f"{p['tool']} [{p['call_id']}] {'ok' if p['ok'] else 'failed'}",
     "tool.abandoned": lambda p: f"{p['tool']} [{p['call_id']}]: {p['reason']}",
-    "gate.evaluated": _gate,
     "profile.recorded": lambda p: f"{p['scope']} {p['total_s'] * 1e3:.2f} ms ({p['source']})",
     "checkpoint.requested": lambda p: p["summary"],
-    "human.decision": lambda p: " ".join(
-        str(x) for x in (p["decision"], "OVERRIDING THE FAILED GATE" if p.get("override")
-                         else None, p.get("direction_id"), p.get("instruction")) if x),
     "debug.proposed": lambda p: f"{p['symptom']}: {len(p['directions'])} directions",
     "skill.loaded": lambda p: p["skill"],
     "lesson.recorded": lambda p: f"{p['symptom']} -> {p['target_skill']}",
     "lesson.approved": lambda p: f"{p['lesson_id']} by {p['author']} -> {p['applied_to']}",
     "experience.recorded": lambda p: f"{p['topic']}: {p['outcome']}",
-    "error": lambda p: f"{p['kind']}: {p['message']}",
+}
+#: Summaries whose parts are styled: a verdict, a heading, a failure.
+_STYLED: dict[str, Callable[[dict[str, Any]], Line]] = {
+    "run.finished": _finished,
+    "phase.entered": lambda p: ((p["name"], "strong"),),
+    "gate.evaluated": _gate,
+    "human.decision": _decision,
+    "error": lambda p: ((p["kind"], "fail"), (f": {p['message']}", "")),
 }
 
 
+
+
+def _as_plain(styled: Callable[[dict[str, Any]], Line]) -> Callable[[dict[str, Any]], str]:
+    return lambda p: plain(styled(p))
+
+
+#: Every summary as plain text, in one lookup (`describe` runs for every line the TUI reads).
+_SUMMARIES: dict[str, Callable[[dict[str, Any]], str]] = {
+    **_PLAIN, **{t: _as_plain(f) for t, f in _STYLED.items()}}
+
+
+# --- asides and details -------------------------------------------------------------------
+
+def _aside(e: Event) -> str:
+    p = e.payload
+    if e.type in ("tool.completed", "model.called"):
+        return f"{p['duration_s']:.2f} s"
+    if e.type == "phase.exited":
+        return (f"wall {p.get('wall_s', 0.0):.1f} s, agent {p.get('agent_s', 0.0):.1f} s, "
+                f"backend {p.get('backend_s', 0.0):.1f} s")
+    if e.type == "human.decision":
+        return f"by {p['author']}"
+    if e.type == "phase.entered" and e.attempt and e.attempt > 1:
+        return f"attempt {e.attempt}"
+    return ""
+
+
+def _details(e: Event) -> tuple[Line, ...]:
+    p = e.payload
+    if e.type == "gate.evaluated":
+        return tuple((("ok ", "pass") if c["passed"] else ("BAD", "fail"), (" ", ""),
+                      (check_text(c), "")) for c in p["checks"])
+    if e.type == "debug.proposed":
+        return tuple(((f"{i}. ", ""), (d["title"], "strong"),
+                      (f" ({d['skill']}, score {d['score']:.2f})", ""))
+                     for i, d in enumerate(p["directions"], 1))
+    if e.type == "phase.entered":
+        out: list[Line] = []
+        if p.get("debug_direction"):
+            out.append((("following debug direction ", ""), (p["debug_direction"], "strong")))
+        if p.get("instruction"):
+            out.append((("a person's instruction: ", ""), (p["instruction"], "")))
+        return tuple(out)
+    return ()
+
+
+def _summary(e: Event) -> Line:
+    try:
+        text = _PLAIN.get(e.type)
+        if text is not None:
+            return ((text(e.payload), ""),)
+        styled = _STYLED.get(e.type)
+        return styled(e.payload) if styled is not None else ()
+    except (KeyError, TypeError):         # a payload of an older shape: no summary, no crash
+        return ()
+
+
+def view(e: Event) -> EventView:
+    """Everything the event says, for a surface that shows all of it."""
+    try:
+        aside = _aside(e)
+    except (KeyError, TypeError):
+        aside = ""
+    try:
+        details = _details(e)
+    except (KeyError, TypeError):
+        details = ()
+    return EventView(e.type, glyph_of(e.type), tone_of(e), _summary(e), aside, details)
+
+
 def describe(event: Event, width: int = 120) -> str:
+    """The summary as one line of plain text, at most `width` characters."""
     summary = _SUMMARIES.get(event.type)
     try:
-        text = summary(event.payload) if summary else ""
+        text = summary(event.payload) if summary is not None else ""
     except (KeyError, TypeError):
         text = ""
     text = " ".join(text.split())

@@ -11,16 +11,12 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import reduce
 from typing import Any, Final
 
+from .decisions import answered
 from .envelope import GENESIS_HASH, Event, parse_ts
+from .phases import PHASE_NAMES
 
 #: Bumped whenever `apply` changes meaning; snapshots of another version are ignored.
 REDUCER_VERSION: Final = 2
-
-PHASE_NAMES: Final = (
-    "build CPU oracle", "kernel validation", "single block", "full model",
-    "prefill optimization", "decode optimization", "finalize & learn",
-    "independent evaluator",
-)
 
 TERMINAL_RUN_STATUSES: Final = ("finished", "failed", "aborted")
 
@@ -207,30 +203,26 @@ def _on_debug(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentStat
 
 
 def _on_decision(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
-    decision = p["decision"]
-    stopped = s.status == "needs_human"
+    decision, answers = p["decision"], answered(s, p, e.phase)
     if decision == "pause":
         return replace(s, status="paused")
     if decision == "abort":
         return replace(s, aborting=True)
-    if decision == "redirect" and stopped and e.phase is not None:
+    if answers == "stopped" and decision == "redirect" and e.phase is not None:
         # The phase restarts at its next phase.entered; until then the run stays stopped.
         return _set_phase(s, e.phase, pending_checkpoint=None, instruction=p["instruction"],
                           decision=decision, budget_from=s.phases[e.phase].attempts)
-    if decision == "approve" and p.get("override") and stopped:
+    if answers == "stopped":
         # A person passes the phase in spite of its gate; its phase.exited follows.
         return _set_phase(s, e.phase, decision=decision)
     s = replace(s, status="running")
-    if decision == "approve" and p.get("override"):
-        return _set_phase(s, e.phase, pending_proposal=None, pending_directions=(),
-                          decision=decision)
-    if decision == "approve":
-        return _set_phase(s, e.phase, pending_checkpoint=None, decision=decision)
-    if decision == "redirect":
-        return _set_phase(s, e.phase, pending_checkpoint=None, instruction=p["instruction"],
-                          decision=decision)
+    if answers == "checkpoint":
+        instruction = {"instruction": p["instruction"]} if decision == "redirect" else {}
+        return _set_phase(s, e.phase, pending_checkpoint=None, decision=decision, **instruction)
+    # a proposal: a debug direction picked, or its failed gate overridden
+    direction = {"debug_direction": p["direction_id"]} if decision == "pick" else {}
     return _set_phase(s, e.phase, pending_proposal=None, pending_directions=(),
-                      debug_direction=p["direction_id"], decision=decision)
+                      decision=decision, **direction)
 
 
 def _on_model_called(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:

@@ -20,7 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from npu_deploy.events import DeploymentState, Event, NewEvent
+from npu_deploy.events import DeploymentState, Event, NewEvent, PhaseState
+from npu_deploy.events.decisions import refusal
+from npu_deploy.events.describe import failing_checks
 from npu_deploy.events.keys import FACT, MESSAGE, MODEL_CALL, RUN_FINISHED, STEP, AttemptKey
 from npu_deploy.events.payloads import (
     AgentMessage,
@@ -41,11 +43,13 @@ from npu_deploy.events.payloads import (
     RunFinished,
     RunForked,
     RunResumed,
+    RunStarted,
     SkillLoaded,
     ToolCompleted,
     ToolRequested,
     validate_payload,
 )
+from npu_deploy.events.phases import thresholds_in_force
 from npu_deploy.events.state import GATE_TOOL, PHASE_NAMES
 from npu_deploy.store import EventStore, RunWriter
 
@@ -229,10 +233,12 @@ class Conductor:
               backend: str = "emulator", code_version: str = "dev",
               config: dict[str, Any] | None = None, run_id: str | None = None,
               on_event: Callable[[Event], None] | None = None) -> Conductor:
-        started = {"model": model, "backend": backend, "agent": pipeline.agent.name,
-                   "code_version": code_version, "policy": policy.name,
-                   "config": {"budget": policy.budget, "auto_approve": policy.auto_approve,
-                              "pause_at": sorted(policy.pause_at), **(config or {})}}
+        started = RunStarted(model=model, backend=backend, agent=pipeline.agent.name,
+                             code_version=code_version, policy=policy.name,
+                             thresholds=thresholds_in_force(),   # the phase table's, now
+                             config={"budget": policy.budget,
+                                     "auto_approve": policy.auto_approve,
+                                     "pause_at": sorted(policy.pause_at), **(config or {})})
         writer = RunWriter.create(store, started, run_id=run_id)
         return cls(store, writer, pipeline, policy, on_event)
 
@@ -316,6 +322,8 @@ class Conductor:
             if only is not None and cmd["kind"] not in only:
                 continue
             s = self.writer.state
+            if s.status == "paused" and cmd["kind"] not in ("pause", "abort"):
+                continue      # a paused run takes it after run.resumed (events/decisions.py)
             phase = s.current_phase
             fields = {**cmd["payload"], "decision": cmd["kind"],
                       "command_id": cmd["command_id"], "author": cmd["author"]}
@@ -331,9 +339,9 @@ class Conductor:
                 self._record(decision, phase=phase, attempt=attempt, actor="human",
                              consumes=cmd["command_id"])
             else:
+                why = refusal(s, payload, phase) or f"is {self.machine.state}"
                 self._record(ErrorRaised(kind="command_refused", recoverable=True,
-                                         message=f"{cmd['kind']} cannot be taken while the run "
-                                                 f"is {self.machine.state}"),
+                                         message=f"{cmd['kind']} refused: the run {why}"),
                              phase=phase, attempt=attempt, consumes=cmd["command_id"])
 
     def _between_steps(self) -> None:
@@ -354,73 +362,88 @@ class Conductor:
                     continue
                 return halt
 
-    def _advance(self, wait: bool) -> Halt | None:  # noqa: C901 - one branch per state
+    def _advance(self, wait: bool) -> Halt | None:
+        """One step, chosen from the folded state: the handler of the machine's state
+        (RUN_STEPS), or of the current phase's sub-state (PHASE_STEPS). None when it
+        recorded something and the run goes on; a Halt when it stops or waits."""
         s = self.state
         where = self.machine.state
         assert where == state_of(s), (where, state_of(s))
-        if where in ("finished", "failed", "aborted"):
-            return Halt(where, s.verdict or "")
-        if s.aborting:
+        if s.aborting and where not in ENDED:
             self._record(RunFinished(verdict="ABORTED", summary="aborted by a person"),
                          key=RUN_FINISHED)
             return None
-        if where == "paused":
-            return Halt("paused", "npu-deploy resume RUN goes on")
-        if where == "needs_human":
-            k = s.current_phase
-            if k is not None and s.phases[k].decision == "redirect":
-                self._enter(k)
-                return None
-            if k is not None and s.phases[k].decision == "approve":
-                self._exit(k, s.phases[k].attempts, "passed", OVERRIDDEN)
-                return None
-            return Halt("needs_human", s.phases[k].exit_reason if k is not None else "")
-        if where == "ready":
-            self._enter(0)
-            return None
+        if where in RUN_STEPS:
+            return RUN_STEPS[where](self, s)
         k, sub = _parse(where)
-        ph = s.phases[k]
-        if sub == "working":
-            return self._work(k, ph.attempts)
-        if sub == "gating":
-            self._gate(k, ph.attempts)
-        elif sub == "passed":
-            attempt_key = AttemptKey(k, ph.attempts)
-            self._record(CheckpointRequested(
-                checkpoint_id=str(attempt_key),
-                summary=f"phase {k} ({PHASE_NAMES[k]}) passed its gate"),
-                phase=k, attempt=ph.attempts, key=attempt_key.child("checkpoint"))
-        elif sub == "failed":
-            self._after_failure(k, ph.attempts)
-        elif sub == "awaiting_human":
-            if ph.decision == "approve":
-                self._exit(k, ph.attempts, "passed", "approved")
-            elif ph.decision == "redirect":
-                self._enter(k)
-            elif self.policy.decides(k):
-                self._policy_decision(k, ph.attempts, "approve",
-                                      checkpoint_id=ph.pending_checkpoint)
-            else:
-                return Halt("awaiting_human", f"phase {k} waits for approve, redirect, pause "
-                            "or abort")
-        elif sub == "debugging":
-            if ph.decision == "pick":
-                self._enter(k)
-            elif ph.decision == "approve":
-                self._exit(k, ph.attempts, "passed", OVERRIDDEN)
-            elif self.policy.auto_approve:
-                best = max(ph.pending_directions, key=lambda d: d["score"])
-                self._policy_decision(k, ph.attempts, "pick", proposal_id=ph.pending_proposal,
-                                      direction_id=best["direction_id"])
-            else:
-                return Halt("awaiting_pick", f"phase {k} waits for a debug direction")
-        elif sub == "done":
-            if k == PHASES[-1]:
-                self._record(RunFinished(verdict="PASS", summary="every phase passed its gate"),
-                             key=RUN_FINISHED)
-            else:
-                self._enter(k + 1)
-        return None
+        return PHASE_STEPS[sub](self, k, s.phases[k])
+
+    # --- the steps, by state (the tables after the class) ------------------------------
+
+    def _ended(self, s: DeploymentState) -> Halt:
+        return Halt(s.status, s.verdict or "")
+
+    def _paused(self, s: DeploymentState) -> Halt:
+        return Halt("paused", "npu-deploy resume RUN goes on")
+
+    def _stopped(self, s: DeploymentState) -> Halt | None:
+        k = s.current_phase
+        if k is not None and self._act_on_decision("needs_human", k, s.phases[k]):
+            return None
+        return Halt("needs_human", s.phases[k].exit_reason if k is not None else "")
+
+    def _ready(self, s: DeploymentState) -> None:
+        self._enter(0)
+
+    def _request_checkpoint(self, k: int, ph: PhaseState) -> None:
+        attempt_key = AttemptKey(k, ph.attempts)
+        self._record(CheckpointRequested(
+            checkpoint_id=str(attempt_key),
+            summary=f"phase {k} ({PHASE_NAMES[k]}) passed its gate"),
+            phase=k, attempt=ph.attempts, key=attempt_key.child("checkpoint"))
+
+    def _at_checkpoint(self, k: int, ph: PhaseState) -> Halt | None:
+        if self._act_on_decision("awaiting_human", k, ph):
+            return None
+        if self.policy.decides(k):
+            self._policy_decision(k, ph.attempts, "approve", checkpoint_id=ph.pending_checkpoint)
+            return None
+        return Halt("awaiting_human", f"phase {k} waits for approve, redirect, pause or abort")
+
+    def _at_proposal(self, k: int, ph: PhaseState) -> Halt | None:
+        if self._act_on_decision("debugging", k, ph):
+            return None
+        if self.policy.auto_approve:
+            best = max(ph.pending_directions, key=lambda d: d["score"])
+            self._policy_decision(k, ph.attempts, "pick", proposal_id=ph.pending_proposal,
+                                  direction_id=best["direction_id"])
+            return None
+        return Halt("awaiting_pick", f"phase {k} waits for a debug direction")
+
+    def _phase_done(self, k: int, ph: PhaseState) -> None:
+        if k == PHASES[-1]:
+            self._record(RunFinished(verdict="PASS", summary="every phase passed its gate"),
+                         key=RUN_FINISHED)
+        else:
+            self._enter(k + 1)
+
+    def _act_on_decision(self, where: str, k: int, ph: PhaseState) -> bool:
+        """Carry out the decision recorded for phase k while the run waited `where`
+        (AFTER_DECISION); False when none is recorded yet."""
+        act = AFTER_DECISION.get((where, ph.decision or ""))
+        if act is None:
+            return False
+        act(self, k, ph)
+        return True
+
+    def _retry(self, k: int, ph: PhaseState) -> None:
+        self._enter(k)
+
+    def _pass_approved(self, k: int, ph: PhaseState) -> None:
+        self._exit(k, ph.attempts, "passed", "approved")
+
+    def _pass_overridden(self, k: int, ph: PhaseState) -> None:
+        self._exit(k, ph.attempts, "passed", OVERRIDDEN)
 
     def _enter(self, k: int) -> None:
         ph = self.state.phases[k]
@@ -468,8 +491,7 @@ class Conductor:
         s = self.state
         ph = s.phases[k]
         gate = ph.last_gate
-        failing = [c for c in (gate.checks if gate else ()) if c.get("gating", True)
-                   and not c["passed"]]
+        failing = failing_checks(gate.checks if gate else ())
         symptom = "; ".join(f"{c['subject']}/{c['metric']} = {c['value']:.3g} (needs "
                             f"{c['comparison']} {c['threshold']:.3g})" for c in failing[:3])
         if ph.attempts - ph.budget_from >= self.policy.budget:
@@ -531,6 +553,38 @@ class Conductor:
                 agent += e.typed(ModelCalled).duration_s
         wall = (parse_ts(last) - parse_ts(first)).total_seconds() if first and last else 0.0
         return wall, agent, backend
+
+
+#: What the conductor does next in each state of the machine outside a phase.
+RUN_STEPS: dict[str, Callable[[Conductor, DeploymentState], Halt | None]] = {
+    "finished": Conductor._ended, "failed": Conductor._ended, "aborted": Conductor._ended,
+    "paused": Conductor._paused,                # until `npu-deploy resume`
+    "needs_human": Conductor._stopped,          # a decision recorded, or wait for one
+    "ready": Conductor._ready,                  # phase 0 begins
+}
+ENDED = ("finished", "failed", "aborted")
+
+#: What the conductor does next in each sub-state of the current phase.
+PHASE_STEPS: dict[str, Callable[[Conductor, int, PhaseState], Halt | None]] = {
+    "working": lambda c, k, ph: c._work(k, ph.attempts),       # the agent, then the gate asked
+    "gating": lambda c, k, ph: c._gate(k, ph.attempts),        # the harness runs the gate
+    "passed": Conductor._request_checkpoint,                   # for a person, or the policy
+    "failed": lambda c, k, ph: c._after_failure(k, ph.attempts),   # directions, or a stop
+    "awaiting_human": Conductor._at_checkpoint,                # a decision, the policy's, or wait
+    "debugging": Conductor._at_proposal,                       # a pick, the policy's, or wait
+    "done": Conductor._phase_done,                             # the next phase, or the end
+}
+
+#: What a recorded decision makes the conductor do, by where the run waited: restart the
+#: phase (a redirect, a pick) or pass it (approved; a failed gate overridden).
+AFTER_DECISION: dict[tuple[str, str], Callable[[Conductor, int, PhaseState], None]] = {
+    ("awaiting_human", "approve"): Conductor._pass_approved,
+    ("awaiting_human", "redirect"): Conductor._retry,
+    ("debugging", "pick"): Conductor._retry,
+    ("debugging", "approve"): Conductor._pass_overridden,
+    ("needs_human", "redirect"): Conductor._retry,
+    ("needs_human", "approve"): Conductor._pass_overridden,
+}
 
 
 def _parse(where: str) -> tuple[int, str]:

@@ -22,6 +22,7 @@ from transitions import EventData
 from transitions.extensions.nesting import HierarchicalMachine, NestedState
 
 from npu_deploy.events import DeploymentState
+from npu_deploy.events.decisions import answered, refusal
 from npu_deploy.events.state import GATE_TOOL, PHASE_NAMES
 
 PHASES: Final = tuple(range(len(PHASE_NAMES)))
@@ -75,8 +76,10 @@ PHASE_TABLE: Final = (
 
 RUN_TABLE: Final = (
     ("start", "new", "ready", ()),
-    ("pause", ["ready", "running", "needs_human"], "paused", ()),
-    ("request_abort", ["ready", "running", "paused", "needs_human"], None, ()),
+    # A person's pause and abort: legal as events/decisions.py says (a paused run takes no
+    # second pause).
+    ("pause", ["ready", "running", "paused", "needs_human"], "paused", ("decision_open",)),
+    ("request_abort", ["ready", "running", "paused", "needs_human"], None, ("decision_open",)),
     ("abort", ["ready", "running", "paused", "needs_human"], "aborted", ("aborting",)),
     ("finish", phase_state(PHASES[-1], "done"), "finished", ()),
     # FAIL: the evaluator's verdict, or a run given up on, blocks acceptance.
@@ -172,6 +175,12 @@ def _phase(f: Facts) -> Any:
     return f.pre.phases[f.phase] if f.phase is not None else None
 
 
+def _decision_open(f: Facts, *answers: str) -> bool:
+    """The decision is legal now (events/decisions.py) and closes one of these waits."""
+    return (answered(f.pre, f.payload, f.phase) in answers
+            and refusal(f.pre, f.payload, f.phase) is None)
+
+
 def _attempts_in_budget(f: Facts) -> int:
     ph = _phase(f)
     return int(ph.attempts - ph.budget_from)
@@ -185,24 +194,18 @@ GUARDS: dict[str, Callable[[Facts], bool]] = {
                                    and f.payload["outcome"] == "needs_human"),
     "interrupted": lambda f: f.payload["outcome"] == "needs_human",
     "retry_decided": lambda f: _phase(f).decision in ("redirect", "pick"),
-    "checkpoint_open": lambda f: (
-        _phase(f).pending_checkpoint is not None and not f.payload.get("override")
-        and f.payload["decision"] in
-        ("approve", "redirect") and f.payload.get("checkpoint_id") in
-        (None, _phase(f).pending_checkpoint)),
-    "proposal_open": lambda f: (
-        _phase(f).pending_proposal is not None and f.payload["decision"] == "pick"
-        and f.payload.get("direction_id") in
-        {d["direction_id"] for d in _phase(f).pending_directions}),
-    "stopped_here": lambda f: (f.pre.current_phase == f.phase
-                               and f.payload["decision"] == "redirect"),
+    "decision_open": lambda f: refusal(f.pre, f.payload, f.phase) is None,
+    # The decisions: which are legal is events/decisions.py's rule; each guard names the
+    # wait its decisions close.
+    "checkpoint_open": lambda f: _decision_open(f, "checkpoint"),      # approve, redirect
+    "proposal_open": lambda f: (f.payload["decision"] == "pick"
+                                and _decision_open(f, "proposal")),
+    "stopped_here": lambda f: (f.payload["decision"] == "redirect"
+                               and _decision_open(f, "stopped")),
     # A person passes a phase whose last gate failed: while its debug directions wait, or
     # after it stopped for a person. Only an explicit override (never a plain approve).
-    "override_open": lambda f: (
-        f.payload["decision"] == "approve" and bool(f.payload.get("override"))
-        and f.pre.current_phase == f.phase and _phase(f).last_gate is not None
-        and not _phase(f).last_gate.passed
-        and (_phase(f).pending_proposal is not None or f.pre.status == "needs_human")),
+    "override_open": lambda f: (bool(f.payload.get("override"))
+                                and _decision_open(f, "proposal", "stopped")),
     "approved": lambda f: (_phase(f).decision == "approve"
                            and f.payload["outcome"] == "passed"),
     "aborting": lambda f: f.pre.aborting,

@@ -29,8 +29,11 @@ from typing import Any
 
 import torch
 
-#: How many candidates a greedy run keeps per step: the gates' top-5 token-set check.
-TOP_K = 5
+from npu_deploy.events.phases import phase
+
+#: How many candidates a greedy run keeps per step: the phase-3 token-set check's k (the
+#: phase table, events/phases.py).
+TOP_K = int(phase(3).threshold("top_k"))
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, NamedTuple
 
-from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
+from npu_deploy.events import DeploymentState, Event
 from npu_deploy.events import fold as fold_events
-from npu_deploy.events.describe import describe
-from npu_deploy.events.keys import AttemptKey
+from npu_deploy.events.describe import describe, glyph_of, tone_of
 from npu_deploy.events.state import GateSummary
 from npu_deploy.store import EventStore, StoreError
 from npu_deploy.store.eventstore import EVENT_COLUMNS, event_from_row
@@ -41,16 +40,6 @@ PLAN_TOOLS: Final = ("select_tiles", "choose_datapath", "apply_transform", "writ
 AGENT_TYPES: Final = ("agent.message", "model.called", "tool.requested", "tool.completed",
                       "tool.abandoned", "skill.loaded", "lesson.recorded", "error")
 
-GLYPHS: Final = {
-    "run.started": "▶", "run.forked": "⑂", "run.resumed": "↻", "run.finished": "■",
-    "phase.entered": "»", "phase.exited": "«", "agent.message": "✎", "model.called": "◇",
-    "tool.requested": "→", "tool.completed": "←", "tool.abandoned": "↯",
-    "gate.evaluated": "⊨", "profile.recorded": "⏱", "checkpoint.requested": "?",
-    "human.decision": "◆", "debug.proposed": "⚑", "skill.loaded": "§",
-    "lesson.recorded": "✱", "lesson.approved": "✔", "experience.recorded": "∿", "error": "✗",
-}
-
-
 class EventLine(NamedTuple):
     """One line of the event stream."""
 
@@ -61,12 +50,12 @@ class EventLine(NamedTuple):
     attempt: int | None
     actor: str
     ts: str
-    summary: str
-    tone: str            # how the line is coloured: pass fail human agent harness muted
+    summary: str         # events/describe.py: the summary every surface shows
+    tone: str            # how the line is coloured (events/describe.py TONES)
 
     @property
     def glyph(self) -> str:
-        return GLYPHS.get(self.type, "·")
+        return glyph_of(self.type)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,23 +66,6 @@ class Mark:
     kind: str            # phase gate_pass gate_fail checkpoint debug decision finished error
     phase: int | None
     label: str
-
-
-def tone_of(e: Event) -> str:
-    p = e.payload
-    if e.type == "gate.evaluated":
-        return "pass" if p.get("passed") else "fail"
-    if e.type in ("error", "tool.abandoned") or (e.type == "tool.completed" and not p.get("ok")):
-        return "fail"
-    if e.type == "run.finished":
-        return "pass" if p.get("verdict") == "PASS" else "fail"
-    if e.type in ("human.decision", "checkpoint.requested", "debug.proposed"):
-        return "human"
-    if e.type in ("phase.entered", "phase.exited", "run.started", "run.forked", "run.resumed"):
-        return "phase"
-    if e.actor == "agent":
-        return "agent"
-    return "muted"
 
 
 #: A kept line is a plain tuple of strings and numbers, which the garbage collector stops
@@ -397,36 +369,6 @@ def gate_rows(gates: Sequence[GateSummary]) -> list[GateRow]:
                             tuple(a.get(key) for a in by_attempt), c.get("message", "")))
     rows.sort(key=lambda r: (r.passed, not r.gating))
     return rows
-
-
-def situation(state: DeploymentState) -> tuple[str, str | None]:
-    """What the current phase waits on a person for: ("checkpoint" | "proposal" |
-    "stopped" | "none", the checkpoint or proposal id)."""
-    k = state.current_phase
-    if k is None or state.terminal:
-        return "none", None
-    ph = state.phases[k]
-    if state.status == "needs_human":
-        return "stopped", str(AttemptKey(k, ph.attempts, "stopped"))
-    if ph.pending_checkpoint:
-        return "checkpoint", ph.pending_checkpoint
-    if ph.pending_proposal:
-        return "proposal", ph.pending_proposal
-    return "none", None
-
-
-def waiting_for(state: DeploymentState) -> str | None:
-    """`situation` in words; None when the run waits for nobody."""
-    kind, _ = situation(state)
-    if kind == "none":
-        return None
-    k = state.current_phase
-    assert k is not None
-    ph, where = state.phases[k], f"phase {k} ({PHASE_NAMES[k]})"
-    return {"stopped": f"{where} stopped for a person: {ph.exit_reason}",
-            "checkpoint": f"{where} passed its gate: approve or redirect",
-            "proposal": f"{where} failed its gate: pick one of "
-                        f"{len(ph.pending_directions)} debug directions"}[kind]
 
 
 def unfinished_step(store: EventStore, run_id: str) -> str | None:

@@ -11,8 +11,9 @@ Format rules checked by `validate` (Agent Skills, agentskills.io):
   characters), metadata, allowed-tools).
 Rules of this catalog on top: the body has the sections "When to use", "Steps", "The gate"
 and "Common mistakes"; every debug and optimization skill has triggers that parse, at
-least two for a debug skill, one of them on error text or a gate metric; and every skill
-the orchestrator names in backticks exists.
+least two for a debug skill, one of them on error text or a gate metric; every skill
+the orchestrator names in backticks exists; and the phase skills are the phase table's
+(events/phases.py), each with its phase number.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from npu_deploy.events.phases import PHASES
 
 CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
 ORCHESTRATOR = "deploy-new-llm"
@@ -182,10 +185,11 @@ def validate(root: Path = CATALOG_DIR) -> list[str]:
             if name not in skills:
                 problems.append(f"{ORCHESTRATOR}/SKILL.md names `{name}`, which is not in the "
                                 "catalog")
-        phases = {s.phase for s in skills.values() if s.kind == "phase"}
-        if phases != set(range(8)):
-            covered = sorted(p for p in phases if p is not None)
-            problems.append(f"phase skills cover phases {covered}, not 0-7")
+        phases = {s.name: s.phase for s in skills.values() if s.kind == "phase"}
+        table = {p.skill: p.number for p in PHASES}
+        if phases != table:
+            problems.append(f"the phase skills are {sorted(phases.items())}, not the phase "
+                            f"table's {sorted(table.items())}")
     return problems
 
 

@@ -9,15 +9,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from npu_deploy.events.phases import PHASES
 from npu_deploy.pipeline.workspace import Workspace
 from npu_deploy.skills.catalog import load_catalog
 
 ORCHESTRATOR = "deploy-new-llm"
 
-PHASE_SKILLS = ("phase-0-cpu-oracle", "phase-1-kernel-validation", "phase-2-single-block",
-                "phase-3-full-model", "phase-4-prefill-optimization",
-                "phase-5-decode-optimization", "phase-6-finalize-and-learn",
-                "phase-7-independent-evaluation")
+PHASE_SKILLS = tuple(p.skill for p in PHASES)       # the phase table (events/phases.py)
 
 RULES = """You are deploying a language model onto an AMD XDNA 2 NPU with npu-deploy. You work
 one phase at a time through the tools; every call is recorded. When the phase's work is done,

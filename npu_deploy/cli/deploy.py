@@ -8,13 +8,16 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from npu_deploy.events import PHASE_NAMES, Event
+from npu_deploy.events.decisions import open_decisions
 from npu_deploy.store import EventStore, RunLocked
 
 from .group import code_version
 from .options import db_option, db_path
 from .output import EXIT_FAILED, EXIT_USAGE, console, fail
+from .render import progress
 
 DEFAULT_PIPELINE = "npu_deploy.agents.autopilot:pipeline"
 
@@ -26,35 +29,10 @@ EXIT_NEEDS_HUMAN = 3      # the run stopped for a person (needs_human, or waitin
 
 
 def _progress(out: Console) -> Any:
-    """The headless view: one line per event that moves the deployment."""
+    """The headless view: the lines of each event that moves the deployment (render.py)."""
     def show(e: Event) -> None:
-        p, where = e.payload, "" if e.phase is None else f"phase {e.phase} "
-        attempt = f" (attempt {e.attempt})" if e.attempt and e.attempt > 1 else ""
-        if e.type == "phase.entered":
-            extra = f": {p['instruction']}" if p.get("instruction") else ""
-            out.print(f"[bold]{where}{PHASE_NAMES[e.phase or 0]}[/]{attempt}{extra}")
-        elif e.type == "tool.completed" and e.actor == "agent":
-            out.print(f"  step {p['tool']} ({p['duration_s']:.2f} s)")
-        elif e.type == "gate.evaluated":
-            verdict = "[green]PASS[/]" if p["passed"] else "[red]FAIL[/]"
-            out.print(f"  gate {p['gate']}: {verdict}")
-            for c in p["checks"]:
-                mark = "ok " if c["passed"] else "BAD"
-                out.print(f"    {mark} {c['subject']}/{c['metric']} = {c['value']:.4g} "
-                          f"(needs {c['comparison']} {c['threshold']:.4g})")
-        elif e.type == "debug.proposed":
-            out.print(f"  debug: {p['symptom']}")
-            for i, d in enumerate(p["directions"], 1):
-                out.print(f"    {i}. {d['title']} ({d['skill']}, score {d['score']:.2f})")
-        elif e.type == "human.decision":
-            out.print(f"  decision: {p['decision']} by {p['author']}")
-        elif e.type == "phase.exited":
-            out.print(f"  {where}exited: {p['outcome']} {p['reason']} (wall {p['wall_s']:.1f} "
-                      f"s, agent {p['agent_s']:.1f} s, backend {p['backend_s']:.1f} s)")
-        elif e.type == "run.finished":
-            out.print(f"[bold]run finished: {p['verdict']}[/] {p['summary']}")
-        elif e.type == "error":
-            out.print(f"  [red]error[/] {p['kind']}: {p['message']}")
+        for line in progress(e):
+            out.print(line)
     return show
 
 
@@ -66,8 +44,8 @@ def _drive(conductor: Any, out: Console, wait: bool) -> None:
     try:
         halt: Halt = conductor.run(wait=False)
         while wait and halt.reason in ("awaiting_human", "awaiting_pick"):
-            out.print(f"waiting: {halt.detail}. From another terminal: npu-deploy decide "
-                      f"{run_id} approve | redirect TEXT | pick N | pause | abort")
+            out.print(Text(f"waiting: {halt.detail}. From another terminal: npu-deploy decide "
+                           f"{run_id} approve | redirect TEXT | pick N | pause | abort"))
             halt = conductor.run(wait=True)
     finally:
         conductor.close()
@@ -232,7 +210,7 @@ def deploy_cmd(model: str, headless: bool, auto_approve: bool, pause_at: str, bu
     conductor = Conductor.start(store, pipeline, policy, model=model, backend=backend,
                                 code_version=code_version(), run_id=run_id,
                                 config=config, on_event=_progress(out))
-    out.print(f"run {conductor.run_id}: {model}, policy {policy.name}, store {db_path()}")
+    out.print(Text(f"run {conductor.run_id}: {model}, policy {policy.name}, store {db_path()}"))
     _drive(conductor, out, wait=True)
 
 
@@ -326,40 +304,26 @@ def decide_cmd(run: str, decision: str, value: str | None, override: bool) -> No
     """Leave a decision for a run: approve | redirect TEXT | pick N | pause | abort.
 
     The run's conductor (in another terminal, or at the next resume) records it once."""
+    if override and decision != "approve":
+        fail("--override goes with approve only", EXIT_USAGE)
     store = EventStore.open(db_path())
     run_id = store.resolve_run(run)
     s = store.fold(run_id)
-    if s.terminal:
-        fail(f"run {run_id} is {s.status}; it takes no more decisions")
-    k = s.current_phase
-    ph = s.phases[k] if k is not None else None
-    payload: dict[str, Any] = {}
-    if override:
-        gate = ph.last_gate if ph is not None else None
-        if decision != "approve":
-            fail("--override goes with approve only", EXIT_USAGE)
-        if gate is None or gate.passed or ph is None or (
-                ph.pending_proposal is None and s.status != "needs_human"):
-            fail(f"run {run_id} has no failed gate waiting for a person (phase {k}); "
-                 "nothing to override")
-        payload["override"] = True
-    elif decision in ("approve", "redirect"):
-        stopped = s.status == "needs_human" and decision == "redirect"
-        if ph is None or (ph.pending_checkpoint is None and not stopped):
-            fail(f"run {run_id} is not waiting at a checkpoint (phase {k}: "
-                 f"{ph.status if ph else 'not started'}); nothing to {decision}")
-        if decision == "redirect":
-            if not value:
-                fail("redirect needs the instruction text: decide RUN redirect \"...\"",
-                     EXIT_USAGE)
-            payload["instruction"] = value
+    # Whether the run takes this decision now is events/decisions.py's rule; what the
+    # decision needs (an instruction, a direction number) is checked after it, as usage.
+    legal = open_decisions(s)
+    choice = "override" if override else decision
+    if not legal.allows(choice):
+        fail(f"run {run_id} {legal.refused[choice]}")
+    payload: dict[str, Any] = {"override": True} if override else {}
+    if decision == "redirect":
+        if not value:
+            fail("redirect needs the instruction text: decide RUN redirect \"...\"", EXIT_USAGE)
+        payload["instruction"] = value
     elif decision == "pick":
-        if ph is None or ph.pending_proposal is None:
-            fail(f"run {run_id} has no debug directions to pick from")
-        directions = ph.pending_directions
-        if value is None or not value.isdigit() or not 1 <= int(value) <= len(directions):
-            fail(f"pick needs a direction number from 1 to {len(directions)}", EXIT_USAGE)
-        payload["direction_id"] = directions[int(value) - 1]["direction_id"]
+        if value is None or not value.isdigit() or not 1 <= int(value) <= len(legal.pick):
+            fail(f"pick needs a direction number from 1 to {len(legal.pick)}", EXIT_USAGE)
+        payload["direction_id"] = legal.pick[int(value) - 1]
     command_id = store.post_command(run_id, decision, payload)
     click.echo(f"{decision} left for run {run_id} (command {command_id}); its conductor "
                "records it once")

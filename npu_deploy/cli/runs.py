@@ -7,12 +7,15 @@ from pathlib import Path
 
 import click
 from rich.table import Table
+from rich.text import Text
 
-from npu_deploy.events import PHASE_NAMES, describe
+from npu_deploy.events import PHASE_NAMES
+from npu_deploy.events.describe import view
 from npu_deploy.store import EventStore, StoreError, export_run, import_run, read_export
 
 from .options import db_option, db_path, json_option, open_readonly
 from .output import EXIT_FAILED, console, emit_json, fail
+from .render import summary
 
 
 @click.command("runs")
@@ -71,21 +74,23 @@ def show_cmd(run: str, last: int, as_json: bool) -> None:
         return
     out = console()
     t = state.totals
-    out.print(f"[bold]{run_id}[/]  {state.model} on {state.backend}, agent {state.agent}, "
-                  f"policy {state.policy}")
-    out.print(f"status {status}   verdict {state.verdict or '-'}   "
-                  f"events {state.version}   wall {state.wall_time_s:.1f} s   "
-                  f"model calls {t.model_calls}   tokens in {t.input_tokens:,} out "
-                  f"{t.output_tokens:,} cache read {t.cache_read_tokens:,} write "
-                  f"{t.cache_write_tokens:,}   cost ${t.cost_usd:.4f} (list prices)   "
-                  f"tool calls {t.tool_calls}   errors {t.errors}")
+    # What a run holds is data (a model name, a policy): Text, never markup.
+    out.print(Text.assemble((run_id, "bold"), f"  {state.model} on {state.backend}, agent "
+                            f"{state.agent}, policy {state.policy}"))
+    out.print(Text(f"status {status}   verdict {state.verdict or '-'}   "
+                   f"events {state.version}   wall {state.wall_time_s:.1f} s   "
+                   f"model calls {t.model_calls}   tokens in {t.input_tokens:,} out "
+                   f"{t.output_tokens:,} cache read {t.cache_read_tokens:,} write "
+                   f"{t.cache_write_tokens:,}   cost ${t.cost_usd:.4f} (list prices)   "
+                   f"tool calls {t.tool_calls}   errors {t.errors}"))
     phases = Table(title="phases", title_justify="left")
     for col in ("#", "phase", "status", "attempts", "last gate", "wall s"):
         phases.add_column(col)
     for p in state.phases:
         gate = p.last_gate
         phases.add_row(str(p.phase), PHASE_NAMES[p.phase], p.status, str(p.attempts),
-                       "-" if gate is None else f"{gate.gate} {'PASS' if gate.passed else 'FAIL'}",
+                       "-" if gate is None else Text.assemble(
+                           f"{gate.gate} ", ("PASS", "green") if gate.passed else ("FAIL", "red")),
                        f"{p.wall_time_s:.1f}")
     out.print(phases)
     listing = Table(title=f"newest {len(events)} events", title_justify="left")
@@ -93,7 +98,7 @@ def show_cmd(run: str, last: int, as_json: bool) -> None:
         listing.add_column(col, overflow="fold")
     for e in events:
         listing.add_row(str(e.run_version), e.ts[11:23], e.type,
-                        "-" if e.phase is None else str(e.phase), e.actor, describe(e))
+                        "-" if e.phase is None else str(e.phase), e.actor, summary(view(e)))
     out.print(listing)
     if not report.ok:
         fail(f"{report.line()}; what is shown above is not to be trusted")

@@ -15,15 +15,20 @@ from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
+from npu_deploy.events.decisions import open_decisions, waiting_on
 from npu_deploy.events.state import GateSummary
 
-from ..timeline import gate_rows, situation
+from ..timeline import gate_rows
 from ..widgets.panels import gate_table, plural
 
 if TYPE_CHECKING:
     from ..app import DeployApp
 
 DECISION_KINDS = ("approve", "redirect", "pick")
+#: A button for each decision about a phase (events/decisions.py CHOICES): label, variant.
+BUTTONS: dict[str, tuple[str, Any]] = {
+    "approve": ("Approve", "success"), "redirect": ("Redirect", "primary"),
+    "pick": ("Pick", "primary"), "override": ("Approve anyway…", "error")}
 
 
 class DecisionDialog(ModalScreen[str | None]):
@@ -37,7 +42,9 @@ class DecisionDialog(ModalScreen[str | None]):
                  ) -> None:
         super().__init__()
         self.run_id, self.state, self.initial = run_id, state, initial
-        self.kind, self.waiting_id = situation(state)
+        self.waiting = waiting_on(state)
+        self.kind, self.waiting_id = self.waiting.kind, self.waiting.id
+        self.open = open_decisions(state)
         self.phase = state.current_phase if state.current_phase is not None else 0
         self.ph = state.phases[self.phase]
         self.closed_by: str | None = None       # set when someone else decided first
@@ -57,21 +64,20 @@ class DecisionDialog(ModalScreen[str | None]):
             yield from self._body(gate)
             yield Static(id="stale")
             with Horizontal(id="decision-buttons"):
-                if self.kind == "checkpoint":
-                    yield Button("Approve", id="approve", variant="success")
-                if self.kind in ("checkpoint", "stopped"):
-                    yield Button("Redirect", id="redirect", variant="primary")
-                if self.kind == "proposal":
-                    yield Button("Pick", id="pick", variant="primary")
-                if self.kind in ("proposal", "stopped") and gate is not None and not gate.passed:
-                    yield Button("Approve anyway…", id="override", variant="error")
+                for choice in self.choices():
+                    label, variant = BUTTONS[choice]
+                    yield Button(label, id=choice, variant=variant)
                 yield Button("Cancel", id="cancel")
+
+    def choices(self) -> tuple[str, ...]:
+        """The buttons: the decisions about the phase that the run takes now."""
+        return tuple(c for c in self.open.choices if c in BUTTONS)
 
     def _body(self, gate: GateSummary | None) -> ComposeResult:
         """What the person reads and types: it scrolls, so the buttons always show."""
         ph = self.ph
         with VerticalScroll(id="decision-body"):
-            yield Static(self._why(), id="decision-why")
+            yield Static(Text(self._why()), id="decision-why")     # an exit reason is data
             if gate is not None:
                 rows = gate_rows(ph.gates)
                 shown = rows[:12]
@@ -81,11 +87,11 @@ class DecisionDialog(ModalScreen[str | None]):
                     ("PASS", "bold green") if gate.passed else ("FAIL", "bold red"), more),
                     id="decision-gate-head")
                 yield Static(gate_table(shown), id="decision-gate")
-            if self.kind == "proposal":
+            if self.open.pick:
                 yield Label("Debug directions (from the debug skills that matched):")
                 yield OptionList(*(self._direction(i, d) for i, d in
                                    enumerate(ph.pending_directions, 1)), id="directions")
-        if self.kind in ("checkpoint", "stopped"):
+        if self.open.allows("redirect"):
             yield Input(placeholder="instruction for a redirect (the phase runs again)",
                         id="instruction")
 
@@ -110,7 +116,7 @@ class DecisionDialog(ModalScreen[str | None]):
     def on_mount(self) -> None:
         if self.kind == "stopped" or (self.initial == "redirect" and self.kind == "checkpoint"):
             self.query_one("#instruction", Input).focus()
-        elif self.kind == "proposal":
+        elif self.open.pick:
             self.query_one(OptionList).focus()
             self.query_one(OptionList).highlighted = 0
         elif self.initial == "override" and self.query("#override"):
@@ -124,8 +130,7 @@ class DecisionDialog(ModalScreen[str | None]):
         """The run moved on while the dialog was open: has the decision been taken?"""
         if self.closed_by is not None:
             return
-        kind, waiting = situation(head)
-        if (kind, waiting) == (self.kind, self.waiting_id):
+        if waiting_on(head) == self.waiting:
             return
         decided = [e for e in events if e.type == "human.decision"]
         who = (f"{decided[-1].payload['decision']} by {decided[-1].payload['author']}"
@@ -208,8 +213,7 @@ class DecisionDialog(ModalScreen[str | None]):
             return
         store = self.deploy_app.store
         fresh = store.fold(self.run_id)
-        now = situation(fresh)
-        if now != (self.kind, self.waiting_id):
+        if waiting_on(fresh) != self.waiting:
             self._close_by(f"Another client decided first: the run is now {fresh.status} "
                            f"at v{fresh.version}. Nothing was written.")
             return

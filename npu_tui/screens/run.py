@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
@@ -19,10 +20,11 @@ from textual.worker import get_current_worker
 
 from npu_deploy.events import PHASE_NAMES, DeploymentState
 from npu_deploy.events import fold as fold_events
+from npu_deploy.events.decisions import open_decisions, refusal, waiting_text
 from npu_deploy.store import EventStore
 
 from ..messages import CursorMoved, EventsArrived, Seek, ShowEvent
-from ..timeline import RunTimeline, waiting_for
+from ..timeline import RunTimeline
 from ..widgets.event_stream import EventStream
 from ..widgets.panels import AgentPanel, GatesPanel, PerformancePanel, PlanPanel
 from ..widgets.phase_strip import PhaseStrip
@@ -36,6 +38,13 @@ LIVE_S = 0.1                 # new events reach the stream, strip and title this
 REPAINT_S = 0.25             # heavy panels repaint at most this often while events stream in
 FREEZE_S = 1.0               # what the screen made and kept leaves the collector this often
 SPEEDS = (1, 4, 16, 64, 256, 1024)     # replay speeds, events per second
+#: The palette's decisions about a phase (k): title and help.
+DECISION_COMMANDS = {
+    "approve": ("Approve phase {k}", "phase {k} passed its gate"),
+    "redirect": ("Redirect phase {k}", "retry it with an instruction"),
+    "pick": ("Pick a debug direction for phase {k}", "{n} proposed"),
+    "override": ("Override the failed gate of phase {k}", "approve although the gate failed"),
+}
 
 
 class RunScreen(Screen[None]):
@@ -267,11 +276,11 @@ class RunScreen(Screen[None]):
         status = self._run_status()
         k = state.current_phase
         where = f"phase {k} {PHASE_NAMES[k]}" if k is not None else "not started"
-        self.query_one("#run-title", Static).update(
-            f"[b]{self.run_id}[/b]  {state.model}  {state.backend}  agent {state.agent}  "
-            f"[b]{mode}[/b] v{self.cursor}/{self.timeline.head}  {where}  run {status}  "
-            "times UTC"
-            + (f"  verdict {self.head_state.verdict}" if self.head_state.verdict else ""),
+        verdict = f"  verdict {self.head_state.verdict}" if self.head_state.verdict else ""
+        self.query_one("#run-title", Static).update(Text.assemble(     # the model name is data
+            (self.run_id, "bold"), f"  {state.model}  {state.backend}  agent {state.agent}  ",
+            (mode, "bold"), f" v{self.cursor}/{self.timeline.head}  {where}  run {status}  "
+            f"times UTC{verdict}"),
             layout=False)           # one line, always (app.tcss): no relayout of the screen
 
     def _run_status(self) -> str:
@@ -283,13 +292,14 @@ class RunScreen(Screen[None]):
 
     def _show_banner(self) -> None:
         banner = self.query_one("#banner", Static)
-        text = waiting_for(self.head_state)
+        text = waiting_text(self.head_state)
         if text is None:
             banner.display = False
             return
         banner.display = True
         now = "" if self.cursor >= self.timeline.head else "at the newest event, "
-        banner.update(f"⚠  {now}{text}  —  press [b]d[/b] to decide")
+        # an exit reason is an agent's words: data, never markup
+        banner.update(Text.assemble(f"⚠  {now}{text}  —  press ", ("d", "bold"), " to decide"))
 
     def _show_tab(self, tab: str, state: DeploymentState | None = None) -> None:
         if tab not in self._stale_tabs:
@@ -436,7 +446,7 @@ class RunScreen(Screen[None]):
         from .decision import DecisionDialog
 
         state = self.store.fold(self.run_id)
-        if waiting_for(state) is None:
+        if not open_decisions(state).decides_a_phase:
             self.notify(f"run {self.run_id} is not waiting for a decision "
                         f"({self.store.live_status(self.run_id, state.status)})",
                         severity="warning")
@@ -445,9 +455,9 @@ class RunScreen(Screen[None]):
 
     def action_pause_run(self) -> None:
         state = self.store.fold(self.run_id)
-        if state.terminal or state.status == "paused":
-            self.notify(f"run {self.run_id} is {state.status}; nothing to pause",
-                        severity="warning")
+        why = refusal(state, {"decision": "pause"}, state.current_phase)
+        if why is not None:
+            self.notify(f"run {self.run_id} {why}; nothing to pause", severity="warning")
             return
         self.store.post_command(self.run_id, "pause", author=self.deploy_app.author)
         self.notify("pause left in the inbox; the run stops after its current step")
@@ -463,33 +473,28 @@ class RunScreen(Screen[None]):
         self.app.push_screen(Confirm(f"Abort run {self.run_id}? It ends as ABORTED and "
                                      "cannot be resumed (a fork can).", "Abort"), abort)
 
-    def commands(self) -> Iterable[SystemCommand]:
-        """The palette's commands for this run, as they apply right now."""
+    def decision_commands(self) -> Iterable[SystemCommand]:
+        """A command for each decision the run takes now (events/decisions.py), and only
+        those."""
         s = self.head_state
         k = s.current_phase
-        ph = s.phases[k] if k is not None else None
-        if ph is not None and not s.terminal:
-            if ph.pending_checkpoint:
-                yield SystemCommand(f"Approve phase {k}", f"phase {k} passed its gate",
-                                    lambda: self.action_decide("approve"))
-                yield SystemCommand(f"Redirect phase {k}", "retry it with an instruction",
-                                    lambda: self.action_decide("redirect"))
-            if ph.pending_proposal:
-                yield SystemCommand(f"Pick a debug direction for phase {k}",
-                                    f"{len(ph.pending_directions)} proposed",
-                                    lambda: self.action_decide("pick"))
-            if (ph.pending_proposal or s.status == "needs_human") and ph.last_gate \
-                    and not ph.last_gate.passed:
-                yield SystemCommand(f"Override the failed gate of phase {k}",
-                                    "approve although the gate failed",
-                                    lambda: self.action_decide("override"))
-            if s.status == "needs_human":
-                yield SystemCommand(f"Redirect phase {k}", "it stopped for a person",
-                                    lambda: self.action_decide("redirect"))
-            if s.status not in ("paused",):
+        proposed = len(s.phases[k].pending_directions) if k is not None else 0
+        for choice in open_decisions(s).choices:
+            if choice == "pause":
                 yield SystemCommand("Pause the run", "after its current step",
                                     self.action_pause_run)
-            yield SystemCommand("Abort the run", "ends it as ABORTED", self.action_abort_run)
+            elif choice == "abort":
+                yield SystemCommand("Abort the run", "ends it as ABORTED", self.action_abort_run)
+            else:
+                title, why = DECISION_COMMANDS[choice]
+                if choice == "redirect" and s.status == "needs_human":
+                    why = "it stopped for a person"
+                yield SystemCommand(title.format(k=k), why.format(k=k, n=proposed),
+                                    lambda choice=choice: self.action_decide(choice))
+
+    def commands(self) -> Iterable[SystemCommand]:
+        """The palette's commands for this run, as they apply right now."""
+        yield from self.decision_commands()
         yield SystemCommand("Go to event…", "by its number", self.action_goto)
         yield SystemCommand(f"Fork the run at v{self.cursor}", "a new run from this prefix",
                             self.action_fork)

@@ -17,9 +17,10 @@ from textual.widgets import DataTable, Footer, Input, Static
 from textual.widgets.data_table import CellDoesNotExist
 
 from npu_deploy.events import PHASE_NAMES
+from npu_deploy.events.decisions import waiting_text
 from npu_deploy.store import RunSummary
 
-from ..timeline import unfinished_step, waiting_for
+from ..timeline import unfinished_step
 from ..widgets.phase_strip import SHORT
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ class RunsScreen(Screen[None]):
         for r in shown:
             phase = "—" if r.phase_reached is None else f"{r.phase_reached} " \
                 f"{SHORT[r.phase_reached]}"
-            table.add_row(r.run_id[:24], r.model, r.created_ts[:16].replace("T", " "), phase,
+            table.add_row(r.run_id[:24], Text(r.model), r.created_ts[:16].replace("T", " "), phase,
                           Text(r.status, style=STATUS_STYLE.get(r.status, "")),
                           r.verdict or "—", f"{r.input_tokens + r.output_tokens:,}",
                           f"${r.cost_usd:.2f}", str(r.events), key=r.run_id)
@@ -122,8 +123,8 @@ class RunsScreen(Screen[None]):
         r = self.summaries.get(run_id)
         grid = Table.grid(padding=(0, 1))
         grid.add_row("run", run_id)
-        grid.add_row("model", f"{s.model} on {s.backend}, agent {s.agent}")
-        grid.add_row("policy", s.policy)
+        grid.add_row("model", Text(f"{s.model} on {s.backend}, agent {s.agent}"))
+        grid.add_row("policy", Text(s.policy))
         grid.add_row("status", r.status if r else s.status)
         if s.forked_from:
             grid.add_row("forked", f"from {s.forked_from[0]} at v{s.forked_from[1]}")
@@ -133,7 +134,7 @@ class RunsScreen(Screen[None]):
                 verdict = "" if gate is None else ("PASS" if gate.passed else "FAIL")
                 grid.add_row(f"phase {ph.phase}", f"{ph.status} a{ph.attempts} {verdict} "
                              f"{ph.wall_time_s:.1f}s")
-        waits = waiting_for(s)
+        waits = waiting_text(s)
         if waits:
             grid.add_row("waits", Text(waits, style="yellow"))
         grid.add_row("events", f"{s.version}, resumed {s.resumes}x")

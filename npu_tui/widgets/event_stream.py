@@ -13,12 +13,13 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from npu_deploy.events.describe import TONES
+
 from ..messages import CursorMoved, ShowEvent
 from ..timeline import EventLine, RunTimeline
 
 PREFIX_WIDTH = 8 + 9 + 2 + 6 + 21     # version, time, glyph, phase.attempt, type
 DRAWN_KEPT = 256                      # event lines kept drawn (a few screens)
-TONES = ("pass", "fail", "human", "phase", "agent", "muted")
 
 
 class EventStream(ScrollView, can_focus=True):

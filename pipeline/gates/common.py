@@ -25,6 +25,11 @@ def check(subject: str, metric: str, value: float, threshold: float, comparison:
             **({"message": message} if message else {})}
 
 
+def holds(subject: str, metric: str, ok: bool, message: str = "") -> dict[str, Any]:
+    """A yes/no check (recorded as 1 or 0 against 1), always gating."""
+    return check(subject, metric, 1 if ok else 0, 1, ">=", message=message)
+
+
 def verdict(gate: str, checks: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
     passed = all(c["passed"] for c in checks if c["gating"])
     return {"gate": gate, "passed": passed, "checks": checks, **extra}

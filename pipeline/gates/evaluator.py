@@ -8,10 +8,11 @@ import subprocess
 import sys
 from typing import Any
 
+from npu_deploy.events.phases import phase
 from npu_deploy.pipeline.toolbox import Toolbox
 from npu_deploy.pipeline.workspace import Workspace, blob_json
 
-from .common import _Gate, check, verdict
+from .common import _Gate, holds, verdict
 
 
 class EvaluatorGate(_Gate):
@@ -29,7 +30,7 @@ class EvaluatorGate(_Gate):
             report = json.loads(done.stdout)
         except json.JSONDecodeError:
             tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            return verdict("phase7.evaluator", [check("evaluator", "ran", 0, 1, ">=",
-                                                      message=tail[:300])])
+            return verdict(phase(self.phase).gate,
+                           [holds("evaluator", "ran", False, message=tail[:300])])
         ref = blob_json(ws.store, report)
-        return verdict("phase7.evaluator", report["checks"], inputs=ref)
+        return verdict(phase(self.phase).gate, report["checks"], inputs=ref)

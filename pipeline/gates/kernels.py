@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from npu_deploy.events.phases import phase
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.toolbox import (
     Toolbox,
@@ -15,28 +16,34 @@ from npu_deploy.pipeline.toolbox import (
 )
 from npu_deploy.pipeline.workspace import Workspace
 
-from .common import _Gate, check, verdict
+from .common import _Gate, check, holds, verdict
 
 KERNEL_SEED = 1              # the gate's inputs differ from the agent's (seed 0)
 
 
 def kernel_checks(ws: Workspace, recipe: Recipe) -> list[dict[str, Any]]:
+    table = phase(1)
     checks = []
     for key, use in sorted(kernel_uses_cached(ws).items()):
         subject = f"{key} ({', '.join(use['roles'])})"
         config = recipe.configs.get(key)
         if config is None:
-            checks.append(check(subject, "configured", 0, 1, ">="))
+            checks.append(holds(subject, "configured", False))
             continue
         summary = validation_summary(run_kernel(ws, key, config, KERNEL_SEED))
         blocking = [f for f in summary["findings"] if f.startswith(("[error]", "[corrupt]"))]
-        checks.append(check(subject, "blocking_findings", len(blocking), 0, "<=",
+        checks.append(check(subject, "blocking_findings", len(blocking),
+                            table.threshold("blocking_findings"), "<=",
                             message="; ".join(blocking)))
         for out in summary["outputs"].values():
-            checks += [check(subject, "within_frac", out["within_frac"], 1.0, ">="),
-                       check(subject, "cosine", out["cosine"], 0.999, ">=", gating=False),
-                       check(subject, "max_abs", out["max_abs"], 1.0, "<=", gating=False),
-                       check(subject, "pearson", out["pearson"], 0.999, ">=", gating=False)]
+            checks += [check(subject, "within_frac", out["within_frac"],
+                             table.threshold("within_frac"), ">="),
+                       check(subject, "cosine", out["cosine"], table.threshold("lens_cosine"),
+                             ">=", gating=False),
+                       check(subject, "max_abs", out["max_abs"],
+                             table.threshold("lens_max_abs"), "<=", gating=False),
+                       check(subject, "pearson", out["pearson"],
+                             table.threshold("lens_pearson"), ">=", gating=False)]
     return checks
 
 
@@ -44,4 +51,4 @@ class KernelGate(_Gate):
     phase = 1
 
     def compute(self, ws: Workspace, tb: Toolbox) -> dict[str, Any]:
-        return verdict("phase1.kernels", kernel_checks(ws, ws.recipe()))
+        return verdict(phase(self.phase).gate, kernel_checks(ws, ws.recipe()))

@@ -6,19 +6,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from npu_deploy.events.phases import phase
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.toolbox import Toolbox, layer_lens, token_checks
 from npu_deploy.pipeline.workspace import Workspace
 
-from .common import _Gate, check, verdict
+from .common import _Gate, check, holds, verdict
 
 
 def model_checks(ws: Workspace, recipe: Recipe, answers: dict[str, Any]
                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     runs = token_checks(ws, recipe, answers)
+    token_set = f"top{int(phase(3).threshold('top_k'))}_token_set"
     checks = []
     for r in runs:
-        checks.append(check(r["prompt"], "top5_token_set", 1 if r["passed"] else 0, 1, ">="))
+        checks.append(holds(r["prompt"], token_set, r["passed"]))
         checks.append(check(r["prompt"], "greedy_tokens_agreed", r["agreed"], r["steps"], ">=",
                             gating=False))
     return checks, runs
@@ -31,6 +33,7 @@ class ModelGate(_Gate):
         recipe = ws.recipe()
         checks, _ = model_checks(ws, recipe, tb.answers())
         lens = layer_lens(ws, recipe, tb.goldens())
-        checks += [check(name, "layer_cosine", value, 0.99, ">=", gating=False)
+        lens_cosine = phase(self.phase).threshold("lens_layer_cosine")
+        checks += [check(name, "layer_cosine", value, lens_cosine, ">=", gating=False)
                    for name, value in lens.items()]
-        return verdict("phase3.model", checks)
+        return verdict(phase(self.phase).gate, checks)

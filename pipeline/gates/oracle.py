@@ -1,8 +1,8 @@
 """Phase 0's gate: the decomposed FP32 reference against the Hugging Face model itself.
 
 For every canonical prompt: the prefill logits, and the logits of every
-KV-cache decode step, within a relative L2 error of 1e-4; and the same 32
-greedy tokens. The Hugging Face side is greedy over its own forward pass with
+KV-cache decode step, within the phase table's relative L2 error (1e-4); and
+the same 32 greedy tokens. The Hugging Face side is greedy over its own forward pass with
 its own cache (argmax, end-of-sequence does not stop it), so both sides decode
 exactly the same number of steps.
 """
@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from npu_deploy.events.phases import phase
 from npu_deploy.metrics.comparison import compare
 from npu_deploy.models.errors import OracleError
 from npu_deploy.models.loading import LoadedModel
@@ -24,13 +25,7 @@ from npu_deploy.pipeline.workspace import Workspace
 
 from .common import _Gate, check, verdict
 
-GATE_NAME = "phase0.oracle"
-LOGITS_REL_TOL = 1e-4
 GREEDY_STEPS = 32
-# Lens thresholds: what FP32-vs-FP32 agreement looks like (two matmul orders differ
-# by ~1e-6 relative); a lens outside them is worth a look even when the gate passes.
-LENS_MAX_ABS = 1e-3
-LENS_COSINE = 0.999999
 
 
 @dataclass(frozen=True)
@@ -47,7 +42,8 @@ class PromptResult:
     hf_text: str
     ours_tokens: tuple[int, ...] = ()
 
-    def passed(self, rel_tol: float = LOGITS_REL_TOL) -> bool:
+    def passed(self, rel_tol: float | None = None) -> bool:
+        rel_tol = phase(0).threshold("logits_rel_l2") if rel_tol is None else rel_tol
         return (self.prefill_rel_l2 <= rel_tol and self.decode_rel_l2 <= rel_tol
                 and self.steps_identical >= self.steps)
 
@@ -57,7 +53,7 @@ class Phase0Report:
     model: str
     origin: str
     results: list[PromptResult]
-    rel_tol: float = LOGITS_REL_TOL
+    rel_tol: float
     checks: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -66,7 +62,7 @@ class Phase0Report:
 
     def gate_payload(self) -> dict[str, Any]:
         """The `gate.evaluated` payload of this result."""
-        return {"gate": GATE_NAME, "passed": self.passed, "checks": self.checks}
+        return {"gate": phase(0).gate, "passed": self.passed, "checks": self.checks}
 
 
 def hf_greedy(model: Any, prompt: torch.Tensor, steps: int) -> tuple[torch.Tensor, list[int],
@@ -113,8 +109,11 @@ def check_prompt(loaded: LoadedModel, prompt: Prompt, steps: int = GREEDY_STEPS
 
 
 def phase0_gate(loaded: LoadedModel, prompts: list[Prompt] | None = None, *,
-                steps: int = GREEDY_STEPS, rel_tol: float = LOGITS_REL_TOL) -> Phase0Report:
-    """Run the Phase-0 check on every prompt and collect the gate's checks."""
+                steps: int = GREEDY_STEPS, rel_tol: float | None = None) -> Phase0Report:
+    """Run the Phase-0 check on every prompt and collect the gate's checks (`rel_tol`: the
+    phase table's unless given)."""
+    table = phase(0)
+    rel_tol = table.threshold("logits_rel_l2") if rel_tol is None else rel_tol
     if prompts is None:
         chat = bool(getattr(loaded.tokenizer, "chat_template", None))
         prompts = canonical_prompts(chat=chat)
@@ -126,10 +125,10 @@ def phase0_gate(loaded: LoadedModel, prompts: list[Prompt] | None = None, *,
             check(r.prompt, "decode_logits_rel_l2", r.decode_rel_l2, rel_tol, "<="),
             check(r.prompt, "greedy_tokens_identical", r.steps_identical, r.steps, ">="),
             # Lenses: recorded for the reader, they do not decide the gate.
-            check(r.prompt, "prefill_logits_max_abs", r.prefill_max_abs, LENS_MAX_ABS, "<=",
-                   gating=False),
-            check(r.prompt, "prefill_logits_cosine", r.prefill_cosine, LENS_COSINE, ">=",
-                   gating=False),
+            check(r.prompt, "prefill_logits_max_abs", r.prefill_max_abs,
+                  table.threshold("lens_max_abs"), "<=", gating=False),
+            check(r.prompt, "prefill_logits_cosine", r.prefill_cosine,
+                  table.threshold("lens_cosine"), ">=", gating=False),
         ]
     return Phase0Report(loaded.source.spec, loaded.source.origin, results, rel_tol, checks)
 
@@ -152,4 +151,4 @@ class OracleGate(_Gate):
             answers = tb.answers()
         except LookupError:
             answers = None
-        return verdict("phase0.oracle", oracle_checks(ws, answers))
+        return verdict(phase(self.phase).gate, oracle_checks(ws, answers))

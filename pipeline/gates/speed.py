@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from npu_deploy.events.phases import phase
 from npu_deploy.kernels.specs import Decode, Prefill
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.toolbox import Toolbox, spread_text
@@ -45,4 +46,4 @@ class SpeedGate(_Gate):
         checks, _ = model_checks(ws, recipe, tb.answers())
         L = ws.settings.seq_len
         checks.append(speed_check(ws, recipe, Decode(L) if self.decode else Prefill(L)))
-        return verdict("phase5.decode" if self.decode else "phase4.prefill", checks)
+        return verdict(phase(self.phase).gate, checks)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from npu_deploy.events import PHASE_NAMES
+from npu_deploy.events.describe import check_text, failing_checks
 from npu_deploy.events.envelope import parse_ts
 from npu_deploy.kernels.perf import DDR_ROOF, estimate
 from npu_deploy.kernels.specs import Decode, Prefill
@@ -67,13 +68,11 @@ def report_data(ws: Workspace, measured: dict[str, float] | None = None) -> Repo
         elif e.type == "tool.completed" and p["tool"] == "generate":
             answers.append({"prompt": p["result"]["prompt"], "answer": p["result"]["answer"]})
         elif e.type == "gate.evaluated":
-            failing = [c for c in p["checks"] if c.get("gating", True) and not c["passed"]]
+            failing = failing_checks(p["checks"])
             worst = failing[0] if failing else _closest(p["checks"])
             gates.append({"phase": e.phase, "gate": p["gate"], "passed": p["passed"],
                           "attempts": e.attempt,
-                          "worst": "" if worst is None else
-                          f"{worst['subject']}/{worst['metric']} = {worst['value']:.4g} "
-                          f"(needs {worst['comparison']} {worst['threshold']:.4g})"})
+                          "worst": "" if worst is None else check_text(worst)})
     return ReportData(
         run_id=run_id, model=s.model, backend=s.backend, time_source=source,
         peak_flops=ws.hw.peak_flops, ddr_bw=DDR_ROOF,

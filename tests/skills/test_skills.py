@@ -160,6 +160,13 @@ def test_validator_catches_a_skill_the_orchestrator_names_but_the_catalog_lacks(
                for p in problems)
 
 
+def test_validator_catches_phase_skills_that_differ_from_the_phase_table(broken):
+    root, edit = broken
+    edit("phase-3-full-model", "phase: 3", "phase: 4")
+    problems = "\n".join(validate(root))
+    assert "('phase-3-full-model', 4)" in problems and "not the phase table's" in problems
+
+
 # --- a seeded fault through the conductor ----------------------------------------------------
 
 def test_a_seeded_gemm_fault_proposes_the_matching_skill_and_the_pick_passes(tmp_path):

@@ -176,6 +176,41 @@ async def test_a_stopped_run_offers_redirect_and_override(store, db_path, fake):
     assert tui_commands(store, "r1")[0]["payload"] == {"instruction": "fix it"}
 
 
+async def test_brackets_in_a_model_name_and_an_exit_reason_show_as_written(store, db_path,
+                                                                            fake):
+    """What a run holds is data: Rich markup in it neither crashes the screens nor styles."""
+    class GivesUp:
+        name = "gives-up"
+
+        def work(self, run):
+            from npu_deploy.machine import NeedsHuman
+            raise NeedsHuman("stuck on [/] and [bold]this[/bold]")
+
+    pipeline = fake()
+    pipeline.agent = GivesUp()
+    c = Conductor.start(store, pipeline, Policy(), model="tiny[/]", run_id="r1")
+    assert c.run(wait=False).reason == "needs_human"
+    c.close()
+    app = DeployApp(db_path, run_id="r1", live=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        title = str(app.screen.query_one("#run-title").render())
+        banner = str(app.screen.query_one("#banner").render())
+        assert "r1  tiny[/]  emulator" in title
+        assert "stuck on [/] and [bold]this[/bold]" in banner
+        await pilot.press("d")
+        assert isinstance(app.screen, DecisionDialog)
+        assert "stuck on [/] and [bold]this[/bold]" in str(
+            app.screen.query_one("#decision-why").render())
+        app.screen.action_cancel()
+        await pilot.pause()
+        app.screen.action_back()
+        await pilot.pause()
+        assert isinstance(app.screen, RunsScreen)              # its preview drawn as well
+        from textual.widgets import DataTable
+        assert str(app.screen.query_one(DataTable).get_row("r1")[1]) == "tiny[/]"
+
+
 async def test_cancel_writes_nothing(store, db_path, fake):
     c = start(store, fake())
     c.run(wait=False)

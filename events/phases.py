@@ -1,0 +1,125 @@
+"""The eight phases of a deployment, as one table (`PHASES`): each phase's number, name,
+skill, gate and the thresholds its gate holds the work to, each with why it is that value.
+
+The gates (pipeline/gates/) read their thresholds here, at every evaluation, and the
+conductor records `thresholds_in_force()` in each new run's `run.started`. A threshold is
+named "phase<k>.<name>" (`threshold("phase2.cosine")`); names starting with `lens_` are
+recorded beside the gate's verdict and never decide it.
+
+Plain data: no imports from the rest of the project (events/ is the bottom of the
+dependency order), so every layer may read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+
+@dataclass(frozen=True, slots=True)
+class Threshold:
+    """A value a phase's gate compares a metric with."""
+
+    name: str
+    value: float
+    why: str                 # where the value comes from (a document, a measurement)
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """One row of the table."""
+
+    number: int
+    name: str
+    skill: str               # the phase skill in skills/catalog/
+    gate: str                # the `gate` of its gate.evaluated events
+    thresholds: tuple[Threshold, ...] = ()
+
+    def threshold(self, name: str) -> float:
+        for t in self.thresholds:
+            if t.name == name:
+                return t.value
+        raise KeyError(f"phase {self.number} has no threshold {name!r}; it has "
+                       f"{', '.join(t.name for t in self.thresholds) or 'none'}")
+
+
+_FP32_LENS = ("what FP32-vs-FP32 agreement looks like (two matmul orders differ by ~1e-6 "
+              "relative): outside it is worth a look even when the gate passes")
+
+PHASES: tuple[Phase, ...] = (
+    # phase 0
+    Phase(0, "build CPU oracle", "phase-0-cpu-oracle", "phase0.oracle", (
+        Threshold("logits_rel_l2", 1e-4,
+                  "ARCHITECTURE.md phase 0: oracle logits match the Hugging Face model "
+                  "(FP32) to ~1e-4 relative, prefill and every decode step"),
+        Threshold("lens_max_abs", 1e-3, _FP32_LENS),
+        Threshold("lens_cosine", 0.999999, _FP32_LENS),
+    )),
+    # phase 1
+    Phase(1, "kernel validation", "phase-1-kernel-validation", "phase1.kernels", (
+        Threshold("rtol", 1.6e-2,
+                  "ARCHITECTURE.md phase 1: |out-ref| <= atol + rtol |ref| on every element, "
+                  "rtol of bf16; the atol is per kernel (kernels/validate.py ATOL, measured)"),
+        Threshold("within_frac", 1.0, "every element within atol + rtol |ref|"),
+        Threshold("blocking_findings", 0.0,
+                  "no [error] or [corrupt] finding of the hardware checker (NPU_FACTS.md)"),
+        Threshold("lens_cosine", 0.999, "a kernel's output against FP32, recorded"),
+        Threshold("lens_max_abs", 1.0, "unit-scale outputs of the seeded inputs, recorded"),
+        Threshold("lens_pearson", 0.999, "a kernel's output against FP32, recorded"),
+    )),
+    # phase 2
+    Phase(2, "single block", "phase-2-single-block", "phase2.block", (
+        Threshold("cosine", 0.99,
+                  "ARCHITECTURE.md phase 2: block output vs oracle, cosine over the whole "
+                  "tensor; also the lens of each sub-layer and of Pearson"),
+        Threshold("position_cosine", 0.98,
+                  "ARCHITECTURE.md phase 2: the per-position minimum at head_dim 64 "
+                  "(SmolLM2, Llama-3.2-1B)"),
+        Threshold("position_cosine_per_doubling", 0.01,
+                  "each attention score sums head_dim products, so a position's error grows "
+                  "with head_dim: the minimum drops this much per doubling past 64"),
+        Threshold("lens_rel_l2", 0.05, "relative L2 of the block output, recorded"),
+        Threshold("lens_max_abs", 1.0, "max-abs of the block output, recorded"),
+    )),
+    # phase 3
+    Phase(3, "full model", "phase-3-full-model", "phase3.model", (
+        Threshold("top_k", 5,
+                  "ARCHITECTURE.md phase 3: at the first divergence of greedy decoding each "
+                  "token is among the other's top 5 (vLLM's check_logprobs_close idea)"),
+        Threshold("lens_layer_cosine", 0.99,
+                  "each layer's output against the oracle (phase 2's cosine), recorded"),
+    )),
+    # phase 4 (and 5): phase 3's check still passes, and the plan is strictly faster than
+    # the same recipe without the phase's transforms; no threshold of their own
+    Phase(4, "prefill optimization", "phase-4-prefill-optimization", "phase4.prefill"),
+    # phase 5
+    Phase(5, "decode optimization", "phase-5-decode-optimization", "phase5.decode"),
+    # phase 6
+    Phase(6, "finalize & learn", "phase-6-finalize-and-learn", "phase6.runner", (
+        Threshold("report_rel_diff", 1e-9,
+                  "the report's figures equal the gate's own (modeled again, or a recorded "
+                  "NPU profile): float round-off only"),
+    )),
+    # phase 7: re-runs the gates of phases 0-6, with their thresholds
+    Phase(7, "independent evaluator", "phase-7-independent-evaluation", "phase7.evaluator"),
+)
+
+PHASE_NAMES: Final = tuple(p.name for p in PHASES)
+
+
+def phase(number: int) -> Phase:
+    """Phase `number` of the table (read at every call: a test may swap the table)."""
+    return PHASES[number]
+
+
+def threshold(qualified: str) -> float:
+    """A threshold by its qualified name, "phase<k>.<name>": threshold("phase2.cosine")."""
+    head, _, name = qualified.partition(".")
+    if not head.startswith("phase") or not head[5:].isdigit() or not name:
+        raise KeyError(f"{qualified!r}: expected phase<k>.<name>, e.g. phase2.cosine")
+    return phase(int(head[5:])).threshold(name)
+
+
+def thresholds_in_force() -> dict[str, float]:
+    """Every threshold as {"phase2.cosine": 0.99, ...}: what `run.started` records."""
+    return {f"phase{p.number}.{t.name}": float(t.value) for p in PHASES for t in p.thresholds}

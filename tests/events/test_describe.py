@@ -1,0 +1,72 @@
+"""What an event says (events/describe.py): one summary for every surface, styled parts as
+spans with roles (never markup), the aside and the detail lines the wide surfaces add."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from strategies import new_event
+
+from npu_deploy.events import GENESIS_HASH, NewEvent, describe
+from npu_deploy.events.describe import EventView, check_text, plain, view
+from npu_deploy.store.writer import prepare
+
+CHECKS = [{"subject": "L0 block output", "metric": "cosine", "value": 0.9812, "threshold": 0.99,
+           "comparison": ">=", "passed": False, "gating": True},
+          {"subject": "L0 block output", "metric": "rel_l2", "value": 0.2, "threshold": 0.05,
+           "comparison": "<=", "passed": False, "gating": False}]
+
+
+def sealed(type_: str, payload: dict, **envelope) -> object:
+    return prepare(NewEvent(type_, payload, **envelope), run_id="r1", run_version=1,
+                   prev_hash=GENESIS_HASH)
+
+
+def test_a_failed_gate_says_which_checks_failed_and_shows_them_under_it():
+    v = view(sealed("gate.evaluated", {"gate": "phase2.block", "passed": False,
+                                       "checks": CHECKS}, phase=2))
+    assert (v.glyph, v.tone) == ("⊨", "fail")
+    assert v.summary == (("phase2.block: ", ""), ("FAIL (1 of 2 checks)", "fail"))
+    assert plain(v.summary) == describe(sealed("gate.evaluated", {
+        "gate": "phase2.block", "passed": False, "checks": CHECKS}))
+    assert [plain(line) for line in v.details] == [
+        "BAD L0 block output/cosine = 0.9812 (needs >= 0.99)",
+        "BAD L0 block output/rel_l2 = 0.2 (needs <= 0.05)"]
+    assert check_text(CHECKS[0]) == "L0 block output/cosine = 0.9812 (needs >= 0.99)"
+
+
+def test_a_decision_keeps_a_persons_words_as_data_and_says_who_decided():
+    instruction = "[bold]use[/] smaller tiles [/]"
+    v = view(sealed("human.decision", {"decision": "redirect", "command_id": "c1",
+                                       "author": "ada@tui", "instruction": instruction},
+                    actor="human", phase=0))
+    assert v.summary == (("redirect", "strong"), (" ", ""), (instruction, ""))
+    assert (v.tone, v.aside) == ("human", "by ada@tui")
+    override = view(sealed("human.decision", {"decision": "approve", "command_id": "c2",
+                                              "override": True}, actor="human", phase=0))
+    assert plain(override.summary) == "approve OVERRIDING THE FAILED GATE"
+    assert ("OVERRIDING THE FAILED GATE", "fail") in override.summary
+
+
+def test_a_retry_says_its_attempt_its_direction_and_its_instruction():
+    v = view(sealed("phase.entered", {"name": "single block", "instruction": "look at RoPE",
+                                      "debug_direction": "silent-gemm-corruption"},
+                    phase=2, attempt=3))
+    assert (v.summary, v.aside) == ((("single block", "strong"),), "attempt 3")
+    assert [plain(line) for line in v.details] == [
+        "following debug direction silent-gemm-corruption",
+        "a person's instruction: look at RoPE"]
+
+
+def test_describe_is_one_line_of_at_most_its_width():
+    e = sealed("agent.message", {"role": "assistant", "text": "line one\nline two " + "x" * 80})
+    assert describe(e) == "assistant: line one line two " + "x" * 80
+    assert describe(e, 20) == "assistant: line one…" and len(describe(e, 20)) == 20
+
+
+@settings(max_examples=200, deadline=None)
+@given(new_event())
+def test_every_event_has_a_view_and_its_summary_is_what_describe_says(new):
+    e = prepare(new, run_id="r1", run_version=1, prev_hash=GENESIS_HASH)
+    v = view(e)
+    assert isinstance(v, EventView) and v.glyph and v.tone
+    assert describe(e, 10_000) == " ".join(plain(v.summary).split())
