@@ -19,7 +19,7 @@ from mlir-air's AIE kernel sources with Peano; their symbols carry the sizes, so
 shapes never clash in one ELF. The decode-attention program is our own design: mlir-air has
 no example of it.
 
-Nothing here imports mlir-air: the sources are text, and `kernels.xrt` builds them.
+Nothing here imports mlir-air: the sources are text, and `kernels.xrt_runtime` builds them.
 """
 
 from __future__ import annotations

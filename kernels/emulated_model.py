@@ -10,9 +10,9 @@ import torch
 from npu_deploy.models.adapters import Weights
 from npu_deploy.models.config import ModelArgs
 
-from .execute import PlanRunner
 from .hardware import XDNA2, Hardware
 from .plan import DispatchPlan, baseline_plan
+from .plan_runner import PlanRunner
 from .specs import Prefill
 
 

@@ -202,7 +202,7 @@ class StepProfile:
 @dataclass(frozen=True)
 class Profile:
     """A plan's time, step by step: modeled here (`source` "modeled"), or measured on the
-    NPU by kernels.npu, where `runs` holds each measured run's total and the steps are
+    NPU by kernels.npu_backend, where `runs` holds each measured run's total and the steps are
     medians over them."""
 
     plan: str
@@ -509,7 +509,7 @@ def calibrate(c: Calibration = CALIBRATION) -> PerfParams:
 
 
 def params_text(p: PerfParams) -> str:
-    """The parameters, one per line (for `python -m kernels.perf`)."""
+    """The parameters, one per line (for `python -m npu_deploy.kernels.perf`)."""
     return "\n".join(f"{f.name} = {getattr(p, f.name)!r}" for f in fields(p))
 
 

@@ -115,7 +115,7 @@ class Dispatch:
 
 
 # Host ops a plan may hold: the kernel families that run on the host (the embedding lookup,
-# decode attention), and the plan's own bookkeeping (what each does is in kernels.execute).
+# decode attention), and the plan's own bookkeeping (what each does is in kernels.plan_runner).
 HOST_OPS = (*HOST_KERNELS, "transpose", "final_norm_last_row", "kv_store", "kv_append")
 
 

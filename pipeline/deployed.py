@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-from npu_deploy.kernels.execute import PlanRunner
 from npu_deploy.kernels.hardware import XDNA2, Hardware
 from npu_deploy.kernels.plan import DispatchPlan
+from npu_deploy.kernels.plan_runner import PlanRunner
 from npu_deploy.kernels.specs import Decode, Mode, Prefill
 from npu_deploy.metrics.tokens import Greedy, greedy_step
 from npu_deploy.models.config import ModelArgs

@@ -26,10 +26,10 @@ import torch
 
 from npu_deploy.kernels.air import Program
 from npu_deploy.kernels.emulator import EmulatorBackend
-from npu_deploy.kernels.execute import _physical
 from npu_deploy.kernels.perf import device_s
 from npu_deploy.kernels.plan import Dispatch
-from npu_deploy.kernels.xrt import Artifact
+from npu_deploy.kernels.plan_runner import _physical
+from npu_deploy.kernels.xrt_runtime import Artifact
 
 COMPLETED, TIMEOUT = "ERT_CMD_STATE_COMPLETED", "ERT_CMD_STATE_TIMEOUT"
 
@@ -213,7 +213,7 @@ def compiler_for(sim: SimulatedXrt, cache: Path) -> Any:
 
 def runtime(ws: Any) -> dict[str, Any]:
     """The `npu_runtime` of a run on the simulated NPU: its runner, compiler and lock."""
-    from npu_deploy.kernels.xrt import XrtRunner
+    from npu_deploy.kernels.xrt_runtime import XrtRunner
 
     sim = SimulatedXrt(ws.loaded.args.head_dim)
     return {"runner": XrtRunner(sim, clock=sim.clock),

@@ -111,7 +111,7 @@ def _needs_key(what: str) -> None:
 
 def _needs_npu(what: str, objects: str | None) -> None:
     """Fail in one line unless this machine can run the xrt backend with `objects`."""
-    from npu_deploy.kernels.xrt import XrtError, require
+    from npu_deploy.kernels.xrt_runtime import XrtError, require
 
     try:
         require(objects=objects)

@@ -1,7 +1,7 @@
 """The XRT backend of a deployment, on a simulated NPU (tests/fake_npu.py: pyxrt's calls
 recorded, each run computed with the emulator's numerics on the buffer objects' bytes).
 
-A plan run through `kernels.npu.NpuBackend` must give the emulator's bits: that holds only
+A plan run through `kernels.npu_backend.NpuBackend` must give the emulator's bits: that holds only
 if every argument got the buffer its binding kind says (a weight written once, an
 intermediate left on the device and shared by the programs that bind it, an input written,
 an output read back) and the wiring of merged dispatches is right. The measured profile,
@@ -24,13 +24,13 @@ from paths import TESTS
 
 from npu_deploy.kernels.air import tensor_key
 from npu_deploy.kernels.emulator import EmulatorBackend
-from npu_deploy.kernels.execute import PlanRunner
-from npu_deploy.kernels.npu import NpuBackend, argument_kinds, measure
+from npu_deploy.kernels.npu_backend import NpuBackend, argument_kinds, measure
 from npu_deploy.kernels.perf import Profile, device_s, estimate
 from npu_deploy.kernels.plan import baseline_plan
+from npu_deploy.kernels.plan_runner import PlanRunner
 from npu_deploy.kernels.specs import Decode, Prefill
 from npu_deploy.kernels.transforms import TRANSFORMS
-from npu_deploy.kernels.xrt import XrtRunner
+from npu_deploy.kernels.xrt_runtime import XrtRunner
 
 L = 24
 

@@ -14,7 +14,6 @@ import torch
 
 from npu_deploy.kernels import XDNA2
 from npu_deploy.kernels.emulator import EmulatorBackend
-from npu_deploy.kernels.execute import PlanRunner
 from npu_deploy.kernels.perf import (
     CALIBRATION,
     PerfParams,
@@ -25,6 +24,7 @@ from npu_deploy.kernels.perf import (
     reference_prefill,
 )
 from npu_deploy.kernels.plan import Dispatch, HostStep, baseline_plan
+from npu_deploy.kernels.plan_runner import PlanRunner
 from npu_deploy.kernels.specs import Decode, Prefill
 from npu_deploy.kernels.transforms import (
     TRANSFORMS,

@@ -82,7 +82,7 @@ def test_the_machine_state_is_a_function_of_the_folded_log(store, fake):
 
 def test_the_committed_diagram_is_drawn_from_the_machine():
     text = DOCS.read_text()
-    assert mermaid() in text, "docs/machine.md is stale: run `python -m machine.diagram`"
+    assert mermaid() in text, "docs/machine.md is stale: run `python -m npu_deploy.machine.diagram`"
 
 
 # --- the conductor -------------------------------------------------------------------------

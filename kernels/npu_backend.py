@@ -6,7 +6,7 @@ emulator: `run_dispatch` runs one `Dispatch` (all its launches, one submission),
 kernel alone (phase 1 builds a one-launch dispatch for it). For each dispatch it
 
 * emits the program (`kernels.air`) and writes it to the run's workspace (`programs`),
-* compiles it with mlir-air's XRT backend, or takes it from the cache (`kernels.xrt`),
+* compiles it with mlir-air's XRT backend, or takes it from the cache (`kernels.xrt_runtime`),
 * runs it through pyxrt under the NPU lock, each function argument given the kind its
   plan bindings say: a weight is static (written the first time only), a tensor produced
   and consumed on the device is an intermediate (one device buffer, shared by every
@@ -29,13 +29,13 @@ import numpy as np
 import torch
 
 from .air import Program, emit_dispatch, identifier, tensor_key, write_programs
-from .execute import PlanRunner, StepTime
 from .hardware import XDNA2, Hardware
 from .perf import Profile, StepProfile, estimate
 from .plan import Binding, Dispatch, DispatchPlan, Kind, Launch, Layout
+from .plan_runner import PlanRunner, StepTime
 from .registry import FAMILIES
 from .specs import KernelSpec, Prefill, Shape
-from .xrt import (
+from .xrt_runtime import (
     LOCK_PATH,
     Artifact,
     DispatchTimes,

@@ -20,7 +20,7 @@ from fake_npu import FakeXrt
 from npu_deploy.kernels import XDNA2
 from npu_deploy.kernels.air import emit_dispatch
 from npu_deploy.kernels.plan import Binding, Dispatch, Launch
-from npu_deploy.kernels.xrt import (
+from npu_deploy.kernels.xrt_runtime import (
     Artifact,
     XrtError,
     XrtRunner,

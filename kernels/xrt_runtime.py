@@ -1,5 +1,5 @@
-"""The real-NPU backend: compile the MLIR-AIR programs with mlir-air's XRT backend and run
-them with pyxrt, measuring every dispatch.
+"""The XRT runtime under the NPU backend (kernels.npu_backend): compile the MLIR-AIR programs
+with mlir-air's XRT backend and run them with pyxrt, measuring every dispatch.
 
 Nothing here imports pyxrt or mlir-air at import time: `missing()` says what a machine
 lacks, and `require()` turns that into one error that says how to install it. The

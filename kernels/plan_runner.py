@@ -7,7 +7,7 @@ compiled program would read them. Whether a binding is static, intermediate, inp
 output changes what a step costs (see kernels.perf), never what it computes: a plan and
 every transform of it that runs the same kernels give the same bits.
 
-A backend with `run_dispatch` (the NPU, kernels.npu) takes a whole dispatch at once, as one
+A backend with `run_dispatch` (the NPU, kernels.npu_backend) takes a whole dispatch at once, as one
 submission; the emulator takes launch by launch. With `trace` set, the runner appends each
 step's wall time, measured on the host around the step.
 """
