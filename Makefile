@@ -41,6 +41,7 @@ test-fast: setup
 
 bench: setup
 	$(PY) benchmarks/store_bench.py
+	$(PY) benchmarks/resume_bench.py
 	$(PY) benchmarks/metrics_bench.py
 	$(PY) benchmarks/deploy_smollm2.py
 
