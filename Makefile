@@ -29,15 +29,18 @@ demo: setup
 	$(VENV)/bin/npu-deploy verify --all
 
 # pytest exits 5 when it collected nothing: that is a failure, not a pass.
+# PYTHONSAFEPATH: neither pytest nor a process a test starts may import from the working
+# directory, where the package folders would load under their bare names (`kernels`) beside
+# the installed `npu_deploy.kernels`; everything must import as installed.
 test: setup
-	@$(PY) -m pytest -q; rc=$$?; \
+	@PYTHONSAFEPATH=1 $(PY) -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; \
 	exit $$rc
 
 # The fast core while developing (under two minutes on two cores): no slow, end-to-end
 # or TUI tests. `make test` runs them all.
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow and not e2e and not tui"
+	PYTHONSAFEPATH=1 $(PY) -m pytest -q -m "not slow and not e2e and not tui"
 
 bench: setup
 	$(PY) benchmarks/store_bench.py

@@ -303,6 +303,12 @@ class DebugDirection:
     score: float
 
 
+#: What a debug matcher proposes when no debug skill matches a failure.
+RETRY_AS_IS = DebugDirection(direction_id="retry", skill="none",
+                             title="retry the phase as it is",
+                             rationale="no debug skill matched this failure", score=0.0)
+
+
 @event_type("debug.proposed")
 @dataclass(frozen=True)
 class DebugProposed(Payload):

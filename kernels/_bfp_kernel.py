@@ -5,6 +5,12 @@ written here, in the order written here.
 
 Rows and blocks are spread over numba's threads. They are independent, so no result depends
 on the number of threads.
+
+numba keys its on-disk cache (__pycache__/_bfp_kernel.*.nbi) by this file's name and stamp,
+not by the module's import name, and a cached entry imports the module it was compiled in
+by that name. When the package moves (it did: `kernels` became `npu_deploy.kernels`), this
+file must change too, or a checkout's old cache would import a module that no longer
+exists.
 """
 
 from __future__ import annotations

@@ -25,8 +25,10 @@ from npu_deploy.events.decisions import refusal
 from npu_deploy.events.describe import failing_checks
 from npu_deploy.events.keys import FACT, MESSAGE, MODEL_CALL, RUN_FINISHED, STEP, AttemptKey
 from npu_deploy.events.payloads import (
+    RETRY_AS_IS,
     AgentMessage,
     CheckpointRequested,
+    DebugDirection,
     DebugProposed,
     Decision,
     ErrorRaised,
@@ -80,13 +82,12 @@ class Gate(Protocol):
 class DebugMatcher(Protocol):
     """Ranks debug directions (DebugDirection payloads) for a failed gate."""
 
-    def propose(self, run: PhaseRun, gate: dict[str, Any]) -> list[dict[str, Any]]: ...
+    def propose(self, run: PhaseRun, gate: dict[str, Any]) -> list[DebugDirection]: ...
 
 
 class _RetryAsIs:
-    def propose(self, run: PhaseRun, gate: dict[str, Any]) -> list[dict[str, Any]]:
-        return [{"direction_id": "retry", "skill": "none", "title": "retry the phase as it is",
-                 "rationale": "no debug skill matched this failure", "score": 0.0}]
+    def propose(self, run: PhaseRun, gate: dict[str, Any]) -> list[DebugDirection]:
+        return [RETRY_AS_IS]
 
 
 @dataclass
@@ -506,8 +507,8 @@ class Conductor:
         except _Stop:
             return
         # A matcher answers with JSON objects (DebugMatcher): checked as the value is built.
-        self._record(DebugProposed.from_dict({"proposal_id": str(AttemptKey(k, attempt)),
-                                              "symptom": symptom, "directions": directions}),
+        self._record(DebugProposed(proposal_id=str(AttemptKey(k, attempt)), symptom=symptom,
+                                   directions=list(directions)),
                      phase=k, attempt=attempt, key=AttemptKey(k, attempt, "debug"))
 
     def _policy_decision(self, k: int, attempt: int, decision: Decision, **fields: Any) -> None:

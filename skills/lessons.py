@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from npu_deploy.events import NewEvent
+from npu_deploy.events.payloads import LessonApproved
 from npu_deploy.skills.catalog import load_catalog
 from npu_deploy.store import EventStore, RunWriter
 
@@ -105,6 +106,6 @@ def approve_lesson(store: EventStore, run_id: str, lesson_id: str, overlay: Path
     tmp.write_text(yaml.safe_dump(data, sort_keys=False))
     tmp.replace(path)
     with RunWriter.attach(store, run_id) as w:
-        w.append(NewEvent("lesson.approved", {"lesson_id": lesson_id, "author": author,
-                                              "applied_to": str(path)}, actor="human"))
+        w.append(NewEvent.of(LessonApproved(lesson_id=lesson_id, author=author,
+                                            applied_to=str(path)), actor="human"))
     return path

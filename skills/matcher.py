@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from npu_deploy.events.payloads import RETRY_AS_IS, DebugDirection
 from npu_deploy.skills.catalog import Catalog, Skill, Trigger, load_catalog, overlay_dir
 
 
@@ -84,7 +85,7 @@ class SkillMatcher:
             self._catalog = load_catalog()
         return self._catalog
 
-    def propose(self, run: Any, gate: dict[str, Any]) -> list[dict[str, Any]]:
+    def propose(self, run: Any, gate: dict[str, Any]) -> list[DebugDirection]:
         conductor = getattr(run, "conductor", None)
         if self._catalog is None and conductor is not None:
             # the store's own approved lessons count for its runs
@@ -94,11 +95,9 @@ class SkillMatcher:
                        for c in failing) + tuple(gate.get("errors", ()))
         symptoms = Symptoms(tuple(gate.get("checks", [])), errors,
                             {**self.context, "phase": getattr(run, "phase", None)})
-        directions = [{"direction_id": skill.name, "skill": skill.name,
-                       "title": skill.description.split(". ")[0][:120],
-                       "rationale": "triggers: " + ", ".join(ids), "score": round(score, 3)}
+        directions = [DebugDirection(direction_id=skill.name, skill=skill.name,
+                                     title=skill.description.split(". ")[0][:120],
+                                     rationale="triggers: " + ", ".join(ids),
+                                     score=round(score, 3))
                       for skill, score, ids in match(self.catalog, symptoms)]
-        return directions or [{"direction_id": "retry", "skill": "none",
-                               "title": "retry the phase as it is",
-                               "rationale": "no debug skill matched this failure",
-                               "score": 0.0}]
+        return directions or [RETRY_AS_IS]

@@ -1,16 +1,27 @@
 """Shared fixtures (real store files in a temporary directory, the models, the command line),
-and the markers by folder: every test under tests/tui/ is a `tui` test."""
+and the markers by folder: every test under tests/tui/ is a `tui` test.
+
+The tests import the project as it is installed: `python -m pytest` puts the working
+directory on sys.path, where the package folders would load under their bare names
+(`kernels`) beside `npu_deploy.kernels`, so it is taken off again here, and processes the
+tests start inherit PYTHONSAFEPATH (as under `make test`)."""
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-from click.testing import CliRunner, Result
+_ROOT = Path(__file__).resolve().parent.parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _ROOT]
+os.environ["PYTHONSAFEPATH"] = "1"
 
-from npu_deploy.cli import main
-from npu_deploy.store import EventStore
+import pytest  # noqa: E402
+from click.testing import CliRunner, Result  # noqa: E402
+
+from npu_deploy.cli import main  # noqa: E402
+from npu_deploy.store import EventStore  # noqa: E402
 
 ERROR_PREFIX = "npu-deploy: error:"
 TUI_TESTS = Path(__file__).resolve().parent / "tui"

@@ -14,7 +14,7 @@ import os
 import time
 from typing import Any
 
-from npu_deploy.events.payloads import GateCheck, GateEvaluated
+from npu_deploy.events.payloads import DebugDirection, GateCheck, GateEvaluated
 from npu_deploy.machine import Pipeline
 
 
@@ -47,12 +47,13 @@ class FakeGate:
 
 
 class FakeMatcher:
-    def propose(self, run: Any, gate: dict[str, Any]) -> list[dict[str, Any]]:
-        return [{"direction_id": "tile", "skill": "silent-gemm-corruption",
-                 "title": "check tile divisibility", "rationale": "one GEMM is off",
-                 "score": 0.9},
-                {"direction_id": "bo", "skill": "buffer-object-corruption",
-                 "title": "check buffer reuse", "rationale": "stale buffers", "score": 0.4}]
+    def propose(self, run: Any, gate: dict[str, Any]) -> list[DebugDirection]:
+        return [DebugDirection(direction_id="tile", skill="silent-gemm-corruption",
+                               title="check tile divisibility", rationale="one GEMM is off",
+                               score=0.9),
+                DebugDirection(direction_id="bo", skill="buffer-object-corruption",
+                               title="check buffer reuse", rationale="stale buffers",
+                               score=0.4)]
 
 
 def make() -> Pipeline:

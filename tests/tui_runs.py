@@ -23,7 +23,7 @@ from typing import Any
 
 from fake_pipeline import FakeAgent, make
 
-from npu_deploy.events.payloads import GateCheck, GateEvaluated
+from npu_deploy.events.payloads import DebugDirection, GateCheck, GateEvaluated
 from npu_deploy.machine import Conductor, Pipeline, Policy
 from npu_deploy.store import EventStore
 
@@ -199,11 +199,11 @@ class _WideGate:
 class _ManyDirections:
     """Four debug directions, each with a rationale of a couple of lines."""
 
-    def propose(self, run: Any, gate: dict[str, Any]) -> list[dict[str, Any]]:
-        return [{"direction_id": f"d{i}", "skill": "silent-gemm-corruption",
-                 "title": f"direction {i + 1}", "score": 0.9 - i / 10,
-                 "rationale": "the failing layers share one GEMM shape; check its tiles "
-                              "against the shape, then the buffers it reuses"}
+    def propose(self, run: Any, gate: dict[str, Any]) -> list[DebugDirection]:
+        return [DebugDirection(direction_id=f"d{i}", skill="silent-gemm-corruption",
+                               title=f"direction {i + 1}", score=0.9 - i / 10,
+                               rationale="the failing layers share one GEMM shape; check its "
+                                         "tiles against the shape, then the buffers it reuses")
                 for i in range(4)]
 
 

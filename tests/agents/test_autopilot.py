@@ -208,12 +208,12 @@ def test_an_approved_lesson_adds_its_trigger_to_the_matcher(tmp_path, cli):
         run_id = w.run_id
     gate = {"checks": [{"subject": "L3", "metric": "layer_cosine", "value": 0.1,
                         "threshold": 0.99, "comparison": ">=", "passed": False}]}
-    assert SkillMatcher(load_catalog()).propose(None, gate)[0]["skill"] == "none"
+    assert SkillMatcher(load_catalog()).propose(None, gate)[0].skill == "none"
     assert_one_error(cli("--db", db, "lessons", run_id, "approve", "L9"), "no lesson L9")
     r = cli("--db", db, "lessons", run_id, "approve", "L1")
     assert r.exit_code == 0, r.stderr
     catalog = load_catalog(overlay=overlay_dir(db))
-    assert SkillMatcher(catalog).propose(None, gate)[0]["skill"] == "buffer-object-corruption"
+    assert SkillMatcher(catalog).propose(None, gate)[0].skill == "buffer-object-corruption"
     assert_one_error(cli("--db", db, "lessons", run_id, "approve", "L1"), "approved already")
     with EventStore.open(db, readonly=True) as store:
         assert store.verify(run_id).ok

@@ -60,6 +60,9 @@ def test_the_wheel_installs_one_top_level_name(wheel: Path):
     assert any(n.startswith("npu_deploy/skills/catalog/") and n.endswith("SKILL.md")
                for n in names)
     assert any(n.endswith(".tcss") for n in names)
+    # the kernel families' measured figures, read at run time
+    assert "npu_deploy/kernels/data/gemm_bf16.json" in names
+    assert "npu_deploy/kernels/data/calibration.json" in names
 
 
 def test_the_code_imports_only_through_the_namespace():

@@ -101,7 +101,7 @@ def test_an_isolated_gemm_failure_differs_from_a_whole_gate_failure():
 def test_nothing_matches_a_failure_no_skill_knows():
     assert match(load_catalog(), Symptoms(errors=("the moon is made of cheese",))) == []
     directions = SkillMatcher().propose(None, {"checks": []})
-    assert directions[0]["direction_id"] == "retry"
+    assert directions[0].direction_id == "retry"
 
 
 # --- the validator finds each broken rule ------------------------------------------------
