@@ -525,10 +525,10 @@ def rss_mb() -> tuple[float, float]:
 
 
 def import_seconds() -> float:
-    """Seconds a fresh interpreter takes to import npu_tui (and Textual with it)."""
-    code = ("import sys, time; sys.path.insert(0, sys.argv[1]); t = time.perf_counter(); "
-            "import npu_tui; print(time.perf_counter() - t)")
-    out = subprocess.run([sys.executable, "-c", code, str(_ROOT)], capture_output=True,
+    """Seconds a fresh interpreter takes to import the TUI (and Textual with it)."""
+    code = ("import time; t = time.perf_counter(); "
+            "import npu_deploy.tui; print(time.perf_counter() - t)")
+    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True,
                          text=True, timeout=120, check=True)
     return float(out.stdout.strip())
 

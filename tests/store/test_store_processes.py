@@ -386,7 +386,7 @@ def test_reopening_a_store_in_the_writer_process_keeps_its_writes_visible(tmp_pa
     store = EventStore.open(db)
     writer = store.create_run(STARTED)
     EventStore.open(db).close()                 # a second store, as the writer opens its own
-    other = ("import sys; from store import EventStore\n"
+    other = ("import sys; from npu_deploy.store import EventStore\n"
              "with EventStore.open(sys.argv[1]) as s:\n"
              "    s.post_command(sys.argv[2], 'pause')\n")
     subprocess.run([sys.executable, "-c", other, str(db), writer.run_id], check=True,
