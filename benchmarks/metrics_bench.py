@@ -14,7 +14,7 @@ elements, 400 MB per tensor) and cand = ref + 1e-3 noise. In the same run it mea
 * compare's first call in a fresh process, on a small float32 pair: once with an empty
   numba cache (the kernel is compiled) and once more with that cache filled (it is loaded);
 * the naive baseline: the same metric set the obvious way, with full-size float64
-  temporaries (`naive_metrics`, also the oracle of tests/test_metrics.py);
+  temporaries (`naive_metrics`, also the oracle of tests/metrics/test_comparison.py);
 * the extra peak memory of compare, in a child process: its peak RSS (VmHWM, reset just
   before the call) minus its RSS before the call.
 
