@@ -212,14 +212,15 @@ class GateCheck:
     message: str = ""     # what a person (and the debug matcher) should read about it
 
     def check(self) -> None:
-        holds = _compare(self.value, self.comparison, self.threshold)
+        holds = comparison_holds(self.value, self.comparison, self.threshold)
         if holds != self.passed:
             raise InvalidEvent(
                 f"gate check {self.subject}/{self.metric}: passed={self.passed} but "
                 f"{self.value} {self.comparison} {self.threshold} is {holds}")
 
 
-def _compare(value: float, comparison: str, threshold: float) -> bool:
+def comparison_holds(value: float, comparison: str, threshold: float) -> bool:
+    """Whether `value comparison threshold` holds: what a gate check's `passed` says."""
     return {"<=": value <= threshold, "<": value < threshold, ">=": value >= threshold,
             ">": value > threshold, "==": value == threshold}[comparison]
 

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from npu_deploy.events import DeploymentState, Event, NewEvent, PhaseState
 from npu_deploy.events.decisions import refusal
-from npu_deploy.events.describe import failing_checks
+from npu_deploy.events.describe import check_text, failing_checks
 from npu_deploy.events.keys import FACT, MESSAGE, MODEL_CALL, RUN_FINISHED, STEP, AttemptKey
 from npu_deploy.events.payloads import (
     RETRY_AS_IS,
@@ -493,8 +493,7 @@ class Conductor:
         ph = s.phases[k]
         gate = ph.last_gate
         failing = failing_checks(gate.checks if gate else ())
-        symptom = "; ".join(f"{c['subject']}/{c['metric']} = {c['value']:.3g} (needs "
-                            f"{c['comparison']} {c['threshold']:.3g})" for c in failing[:3])
+        symptom = "; ".join(check_text(c) for c in failing[:3])
         if ph.attempts - ph.budget_from >= self.policy.budget:
             self._exit(k, attempt, "needs_human",
                        f"gate failed {self.policy.budget} times: {symptom}")

@@ -24,6 +24,7 @@ from typing import Any
 
 import click
 
+from npu_deploy.events.describe import check_text
 from npu_deploy.events.payloads import GateEvaluated, HumanDecision, PhaseExited
 from npu_deploy.kernels.specs import Decode, Prefill
 from npu_deploy.oracle import reference_of
@@ -136,9 +137,8 @@ def markdown(passed: bool, checks: list[dict[str, Any]], measured: bool = False)
                                                        "Times are modeled (performance model)."),
              ""]
     if failed:
-        lines += ["## Failed", ""] + [f"- {c['subject']}/{c['metric']} = {c['value']:.4g} "
-                                      f"(needs {c['comparison']} {c['threshold']:.4g}) "
-                                      f"{c.get('message', '')}" for c in failed] + [""]
+        lines += ["## Failed", ""] + [f"- {check_text(c)} {c.get('message', '')}"
+                                      for c in failed] + [""]
     lines += ["## Checks", "", "| subject | metric | value | needs | |", "|---|---|---|---|---|"]
     lines += [f"| {c['subject']} | {c['metric']} | {c['value']:.4g} | {c['comparison']} "
               f"{c['threshold']:.4g} | {'ok' if c['passed'] else 'FAIL'}"

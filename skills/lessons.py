@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from npu_deploy.events import NewEvent
+from npu_deploy.events.describe import failing_checks
 from npu_deploy.events.payloads import LessonApproved
 from npu_deploy.skills.catalog import load_catalog
 from npu_deploy.store import EventStore, RunWriter
@@ -42,7 +43,7 @@ def harvest_lessons(store: EventStore, run_id: str) -> list[dict[str, Any]]:
                        if d["direction_id"] == pick.payload["direction_id"]), None)
         skill = chosen["skill"] if chosen else "none"
         gate = next(g for g in reversed(events[:i]) if g.type == "gate.evaluated")
-        failing = [c for c in gate.payload["checks"] if c.get("gating", True) and not c["passed"]]
+        failing = failing_checks(gate.payload["checks"])
         lesson: dict[str, Any] = {
             "lesson_id": f"{run_id[:8]}-p{e.phase}-{len(lessons) + 1}",
             "symptom": e.payload["symptom"],

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from npu_deploy.events.describe import check_text, failing_checks
 from npu_deploy.events.phases import PHASES
 from npu_deploy.pipeline.workspace import Workspace
 from npu_deploy.skills.catalog import load_catalog
@@ -47,12 +48,11 @@ def seed(run: Any, ws: Workspace, root: Path) -> str:
              f"{ws.settings.seq_len}, {ws.settings.steps} greedy tokens per gate prompt.",
              f"Phase {run.phase} ({run.name}), attempt {run.attempt}. Workspace: {root}."]
     if ph.last_gate is not None:
-        failing = [c for c in ph.last_gate.checks if c.get("gating", True) and not c["passed"]]
+        failing = failing_checks(ph.last_gate.checks)
         lines.append(f"The last gate of this phase ({ph.last_gate.gate}) "
                      f"{'passed' if ph.last_gate.passed else 'failed'}" +
-                     (": " + "; ".join(f"{c['subject']} {c['metric']} = {c['value']:.4g} "
-                                       f"(needs {c['comparison']} {c['threshold']:.4g})"
-                                       for c in failing[:10]) if failing else "."))
+                     (": " + "; ".join(check_text(c) for c in failing[:10])
+                      if failing else "."))
     if run.instruction:
         lines.append(f"A person's instruction for this attempt: {run.instruction}")
     if run.debug_direction:

@@ -104,14 +104,19 @@ def tui_cmd() -> None:
     run_app(None, live=False, driver=ConductorDriver(db_path()))
 
 
+def _open_run(run: str, *, live: bool, command: str) -> None:
+    """The TUI on an existing run: live (attach), or from its first event (replay)."""
+    run_id = _existing_run(run)
+    needs_terminal(command)
+    run_app(run_id, live=live, driver=ConductorDriver(db_path()))
+
+
 @click.command("attach")
 @db_option
 @click.argument("run")
 def attach_cmd(run: str) -> None:
     """Watch RUN live while another process (e.g. a headless deploy) executes it."""
-    run_id = _existing_run(run)
-    needs_terminal("attach")
-    run_app(run_id, live=True, driver=ConductorDriver(db_path()))
+    _open_run(run, live=True, command="attach")
 
 
 @click.command("replay")
@@ -119,6 +124,4 @@ def attach_cmd(run: str) -> None:
 @click.argument("run")
 def replay_cmd(run: str) -> None:
     """Replay RUN from its first event: step, jump to failures and decisions, play."""
-    run_id = _existing_run(run)
-    needs_terminal("replay")
-    run_app(run_id, live=False, driver=ConductorDriver(db_path()))
+    _open_run(run, live=False, command="replay")

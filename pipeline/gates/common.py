@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from npu_deploy.events.payloads import GateEvaluated
+from npu_deploy.events.payloads import GateEvaluated, comparison_holds
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.toolbox import Toolbox
 from npu_deploy.pipeline.workspace import Workspace, workspace_of
@@ -17,9 +17,7 @@ def check(subject: str, metric: str, value: float, threshold: float, comparison:
     finite = math.isfinite(float(value))
     # A NaN or an infinity never passes; the log (JSON) records it as -1.
     value = float(value) if finite else -1.0
-    holds = finite and {"<=": value <= threshold, "<": value < threshold,
-                        ">=": value >= threshold, ">": value > threshold,
-                        "==": value == threshold}[comparison]
+    holds = finite and comparison_holds(value, comparison, threshold)
     return {"subject": subject, "metric": metric, "value": value, "threshold": float(threshold),
             "comparison": comparison, "passed": bool(holds), "gating": gating,
             **({"message": message} if message else {})}
