@@ -34,6 +34,10 @@ REGISTRY = "programming_examples/kernel_registry"
 
 Row = dict[str, Any]
 
+#: The data files written by hand from upstream's prose (each row cites its page), not
+#: ingested from a registry page: the calibration figures and the GEMM failures.
+CURATED = ("calibration", "gemm_failures")
+
 
 @functools.cache
 def load(name: str) -> dict[str, Any]:
