@@ -102,7 +102,7 @@ def _select(name: str, shape_items: tuple[tuple[str, int], ...], hw: Hardware,
     """Selection is a pure function of (kernel, shape, hardware): computed once."""
     spec, shape = SPECS[name], dict(shape_items)
     fam = family(name)
-    if use_measured and hw == XDNA2 and fam.measured is not None:
+    if use_measured and hw == XDNA2 and fam.measured is not None and fam.measured_config:
         row = fam.measured(shape)
         if row is not None:
             config = {**spec.tunables, **{k: row[k] for k in spec.tunables if k in row}}

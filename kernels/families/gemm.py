@@ -543,6 +543,7 @@ def _family(spec: KernelSpec, out_dtype: torch.dtype, fit: Callable[[PerfParams]
         numerics=Numerics(emulate(out_dtype), reference, ATOL, weights=unit_scale),
         cost=cost(fit), program=PROGRAM, data=spec.name, source=source,
         transposed_weight="b", exact_tiles=True, measured=measured_best(spec.name),
+        measured_config=True,
         low_precision=LOW_PRECISION[spec.name])
 
 

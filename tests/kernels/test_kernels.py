@@ -274,7 +274,14 @@ def test_cli_kernels_table_and_json(cli):
     result = cli("kernels", "llama-3.2-1b")
     assert result.exit_code == 0, result.stderr
     assert "gemm_bf16" in result.stdout and "2048x8192x2048" in result.stdout
-    assert "nothing here ran on an NPU" in result.stdout
+    assert "nothing ran on an NPU here" in result.stdout
+    assert "measured on NPU2: Xilinx/mlir-air" in result.stdout     # the footnote of a source
+    rows = json.loads(cli("kernels", "llama-3.2-1b", "--json").stdout)
+    down = next(r for r in rows if "down_proj" in r["roles"])
+    assert down["config_source"] == "measured" and down["modeled_s"] > 0
+    measured = down["measured_npu"]
+    assert measured["same_config"] and "GEMM_bf16_in_bf16_out.json" in measured["source"]
+    assert measured["seconds"] == pytest.approx(2 * 2048 * 8192 * 2048 / 8898e9)
     rows = json.loads(cli("kernels", "qwen3-4b", "--decode", "100", "--json").stdout)
     assert all(r["valid"] for r in rows)
     assert {r["kernel"] for r in rows} >= {"gemv", "decode_attention", "qk_norm"}
