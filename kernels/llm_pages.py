@@ -440,14 +440,14 @@ def profile_per_elf(text: str, path: str) -> list[dict[str, Any]]:
     """llama32_1b/docs/profile.md: the prefill's per-kernel table (ms per call) and the
     decode's per-component table ('o_gemv_ffn (NPU, 3.6ms x 16 layers)')."""
     out = []
-    for cells in _rows(text, "Kernel"):
+    for cells in _rows(text, "Kernel", "Launches"):
         name = cells[0].strip("* ")
         ms = re.match(r"([\d.]+)ms", cells[2])
         assert ms, cells
         per = "layer" if cells[3] != "1" else "prefill"
         out.append({"phase": "prefill", "elf": name, "ms": float(Decimal(ms.group(1))),
                     "per": per, "launches": cells[1], "from": path})
-    for cells in _rows(text, "Component"):
+    for cells in _rows(text, "Component", "Per-token"):
         m = re.match(r"(\w+) \(NPU, ([\d.]+)ms", cells[0].strip("* ").replace("**", ""))
         if m:
             out.append({"phase": "decode", "elf": m.group(1), "ms": float(Decimal(m.group(2))),
