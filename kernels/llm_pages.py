@@ -130,6 +130,13 @@ def _decode_cpu(model: str, glue: bool) -> tuple[HostOp, ...]:
     return tuple(ops)
 
 
+def _three_elf_prefill(first: str, first_launches: tuple[str, ...], last: str,
+                       cpu: tuple[HostOp, ...]) -> Phase:
+    """The lean prefill: everything before attention, FlashAttention, O + FFN."""
+    return Phase((Elf(first, first_launches), Elf("flash_attn", ("attention",)), Elf(last, O_FFN)),
+                 _attention_alone((first, "flash_attn")), cpu)
+
+
 def _two_elf_decode(model: str, first: str, first_launches: tuple[str, ...]) -> Phase:
     return Phase(
         (Elf(first, first_launches), Elf("o_gemv_ffn", O_FFN)),
@@ -173,17 +180,24 @@ def _down_first(model: str, k: int, source: str, after: str) -> Split:
                  "unless it is launch 0 of its ELF, so down_add is an ELF of its own", source)
 
 
+def _qwen3_lean(model: str, summary_name: str) -> Reading:
+    """Qwen3 at emb < 2560 with an FFN width divisible by 512: the lean 3 + 2 ELFs."""
+    first = PRE_ATTENTION + QK_NORM + ROPE
+    return Reading(model, summary_name,
+                   _three_elf_prefill("rms_qkv_qknorm_rope", first, "o_ffn_qwen",
+                                      _prefill_cpu(model, 128)),
+                   _two_elf_decode(model, "rms_qkv_qknorm_rope_gemv", first), LM_HEAD_152K)
+
+
 LM_HEAD_128K = {"partitions": 8, "rows": 16384, "from": PROFILE}
 LM_HEAD_152K = {"partitions": 19, "rows": 8192, "from": _page("qwen25_0_5b")}
 
 READINGS: dict[str, Reading] = {
     "llama-3.2-1b": Reading(
         "llama32_1b", "Llama-3.2-1B (bf16)",
-        Phase((Elf("rms_gemms_rope", PRE_ATTENTION + ROPE), Elf("flash_attn", ("attention",)),
-               Elf("o_ffn", O_FFN)),
-              _attention_alone(("rms_gemms_rope", "flash_attn")),
-              (HostOp("embedding lookup, KV-cache extract, final RMSNorm of the last row",
-                      "cheap single-row work (CPU host ops ~37 ms per prefill)", PROFILE),)),
+        _three_elf_prefill("rms_gemms_rope", PRE_ATTENTION + ROPE, "o_ffn", (HostOp(
+            "embedding lookup, KV-cache extract, final RMSNorm of the last row",
+            "cheap single-row work (CPU host ops ~37 ms per prefill)", PROFILE),)),
         Phase((Elf("rms_gemv_rope", PRE_ATTENTION + ROPE), Elf("o_gemv_ffn", O_FFN)),
               (Split("rms_gemv_rope", "host_step", "decode attention runs on the CPU (0.3 "
                      "ms/layer): one query against the KV cache costs less than a dispatch",
@@ -196,10 +210,8 @@ READINGS: dict[str, Reading] = {
              "from": PROFILE},)),
     "llama-3.2-3b": Reading(
         "llama32_3b", "Llama-3.2-3B",
-        Phase((Elf("rms_gemms_rope", PRE_ATTENTION + ROPE), Elf("flash_attn", ("attention",)),
-               Elf("o_ffn", O_FFN)),
-              _attention_alone(("rms_gemms_rope", "flash_attn")),
-              _prefill_cpu("llama32_3b", 128)),
+        _three_elf_prefill("rms_gemms_rope", PRE_ATTENTION + ROPE, "o_ffn",
+                           _prefill_cpu("llama32_3b", 128)),
         _five_elf_decode("llama32_3b", "rms_gemv_rope", PRE_ATTENTION + ROPE, Split(
             "gate_gemv", "decode_cascade", "the fused o_gemv_ffn cascade's SwiGLU stage holds "
             "K=emb_dim in L1 and at emb_dim=3072 its aie.dma_bd exceeds the BD size limit "
@@ -215,11 +227,9 @@ READINGS: dict[str, Reading] = {
                             ("down_gemv", 1.42)))),
     "smollm2-1.7b": Reading(
         "smollm2_1_7b", "SmolLM2-1.7B (bf16)",
-        Phase((Elf("rms_gemms_rope", PRE_ATTENTION + ROPE), Elf("flash_attn", ("attention",)),
-               Elf("o_ffn", O_FFN)),
-              _attention_alone(("rms_gemms_rope", "flash_attn")),
-              (HostOp("embedding lookup, final RMSNorm", "the llama32_1b runner, reused",
-                      _page("smollm2_1_7b")),)),
+        _three_elf_prefill("rms_gemms_rope", PRE_ATTENTION + ROPE, "o_ffn", (HostOp(
+            "embedding lookup, final RMSNorm", "the llama32_1b runner, reused",
+            _page("smollm2_1_7b")),)),
         _two_elf_decode("smollm2_1_7b", "rms_gemv_rope", PRE_ATTENTION + ROPE),
         {"partitions": None, "rows": 49152, "from": _page("smollm2_1_7b")}),
     "qwen2.5-0.5b": Reading(
@@ -275,22 +285,8 @@ READINGS: dict[str, Reading] = {
         _five_elf_decode("qwen25_3b", "rms_qkv_bias_rope_gemv", PRE_ATTENTION + BIAS + ROPE,
                          _cascade_k512(_page("qwen25_3b", "qwen25_3b_decode.py"), choice=True)),
         LM_HEAD_152K),
-    "qwen3-0.6b": Reading(
-        "qwen3_0_6b", "Qwen3-0.6B",
-        Phase((Elf("rms_qkv_qknorm_rope", PRE_ATTENTION + QK_NORM + ROPE),
-               Elf("flash_attn", ("attention",)), Elf("o_ffn_qwen", O_FFN)),
-              _attention_alone(("rms_qkv_qknorm_rope", "flash_attn")),
-              _prefill_cpu("qwen3_0_6b", 128)),
-        _two_elf_decode("qwen3_0_6b", "rms_qkv_qknorm_rope_gemv", PRE_ATTENTION + QK_NORM + ROPE),
-        LM_HEAD_152K),
-    "qwen3-1.7b": Reading(
-        "qwen3_1_7b", "Qwen3-1.7B",
-        Phase((Elf("rms_qkv_qknorm_rope", PRE_ATTENTION + QK_NORM + ROPE),
-               Elf("flash_attn", ("attention",)), Elf("o_ffn_qwen", O_FFN)),
-              _attention_alone(("rms_qkv_qknorm_rope", "flash_attn")),
-              _prefill_cpu("qwen3_1_7b", 128)),
-        _two_elf_decode("qwen3_1_7b", "rms_qkv_qknorm_rope_gemv", PRE_ATTENTION + QK_NORM + ROPE),
-        LM_HEAD_152K),
+    "qwen3-0.6b": _qwen3_lean("qwen3_0_6b", "Qwen3-0.6B"),
+    "qwen3-1.7b": _qwen3_lean("qwen3_1_7b", "Qwen3-1.7B"),
     "qwen3-4b": Reading(
         "qwen3_4b", "Qwen3-4B",
         Phase((Elf("rms_qkv_qknorm_rope", PRE_ATTENTION + QK_NORM + ROPE),
