@@ -215,6 +215,15 @@ class KernelFamily:
     #: its emulation has an exact (FP64 K-tile sums) and a fast (BLAS) path: the runner
     #: chooses with config["exact_tiles"]
     exact_tiles: bool = False
+    #: what upstream measured on NPU2 at a shape (the registry row: for a GEMM its fastest
+    #: high-precision configuration), or None where the shape was not measured
+    measured: Callable[[Shape], dict[str, Any] | None] | None = None
+    #: the measured rows name this family's tunables: selection takes the measured
+    #: configuration at a measured shape
+    measured_config: bool = False
+    #: the values of `method` that belong to the low-precision tier (selection takes them
+    #: only when no high-precision configuration fits)
+    low_precision: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:

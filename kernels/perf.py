@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -35,7 +35,7 @@ from .hardware import DDR_ROOF, GB, XDNA2, Hardware
 from .measurements import TO_BASE, best_rate, load, scaled
 from .plan import Dispatch, DispatchPlan, HostStep, Launch
 from .registry import FAMILIES, HOST_KERNELS, family
-from .specs import BF16, Decode, Mode, Prefill
+from .specs import BF16, Decode, KernelSpec, Mode, Prefill, Shape
 
 Source = Literal["modeled", "measured-npu", "measured-cpu"]
 MS = 1e-3
@@ -301,6 +301,17 @@ def launch_work(ln: Launch, p: PerfParams) -> tuple[float, float, int, str]:
     compute, memory = cost.work(spec, s, c, p)
     bound = "compute" if compute >= memory else "memory"
     return max(compute, memory), spec.flops(s), spec.bytes_moved(s), bound
+
+
+def launch_seconds(spec: KernelSpec, shape: Shape, config: dict[str, Any],
+                   params: PerfParams | None = None) -> float:
+    """A launch's modeled time on its own: its work and the launch overhead."""
+    p = params or PerfParams()
+    cost = family(spec.name).cost
+    if cost is None:
+        raise KeyError(f"kernel {spec.name!r} has no cost on the NPU")
+    compute, memory = cost.work(spec, shape, {**spec.tunables, **config}, p)
+    return max(compute, memory) + p.launch_overhead_s
 
 
 def _derated(ln: Launch) -> bool:

@@ -34,7 +34,7 @@ from ..family import (
     product_space,
 )
 from ..hardware import Hardware
-from ..measurements import Source, TableSource, markdown_tables
+from ..measurements import Source, TableSource, markdown_tables, rows_at
 from ..numerics import gemv_fp32acc
 from ..rules import Finding
 from ..tensors import f32
@@ -174,4 +174,5 @@ SOURCE = Source("details/GEMV_bf16.md", markdown_tables(
 FAMILIES = (KernelFamily(
     GEMV, rules=RULES, check=check, candidates=product_space(SPACE), numerics=NUMERICS,
     cost=Cost(work, derated=False), program=AirProgram(launch_layout, segment), data="gemv",
-    source=SOURCE),)
+    source=SOURCE,
+    measured=rows_at("gemv", "shapes", lambda r: (r["M"], r["K"]), lambda s: (s["M"], s["K"]))),)

@@ -12,7 +12,7 @@ import torch
 from npu_deploy.oracle import reference as ref_ops
 
 from ..family import KernelFamily, KernelSpec, Numerics, Shape, Tensors, product_space
-from ..measurements import Source, TableSource, markdown_tables
+from ..measurements import Source, TableSource, markdown_tables, rows_at
 from ..tensors import bf16_out, f32
 from . import streaming
 
@@ -69,6 +69,8 @@ def _family(spec: KernelSpec, **extra: Any) -> KernelFamily:
         cost=streaming.stream_cost("rmsnorm"), program=PROGRAM, data="rmsnorm", **extra)
 
 
-FAMILIES = (_family(RMSNORM, source=SOURCE),
+FAMILIES = (_family(RMSNORM, source=SOURCE, measured=rows_at(
+                "rmsnorm", "shapes", lambda r: (r["M"], r["N"]),
+                lambda s: (s["rows"], s["width"]))),
             # QK norm is an RMSNorm: it reuses that kernel's measured rate
             _family(QK_NORM))
