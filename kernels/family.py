@@ -78,7 +78,9 @@ class KernelSpec:
 
 #: (spec, shape, config with the spec's defaults filled in, hardware, usage to fill) ->
 #: every rule of the hardware the configuration breaks. `usage` gets tiles, l1_bytes,
-#: l2_bytes and, for streams through the shim, bd_base and bd_tails.
+#: l2_bytes and, for streams through the shim, bd_base and bd_tails; a family that stages
+#: through the memory tiles may add memtile_bds, memtile_in and memtile_out. A multi-launch
+#: ELF is checked on these keys (kernels.checker.ELF_RESOURCES).
 CheckRule = Callable[[KernelSpec, Shape, dict[str, Any], Hardware, dict[str, int]],
                      list[Finding]]
 #: (spec, shape, hardware) -> the configurations selection tries, the calibrated one first.

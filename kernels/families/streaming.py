@@ -52,6 +52,8 @@ RULES = (
     "L1: the block of every stream, ping-pong, plus a weight row or a table row per row",
     "alignment: a row (or tile) moves a multiple of 4 bytes",
     "padding (warning, element-wise): elements pad to tile x tiles",
+    "buffer descriptors: a pair per stream and table of each tile in a column, one per "
+    "weight load (the buffers are padded, so no tail)",
 )
 
 
@@ -84,6 +86,12 @@ def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
         # A 1-D stream folds into a multi-dimensional descriptor: no repeat limit bites.
         rules.pad(f, "elements", n, tile * hm * rows_used)
         rules.align(f, "a tile", tile, BF16, hw)
+    # Through its column's shim tile, each tile of the column streams its inputs, its output
+    # and its table rows (ping-pong pairs); a weight row is loaded once.
+    tables = sum(1 for o in ops if o.role == "table")
+    weights = sum(1 for o in ops if o.role == "weight")
+    rules.bds(f, streams=rows_used * (ins + 1 + tables), tails=0, hw=hw, usage=usage,
+              once=rows_used * weights)
     return f
 
 
