@@ -232,6 +232,8 @@ def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
     # A memory tile takes A and B from the shim and the C tiles of its herd row, one
     # stream per tile; it sends A along the row, B down the column and C to the shim.
     mem_in = 2 + hn
+    # what the ELF checks count per memory tile: its channels, two descriptors each (ping-pong)
+    usage.update(memtile_in=mem_in, memtile_out=3, memtile_bds=2 * (mem_in + 3))
     if mem_in > hw.memory_dma.inputs:
         f.append(Finding("channels", "error", f"a memory tile would need {mem_in} input DMA "
                          f"channels (A, B and {hn} C tiles) for herd_n={hn}, it has "
