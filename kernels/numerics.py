@@ -385,6 +385,11 @@ def quantize_gemm_b(b: torch.Tensor, fmt: BFPFormat = BFP16EBS8) -> torch.Tensor
 # development machine (2048x8192x2048, tile_k 32): 2**16 -> 2.1 s, 2**17 -> 1.6 s, 2**19 to 2**22
 # -> 0.9-1.3 s.
 _ROWS_TARGET_ELEMS = 1 << 20
+# The fast path's BLAS calls take at least this many rows: with fewer, float32 addmm fell off a
+# cliff on the same machine (direct method, tile_k 32: 2048x8192x2048 in 12 s at 128-row
+# blocks, 0.7 s at 256; 2048x4096x12288 in ~130 s at the 85 rows of _ROWS_TARGET_ELEMS, 2.1 s
+# at 256).
+_FAST_MIN_ROWS = 256
 
 
 def _accumulate(a: torch.Tensor, b: torch.Tensor, tile_k: int, exact_tiles: bool,
@@ -409,7 +414,7 @@ def _accumulate_k_tiles(a_q: torch.Tensor, b_q: torch.Tensor, tile_k: int, *,
     c = torch.zeros(m, n, dtype=torch.float32)
     if m == 0 or n == 0:
         return c
-    rows = max(1, min(m, _ROWS_TARGET_ELEMS // n))
+    rows = max(1, min(m, max(_ROWS_TARGET_ELEMS // n, 1 if exact else _FAST_MIN_ROWS)))
     part64 = torch.empty(rows, n, dtype=torch.float64) if exact else None
     part32 = torch.empty(rows, n, dtype=torch.float32) if exact else None
     for r0 in range(0, m, rows):
