@@ -216,18 +216,18 @@ METHODS: dict[torch.dtype, dict[str, Method]] = {
         # truncf sets no rounding mode: a core then rounds toward -inf (numerics [S7]). The
         # registry ran both methods at 8 shapes: fused-cast 9.7e-3 to 9.9e-3 at every one,
         # drain 9.3e-3 to 9.5e-3; emulated at those shapes, a floor cast gives 9.70e-3 to
-        # 9.89e-3 and a nearest-even one 9.27e-3 to 9.48e-3, with seed-to-seed spread far
-        # below the gap. (Toward zero gives the same mean_rel_L1 as floor: these figures
-        # cannot tell the two apart.)
+        # 9.89e-3 and a nearest-even one 9.27e-3 to 9.48e-3 (at 512^3 the gap is 4.4e-4 and
+        # the standard deviation over 6 seeds 2e-5). Toward zero gives the same mean_rel_L1 as
+        # floor: these figures cannot tell the two apart.
         "fused-cast": Method(cast="floor"),
         # Direct codegen keeps the L1 C tile in bf16. Its transform hoists C's extf/truncf pair
         # out of the innermost loop only (the MMAs of one L1 K tile), so C is rounded once per
         # tile_k_l1 of K, not once per L2 tile as the page's prose says; the page's own direct
         # rows follow K, not tile_k_l2 (K = 2048 at tile_k_l2 128, 256 and 512: 1.28e-2 to
         # 1.3e-2; K = 3584 at tile_k_l2 32, 112 L2 tiles: 1.48e-2, below K = 4096 at 32 L2
-        # tiles: 1.54e-2). Rounded per L1 tile, the emulation lands within 4% of every direct
-        # row; per L2 tile, at 0.59x to 1.0x. The rounding is to nearest: floor would give
-        # 3e-2 and more.
+        # tiles: 1.54e-2). Rounded per L1 tile, the emulation lands within 3.1% of each of the
+        # 16 direct rows; per L2 tile, at 0.59x to 1.0x of them (benchmarks/
+        # gemm_method_numerics.py). The rounding is to nearest: floor would give 3e-2 and more.
         "direct": Method(bf16_partials=True),
     },
     # FP32 out: the L1 C tile is the output, FP32 across all of K, no cast; external (mm.o) and
