@@ -113,12 +113,24 @@ ReferenceKernel = Callable[[Shape, dict[str, Any], Tensors], Tensors]
 class Numerics:
     """The kernel's arithmetic on the emulator, its FP32 reference and the Phase-1 atol (for
     the unit-scale outputs of the seeded inputs). `weights` scales a seeded weight (randn)
-    so that outputs stay at unit scale."""
+    so that outputs stay at unit scale.
+
+    `atol_by` gives configurations of another precision tier their own atol: a config key and
+    the atol of each of its values (a GEMM's `method`: the direct method rounds its partial
+    sums to bf16). A value it does not list, or a missing key, takes `atol`."""
 
     emulate: EmulatedKernel
     reference: ReferenceKernel
     atol: float
     weights: Callable[[torch.Tensor, Shape], torch.Tensor] | None = None
+    atol_by: tuple[str, Mapping[str, float]] | None = None
+
+    def atol_of(self, config: Mapping[str, Any]) -> float:
+        """The Phase-1 atol of `config` (the spec's defaults filled in)."""
+        if self.atol_by is None:
+            return self.atol
+        key, atols = self.atol_by
+        return atols.get(str(config.get(key)), self.atol)
 
 
 # --- cost --------------------------------------------------------------------------------

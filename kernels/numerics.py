@@ -21,8 +21,19 @@ bfp16ebs8, as the cores convert to it (`to_bfp16`):
   mlir-aie's `quantize` models the core this way (its reference matches a mixed bf16 x bfp16
   kernel's bf16 output bit for bit); amd/IRON's host packer saturates to +127 instead
   ("saturate" here). [S2]
-* Products of a block pair are accumulated in FP32 (`accum<accfloat>`); the L1 C tile stays
-  FP32 across every K tile, and a bf16 output is one final conv_even cast. [S1, S4]
+* Products of a block pair are accumulated in FP32 (`accum<accfloat>`). [S1, S4]
+
+Where the FP32 partial sums go between K tiles, and how a bf16 output is cast, depends on the
+GEMM's method (mlir-air's GEMM examples; the family's `Method` table names them) [S4, S8]:
+
+* the FP32 accumulator stays in the L1 C tile across all of K and is cast to bf16 once, with
+  conv_even (mm.o's cast: the `drain` method, and the fp32-out kernels, which skip the cast);
+* the same accumulation, cast by a separate launch of compiler-generated `arith.truncf` that
+  sets no rounding mode (`fused-cast`); a core that sets none rounds to bf16 toward -inf
+  [S7], so the cast here is floor (`gemm_bfp16(cast="floor")`);
+* direct codegen with a bf16 output keeps the L1 C tile in bf16: the accumulator is read back
+  (extf), takes the MMAs of one L1 K tile in FP32 and is written back (truncf, nearest) once
+  per `tile_k_l1` of K (`gemm_bfp16(bf16_partials=True)`).
 
 Not documented publicly, chosen here and exposed as `BFPFormat` fields or arguments:
 
@@ -38,11 +49,13 @@ Not documented publicly, chosen here and exposed as `BFPFormat` fields or argume
   does not depend on BLAS summation order.
 
 Calibration. The hardware GEMM figure, mean_rel_L1 = mean|out - ref| / mean|ref| = 9.3e-3 to
-9.9e-3, is measured by mlir-air with inputs randn/sqrt(K) cast to bf16 and ref = the FP32
-matmul of those same bf16 inputs (cast to bf16 for a bf16 output) [S5]; `gemm_operands` and
-`fp32_reference` reproduce that protocol. With the defaults above the emulation gives ~9.3e-3
-(fp32 out) on the Llama-3.2-1B shapes; floor rounding would give 1.4e-2 to 1.6e-2 (biased, and
-growing with K), and rounding to bf16 alone 1.4e-3 (see benchmarks/gemm_fidelity.py).
+9.9e-3 (1.0e-2 to 1.9e-2 for the direct bf16-out method), is measured by mlir-air with inputs
+randn/sqrt(K) cast to bf16 and ref = the FP32 matmul of those same bf16 inputs (cast to bf16 for
+a bf16 output) [S5]; `gemm_operands` and `fp32_reference` reproduce that protocol. With the
+defaults above the emulation gives ~9.3e-3 (fp32 out) on the Llama-3.2-1B shapes; floor
+rounding in the block format would give 1.4e-2 to 1.6e-2 (biased, and growing with K), and
+rounding to bf16 alone 1.4e-3 (see benchmarks/gemm_fidelity.py). Per method, against every
+measured row of the registry: benchmarks/gemm_method_numerics.py.
 
 Sources (read, not copied):
 [S1] Xilinx/aie_api include/aie_api/detail/aie2p/mmul_bf16_bf16.hpp (mmul<8,8,8,bfloat16> under
@@ -69,6 +82,12 @@ Sources (read, not copied):
 [S7] Xilinx/mlir-aie python/utils/aie2p_emulation.py (a core rounds to bf16 toward -inf unless
      the kernel sets the rounding register; `tree_sum`: lane running sums, then pairwise halving,
      each add rounded to fp32).
+[S8] Xilinx/mlir-air programming_examples/matrix_multiplication/bf16_in_bf16_out/run.py
+     (fused-cast: a second launch of vectorized `arith.truncf`, no rounding mode set; drain:
+     mm_aie2p.cc's f32_to_bf16 under conv_even; direct: the transform script hoists the bf16 C
+     tile's extf/truncf pair out of the innermost loop only, the MMAs of one L1 K tile) and
+     programming_examples/kernel_registry/details/GEMM_bf16_in_bf16_out.md (the three methods
+     and their measured mean_rel_L1).
 """
 
 from __future__ import annotations
@@ -134,16 +153,35 @@ BFP16EBS8 = BFPFormat()
 
 # --- bf16 storage -----------------------------------------------------------------------------
 
-def to_bf16(x: torch.Tensor) -> torch.Tensor:
-    """`x` rounded to nearest, ties to even, to bfloat16 (inf and NaN kept).
+def to_bf16(x: torch.Tensor, rounding: Rounding = "nearest_even") -> torch.Tensor:
+    """`x` rounded to bfloat16 (inf and NaN kept): to nearest, ties to even, or toward -inf
+    (`rounding="floor"`, what a core does when no kernel sets its rounding mode [S7]).
 
     float32 and float16 convert directly. float64 (and integers) go through float32 rounded to
-    odd first: torch's own float64 -> bf16 cast rounds twice and can miss the nearest value."""
+    odd first: torch's own float64 -> bf16 cast rounds twice and can miss the nearest value.
+    Floor takes float32 or narrower input only (the FP32 accumulator a core casts)."""
     if x.dtype == torch.bfloat16:
         return x
+    if rounding == "floor":
+        return _to_bf16_floor(x)
+    if rounding != "nearest_even":
+        raise ValueError(f"to_bf16: rounding must be 'nearest_even' or 'floor', got {rounding!r}")
     if x.dtype in (torch.float32, torch.float16):
         return x.to(torch.bfloat16)
     return _to_float32_round_to_odd(x.to(torch.float64)).to(torch.bfloat16)
+
+
+def _to_bf16_floor(x: torch.Tensor) -> torch.Tensor:
+    """float32 (or float16) -> bf16 toward -inf: drop the 16 low bits of the float32 pattern
+    (toward zero), then step a negative value that lost bits one bf16 ulp down (sign-magnitude:
+    +1 on the kept bits). A value below the most negative bf16 becomes -inf; NaN stays NaN."""
+    if x.dtype not in (torch.float32, torch.float16):
+        raise TypeError(f"to_bf16(rounding='floor'): need float32 or float16, got {x.dtype}")
+    f = x.to(torch.float32).contiguous()
+    bits = f.view(torch.int32)
+    down = (bits < 0) & ((bits & 0xFFFF) != 0)
+    floored = ((bits & -0x10000) + down.to(torch.int32) * 0x10000).view(torch.float32)
+    return torch.where(torch.isnan(f), f, floored).to(torch.bfloat16)  # exact: 16 low bits 0
 
 
 def _to_float32_round_to_odd(x: torch.Tensor) -> torch.Tensor:
@@ -257,31 +295,29 @@ def _exact_pow2(e: torch.Tensor) -> torch.Tensor:
 def gemm_bfp16(a: torch.Tensor, b: torch.Tensor, *, tile_k: int = DEFAULT_TILE_K,
                out_dtype: torch.dtype = torch.bfloat16,
                fmt: BFPFormat = BFP16EBS8, exact_tiles: bool = True,
+               bf16_partials: bool = False, cast: Rounding = "nearest_even",
                b_quantized: torch.Tensor | None = None,
                out: torch.Tensor | None = None) -> torch.Tensor:
     """C = A @ B as the AIE2P GEMM computes it: A [..., K] and B [K, N] bf16, both converted to
     `fmt` along K, tile sums (`tile_k` of K each, exact) added in K order in FP32, then one cast
     to `out_dtype` (bf16, or float32 for the fp32-out kernels).
 
-    `exact_tiles=False` leaves the FP32 accumulation to one BLAS call in its own order: the
-    same quantized operands, a different FP32 summation order. That can move a result by
-    FP32 rounding only (the products of 8-bit mantissas are exact; on the tests' inputs the
-    two agree bit for bit), against the ~1e-2 of the block format, and runs 2-3x faster.
+    `exact_tiles=False` leaves the FP32 accumulation to BLAS in its own order: the same
+    quantized operands, a different FP32 summation order. That can move a result by FP32
+    rounding only (the products of 8-bit mantissas are exact; on the tests' inputs the two
+    agree bit for bit), against the ~1e-2 of the block format, and runs 2-3x faster.
     Whole-model emulation uses it; kernel validation keeps the exact tile order.
+
+    The method's accumulation (see the module docstring): `bf16_partials` rounds the
+    accumulator to bf16 (nearest even) after every `tile_k` of K, as direct codegen's bf16 L1
+    C tile does (the fast path then makes one BLAS call per K tile); `cast` is the rounding
+    of the final cast to bf16: "nearest_even" (mm.o's conv_even) or "floor" (the fused-cast
+    method's cast launch).
 
     `b_quantized`, `quantize_gemm_b(b)` computed earlier: a static weight converted once.
     `out`, a contiguous [..., N] tensor of `out_dtype`: C is written there (as the kernel
     writes its output buffer) and returned."""
-    _check_bf16("gemm_bfp16", a=a, b=b)
-    if b.dim() != 2 or a.dim() < 1 or a.shape[-1] != b.shape[0]:
-        raise ValueError(f"gemm_bfp16: need a [..., K] and b [K, N], got {tuple(a.shape)} and "
-                         f"{tuple(b.shape)}")
-    if tile_k < fmt.block or tile_k % fmt.block:
-        raise ValueError(f"gemm_bfp16: tile_k must be a positive multiple of the block "
-                         f"({fmt.block}), got {tile_k}")
-    if out_dtype not in (torch.bfloat16, torch.float32):
-        raise ValueError(f"gemm_bfp16: out_dtype must be torch.bfloat16 or torch.float32, "
-                         f"got {out_dtype}")
+    _check_gemm("gemm_bfp16", a, b, tile_k, fmt.block, out_dtype)
     k, n = b.shape
     a_q = _quantize_last_dim(a.reshape(-1, k).to(torch.float32), fmt)
     b_q = quantize_gemm_b(b, fmt) if b_quantized is None else b_quantized
@@ -290,33 +326,53 @@ def gemm_bfp16(a: torch.Tensor, b: torch.Tensor, *, tile_k: int = DEFAULT_TILE_K
                             or not out.is_contiguous()):
         raise ValueError(f"gemm_bfp16: out must be a contiguous {out_dtype} tensor of shape "
                          f"{shape}, got {out.dtype} {tuple(out.shape)}")
-    if out is not None and out_dtype == torch.float32 and not exact_tiles:
+    if out is not None and out_dtype == torch.float32 and not exact_tiles and not bf16_partials:
         torch.mm(a_q, b_q, out=out.view(-1, n))
         return out
-    c = _accumulate_k_tiles(a_q, b_q, tile_k) if exact_tiles else a_q @ b_q
-    if out is not None:
-        out.view(-1, n).copy_(c)  # float32 -> bf16 here is the same nearest-even cast
-        return out
-    return to_bf16(c).view(shape) if out_dtype == torch.bfloat16 else c.view(shape)
+    c = _accumulate(a_q, b_q, tile_k, exact_tiles, bf16_partials)
+    return _write_c(c, shape, out_dtype, cast, out)
 
 
 def gemm_bf16_native(a: torch.Tensor, b: torch.Tensor, *, tile_k: int = DEFAULT_TILE_K,
-                     out_dtype: torch.dtype = torch.bfloat16, exact_tiles: bool = True
+                     out_dtype: torch.dtype = torch.bfloat16, exact_tiles: bool = True,
+                     bf16_partials: bool = False, cast: Rounding = "nearest_even"
                      ) -> torch.Tensor:
     """C = A @ B on AIE2P's native bf16 MMA (aie_api's mmul<4, 8, 8, bfloat16> when
     AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16 is not set): bf16 products, exact in FP32, tile
     sums added in K order in FP32, one cast to `out_dtype`. No block format, so none of its
     ~1e-2 error; the instruction does 4x8x8 MACs where the BFP16 one does 8x8x8, half the rate
-    (see kernels.perf)."""
-    _check_bf16("gemm_bf16_native", a=a, b=b)
-    if b.dim() != 2 or a.dim() < 1 or a.shape[-1] != b.shape[0]:
-        raise ValueError(f"gemm_bf16_native: need a [..., K] and b [K, N], got "
-                         f"{tuple(a.shape)} and {tuple(b.shape)}")
+    (see kernels.perf). `bf16_partials` and `cast` as in `gemm_bfp16`."""
+    _check_gemm("gemm_bf16_native", a, b, tile_k, 1, out_dtype)
     k, n = b.shape
     a2, b2 = a.reshape(-1, k).to(torch.float32), b.to(torch.float32)
-    c = _accumulate_k_tiles(a2, b2, tile_k) if exact_tiles else a2 @ b2
-    shape = (*a.shape[:-1], n)
-    return to_bf16(c).view(shape) if out_dtype == torch.bfloat16 else c.view(shape)
+    c = _accumulate(a2, b2, tile_k, exact_tiles, bf16_partials)
+    return _write_c(c, (*a.shape[:-1], n), out_dtype, cast, None)
+
+
+def _check_gemm(fn: str, a: torch.Tensor, b: torch.Tensor, tile_k: int, block: int,
+                out_dtype: torch.dtype) -> None:
+    _check_bf16(fn, a=a, b=b)
+    if b.dim() != 2 or a.dim() < 1 or a.shape[-1] != b.shape[0]:
+        raise ValueError(f"{fn}: need a [..., K] and b [K, N], got {tuple(a.shape)} and "
+                         f"{tuple(b.shape)}")
+    if tile_k < block or tile_k % block:
+        raise ValueError(f"{fn}: tile_k must be a positive multiple of the block ({block}), "
+                         f"got {tile_k}")
+    if out_dtype not in (torch.bfloat16, torch.float32):
+        raise ValueError(f"{fn}: out_dtype must be torch.bfloat16 or torch.float32, "
+                         f"got {out_dtype}")
+
+
+def _write_c(c: torch.Tensor, shape: tuple[int, ...], out_dtype: torch.dtype, cast: Rounding,
+             out: torch.Tensor | None) -> torch.Tensor:
+    """The FP32 accumulator C [rows, N] as the kernel writes it: cast once to bf16 (rounding
+    `cast`) or kept FP32, into `out` when given."""
+    if out_dtype == torch.bfloat16:
+        c = to_bf16(c, cast)
+    if out is not None:
+        out.view(-1, c.shape[-1]).copy_(c)
+        return out
+    return c.view(shape)
 
 
 def quantize_gemm_b(b: torch.Tensor, fmt: BFPFormat = BFP16EBS8) -> torch.Tensor:
@@ -329,26 +385,51 @@ def quantize_gemm_b(b: torch.Tensor, fmt: BFPFormat = BFP16EBS8) -> torch.Tensor
 # development machine (2048x8192x2048, tile_k 32): 2**16 -> 2.1 s, 2**17 -> 1.6 s, 2**19 to 2**22
 # -> 0.9-1.3 s.
 _ROWS_TARGET_ELEMS = 1 << 20
+# The fast path's BLAS calls take at least this many rows: with fewer, float32 addmm fell off a
+# cliff on the same machine (direct method, tile_k 32: 2048x8192x2048 in 12 s at 128-row
+# blocks, 0.7 s at 256; 2048x4096x12288 in ~130 s at the 85 rows of _ROWS_TARGET_ELEMS, 2.1 s
+# at 256).
+_FAST_MIN_ROWS = 256
 
 
-def _accumulate_k_tiles(a_q: torch.Tensor, b_q: torch.Tensor, tile_k: int) -> torch.Tensor:
-    """sum over K tiles in order (FP32) of the exact tile sums rounded to FP32."""
+def _accumulate(a: torch.Tensor, b: torch.Tensor, tile_k: int, exact_tiles: bool,
+                bf16_partials: bool) -> torch.Tensor:
+    """The FP32 accumulator C = A @ B (float32 [rows, K] and [K, N], exactly representable
+    products): K tile by K tile when the tile order or a per-tile rounding matters, else one
+    BLAS call."""
+    if exact_tiles or bf16_partials:
+        return _accumulate_k_tiles(a, b, tile_k, exact=exact_tiles, bf16_partials=bf16_partials)
+    return a @ b
+
+
+def _accumulate_k_tiles(a_q: torch.Tensor, b_q: torch.Tensor, tile_k: int, *,
+                        exact: bool = True, bf16_partials: bool = False) -> torch.Tensor:
+    """Sum over K tiles, in order, into an FP32 accumulator. `exact`: each tile's sum exact
+    (float64) and rounded to FP32 once, then added; otherwise each tile is one float32 BLAS
+    call adding into the accumulator. `bf16_partials`: after each tile the accumulator is
+    rounded to bf16 (nearest even) and read back."""
     m, k = a_q.shape
     n = b_q.shape[1]
-    a64, b64 = a_q.to(torch.float64), b_q.to(torch.float64)  # exact
+    a, b = (a_q.to(torch.float64), b_q.to(torch.float64)) if exact else (a_q, b_q)
     c = torch.zeros(m, n, dtype=torch.float32)
     if m == 0 or n == 0:
         return c
-    rows = max(1, min(m, _ROWS_TARGET_ELEMS // n))
-    part64 = torch.empty(rows, n, dtype=torch.float64)
-    part32 = torch.empty(rows, n, dtype=torch.float32)
+    rows = max(1, min(m, max(_ROWS_TARGET_ELEMS // n, 1 if exact else _FAST_MIN_ROWS)))
+    part64 = torch.empty(rows, n, dtype=torch.float64) if exact else None
+    part32 = torch.empty(rows, n, dtype=torch.float32) if exact else None
     for r0 in range(0, m, rows):
         r1 = min(m, r0 + rows)
-        acc, p64, p32 = c[r0:r1], part64[: r1 - r0], part32[: r1 - r0]
+        acc = c[r0:r1]
         for k0 in range(0, k, tile_k):
-            torch.mm(a64[r0:r1, k0:k0 + tile_k], b64[k0:k0 + tile_k], out=p64)
-            p32.copy_(p64)  # the tile sum, rounded to FP32 once
-            acc.add_(p32)   # the FP32 accumulator, in K order
+            if part64 is not None and part32 is not None:
+                p64, p32 = part64[: r1 - r0], part32[: r1 - r0]
+                torch.mm(a[r0:r1, k0:k0 + tile_k], b[k0:k0 + tile_k], out=p64)
+                p32.copy_(p64)  # the tile sum, rounded to FP32 once
+                acc.add_(p32)   # the FP32 accumulator, in K order
+            else:
+                acc.addmm_(a[r0:r1, k0:k0 + tile_k], b[k0:k0 + tile_k])
+            if bf16_partials:  # the bf16 C tile's round trip (truncf, then extf)
+                acc.copy_(acc.to(torch.bfloat16))
     return c
 
 

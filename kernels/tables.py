@@ -9,7 +9,7 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
-from .family import KernelFamily, KernelSpec, Operand
+from .family import KernelFamily, KernelSpec, Numerics, Operand
 from .measurements import load
 from .registry import FAMILIES
 
@@ -53,7 +53,7 @@ def _family(f: KernelFamily) -> str:
         facts.append(["tunables (defaults)",
                       ", ".join(f"{k}={v}" for k, v in spec.tunables.items())])
     if f.numerics is not None:
-        facts.append(["Phase-1 atol", f"{f.numerics.atol:g} (rtol 1.6e-2)"])
+        facts.append(["Phase-1 atol", _atol(f.numerics) + " (rtol 1.6e-2)"])
     if f.cost is not None:
         rate = f" (rate `{f.cost.rate_key}`)" if f.cost.rate_key else ""
         facts.append(["cost of a launch", _doc(f.cost.work) + rate
@@ -69,6 +69,15 @@ def _family(f: KernelFamily) -> str:
         out += ["Checker rules:", "", *(f"- {rule}" for rule in f.rules), ""]
     out += _measured(f)
     return "\n".join(out)
+
+
+def _atol(n: Numerics) -> str:
+    """'0.136', or '0.136; method direct: 0.362' for a family whose tiers differ."""
+    text = f"{n.atol:.3g}"
+    if n.atol_by is not None:
+        key, atols = n.atol_by
+        text += "".join(f"; {key} {value}: {atol:.3g}" for value, atol in atols.items())
+    return text
 
 
 def _plan_notes(f: KernelFamily) -> list[str]:

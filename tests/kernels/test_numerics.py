@@ -23,6 +23,7 @@ from npu_deploy.kernels.numerics import (
     GEMV_MEAN_REL_L1_MAX,
     BFPFormat,
     fp32_reference,
+    gemm_bf16_native,
     gemm_bfp16,
     gemm_operands,
     gemv_fp32acc,
@@ -74,6 +75,32 @@ def test_to_bf16_rounds_float64_once():
 def test_to_bf16_returns_bf16_input_unchanged():
     x = to_bf16(f32([1.5, -2.25]))
     assert to_bf16(x) is x
+
+
+def test_to_bf16_floor_rounds_toward_minus_infinity():
+    # near 1 the bf16 ulp is 2^-7: anything short of the next value goes down, for a negative
+    # value that is away from zero; exact values, ties included, stay
+    x = f32([1 + 2**-8, 1 + 2**-7 - 2**-23, -(1 + 2**-8), -(1 + 2**-7), 2.0**-140, -(2.0**-140),
+             0.0, -0.0])
+    out = to_bf16(x, "floor")
+    assert out.dtype == torch.bfloat16
+    assert bf16_values(out) == [1.0, 1.0, -(1 + 2**-7), -(1 + 2**-7), 0.0, -(2.0**-133), 0.0,
+                                -0.0]
+    assert [math.copysign(1, v) for v in bf16_values(out)[-2:]] == [1, -1]
+    assert bf16_values(to_bf16(x)) != bf16_values(out)  # not the nearest-even cast
+
+
+def test_to_bf16_floor_keeps_inf_and_nan_and_overflows_down():
+    nan_low_bits = torch.tensor([0x7F800001], dtype=torch.int32).view(torch.float32)
+    x = torch.cat([f32([math.inf, -math.inf, 3.4e38, -3.4e38]), nan_low_bits])
+    out = bf16_values(to_bf16(x, "floor"))
+    assert out[:2] == [math.inf, -math.inf]
+    assert out[2:4] == [3.3895313892515355e38, -math.inf]  # largest finite below; -inf below
+    assert math.isnan(out[4])  # its 16 high bits alone would read as inf
+    with pytest.raises(TypeError, match="float32"):
+        to_bf16(torch.ones(2, dtype=torch.float64), "floor")
+    with pytest.raises(ValueError, match="rounding"):
+        to_bf16(f32([1.0]), "up")  # type: ignore[arg-type]
 
 
 # --- to_bfp16: hand-worked blocks -----------------------------------------------------------------
@@ -209,9 +236,11 @@ def test_any_finite_bf16_block_matches_the_reference(bits, fmt):
 
 # --- gemm_bfp16 against a slow reference --------------------------------------------------------
 
-def reference_gemm(a: torch.Tensor, b: torch.Tensor, tile_k: int) -> torch.Tensor:
+def reference_gemm(a: torch.Tensor, b: torch.Tensor, tile_k: int,
+                   bf16_partials: bool = False) -> torch.Tensor:
     """Straight from the datapath's description: quantize A's rows and B's columns, sum each K
-    tile exactly, round the tile sum to fp32, add the tiles in K order in fp32."""
+    tile exactly, round the tile sum to fp32, add the tiles in K order in fp32; with
+    `bf16_partials`, round the sum so far to bf16 after each tile."""
     aq = reference_to_bfp16(a.to(torch.float32).tolist())
     bq = reference_to_bfp16(b.to(torch.float32).t().tolist())
     k = a.shape[1]
@@ -224,6 +253,8 @@ def reference_gemm(a: torch.Tensor, b: torch.Tensor, tile_k: int) -> torch.Tenso
                 tile_sum = math.fsum(terms)
                 assert Fraction(tile_sum) == sum(map(Fraction, terms))  # a double holds it
                 acc = np.float32(acc + np.float32(tile_sum))
+                if bf16_partials:
+                    acc = np.float32(to_bf16(torch.tensor([acc])).item())
             out[i, j] = acc
     return torch.from_numpy(out)
 
@@ -258,6 +289,46 @@ def test_gemm_equals_the_reference_bit_for_bit(m, k, n, tile_k):
     got = gemm_bfp16(a, b, tile_k=tile_k, out_dtype=torch.float32)
     assert torch.equal(got, want)
     assert torch.equal(gemm_bfp16(a, b, tile_k=tile_k), to_bf16(want))  # one final cast
+
+
+@pytest.mark.parametrize("m,k,n", GEMM_CASES)
+@pytest.mark.parametrize("tile_k", [8, 32])
+def test_bf16_partials_round_the_sum_after_every_k_tile(m, k, n, tile_k):
+    # the direct method's bf16 C tile: the same tiles, and a bf16 round trip after each
+    a, b = gemm_case(m, k, n)
+    want = reference_gemm(a, b, tile_k, bf16_partials=True)
+    got = gemm_bfp16(a, b, tile_k=tile_k, out_dtype=torch.float32, bf16_partials=True)
+    assert torch.equal(got, want)
+    assert torch.equal(gemm_bfp16(a, b, tile_k=tile_k, bf16_partials=True), to_bf16(want))
+    assert not torch.equal(got, reference_gemm(a, b, tile_k))  # the rounding shows
+
+
+def test_bf16_partials_fast_path_rounds_the_same_tiles():
+    # BLAS per K tile: the same tiles and roundings, another FP32 order within a tile (on
+    # these inputs no bit changes); the native bf16 datapath takes the same accumulation
+    a, b = gemm_operands(48, 320, 40, seed=9)
+    for tile_k in (32, 64):
+        exact = gemm_bfp16(a, b, tile_k=tile_k, bf16_partials=True)
+        assert torch.equal(gemm_bfp16(a, b, tile_k=tile_k, bf16_partials=True,
+                                      exact_tiles=False), exact)
+        assert not torch.equal(exact, gemm_bfp16(a, b, tile_k=tile_k))
+    native = gemm_bf16_native(a, b, tile_k=32, bf16_partials=True, out_dtype=torch.float32)
+    assert torch.equal(native, to_bf16(native).float())
+    assert torch.equal(native, gemm_bf16_native(a, b, tile_k=32, bf16_partials=True,
+                                                out_dtype=torch.float32, exact_tiles=False))
+
+
+def test_the_cast_rounding_applies_to_the_final_sum_only():
+    a, b = gemm_operands(40, 96, 24, seed=5)
+    fp32 = gemm_bfp16(a, b, out_dtype=torch.float32)
+    floor = gemm_bfp16(a, b, cast="floor")
+    assert torch.equal(floor, to_bf16(fp32, "floor"))
+    assert not torch.equal(floor, gemm_bfp16(a, b))
+    assert torch.equal(gemm_bfp16(a, b, out_dtype=torch.float32, cast="floor"), fp32)
+    buf = torch.empty(40, 24, dtype=torch.bfloat16)
+    assert torch.equal(gemm_bfp16(a, b, cast="floor", exact_tiles=False, out=buf), floor)
+    assert torch.equal(gemm_bf16_native(a, b, cast="floor"),
+                       to_bf16(gemm_bf16_native(a, b, out_dtype=torch.float32), "floor"))
 
 
 def test_the_reference_cases_exercise_the_k_tiling():

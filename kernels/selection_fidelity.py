@@ -1,4 +1,4 @@
-"""How far the hardware model agrees with what ran on NPU2: the checker and selection held
+"""How far the checker and selection agree with what ran on NPU2: they are held
 against every configuration of upstream's kernel registry. `benchmarks/hardware_fidelity.py`
 prints these figures beside the performance model's, the emulator's and the plans'.
 
