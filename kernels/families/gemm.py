@@ -334,13 +334,13 @@ class Method:
 
 METHODS: dict[str, dict[str, Method]] = {
     "gemm_bf16": {
-        # FP32 in the L1 C tile across all of K (as drain, below), written FP32 and cast by a
-        # second launch whose vectorized truncf sets no rounding mode: a core then rounds
-        # toward -inf (numerics [S7]). The registry ran both methods at 8 shapes: fused-cast 9.7e-3 to 9.9e-3 at every one,
-        # drain 9.3e-3 to 9.5e-3; emulated at those shapes, a floor cast gives 9.70e-3 to
-        # 9.89e-3 and a nearest-even one 9.27e-3 to 9.48e-3 (at 512^3 the gap is 4.4e-4 and
-        # the standard deviation over 6 seeds 2e-5). Toward zero gives the same mean_rel_L1 as
-        # floor: these figures cannot tell the two apart.
+        # FP32 in the L1 C tile across all of K (as drain, below), written FP32 and cast by a second
+        # launch whose vectorized truncf sets no rounding mode: a core then rounds toward -inf
+        # (numerics [S7]). The registry ran both methods at 8 shapes: fused-cast 9.7e-3 to 9.9e-3 at
+        # every one, drain 9.3e-3 to 9.5e-3; emulated at those shapes, a floor cast gives 9.70e-3 to
+        # 9.89e-3 and a nearest-even one 9.27e-3 to 9.48e-3 (at 512^3 the gap is 4.4e-4 and the
+        # standard deviation over 6 seeds 2e-5). Toward zero gives the same mean_rel_L1 as floor:
+        # these figures cannot tell the two apart.
         "fused-cast": Method(cast="floor"),
         # FP32 in the L1 C tile across all of K; the drain herd casts it once with mm.o's
         # f32_to_bf16 (conv_even).
