@@ -258,6 +258,11 @@ BF16_DATAPATH_RATE = 0.5
 #: A configuration without `method`: upstream's bf16-out default for large shapes
 #: (fused-cast) and its fp32-out default (the external mm.o).
 DEFAULT_METHOD = {"gemm_bf16": "fused-cast", "gemm_fp32": "external"}
+#: the methods each output's cost knows; bf16's `auto` is upstream's rule (fused-cast from
+#: M K N >= 4e9, else drain)
+METHODS = {"gemm_bf16": ("fused-cast", "drain", "direct", "auto"),
+           "gemm_fp32": ("external", "direct")}
+AUTO_FUSED_CAST_MKN = 4e9
 #: the configuration keys of upstream's registry rows
 CONFIG_KEYS = ("method", "tile_m", "tile_k_l2", "tile_k_l1", "tile_n", "herd_m", "herd_n")
 
@@ -279,6 +284,11 @@ def work(spec: KernelSpec, s: Shape, c: dict[str, Any], p: PerfParams) -> Work:
     tm, tk2, tn, hm, hn = (int(c[k]) for k in ("tile_m", "tile_k_l2", "tile_n", "herd_m",
                                                 "herd_n"))
     method = c.get("method") or DEFAULT_METHOD[spec.name]
+    if method not in METHODS[spec.name]:
+        raise ValueError(f"{spec.name}: method={method!r}; known: "
+                         f"{', '.join(METHODS[spec.name])}")
+    if method == "auto":
+        method = "fused-cast" if M * K * N >= AUTO_FUSED_CAST_MKN else "drain"
     rows, cols = tm * hm, tn * hn
     Mp, Kp, Np = _up(M, rows), _up(K, tk2), _up(N, cols)
     m_blocks, n_blocks = Mp // rows, Np // cols

@@ -212,3 +212,14 @@ def test_smollm2_1_7b_prefill_dispatches_are_predicted_not_fitted():
                            ("o_proj", 37.2e-3)):
         step = prof.by_name(_first_with_role(plan, role).name)
         assert step.device_s == pytest.approx(measured, rel=0.20), role
+
+
+def test_auto_is_upstreams_method_rule_and_an_unknown_method_is_refused():
+    """bf16 out, `auto`: fused-cast from M K N >= 4e9, else drain."""
+    config = {"tile_m": 32, "tile_k_l2": 256, "tile_k_l1": 32, "tile_n": 128, "herd_m": 8,
+              "herd_n": 4}
+    for shape, picked in (((2048, 2048, 512), "drain"), ((2048, 2048, 2048), "fused-cast")):
+        assert gemm("gemm_bf16", shape, {**config, "method": "auto"}) \
+            == gemm("gemm_bf16", shape, {**config, "method": picked})
+    with pytest.raises(ValueError, match="known: external, direct"):
+        gemm("gemm_fp32", (64, 64, 64), {**config, "method": "drain"})
