@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -38,9 +38,11 @@ from npu_deploy.models.config import ModelArgs
 from .family import InElf, KernelSpec, Shape, TimedLaunch, Work, timed
 from .hardware import DDR_ROOF, GB, XDNA2, Hardware
 from .measurements import TO_BASE, best_rate, load, scaled
-from .plan import Dispatch, DispatchPlan, HostStep, Launch
 from .registry import FAMILIES, HOST_KERNELS, SPECS, family
 from .specs import BF16, Decode, Mode, Prefill
+
+if TYPE_CHECKING:       # plan imports selection, which may rank by launch_seconds
+    from .plan import Dispatch, DispatchPlan, HostStep, Launch
 
 Source = Literal["modeled", "measured-npu", "measured-cpu"]
 MS = 1e-3
@@ -426,6 +428,8 @@ def _operand_bytes(ln: Launch) -> dict[str, int]:
 def estimate(plan: DispatchPlan, hw: Hardware = XDNA2, params: PerfParams | None = None
              ) -> Profile:
     """The modeled profile of `plan` on `hw`."""
+    from .plan import Dispatch
+
     p = params or PerfParams()
     py = p.host_step_s + p.host_step_per_row_s * _rows(plan.mode)
     steps: list[StepProfile] = []
@@ -522,6 +526,8 @@ def reference_decode(model: str, args: ModelArgs, pos: int, hw: Hardware = XDNA2
 def deployed(plan: DispatchPlan, c: Calibration | None = None) -> DispatchPlan:
     """`plan` with every launch at the configuration the measured deployment ran it with
     (calibration.json's deployment_configs): what the deployment's figures are priced at."""
+    from .plan import Dispatch
+
     c = c or CALIBRATION
     mode = "prefill" if isinstance(plan.mode, Prefill) else "decode"
     steps = []

@@ -223,3 +223,17 @@ def test_auto_is_upstreams_method_rule_and_an_unknown_method_is_refused():
             == gemm("gemm_bf16", shape, {**config, "method": picked})
     with pytest.raises(ValueError, match="known: external, direct"):
         gemm("gemm_fp32", (64, 64, 64), {**config, "method": "drain"})
+
+
+def test_selection_can_import_launch_seconds_without_a_cycle():
+    """kernels.plan imports the selection: the performance model must not import plan
+    before it is asked to price one, so that the selection can rank by launch_seconds."""
+    import subprocess
+    import sys
+
+    code = ("import sys, npu_deploy.kernels.perf as perf; "
+            "assert 'npu_deploy.kernels.plan' not in sys.modules; "
+            "assert 'npu_deploy.kernels.selection' not in sys.modules; "
+            "assert callable(perf.launch_seconds)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
