@@ -38,14 +38,6 @@ if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
 from benchmarks.host import cpu_name, emit  # noqa: E402
-from npu_deploy.kernels.fidelity import (  # noqa: E402
-    FOLDS,
-    Comparison,
-    compare,
-    fidelity,
-    kfold,
-    report_names,
-)
 from npu_deploy.kernels.fitting import measured_launches  # noqa: E402
 from npu_deploy.kernels.measurements import load  # noqa: E402
 from npu_deploy.kernels.perf import (  # noqa: E402
@@ -55,6 +47,14 @@ from npu_deploy.kernels.perf import (  # noqa: E402
     estimate,
     launch_seconds,
     reference_prefill,
+)
+from npu_deploy.kernels.perf_fidelity import (  # noqa: E402
+    FOLDS,
+    Comparison,
+    compare,
+    fidelity,
+    kfold,
+    report_names,
 )
 from npu_deploy.kernels.registry import SPECS  # noqa: E402
 

@@ -186,14 +186,14 @@ class Cost:
     launch on its own takes floor + work (`kernels.perf.launch_seconds`). Inside a merged
     ELF it takes the in-ELF launch price plus its work times the `in_elf` derate.
     `coefficients` names the `PerfParams` fields the family's work reads, each with the
-    starting value of their fit, and `measured()` gives the family's measured launches they
-    are fitted on (`kernels.perf.calibrate`). `rate_key` names the per-tile streaming rate
+    starting value of their fit, and `fitted_on()` gives the launches upstream measured that
+    they are fitted on (`kernels.perf.calibrate`). `rate_key` names the per-tile streaming rate
     a streaming kernel reads (a QK norm reads RMSNorm's)."""
 
     work: Callable[[KernelSpec, Shape, dict[str, Any], PerfParams], Work]
     floor: Callable[[PerfParams], float]
     coefficients: tuple[tuple[str, float], ...] = ()
-    measured: Callable[[], list[TimedLaunch]] | None = None
+    fitted_on: Callable[[], list[TimedLaunch]] | None = None
     in_elf: InElf = "matmul"
     rate_key: str | None = None
 

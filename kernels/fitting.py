@@ -2,7 +2,7 @@
 
 Each NPU family's `Cost` names the `PerfParams` coefficients its work reads, each with the
 value its fit starts from, and lists the launches its upstream page measured on their own
-(`Cost.measured`); calibration.json adds the configurations the pages' notes swept. Families
+(`Cost.fitted_on`); calibration.json adds the configurations the pages' notes swept. Families
 that share a coefficient are fitted together (the two GEMMs; the streaming kernels, which
 share a floor, a DDR ceiling and a block cost), each group by least squares of
 ln(modeled / measured) over its launches: Levenberg-Marquardt on the logarithms of the
@@ -45,7 +45,7 @@ def fit_groups() -> list[FitGroup]:
     RMSNorm's) is not a member."""
     groups: list[tuple[list[str], dict[str, float]]] = []
     for f in FAMILIES.values():
-        if f.cost is None or f.cost.measured is None:
+        if f.cost is None or f.cost.fitted_on is None:
             continue
         mine = dict(f.cost.coefficients)
         joined = [g for g in groups if set(g[1]) & set(mine)]
@@ -64,8 +64,8 @@ def measured_launches(c: Calibration | None = None, sweeps: bool = True
     """
     out: list[TimedLaunch] = []
     for f in FAMILIES.values():
-        if f.cost is not None and f.cost.measured is not None:
-            out += f.cost.measured()
+        if f.cost is not None and f.cost.fitted_on is not None:
+            out += f.cost.fitted_on()
     if not sweeps:
         return out
     if c is None:

@@ -83,7 +83,7 @@ SOURCE = Source("details/EltwiseAdd_bf16.md", markdown_tables(
 SWEPT = streaming.element_shape(4194304, "2048×2048")
 
 
-def measured() -> list[TimedLaunch]:
+def timed_launches() -> list[TimedLaunch]:
     """The tested sizes and the herd and column sweeps (tile 2048)."""
     def launch(name: str, r: dict[str, Any]) -> tuple[Shape, dict[str, Any], float]:
         shape = streaming.element_shape(r["N"], r["as_2d"]) if name == "shapes" else SWEPT
@@ -97,8 +97,8 @@ def measured() -> list[TimedLaunch]:
 FAMILIES = (
     KernelFamily(ADD, rules=streaming.RULES, check=streaming.check,
                  candidates=product_space(streaming.ELEMENT_SPACE), numerics=ADD_NUMERICS,
-                 cost=streaming.stream_cost("add", measured), program=streaming.program("add_bf16"),
-                 data="add", source=SOURCE),
+                 cost=streaming.stream_cost("add", timed_launches),
+                 program=streaming.program("add_bf16"), data="add", source=SOURCE),
     # The bias add streams like the add and reuses its measured rate.
     KernelFamily(BIAS_ADD, rules=streaming.RULES, check=streaming.check,
                  candidates=product_space(streaming.ELEMENT_SPACE), numerics=BIAS_NUMERICS,

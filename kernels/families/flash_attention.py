@@ -273,7 +273,7 @@ def work(spec: KernelSpec, s: Shape, c: dict[str, Any], p: PerfParams) -> Work:
     return Work(flops / (tiles * p.fa_tile_flops) + steps * p.fa_step_s, 0.0)
 
 
-def measured() -> list[TimedLaunch]:
+def timed_launches() -> list[TimedLaunch]:
     """The tested shapes (at the harness's 256-row q blocks, 4 q tiles, 2 heads per unroll,
     4 cascade stages; a latency range gives its middle) and the q-tiling sweep at 2048
     causal (its GFLOP/s count the causal half)."""
@@ -300,7 +300,7 @@ def measured() -> list[TimedLaunch]:
     return out
 
 
-COST = Cost(work, lambda p: p.fa_floor_s, COEFFICIENTS, measured, in_elf="attention")
+COST = Cost(work, lambda p: p.fa_floor_s, COEFFICIENTS, timed_launches, in_elf="attention")
 
 
 # --- the program -----------------------------------------------------------------------------

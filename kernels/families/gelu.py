@@ -99,7 +99,7 @@ NUMERICS = Numerics(emulate, reference, atol=5e-2)
 SWEPT = streaming.element_shape(3145728, "1024×3072")
 
 
-def measured() -> list[TimedLaunch]:
+def timed_launches() -> list[TimedLaunch]:
     """The tested sizes and the herd, herd_x and tile_n sweeps."""
     def launch(name: str, r: dict[str, Any]) -> tuple[Shape, dict[str, Any], float]:
         shape = streaming.element_shape(r["N"], r["as_2d"]) if name == "shapes" else SWEPT
@@ -109,7 +109,7 @@ def measured() -> list[TimedLaunch]:
     return streaming.measured_rows("gelu", launch)
 
 
-COST = streaming.stream_cost("gelu", measured)
+COST = streaming.stream_cost("gelu", timed_launches)
 
 # --- the program: inline vector code in each tile, no micro-kernel ----------------------------
 

@@ -310,7 +310,7 @@ def _up(n: int, step: int) -> int:
     return math.ceil(n / step) * step
 
 
-def measured(name: str) -> Callable[[], list[TimedLaunch]]:
+def timed_launches(name: str) -> Callable[[], list[TimedLaunch]]:
     """Every row of the family's page with a throughput: seconds = 2 M K N / GFLOP/s (a
     fused-cast figure includes its cast launch)."""
     def launches() -> list[TimedLaunch]:
@@ -327,7 +327,7 @@ def measured(name: str) -> Callable[[], list[TimedLaunch]]:
 
 
 def cost(name: str) -> Cost:
-    return Cost(work, lambda p: p.gemm_floor_s, COEFFICIENTS, measured(name))
+    return Cost(work, lambda p: p.gemm_floor_s, COEFFICIENTS, timed_launches(name))
 
 
 # --- the program: launch over C blocks, A and B panels in L2, C in L1 ---------------------

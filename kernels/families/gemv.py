@@ -138,7 +138,7 @@ def work(spec: KernelSpec, s: Shape, c: dict[str, Any], p: PerfParams) -> Work:
     return Work(0.0, parts * column + (parts - 1) * p.gemv_floor_s)
 
 
-def measured() -> list[TimedLaunch]:
+def timed_launches() -> list[TimedLaunch]:
     """Every row of the page, at its latency (herd_m / tile_m / m_input as measured)."""
     return [timed("gemv", {"M": r["M"], "K": r["K"]},
                   {"herd_m": r["herd_m"], "tile_m": r["tile_m"], "m_input": r["m_input"]},
@@ -146,7 +146,7 @@ def measured() -> list[TimedLaunch]:
             for r in table("gemv", "shapes")]
 
 
-COST = Cost(work, lambda p: p.gemv_floor_s, COEFFICIENTS, measured, in_elf="stream")
+COST = Cost(work, lambda p: p.gemv_floor_s, COEFFICIENTS, timed_launches, in_elf="stream")
 
 
 # --- the program: W rows and x streamed in, y accumulated per tile --------------------------

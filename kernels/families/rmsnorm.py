@@ -74,7 +74,7 @@ SOURCE = Source("details/RMSNorm_bf16.md", markdown_tables(
 # --- cost: streamed at RMSNorm's per-tile rate, fitted on its page ------------------------
 
 
-def measured() -> list[TimedLaunch]:
+def timed_launches() -> list[TimedLaunch]:
     """The tested shapes and the herd_x sweep (each column loops over its rows one at a
     time: tile_rows 1)."""
     def launch(name: str, r: dict[str, Any]) -> tuple[Shape, dict[str, Any], float]:
@@ -91,6 +91,6 @@ def _family(spec: KernelSpec, cost: Cost, **extra: Any) -> KernelFamily:
         cost=cost, program=PROGRAM, data="rmsnorm", **extra)
 
 
-FAMILIES = (_family(RMSNORM, streaming.stream_cost("rmsnorm", measured), source=SOURCE),
+FAMILIES = (_family(RMSNORM, streaming.stream_cost("rmsnorm", timed_launches), source=SOURCE),
             # QK norm is an RMSNorm: it reuses that kernel's fitted rate
             _family(QK_NORM, streaming.stream_cost("rmsnorm")))

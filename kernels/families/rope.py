@@ -81,7 +81,7 @@ SOURCE = Source("details/RoPE_bf16.md", markdown_tables(
 # --- cost: streamed at RoPE's per-tile rate, fitted on its page ----------------------------
 
 
-def measured() -> list[TimedLaunch]:
+def timed_launches() -> list[TimedLaunch]:
     """The tested shapes and the herd sweeps: one head_dim row per DMA (tile_rows 1, as the
     harness streams it), a table row per row (seq = rows)."""
     def launch(name: str, r: dict[str, Any]) -> tuple[Shape, dict[str, Any], float]:
@@ -96,6 +96,6 @@ def measured() -> list[TimedLaunch]:
 FAMILIES = (KernelFamily(
     ROPE, rules=streaming.RULES, check=streaming.check,
     candidates=product_space(streaming.ROW_SPACE), numerics=NUMERICS,
-    cost=streaming.stream_cost("rope", measured), program=PROGRAM, data="rope", source=SOURCE,
+    cost=streaming.stream_cost("rope", timed_launches), program=PROGRAM, data="rope", source=SOURCE,
     # alone, x and y are [heads, L, head_dim] (the emulator reads the spec's dims so)
     head_first_alone=("x", "y")),)

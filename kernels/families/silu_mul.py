@@ -53,7 +53,7 @@ SOURCE = Source("details/SiLU_Mul_bf16.md", markdown_tables(
 SWEPT = streaming.element_shape(16777216, "2048×8192")
 
 
-def measured() -> list[TimedLaunch]:
+def timed_launches() -> list[TimedLaunch]:
     """The tested sizes and the herd, herd_x and tile_n sweeps."""
     def launch(name: str, r: dict[str, Any]) -> tuple[Shape, dict[str, Any], float]:
         shape = streaming.element_shape(r["N"], r["as_2d"]) if name == "shapes" else SWEPT
@@ -66,5 +66,5 @@ def measured() -> list[TimedLaunch]:
 FAMILIES = (KernelFamily(
     SILU_MUL, rules=streaming.RULES, check=streaming.check,
     candidates=product_space(streaming.ELEMENT_SPACE), numerics=NUMERICS,
-    cost=streaming.stream_cost("silu_mul", measured),
+    cost=streaming.stream_cost("silu_mul", timed_launches),
     program=streaming.program("silu_and_mul_bf16"), data="silu_mul", source=SOURCE),)

@@ -127,7 +127,7 @@ def stream_bytes(spec: KernelSpec, s: Shape) -> float:
             + sum(o.nbytes for o in ops if o.role == "weight"))
 
 
-def stream_cost(rate_key: str, measured: Callable[[], list[TimedLaunch]] | None = None
+def stream_cost(rate_key: str, fitted_on: Callable[[], list[TimedLaunch]] | None = None
                 ) -> Cost:
     """Memory-bound at the kernel's fitted per-tile rate `stream_tile_bw[rate_key]`."""
     def work(spec: KernelSpec, s: Shape, c: dict[str, Any], p: PerfParams) -> Work:
@@ -141,7 +141,7 @@ def stream_cost(rate_key: str, measured: Callable[[], list[TimedLaunch]] | None 
         bw = min(tiles * p.tile_bw(rate_key), p.stream_ddr_bw)
         return Work(0.0, stream_bytes(spec, s) / bw + blocks * p.stream_block_s)
     return Cost(work, lambda p: p.stream_floor_s,
-                (*SHARED, (f"stream_tile_bw.{rate_key}", 3e9)), measured, in_elf="stream",
+                (*SHARED, (f"stream_tile_bw.{rate_key}", 3e9)), fitted_on, in_elf="stream",
                 rate_key=rate_key)
 
 

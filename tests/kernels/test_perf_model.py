@@ -11,7 +11,6 @@ from __future__ import annotations
 import pytest
 
 from npu_deploy.kernels.families.gemm import DEFAULT_METHOD, GEMM_BF16, GEMM_FP32
-from npu_deploy.kernels.fidelity import compare, fidelity, kfold, rank_correlations
 from npu_deploy.kernels.fitting import fit_groups, measured_launches
 from npu_deploy.kernels.measurements import table
 from npu_deploy.kernels.perf import (
@@ -22,6 +21,7 @@ from npu_deploy.kernels.perf import (
     launch_seconds,
     reference_prefill,
 )
+from npu_deploy.kernels.perf_fidelity import compare, fidelity, kfold, rank_correlations
 from npu_deploy.kernels.registry import SPECS
 from npu_deploy.models import CATALOG
 

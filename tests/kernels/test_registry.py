@@ -107,7 +107,7 @@ def test_each_family_declares_what_the_machinery_asks_of_it(name):
         if f.cost.rate_key is not None:
             assert PerfParams().tile_bw(f.cost.rate_key) > 0
         if f.source is not None:
-            assert f.cost.measured is not None and f.cost.measured(), name
+            assert f.cost.fitted_on is not None and f.cost.fitted_on(), name
     if f.data is not None:
         data = load(f.data)
         assert data["source"]["repository"] == "Xilinx/mlir-air"
