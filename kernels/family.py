@@ -78,7 +78,9 @@ class KernelSpec:
 
 #: (spec, shape, config with the spec's defaults filled in, hardware, usage to fill) ->
 #: every rule of the hardware the configuration breaks. `usage` gets tiles, l1_bytes,
-#: l2_bytes and, for streams through the shim, bd_base and bd_tails.
+#: l2_bytes and, for streams through the shim, bd_base and bd_tails; a family that stages
+#: through the memory tiles may add memtile_bds, memtile_in and memtile_out. A multi-launch
+#: ELF is checked on these keys (kernels.checker.ELF_RESOURCES).
 CheckRule = Callable[[KernelSpec, Shape, dict[str, Any], Hardware, dict[str, int]],
                      list[Finding]]
 #: (spec, shape, hardware) -> the configurations selection tries, the calibrated one first.
@@ -274,6 +276,15 @@ class KernelFamily:
     #: its emulation has an exact (FP64 K-tile sums) and a fast (BLAS) path: the runner
     #: chooses with config["exact_tiles"]
     exact_tiles: bool = False
+    #: what upstream measured on NPU2 at a shape (the registry row: for a GEMM its fastest
+    #: high-precision configuration), or None where the shape was not measured
+    measured: Callable[[Shape], dict[str, Any] | None] | None = None
+    #: the measured rows name this family's tunables: selection takes the measured
+    #: configuration at a measured shape
+    measured_config: bool = False
+    #: the values of `method` that belong to the low-precision tier (selection takes them
+    #: only when no high-precision configuration fits)
+    low_precision: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:

@@ -1,4 +1,5 @@
-"""Regenerate the measured data files (kernels/data/<family>.json) from Xilinx/mlir-air.
+"""Regenerate the measured data files (kernels/data/<family>.json, deployments.json) from
+Xilinx/mlir-air.
 
     python -m npu_deploy.kernels.ingest MIRROR [--rev REV] [--out DIR]
 
@@ -6,9 +7,10 @@ MIRROR is a clone of https://github.com/Xilinx/mlir-air, bare or with a work tre
 every kernel family that declares an upstream `Source` (kernels/families/), the page is
 read at REV (default HEAD) with `git show`, its tables are taken as the family's reader
 says, its best figure from the registry's index (supported_kernels.md), and the file is
-written with the repository, path, commit and date it came from. The output is
-deterministic: ingesting the same commit twice writes the same bytes, so a diff of the
-data files is a diff of upstream's measurements.
+written with the repository, path, commit and date it came from. `deployments.json` holds
+upstream's LLM deployments (programming_examples/llms), read by kernels.llm_pages. The
+output is deterministic: ingesting the same commit twice writes the same bytes, so a diff
+of the data files is a diff of upstream's measurements.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .llm_pages import LLMS, NOTES, SUMMARY, deployment_records
 from .measurements import DATA_DIR, REGISTRY, UPSTREAM, index_best
 from .registry import FAMILIES
 
@@ -69,6 +72,25 @@ def ingest(mirror: Mirror) -> dict[str, dict[str, Any]]:
     return out
 
 
+def ingest_deployments(mirror: Mirror) -> dict[str, Any]:
+    """deployments.json: upstream's LLM deployments of the nine target models, each row with
+    the file it came from (kernels.llm_pages)."""
+    return {
+        "about": "Upstream's bf16 deployments of the nine target models on NPU2: the ELFs "
+                 "(dispatches) per layer of prefill and decode with the launches of our plans "
+                 "each holds, why upstream split where it did, what runs on the CPU, and the "
+                 "end-to-end and per-ELF figures its pages report. For judging our dispatch "
+                 "plans and performance model; nothing is fitted to them but Llama-3.2-1B's "
+                 "(kernels/data/calibration.json).",
+        "source": {"repository": UPSTREAM, "path": LLMS, "commit": mirror.commit,
+                   "commit_date": mirror.date, "summary": SUMMARY,
+                   "measured": "real NPU2 (AIE2P), bf16, seq_len 2048, `make profile "
+                               "N_TOKENS=32`, 2026-06"},
+        "notes": list(NOTES),
+        "models": deployment_records(mirror.read),
+    }
+
+
 def dumps(data: dict[str, Any]) -> str:
     """JSON with one table row per line (the tables stay readable in a diff)."""
     def encode(value: Any, depth: int) -> str:
@@ -97,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(dumps(data))
         rows = sum(len(t["rows"]) for t in data["tables"].values())
         print(f"{path}: {rows} rows from {data['source']['path']} at {mirror.commit[:12]}")
+    deployments = ingest_deployments(mirror)
+    path = args.out / "deployments.json"
+    path.write_text(dumps(deployments))
+    print(f"{path}: {len(deployments['models'])} models from {LLMS} at {mirror.commit[:12]}")
     return 0
 
 

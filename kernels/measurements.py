@@ -34,6 +34,10 @@ REGISTRY = "programming_examples/kernel_registry"
 
 Row = dict[str, Any]
 
+#: The data files written by hand from upstream's prose (each row cites its page), not
+#: ingested from a registry page: the calibration figures and the GEMM failures.
+CURATED = ("calibration", "gemm_failures")
+
 
 @functools.cache
 def load(name: str) -> dict[str, Any]:
@@ -70,6 +74,48 @@ def table(name: str, table_name: str) -> list[Row]:
     """The rows of one table of a data file."""
     rows: list[Row] = load(name)["tables"][table_name]["rows"]
     return rows
+
+
+def rows_at(name: str, table_name: str, row_key: Callable[[Row], tuple[Any, ...]],
+            shape_key: Callable[[dict[str, int]], tuple[Any, ...]]
+            ) -> Callable[[dict[str, int]], Row | None]:
+    """A family's `measured` lookup: the row of table `table_name` of data file `name` whose
+    `row_key` equals the shape's `shape_key` (the first, where several match)."""
+    @functools.cache
+    def index() -> dict[tuple[Any, ...], Row]:
+        found: dict[tuple[Any, ...], Row] = {}
+        for row in table(name, table_name):
+            try:
+                found.setdefault(row_key(row), row)
+            except (KeyError, TypeError):
+                continue
+        return found
+    return lambda shape: index().get(shape_key(shape))
+
+
+def measured_seconds(name: str, row: Row, flops: float) -> float | None:
+    """One launch's measured time in a row of data file `name`: its latency (a range gives
+    its middle) or, for a GEMM row, its FLOPs over its GFLOP/s."""
+    units = {}
+    for t in load(name)["tables"].values():
+        units.update(t["units"])
+    for field, scale in (("latency", None), ("gflops", "GFLOP/s")):
+        value = row.get(field)
+        if value is None:
+            continue
+        mid = sum(value) / len(value) if isinstance(value, list) else value
+        if field == "latency":
+            return scaled(mid, TO_BASE[units.get("latency", "us")])
+        return flops / scaled(mid, TO_BASE[str(scale)])
+    return None
+
+
+def provenance(name: str) -> str:
+    """Where data file `name`'s figures come from, in one line."""
+    src = load(name)["source"]
+    where = src.get("path", src.get("document", ""))
+    return (f"{src['repository']} {where} @ {str(src['commit'])[:12]} "
+            f"({src['measured']})")
 
 
 # --- where the figures come from ------------------------------------------------------------

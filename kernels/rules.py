@@ -103,10 +103,12 @@ def pad(findings: list[Finding], dim: str, size: int, step: int) -> int:
 
 
 def bds(findings: list[Finding], streams: int, tails: int, hw: Hardware,
-        usage: dict[str, int] | None = None) -> None:
-    """Each stream ping-pongs over two shim descriptors; an unaligned tail needs its own
-    pair (NPU_FACTS: 'BD pool exhausted by unaligned dims')."""
-    base, extra = streams * 2, tails * 2 * streams
+        usage: dict[str, int] | None = None, once: int = 0) -> None:
+    """Each stream ping-pongs over two shim descriptors and a buffer loaded once (a norm's
+    weight) takes one; an unaligned tail needs its own pair per stream (NPU_FACTS: 'BD pool
+    exhausted by unaligned dims'). `usage` gets bd_base and bd_tails, the descriptors a
+    multi-launch ELF reuses and keeps (kernels.checker.ELF_RESOURCES)."""
+    base, extra = streams * 2 + once, tails * 2 * streams
     need = base + extra
     if usage is not None:
         usage.update(bd_base=base, bd_tails=extra)

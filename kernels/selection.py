@@ -1,22 +1,29 @@
 """Tile selection: for every (kernel, shape) a model needs, a configuration the checker
-accepts, starting from the calibrated Llama-3.2-1B configurations of NPU_FACTS.md.
+accepts.
 
-Each family declares its search space (`candidates`), ordered by how close a configuration
-stays to the calibrated one; the first one without blocking findings and with the least
-padded work wins, ties going to more tiles. Padding is allowed and its wasted work
-recorded; silent corruption and hardware errors never are.
+Where upstream measured the shape on NPU2 (the kernel registry's data, `KernelFamily.measured`),
+its fastest high-precision configuration is taken, as upstream's own models take it, and the
+selection says so (`source` "measured"). Elsewhere every candidate of the family's search
+space is checked and the fastest by the performance model wins (`source` "modeled"):
+blocking findings first ruled out, then the high-precision tier before the low one, then the
+least padded work, then the modeled time. Padding is allowed and its wasted work recorded;
+silent corruption and hardware errors never are: a shape without a valid configuration gets
+the least bad one with its findings, which `valid` reports and the caller refuses.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from .checker import Finding, blocking, check_with_usage
-from .hardware import Hardware
-from .registry import family
+from .hardware import XDNA2, Hardware
+from .registry import SPECS, family
 from .specs import KernelSpec, KernelUse, Shape, unique_kernels
+
+SelectionSource = Literal["measured", "modeled"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +34,11 @@ class Selection:
     findings: list[Finding]
     usage: dict[str, int] = field(default_factory=dict)
     tried: int = 0
+    #: "measured": upstream's fastest configuration measured at this shape on NPU2
+    #: (`measured` holds that registry row); "modeled": chosen by the performance model
+    source: SelectionSource = "modeled"
+    measured: dict[str, Any] | None = None
+    modeled_s: float = 0.0
 
     @property
     def valid(self) -> bool:
@@ -53,26 +65,73 @@ def _candidates(spec: KernelSpec, shape: Shape, hw: Hardware) -> Iterator[dict[s
     return candidates(spec, shape, hw)
 
 
-def select(use: KernelUse, hw: Hardware, roles: tuple[str, ...] = ()) -> Selection:
-    """The best configuration of `use` on `hw` (or the least bad, with its findings)."""
+def modeled_seconds(spec: KernelSpec, shape: Shape, config: dict[str, Any]) -> float:
+    """A launch's modeled time on its own (kernels.perf)."""
+    from .perf import launch_seconds
+
+    return launch_seconds(spec, shape, config)
+
+
+def select(use: KernelUse, hw: Hardware, roles: tuple[str, ...] = (),
+           use_measured: bool = True) -> Selection:
+    """The best configuration of `use` on `hw` (or the least bad, with its findings).
+    `use_measured` False ignores upstream's measured configurations (to judge the model)."""
     spec = use.spec
     if spec.where == "cpu":
         return Selection(use, roles or (use.role,), {}, [], {"tiles": 0}, 0)
-    best: tuple[tuple[Any, ...], Selection] | None = None
+    found = _select(spec.name, tuple(sorted(use.shape.items())), hw, use_measured)
+    return Selection(use, roles or (use.role,), dict(found.config), list(found.findings),
+                     dict(found.usage), found.tried, found.source, found.measured,
+                     found.modeled_s)
+
+
+@dataclass(frozen=True)
+class _Found:
+    config: dict[str, Any]
+    findings: list[Finding]
+    usage: dict[str, int]
+    tried: int
+    source: SelectionSource
+    measured: dict[str, Any] | None
+    modeled_s: float
+
+
+@functools.lru_cache(maxsize=4096)
+def _select(name: str, shape_items: tuple[tuple[str, int], ...], hw: Hardware,
+            use_measured: bool) -> _Found:
+    """Selection is a pure function of (kernel, shape, hardware): computed once."""
+    spec, shape = SPECS[name], dict(shape_items)
+    fam = family(name)
+    if use_measured and hw == XDNA2 and fam.measured is not None and fam.measured_config:
+        row = fam.measured(shape)
+        if row is not None:
+            config = {**spec.tunables, **{k: row[k] for k in spec.tunables if k in row}}
+            findings, usage = check_with_usage(spec, shape, config, hw)
+            if not blocking(findings):
+                return _Found(config, findings, usage, 1, "measured", row,
+                              modeled_seconds(spec, shape, config))
+    best: tuple[tuple[Any, ...], _Found] | None = None
     tried = 0
-    for rank, config in enumerate(_candidates(spec, use.shape, hw)):
+    for rank, candidate in enumerate(_candidates(spec, shape, hw)):
         tried += 1
-        findings, usage = check_with_usage(spec, use.shape, config, hw)
-        key = (len(blocking(findings)), round(_waste(findings), 4), -usage["tiles"], rank)
+        config = {**spec.tunables, **candidate}
+        findings, usage = check_with_usage(spec, shape, config, hw)
+        bad = len(blocking(findings))
+        seconds = modeled_seconds(spec, shape, config) if not bad else float("inf")
+        key = (bad, _tier(name, config), round(_waste(findings), 4), seconds,
+               -usage.get("tiles", 0), rank)
         if best is None or key < best[0]:
-            best = (key, Selection(use, roles or (use.role,), {**spec.tunables, **config},
-                                   findings, usage))
-        if not blocking(findings) and not _waste(findings) and rank == 0:
-            break       # the calibrated configuration fits as it is
+            best = (key, _Found(config, findings, usage, 0, "modeled", None, seconds))
     assert best is not None
     chosen = best[1]
-    return Selection(chosen.use, chosen.roles, chosen.config, chosen.findings, chosen.usage,
-                     tried)
+    return _Found(chosen.config, chosen.findings, chosen.usage, tried, "modeled", None,
+                  chosen.modeled_s)
+
+
+def _tier(name: str, config: dict[str, Any]) -> int:
+    """0 for the high-precision tier (or a kernel without tiers), 1 for the low one."""
+    tiers = family(name).low_precision
+    return int(bool(tiers) and config.get("method") in tiers)
 
 
 def select_all(uses: list[KernelUse], hw: Hardware) -> list[Selection]:

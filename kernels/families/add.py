@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..air_parts import EmitError, LaunchLayout, Writer, call
 from ..family import KernelFamily, KernelSpec, Numerics, Shape, Tensors, TimedLaunch, product_space
-from ..measurements import Source, TableSource, markdown_tables
+from ..measurements import Source, TableSource, markdown_tables, rows_at
 from ..tensors import bf16_out, bound_layout, f32
 from . import streaming
 
@@ -98,7 +98,9 @@ FAMILIES = (
     KernelFamily(ADD, rules=streaming.RULES, check=streaming.check,
                  candidates=product_space(streaming.ELEMENT_SPACE), numerics=ADD_NUMERICS,
                  cost=streaming.stream_cost("add", timed_launches),
-                 program=streaming.program("add_bf16"), data="add", source=SOURCE),
+                 program=streaming.program("add_bf16"), data="add", source=SOURCE,
+                 measured=rows_at("add", "shapes", lambda r: (r["N"],),
+                                  lambda s: (s["rows"] * s["width"],))),
     # The bias add streams like the add and reuses its measured rate.
     KernelFamily(BIAS_ADD, rules=streaming.RULES, check=streaming.check,
                  candidates=product_space(streaming.ELEMENT_SPACE), numerics=BIAS_NUMERICS,

@@ -47,7 +47,7 @@ from ..family import (
     timed,
 )
 from ..hardware import Hardware
-from ..measurements import TO_BASE, Source, TableSource, load, markdown_tables, scaled
+from ..measurements import TO_BASE, Source, TableSource, load, markdown_tables, rows_at, scaled
 from ..numerics import BFP16EBS8, DEFAULT_TILE_K, _quantize_last_dim, softmax_bfp16, to_bf16
 from ..rules import Finding
 from ..tensors import as_head_first, bound_layout, f32
@@ -422,6 +422,9 @@ FAMILIES = (KernelFamily(
     FLASH_ATTENTION, rules=RULES, check=check, candidates=candidates, numerics=NUMERICS,
     cost=COST, program=AirProgram(launch_layout, segment),
     data="flash_attention", source=SOURCE, head_first_alone=("q", "k", "v", "o"),
+    measured=rows_at("flash_attention", "shapes",
+                     lambda r: (r["heads"], r["kv_heads"], r["Lq"], r["Lk"], r["dk"], r["causal"]),
+                     lambda s: (s["heads"], s["kv_heads"], s["Lq"], s["Lk"], s["head_dim"], True)),
     # Built as its own program (with its own segment and cascade routing), and the measured
     # deployment runs it alone in its dispatch: our reading, not a documented hardware limit.
     own_elf=True,

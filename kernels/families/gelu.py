@@ -28,7 +28,7 @@ import torch
 from ..air_parts import LaunchLayout, Writer
 from ..family import KernelFamily, KernelSpec, Numerics, Shape, Tensors, TimedLaunch, product_space
 from ..hardware import Hardware
-from ..measurements import Source, TableSource, markdown_tables
+from ..measurements import Source, TableSource, markdown_tables, rows_at
 from ..rules import Finding
 from ..tensors import bf16_out, f32
 from . import streaming
@@ -157,4 +157,6 @@ SOURCE = Source("details/GELU_bf16.md", markdown_tables(
 
 FAMILIES = (KernelFamily(
     GELU, rules=RULES, check=check, candidates=product_space(SPACE), numerics=NUMERICS,
-    cost=COST, program=PROGRAM, data="gelu", source=SOURCE),)
+    cost=COST, program=PROGRAM, data="gelu", source=SOURCE,
+    measured=rows_at("gelu", "shapes", lambda r: (r["N"],),
+                     lambda s: (s["rows"] * s["width"],))),)

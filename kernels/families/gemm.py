@@ -7,7 +7,7 @@ the registry's GEMM pages, whose JSON this module's data files are ingested from
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -43,7 +43,6 @@ from ..family import (
     Tensors,
     TimedLaunch,
     Work,
-    product_space,
     timed,
 )
 from ..hardware import Hardware
@@ -70,31 +69,105 @@ def flops(s: Shape) -> float:
     return 2.0 * s["M"] * s["K"] * s["N"]
 
 
-# The calibrated configuration of NPU_FACTS.md: tiles m64 / kl2 256 / kl1 32 / n128.
-TUNABLES = {"tile_m": 64, "tile_k_l2": 256, "tile_k_l1": 32, "tile_n": 128, "herd_m": 4,
-            "herd_n": 8, "datapath": "bfp16"}
-GEMM_BF16 = KernelSpec("gemm_bf16", "npu", "GEMM, bf16 in, FP32 accumulate, one cast to bf16 out",
-                       ("M", "K", "N"), operands(BF16), flops, dict(TUNABLES))
+# Upstream's recommended configuration for large GEMMs (the registry's GEMM pages): herd
+# [herd_m, herd_n] = [8, 4], the full 32-tile array; tiles m64 / kl2 256 / kl1 32 / n128.
+# `b_parts`: B stored as that many column blocks [b_parts, K, N / b_parts], so that the
+# stride of B's K step is tile_k_l2 x N / b_parts (an LM head over a 150k vocabulary needs it).
+TUNABLES = {"tile_m": 64, "tile_k_l2": 256, "tile_k_l1": 32, "tile_n": 128, "herd_m": 8,
+            "herd_n": 4, "datapath": "bfp16", "b_parts": 1}
+
+#: How each GEMM computes its output (upstream's `--method` / `--codegen`), in order of
+#: preference at equal speed. bf16 out: `fused-cast` (an FP32 GEMM, then a separate cast
+#: launch in the same ELF), `drain` (the GEMM's drain herd casts the FP32 accumulator once),
+#: `direct` (direct codegen: the L1 accumulator is bf16, rounded once per L2 K tile: the low
+#: precision tier). FP32 out: `external` (the hand-tuned mm.o) or `direct` codegen (the
+#: same numerics, slower).
+METHODS = {"gemm_bf16": ("fused-cast", "drain", "direct"), "gemm_fp32": ("external", "direct")}
+#: The methods of the low-precision tier (bf16 partial sums); the others accumulate in FP32
+#: across all of K and cast once.
+LOW_PRECISION = {"gemm_bf16": ("direct",), "gemm_fp32": ()}
+#: The matmul microkernel (mm_aie2p.cc) asserts m % (2 r) == 0, k % s == 0 and n % (2 t) == 0
+#: for its r x s x t = 8 x 8 x 8 MMA: tile_m and tile_n multiples of 16, tile_k_l1 of 8.
+MMUL = 8
+
+GEMM_BF16 = KernelSpec("gemm_bf16", "npu", "GEMM, bf16 in, FP32 accumulate, bf16 out",
+                       ("M", "K", "N"), operands(BF16), flops,
+                       {**TUNABLES, "method": "fused-cast"})
 GEMM_FP32 = KernelSpec("gemm_fp32", "npu", "GEMM, bf16 in, FP32 accumulate and FP32 out",
-                       ("M", "K", "N"), operands(FP32), flops, dict(TUNABLES))
+                       ("M", "K", "N"), operands(FP32), flops,
+                       {**TUNABLES, "method": "external"})
 
 # --- checker rule -------------------------------------------------------------------------
 
 RULES = (
+    "method: fused-cast, drain or direct (bf16 out); external or direct (FP32 out)",
     "datapath: bfp16 (8x8x8 blocks) or bf16 (native 4x8x8)",
-    "herd: herd_m x herd_n fits the array",
-    "L1: C tile FP32 for the launch, A and B tiles twice while multiplying, the cast C tile "
-    "while draining",
-    "L2 per memory tile: A panels per herd row and the B panel twice, the column's C tiles",
-    "memory-tile channels: 2 + herd_m in and out",
-    "divisible: tile_k_l2 by tile_k_l1; tile_m, tile_k_l1, tile_n by the 8-wide matmul",
+    "herd [herd_m, herd_n]: logical; herd_m <= 8 (one memory tile each), herd_n <= 4",
+    "divisible (upstream's asserts): K by tile_k_l2, tile_k_l2 by tile_k_l1; tile_m and "
+    "tile_n by 16, tile_k_l1 by 8 (the matmul microkernel's static asserts)",
     "corrupt: N not divisible by tile_n x herd_n writes a silently wrong C",
-    "known failure: herd_n 1 with tile_n 128 at N not 512-aligned fails at run time",
+    "corrupt: an odd L1 K loop of 5 or more steps (tile_k_l2 / tile_k_l1) returned garbage "
+    "at every measured shape",
+    "L1: the FP32 accumulator and the A and B tiles twice; drain adds its bf16 drain buffer "
+    "(72 KiB at tile_m 64: drain caps at 32); direct accumulates in bf16",
+    "L2 per memory tile: an A panel and a B panel, both twice, and one herd row's C tiles",
+    "memory-tile channels: A, B and the herd row's herd_n C streams in",
+    "strides: a DMA stride (B's K step, tile_k_l2 x N) within the limit, in 4-byte words",
     "repeat: the K loop (K / tile_k_l2) within the DMA repeat limit",
-    "strides within the DMA limit; an A row moves a multiple of 4 bytes",
-    "buffer descriptors: 3 streams, a pair more per unaligned tail",
-    "padding (warning): M to tile_m x herd_m, K to tile_k_l2",
+    "known failure: herd_n 1 with tile_n 128 at N not 512-aligned fails at run time; and "
+    "every configuration upstream measured failing (kernels/data/gemm_failures.json)",
+    "padding (warning): M to tile_m x herd_m (the host pads the rows)",
 )
+
+
+def _known_failures() -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The measured failures of kernels/data/gemm_failures.json, by configuration."""
+    return {_failure_key(r["family"], r, r): r for r in load("gemm_failures")["failures"]}
+
+
+def _failure_key(family: str, s: Shape, c: dict[str, Any]) -> tuple[Any, ...]:
+    return (family, s["M"], s["K"], s["N"], c.get("method"),
+            *(int(c[k]) for k in ("tile_m", "tile_k_l2", "tile_k_l1", "tile_n", "herd_m",
+                                  "herd_n")))
+
+
+KNOWN_FAILURES = _known_failures()
+
+
+def l1_bytes(method: str, out_bytes: int, tm: int, tk1: int, tn: int) -> int:
+    """A compute tile's L1: the C accumulator (FP32; bf16 for the direct method's bf16 out),
+    the A and B tiles ping-ponged, and for drain the bf16 buffer the accumulator is cast
+    into, which the compiler keeps beside the others (upstream: 32 + 24 + 16 = 72 KiB at
+    tile_m 64, tile_n 128)."""
+    acc = BF16 if method == "direct" and out_bytes == BF16 else FP32
+    need = tm * tn * acc + 2 * (tm * tk1 + tk1 * tn) * BF16
+    if method == "drain":
+        need += tm * tn * BF16
+    return need
+
+
+def l2_bytes(method: str, out_bytes: int, tm: int, tk2: int, tn: int, hn: int) -> int:
+    """The busiest memory tile's L2. The compiler splits the segment's L2 buffers over the
+    memory tiles by herd row and column: one holds an A panel [tile_m, tile_k_l2] and a B
+    panel [tile_k_l2, tile_n], both double-buffered, and the C tiles of one herd row
+    [herd_n, tile_m, tile_n] (FP32 for fused-cast, whose GEMM writes an FP32 scratch). The
+    measured 2048^3 at 64/512/32/128 fills exactly 512 KiB."""
+    c_bytes = FP32 if method == "fused-cast" else out_bytes
+    return 2 * tm * tk2 * BF16 + 2 * tk2 * tn * BF16 + hn * tm * tn * c_bytes
+
+
+def dma_words(elements: int) -> int:
+    """A bf16 stride in the DMA's 4-byte words (upstream's Gemma3-4B sweep: tile_k_l2 x N =
+    128 x 10240 compiles, 256 x 10240 does not: the limit counts words, not elements)."""
+    return elements * BF16 // 4
+
+
+def stride_words(f: list[Finding], name: str, words: int, hw: Hardware) -> None:
+    if not 1 <= words <= hw.max_stride:
+        f.append(Finding("stride", "error", f"{name} needs a DMA stride of {words} 4-byte "
+                         f"words, outside [1, {hw.max_stride}] (aie.dma_bd stride check); use "
+                         "a smaller tile_k_l2, or store B in column blocks (b_parts)", words,
+                         hw.max_stride))
 
 
 def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
@@ -103,73 +176,130 @@ def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
     M, K, N = s["M"], s["K"], s["N"]
     tm, tk2, tk1, tn, hm, hn = (int(c[k]) for k in
                                 ("tile_m", "tile_k_l2", "tile_k_l1", "tile_n", "herd_m", "herd_n"))
+    method = str(c.get("method", METHODS[spec.name][0]))
+    parts = int(c.get("b_parts", 1))
     f: list[Finding] = []
+    if method not in METHODS[spec.name]:
+        f.append(Finding("method", "error", f"method={method!r}: {spec.name} runs "
+                         f"{' or '.join(METHODS[spec.name])}", 0, 0))
     if c.get("datapath", "bfp16") not in ("bfp16", "bf16"):
         f.append(Finding("datapath", "error", f"datapath={c['datapath']!r}: the AIE2P matmul "
                          "runs bfp16 (8x8x8 blocks) or bf16 (native 4x8x8)", 0, 0))
-    rules.herd(f, hm, hn, hw)
-    # L1: the C tile accumulated in FP32 for the whole launch; while multiplying, A and B
-    # tiles double-buffered; while draining (A and B freed), for bf16 out, the cast C tile
-    # (the three herd phases of kernels.air's GEMM).
-    l1 = tm * tn * FP32 + max(2 * tm * tk1 * BF16 + 2 * tk1 * tn * BF16,
-                              tm * tn * BF16 if out_bytes == BF16 else 0)
-    rules.l1(f, l1, hw, f"A {tm}x{tk1} and B {tk1}x{tn} bf16 twice, C {tm}x{tn} fp32",
-             "use a smaller tile_m, tile_n or tile_k_l1")
-    # L2, one memory tile per herd column: an A panel per herd row and the column's B
-    # panel, double-buffered, and the C tiles of the column on their way out.
-    l2 = 2 * hm * tm * tk2 * BF16 + 2 * tk2 * tn * BF16 + hm * tm * tn * out_bytes
-    usage.update(tiles=hm * hn, l1_bytes=l1, l2_bytes=l2)
-    if l2 > hw.l2_bytes:
-        f.append(Finding("l2", "error", f"L2 capacity exceeded: {l2 / 1024:.0f} KiB staged per "
-                         f"memory tile (A {hm}x{tm}x{tk2}, B {tk2}x{tn} double-buffered, C "
-                         f"{hm}x{tm}x{tn}) > {hw.l2_bytes // 1024} KiB; use a smaller tile_m, "
-                         "herd_m or tile_k_l2", l2, hw.l2_bytes))
-    # Memory-tile channels: in = A + B from the shim + C from each row; out = A to each
-    # row + B down the column + C to the shim.
-    mem_in, mem_out = 2 + hm, hm + 2
-    if mem_in > hw.memory_dma.inputs or mem_out > hw.memory_dma.outputs:
-        f.append(Finding("channels", "error", f"a memory tile would need {mem_in} input and "
-                         f"{mem_out} output DMA channels for herd_m={hm}, it has "
-                         f"{hw.memory_dma.inputs} + {hw.memory_dma.outputs} ('out of "
-                         "channels'); use a smaller herd_m", max(mem_in, mem_out),
-                         hw.memory_dma.inputs))
-    if tk2 % tk1:
+    # The herd is logical: herd_m rows of tiles take their A panels from one memory tile
+    # each (the array has one per column), herd_n columns share the B panels.
+    if hm > hw.cols or hn > hw.rows or hm < 1 or hn < 1:
+        f.append(Finding("herd", "error", f"herd [herd_m {hm}, herd_n {hn}] does not fit "
+                         f"{hw.name}: herd_m takes one memory tile per row (at most "
+                         f"{hw.cols}), herd_n at most {hw.rows}", hm * hn, hw.tiles))
+    for name, tile, step in (("tile_m", tm, 2 * MMUL), ("tile_n", tn, 2 * MMUL),
+                             ("tile_k_l1", tk1, MMUL)):
+        if tile <= 0 or tile % step:
+            f.append(Finding("divisible", "error", f"{name}={tile} is not a multiple of "
+                             f"{step} (the matmul microkernel asserts it for its "
+                             f"{MMUL}x{MMUL}x{MMUL} MMA)", tile, step))
+    if tk1 <= 0 or tk2 % tk1:
         f.append(Finding("divisible", "error", f"tile_k_l2={tk2} is not a multiple of "
                          f"tile_k_l1={tk1}", tk2, tk1))
-    for name, tile in (("tile_m", tm), ("tile_k_l1", tk1), ("tile_n", tn)):
-        if tile % hw.mmul_k_block:
-            f.append(Finding("divisible", "error", f"{name}={tile} is not a multiple of the "
-                             f"{hw.mmul_k_block}x{hw.mmul_k_block}x{hw.mmul_k_block} matmul "
-                             "unit", tile, hw.mmul_k_block))
+    elif (tk2 // tk1) % 2 and tk2 // tk1 >= 5:
+        f.append(Finding("k_tiling", "corrupt", f"tile_k_l2 / tile_k_l1 = {tk2}/{tk1} = "
+                         f"{tk2 // tk1} L1 K steps: every odd count of 5 or more measured on "
+                         "NPU2 returned garbage without an error (the registry's SmolVLA "
+                         "sweeps); use an even count or 3", tk2 // tk1, 4))
+    if tk2 <= 0 or K % tk2:
+        f.append(Finding("divisible", "error", f"K={K} is not divisible by tile_k_l2={tk2} "
+                         "(the builder asserts it); pick a tile_k_l2 that divides K", K, tk2))
     span_n = tn * hn
+    if parts < 1 or N % parts or (N // parts) % span_n:
+        if parts > 1:
+            f.append(Finding("divisible", "error", f"b_parts={parts} must split N={N} into "
+                             f"blocks that tile_n x herd_n = {span_n} divides", N, parts))
     if N % span_n:
-        options = sorted({t * h for t in (32, 64, 128, 256) for h in range(1, hw.cols + 1)
-                          if N % (t * h) == 0 and t * h <= N})[-3:]
+        options = sorted({t * h for t in range(16, 257, 16) for h in range(1, hw.rows + 1)
+                          if N % (t * h) == 0})[-3:]
         f.append(Finding("divisible", "corrupt", f"N={N} is not divisible by tile_n x herd_n = "
                          f"{tn}x{hn} = {span_n}: the hardware writes a silently corrupt output "
                          f"(cosine ~0.02); pick tile_n x herd_n dividing N (e.g. "
                          f"{', '.join(map(str, options)) or 'pad N'})", N, span_n))
+    l1 = l1_bytes(method, out_bytes, tm, tk1, tn)
+    rules.l1(f, l1, hw, f"{method}: C {tm}x{tn}, A {tm}x{tk1} and B {tk1}x{tn} twice"
+             + (", the bf16 drain buffer" if method == "drain" else ""),
+             "use a smaller tile_m or tile_n" + (" (drain: tile_m 32)" if method == "drain"
+                                                 else ""))
+    l2 = l2_bytes(method, out_bytes, tm, tk2, tn, hn)
+    usage.update(tiles=hm * hn, l1_bytes=l1, l2_bytes=l2)
+    if l2 > hw.l2_bytes:
+        f.append(Finding("l2", "error", f"L2 capacity exceeded: {l2 / 1024:.0f} KiB in one "
+                         f"memory tile (A {tm}x{tk2} and B {tk2}x{tn} double-buffered, C "
+                         f"{hn}x{tm}x{tn}) > {hw.l2_bytes // 1024} KiB; use a smaller "
+                         "tile_k_l2, tile_m or tile_n", l2, hw.l2_bytes))
+    # A memory tile takes A and B from the shim and the C tiles of its herd row, one
+    # stream per tile; it sends A along the row, B down the column and C to the shim.
+    mem_in = 2 + hn
+    # what the ELF checks count per memory tile: its channels, two descriptors each (ping-pong)
+    usage.update(memtile_in=mem_in, memtile_out=3, memtile_bds=2 * (mem_in + 3))
+    if mem_in > hw.memory_dma.inputs:
+        f.append(Finding("channels", "error", f"a memory tile would need {mem_in} input DMA "
+                         f"channels (A, B and {hn} C tiles) for herd_n={hn}, it has "
+                         f"{hw.memory_dma.inputs} ('out of channels'); use herd_n <= "
+                         f"{hw.memory_dma.inputs - 2}", mem_in, hw.memory_dma.inputs))
     if hn == 1 and tn == 128 and N % 512:
         f.append(Finding("known_failure", "error", f"herd_n=1 with tile_n=128 at N={N} (not "
-                         "512-aligned) fails at run time on NPU2 (measured); use tile_n=64 or "
-                         "more columns", N, 512))
-    Mp = rules.pad(f, "M", M, tm * hm)
-    Kp = rules.pad(f, "K", K, tk2)
-    # M and N tiles are iterations of the launch grid; the K loop is one DMA repeat.
-    rules.repeat(f, "the K loop", Kp // tk2, hw, "use a larger tile_k_l2")
-    for name, stride in (("A (row stride K)", K), ("B (row stride N)", N),
-                         ("C (row stride N)", N)):
-        rules.stride(f, name, stride, hw)
-    rules.align(f, "an A row", tk1, BF16, hw)
-    rules.bds(f, streams=3, tails=sum(x != y for x, y in ((M, Mp), (K, Kp))), hw=hw, usage=usage)
+                         "512-aligned) fails at run time on NPU2 (measured: the cast paths "
+                         "assume the full array); use herd_n 4 and a smaller tile_n", N, 512))
+    rules.pad(f, "M", M, tm * hm)
+    rules.repeat(f, "the K loop", K // max(tk2, 1), hw, "use a larger tile_k_l2")
+    for name, elems in ((f"B's K step (tile_k_l2 x N{'/b_parts' if parts > 1 else ''})",
+                         tk2 * N // max(parts, 1)), ("A's row block (K x tile_m)", K * tm)):
+        stride_words(f, name, dma_words(elems), hw)
+    rules.bds(f, streams=3, tails=int(M % (tm * hm) != 0), hw=hw, usage=usage)
+    # A configuration upstream saw fail that no rule above explains: its measurement.
+    known = KNOWN_FAILURES.get(_failure_key(spec.name, s, {**c, "method": method}))
+    if known is not None and not any(x.kind == known["explained_by"] for x in f):
+        f.append(Finding("known_failure", "corrupt" if known["outcome"] == "corrupt"
+                         else "error", f"measured on NPU2: {known['outcome']} "
+                         f"({known['note']}; {known['page']})", 0, 0))
     return f
 
 
-# --- search space (NPU_FACTS: m64 / kl2 256 / kl1 32 / n128 first) -------------------------
+# --- search space -----------------------------------------------------------------------------
 
-SPACE = {"tile_n": (128, 64, 32, 256), "herd_n": (8, 4, 7, 6, 5, 3, 2, 1),
-         "herd_m": (4, 3, 2, 1), "tile_m": (64, 32, 128), "tile_k_l2": (256, 128, 512, 64),
-         "tile_k_l1": (32, 64, 16)}
+#: What the search tries per dim (upstream's sweeps: tile_m {32, 64, 128}, tile_k_l2 64 to
+#: 512, tile_n to 256; the SmolVLA shapes' 16, 48, 80, 96, 240).
+TILE_M = (64, 32, 16, 48, 128)
+TILE_K_L1 = (32, 64, 48, 16)
+TILE_K_L2_MAX = 1024
+
+
+def candidates(spec: KernelSpec, s: Shape, hw: Hardware) -> Iterator[dict[str, Any]]:
+    """The configurations worth checking at a shape: each method; (tile_m, herd_m) that
+    divide M (padding M only when none does); every (tile_n, herd_n) dividing N; tile_k_l2
+    dividing K and tile_k_l1 dividing it. Upstream's default comes first."""
+    M, K, N = s["M"], s["K"], s["N"]
+    # M: the rows padded to the microkernel's 16 (a sequence of 50 runs as 64, as upstream
+    # pads SmolVLA's), then the two largest herds per tile_m that divide them.
+    rows = -(-M // (2 * MMUL)) * 2 * MMUL
+    ms = [pair for tm in TILE_M
+          for pair in [(tm, hm) for hm in range(hw.cols, 0, -1) if rows % (tm * hm) == 0][:2]]
+    # N: every tile_n (multiples of 16 up to 256) with the widest herd_n that divides N.
+    ns = [pair for tn in (128, *range(256, 15, -16))
+          for pair in [(tn, hn) for hn in range(hw.rows, 0, -1) if N % (tn * hn) == 0][:1]]
+    ks = [(k2, k1) for k2 in range(min(K, TILE_K_L2_MAX), 7, -8) if K % k2 == 0
+          for k1 in TILE_K_L1 if k2 % k1 == 0 and not ((k2 // k1) % 2 and k2 // k1 >= 5)]
+    default = {k: spec.tunables[k] for k in ("tile_m", "tile_k_l2", "tile_k_l1", "tile_n",
+                                             "herd_m", "herd_n")}
+    yield {**default, "method": spec.tunables["method"], "b_parts": 1}
+    # B in column blocks only when no whole-N stride fits the DMA (the fewest that do).
+    fits = [p for p in (1, 2, 4, 8, 16, 32, 64) if N % p == 0
+            and any(dma_words(k2 * N // p) <= hw.max_stride for k2, _ in ks)]
+    parts = fits[0] if fits else 1
+    for method in METHODS[spec.name]:
+        for tm, hm in ms:
+            for tn, hn in ns:
+                if (N // parts) % (tn * hn):
+                    continue
+                for k2, k1 in ks:
+                    yield {"method": method, "tile_m": tm, "tile_k_l2": k2, "tile_k_l1": k1,
+                           "tile_n": tn, "herd_m": hm, "herd_n": hn, "b_parts": parts}
 
 # --- numerics: both operands through the BFP16 MMA, FP32 accumulation (kernels.numerics) ---
 
@@ -255,13 +385,7 @@ ATOL = 6e-2
 # AIE2P): half the compute rate. Inferred from the instruction shapes, never measured.
 BF16_DATAPATH_RATE = 0.5
 
-#: A configuration without `method`: upstream's bf16-out default for large shapes
-#: (fused-cast) and its fp32-out default (the external mm.o).
-DEFAULT_METHOD = {"gemm_bf16": "fused-cast", "gemm_fp32": "external"}
-#: the methods each output's cost knows; bf16's `auto` is upstream's rule (fused-cast from
-#: M K N >= 4e9, else drain)
-METHODS = {"gemm_bf16": ("fused-cast", "drain", "direct", "auto"),
-           "gemm_fp32": ("external", "direct")}
+#: upstream's `--method auto` for bf16 out: fused-cast from M K N >= 4e9, else drain
 AUTO_FUSED_CAST_MKN = 4e9
 #: the configuration keys of upstream's registry rows
 CONFIG_KEYS = ("method", "tile_m", "tile_k_l2", "tile_k_l1", "tile_n", "herd_m", "herd_n")
@@ -283,12 +407,13 @@ def work(spec: KernelSpec, s: Shape, c: dict[str, Any], p: PerfParams) -> Work:
     M, K, N = s["M"], s["K"], s["N"]
     tm, tk2, tn, hm, hn = (int(c[k]) for k in ("tile_m", "tile_k_l2", "tile_n", "herd_m",
                                                 "herd_n"))
-    method = c.get("method") or DEFAULT_METHOD[spec.name]
+    # without a method: the first of METHODS, upstream's default (fused-cast; external)
+    method = c.get("method") or METHODS[spec.name][0]
+    if method == "auto" and "drain" in METHODS[spec.name]:
+        method = "fused-cast" if M * K * N >= AUTO_FUSED_CAST_MKN else "drain"
     if method not in METHODS[spec.name]:
         raise ValueError(f"{spec.name}: method={method!r}; known: "
                          f"{', '.join(METHODS[spec.name])}")
-    if method == "auto":
-        method = "fused-cast" if M * K * N >= AUTO_FUSED_CAST_MKN else "drain"
     rows, cols = tm * hm, tn * hn
     Mp, Kp, Np = _up(M, rows), _up(K, tk2), _up(N, cols)
     m_blocks, n_blocks = Mp // rows, Np // cols
@@ -351,7 +476,7 @@ def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayo
         l1 += (buf("c_out_l1", (tm, tn), BF16, "L1", phase="drain"),)
     return LaunchLayout(
         launch.kernel, launch.label, tuple(launch.spec.operands(s)),
-        grid=(cdiv(M, tm * hm), cdiv(N, tn * hn)), segment=None, herd=(hn, hm), l2=l2, l1=l1,
+        grid=(cdiv(M, tm * hm), cdiv(N, tn * hn)), segment=None, herd=(hm, hn), l2=l2, l1=l1,
         loop=cdiv(K, tk2), inner=tk2 // tk1,
         externs=(Extern(f"zero_f32_{dims(tm, tn)}", obj, ("c_l1",)),
                  Extern(f"matmul_bf16_f32_{dims(tm, tk1, tn)}", obj, ("a_l1", "b_l1", "c_l1")),
@@ -369,7 +494,7 @@ def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[s
     a_l2, b_l2, c_l2 = layout.l2
     a_l1, b_l1, c_l1 = layout.l1[:3]
     rest = layout.l1[3:]
-    hn, hm = layout.herd
+    hm, hn = layout.herd           # upstream's sizes=[herd_m, herd_n]: tx splits M, ty N
     tm, tk1 = a_l1.shape
     tn, tk2 = b_l1.shape[1], a_l2.shape[2]
     w(f"{c_l1.name} = AllocOp({memref(c_l1.shape, c_l1.dtype, 'L1')}, [], [])  "
@@ -381,16 +506,26 @@ def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[s
     w.indent()
     w(f"dma_memcpy_nd({a_l2.name}, {arg['a']}, src_offsets=[0, at([(lx, {hm * tm * K}), "
       f"(k2, {tk2})])], src_sizes=[{hm * tm}, {tk2}], src_strides=[{K}, 1])")
-    w(f"dma_memcpy_nd({b_l2.name}, {arg['b']}, src_offsets=[0, at([(k2, {tk2 * N}), "
-      f"(ly, {hn * tn})])], src_sizes=[{tk2}, {hn * tn}], src_strides=[{N}, 1])")
+    # B is stored as b_parts column blocks [b_parts, K, N / b_parts]: launch column ly is
+    # block ly // (blocks per part), and a K step moves tile_k_l2 rows of one block.
+    parts = int(launch.config_dict.get("b_parts", 1))
+    np_, span = N // parts, hn * tn
+    if parts > 1:
+        w(f"part = at([(ly, 1)], divisor={np_ // span})")
+        w(f"dma_memcpy_nd({b_l2.name}, {arg['b']}, src_offsets=[0, at([(part, {K * np_ - np_}), "
+          f"(k2, {tk2 * np_}), (ly, {span})])], src_sizes=[{tk2}, {span}], "
+          f"src_strides=[{np_}, 1])")
+    else:
+        w(f"dma_memcpy_nd({b_l2.name}, {arg['b']}, src_offsets=[0, at([(k2, {tk2 * N}), "
+          f"(ly, {span})])], src_sizes=[{tk2}, {span}], src_strides=[{N}, 1])")
     open_herd(w, p, layout, [a_l2.name, b_l2.name, c_l1.name], f"multiply one K2 step of {tk2}")
     alloc_l1(w, (a_l1, b_l1))
     w(f"for k1 in range_(0, {layout.inner}):")
     w.indent()
-    w(f"dma_memcpy_nd({a_l1.name}, {a_l2.name}, src_offsets=[ty, 0, at([(k1, {tk1})])], "
+    w(f"dma_memcpy_nd({a_l1.name}, {a_l2.name}, src_offsets=[tx, 0, at([(k1, {tk1})])], "
       f"src_sizes=[1, {tm}, {tk1}], src_strides=[{tm * tk2}, {tk2}, 1])")
     w(f"dma_memcpy_nd({b_l1.name}, {b_l2.name}, src_offsets=[at([(k1, {tk1})]), "
-      f"at([(tx, {tn})])], src_sizes=[{tk1}, {tn}], src_strides=[{hn * tn}, 1])")
+      f"at([(ty, {tn})])], src_sizes=[{tk1}, {tn}], src_strides=[{hn * tn}, 1])")
     call(w, extern(layout, "matmul"))
     w("yield_([])")
     w.dedent()
@@ -404,7 +539,7 @@ def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[s
         alloc_l1(w, rest)
         call(w, extern(layout, "cast"))
         out = rest[0].name
-    w(f"dma_memcpy_nd({c_l2.name}, {out}, dst_offsets=[ty, 0, at([(tx, {tn})])], "
+    w(f"dma_memcpy_nd({c_l2.name}, {out}, dst_offsets=[tx, 0, at([(ty, {tn})])], "
       f"dst_sizes=[1, {tm}, {tn}], dst_strides=[{tm * hn * tn}, {hn * tn}, 1])")
     free(w, rest)
     w.dedent()
@@ -453,12 +588,23 @@ SOURCE_FP32 = Source("details/GEMM_bf16_in_fp32_out.json", registry_json(
     "codegen) and tile; herd [herd_m, herd_n]"))
 
 
+def measured_best(name: str) -> Callable[[Shape], dict[str, Any] | None]:
+    """The registry row of upstream's fastest high-precision method at a shape, if measured."""
+    best: dict[tuple[int, int, int], dict[str, Any]] = {}
+    for row in table(name, "shapes"):
+        if row["best"] and row["tier"] == "high" and row["gflops"] is not None:
+            best[row["M"], row["K"], row["N"]] = row
+    return lambda s: best.get((s["M"], s["K"], s["N"]))
+
+
 def _family(spec: KernelSpec, out_dtype: torch.dtype, source: Source) -> KernelFamily:
     return KernelFamily(
-        spec, rules=RULES, check=check, candidates=product_space(SPACE),
+        spec, rules=RULES, check=check, candidates=candidates,
         numerics=Numerics(emulate(out_dtype), reference, ATOL, weights=unit_scale),
         cost=cost(spec.name), program=PROGRAM, data=spec.name, source=source,
-        transposed_weight="b", exact_tiles=True)
+        transposed_weight="b", exact_tiles=True, measured=measured_best(spec.name),
+        measured_config=True,
+        low_precision=LOW_PRECISION[spec.name])
 
 
 FAMILIES = (_family(GEMM_BF16, torch.bfloat16, SOURCE_BF16),

@@ -37,7 +37,16 @@ from ..family import (
     timed,
 )
 from ..hardware import Hardware
-from ..measurements import TO_BASE, Source, TableSource, load, markdown_tables, scaled, table
+from ..measurements import (
+    TO_BASE,
+    Source,
+    TableSource,
+    load,
+    markdown_tables,
+    rows_at,
+    scaled,
+    table,
+)
 from ..numerics import gemv_fp32acc
 from ..rules import Finding
 from ..tensors import f32
@@ -202,5 +211,5 @@ SOURCE = Source("details/GEMV_bf16.md", markdown_tables(
 
 FAMILIES = (KernelFamily(
     GEMV, rules=RULES, check=check, candidates=product_space(SPACE), numerics=NUMERICS,
-    cost=COST, program=AirProgram(launch_layout, segment), data="gemv",
-    source=SOURCE),)
+    cost=COST, program=AirProgram(launch_layout, segment), data="gemv", source=SOURCE,
+    measured=rows_at("gemv", "shapes", lambda r: (r["M"], r["K"]), lambda s: (s["M"], s["K"]))),)

@@ -21,7 +21,7 @@ from ..family import (
     TimedLaunch,
     product_space,
 )
-from ..measurements import Source, TableSource, markdown_tables
+from ..measurements import Source, TableSource, markdown_tables, rows_at
 from ..tensors import bf16_out, f32
 from . import streaming
 
@@ -91,6 +91,8 @@ def _family(spec: KernelSpec, cost: Cost, **extra: Any) -> KernelFamily:
         cost=cost, program=PROGRAM, data="rmsnorm", **extra)
 
 
-FAMILIES = (_family(RMSNORM, streaming.stream_cost("rmsnorm", timed_launches), source=SOURCE),
+FAMILIES = (_family(RMSNORM, streaming.stream_cost("rmsnorm", timed_launches), source=SOURCE,
+                    measured=rows_at("rmsnorm", "shapes", lambda r: (r["M"], r["N"]),
+                                     lambda s: (s["rows"], s["width"]))),
             # QK norm is an RMSNorm: it reuses that kernel's fitted rate
             _family(QK_NORM, streaming.stream_cost("rmsnorm")))

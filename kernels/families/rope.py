@@ -10,7 +10,7 @@ from npu_deploy.oracle import reference as ref_ops
 
 from ..air_parts import LaunchLayout, Writer
 from ..family import KernelFamily, KernelSpec, Numerics, Shape, Tensors, TimedLaunch, product_space
-from ..measurements import Source, TableSource, markdown_tables
+from ..measurements import Source, TableSource, markdown_tables, rows_at
 from ..tensors import bf16_out, bound_layout, f32
 from . import streaming
 
@@ -98,4 +98,6 @@ FAMILIES = (KernelFamily(
     candidates=product_space(streaming.ROW_SPACE), numerics=NUMERICS,
     cost=streaming.stream_cost("rope", timed_launches), program=PROGRAM, data="rope", source=SOURCE,
     # alone, x and y are [heads, L, head_dim] (the emulator reads the spec's dims so)
-    head_first_alone=("x", "y")),)
+    head_first_alone=("x", "y"),
+    measured=rows_at("rope", "shapes", lambda r: (r["rows"], r["head_dim"]),
+                     lambda s: (s["rows"], s["width"]))),)

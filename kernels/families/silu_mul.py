@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from npu_deploy.oracle import reference as ref_ops
 
 from ..family import KernelFamily, KernelSpec, Numerics, Shape, Tensors, TimedLaunch, product_space
-from ..measurements import Source, TableSource, markdown_tables
+from ..measurements import Source, TableSource, markdown_tables, rows_at
 from ..tensors import bf16_out, f32
 from . import streaming
 
@@ -67,4 +67,6 @@ FAMILIES = (KernelFamily(
     SILU_MUL, rules=streaming.RULES, check=streaming.check,
     candidates=product_space(streaming.ELEMENT_SPACE), numerics=NUMERICS,
     cost=streaming.stream_cost("silu_mul", timed_launches),
-    program=streaming.program("silu_and_mul_bf16"), data="silu_mul", source=SOURCE),)
+    program=streaming.program("silu_and_mul_bf16"), data="silu_mul", source=SOURCE,
+    measured=rows_at("silu_mul", "shapes", lambda r: (r["N"],),
+                     lambda s: (s["rows"] * s["width"],))),)

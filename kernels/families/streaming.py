@@ -64,6 +64,8 @@ RULES = (
     "L1: the block of every stream, ping-pong, plus a weight row or a table row per row",
     "alignment: a row (or tile) moves a multiple of 4 bytes",
     "padding (warning, element-wise): elements pad to tile x tiles",
+    "buffer descriptors: a pair per stream and table of each tile in a column, one per "
+    "weight load (the buffers are padded, so no tail)",
 )
 
 
@@ -96,6 +98,12 @@ def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
         # A 1-D stream folds into a multi-dimensional descriptor: no repeat limit bites.
         rules.pad(f, "elements", n, tile * hm * rows_used)
         rules.align(f, "a tile", tile, BF16, hw)
+    # Through its column's shim tile, each tile of the column streams its inputs, its output
+    # and its table rows (ping-pong pairs); a weight row is loaded once.
+    tables = sum(1 for o in ops if o.role == "table")
+    weights = sum(1 for o in ops if o.role == "weight")
+    rules.bds(f, streams=rows_used * (ins + 1 + tables), tails=0, hw=hw, usage=usage,
+              once=rows_used * weights)
     return f
 
 
@@ -118,28 +126,32 @@ ELEMENT_SPACE = {"herd_m": (8, 4, 2, 1), "tile": (2048, 1024, 4096, 512, 256)}
 SHARED = (("stream_floor_s", 80e-6), ("stream_ddr_bw", 58e9), ("stream_block_s", 1e-7))
 
 
-def stream_bytes(spec: KernelSpec, s: Shape) -> float:
-    """Bytes a launch moves: a row of every input, table and output per row (RoPE moves a
-    cos and a sin row per row), a weight row once."""
+def stream_bytes(spec: KernelSpec, s: Shape, elements: int) -> float:
+    """Bytes a launch moves over `elements` of rows x width (the padded blocks it loops
+    over): every input, table and output element once (RoPE moves a cos and a sin row per
+    row), a weight row once."""
     ops = spec.operands(s)
-    per_row = sum(1 for o in ops if o.role in ("input", "table", "output"))
-    return (s["rows"] * s["width"] * BF16 * per_row
-            + sum(o.nbytes for o in ops if o.role == "weight"))
+    per_element = sum(1 for o in ops if o.role in ("input", "table", "output"))
+    return elements * BF16 * per_element + sum(o.nbytes for o in ops if o.role == "weight")
 
 
 def stream_cost(rate_key: str, fitted_on: Callable[[], list[TimedLaunch]] | None = None
                 ) -> Cost:
     """Memory-bound at the kernel's fitted per-tile rate `stream_tile_bw[rate_key]`."""
     def work(spec: KernelSpec, s: Shape, c: dict[str, Any], p: PerfParams) -> Work:
-        """memory: the bytes in and out at the herd's tiles times the kernel's per-tile rate
-        (capped by DDR), and a cost per DMA block of each tile"""
+        """memory: the bytes of the blocks the herd loops over (rows or elements padded to
+        whole blocks) at the herd's tiles times the kernel's per-tile rate (capped by DDR),
+        and a cost per DMA block of each tile"""
         tiles = int(c["herd_m"]) * int(c.get("herd_rows", 1))
         if "tile_rows" in c:
+            block = int(c["tile_rows"]) * s["width"]
             blocks = math.ceil(s["rows"] / (int(c["tile_rows"]) * tiles))
         else:
-            blocks = math.ceil(s["rows"] * s["width"] / (int(c["tile"]) * tiles))
+            block = int(c["tile"])
+            blocks = math.ceil(s["rows"] * s["width"] / (block * tiles))
         bw = min(tiles * p.tile_bw(rate_key), p.stream_ddr_bw)
-        return Work(0.0, stream_bytes(spec, s) / bw + blocks * p.stream_block_s)
+        moved = stream_bytes(spec, s, blocks * block * tiles)
+        return Work(0.0, moved / bw + blocks * p.stream_block_s)
     return Cost(work, lambda p: p.stream_floor_s,
                 (*SHARED, (f"stream_tile_bw.{rate_key}", 3e9)), fitted_on, in_elf="stream",
                 rate_key=rate_key)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from .models import model_shape
@@ -30,34 +31,57 @@ def kernels_cmd(model: str, seq_len: int, decode_pos: int | None, hw_name: str,
 
     MODEL is a name from `npu-deploy models` (shapes only) or any loadable model.
     """
-    from npu_deploy.kernels import HARDWARE, Decode, Prefill, model_kernels
+    from npu_deploy.kernels import HARDWARE, XDNA2, Decode, Prefill, model_kernels
+    from npu_deploy.kernels.figures import KernelFigures, kernel_figures
     from npu_deploy.kernels.selection import select_all
 
     hw = HARDWARE[hw_name]
     described, args = model_shape(model)
     mode = Decode(decode_pos) if decode_pos is not None else Prefill(seq_len)
     selections = select_all(model_kernels(args, mode), hw)
+    figures = [kernel_figures(x) if hw == XDNA2 else KernelFigures(None) for x in selections]
     if as_json:
         emit_json([{"kernel": x.use.spec.name, "where": x.use.spec.where, "roles": x.roles,
-                    "shape": x.use.shape, "config": x.config, "usage": x.usage,
-                    "valid": x.valid, "wasted_fraction": x.wasted_fraction,
-                    "findings": [f.__dict__ for f in x.findings]} for x in selections])
+                    "shape": x.use.shape, "config": x.config, "config_source": x.source,
+                    "usage": x.usage, "valid": x.valid, "wasted_fraction": x.wasted_fraction,
+                    "findings": [f.__dict__ for f in x.findings],
+                    "modeled_s": fig.modeled_s,
+                    "measured_npu": None if fig.measured_s is None else {
+                        "seconds": fig.measured_s, "config": fig.measured_config,
+                        "same_config": fig.same_config, "source": fig.source}}
+                   for x, fig in zip(selections, figures, strict=True)])
         return
     out = console()
     out.print(f"{described}, {mode}, on {hw.name}")
     table = Table(title_justify="left", title="kernels (configurations checked against the "
-                  "hardware model; nothing here ran on an NPU)")
-    for col in ("kernel", "roles", "shape", "config", "tiles", "L1 KiB", "L2 KiB", "findings"):
-        table.add_column(col, justify="right" if col in ("tiles", "L1 KiB", "L2 KiB") else "left")
-    for x in selections:
+                  "hardware model; measured = upstream's NPU2 figure at this shape, modeled = "
+                  "kernels.perf; nothing ran on an NPU here)")
+    numeric = ("tiles", "L1 KiB", "L2 KiB", "modeled us", "measured us (NPU2)")
+    for col in ("kernel", "roles", "shape", "config", *numeric, "findings"):
+        table.add_column(col, justify="right" if col in numeric else "left")
+    sources: dict[str, int] = {}
+    for x, fig in zip(selections, figures, strict=True):
         config = " ".join(f"{k}={v}" for k, v in x.config.items())
+        if x.source == "measured":
+            config += " [measured config]"
         findings = "; ".join(f.message for f in x.findings) or "-"
-        table.add_row(x.use.spec.name + (" (cpu)" if x.use.spec.where == "cpu" else ""),
-                      ", ".join(x.roles), x.use.shape_text(), config or "-",
+        measured = "-"
+        if fig.measured_s is not None and fig.source is not None:
+            mark = sources.setdefault(fig.source, len(sources) + 1)
+            measured = f"{fig.measured_s * 1e6:.1f} [{mark}]"
+            if not fig.same_config and fig.measured_config:
+                measured += " at " + " ".join(f"{k}={v}" for k, v in
+                                             fig.measured_config.items())
+        table.add_row(escape(x.use.spec.name) + (" (cpu)" if x.use.spec.where == "cpu" else ""),
+                      ", ".join(x.roles), x.use.shape_text(), escape(config or "-"),
                       str(x.usage.get("tiles", 0)),
                       f"{x.usage.get('l1_bytes', 0) / 1024:.1f}",
-                      f"{x.usage.get('l2_bytes', 0) / 1024:.0f}", findings)
+                      f"{x.usage.get('l2_bytes', 0) / 1024:.0f}",
+                      "-" if fig.modeled_s is None else f"{fig.modeled_s * 1e6:.1f}",
+                      escape(measured), escape(findings))
     out.print(table)
+    for source, mark in sources.items():
+        out.print(f"[{mark}] measured on NPU2: {escape(source)}", highlight=False)
     invalid = [x for x in selections if not x.valid]
     if invalid:
         out.print(f"{len(invalid)} kernel(s) have no configuration that fits {hw.name}")

@@ -14,6 +14,7 @@ from typing import Any
 from npu_deploy.events import PHASE_NAMES
 from npu_deploy.events.describe import check_text, failing_checks
 from npu_deploy.events.envelope import parse_ts
+from npu_deploy.kernels.figures import measured_figure
 from npu_deploy.kernels.perf import DDR_ROOF, estimate
 from npu_deploy.kernels.specs import Decode, Prefill
 from npu_deploy.pipeline.report.render import KernelPoint, PhaseSpan, ReportData, render_report
@@ -53,9 +54,17 @@ def report_data(ws: Workspace, measured: dict[str, float] | None = None) -> Repo
     per_launch = estimate(pre_plan, ws.hw)
     pre_deployed, pre_base = times["prefill_deployed"], times["prefill_baseline"]
     dec_deployed, dec_base = times["decode_deployed"], times["decode_baseline"]
-    kernels = [KernelPoint(ln.label, ln.kernel, ln.flops, ln.bytes, ln.seconds,
-                           per_launch.source)
-               for step in per_launch.steps for ln in step.launches]
+    planned = {ln.label: ln for d in pre_plan.dispatches for ln in d.launches}
+    kernels = []
+    for step in per_launch.steps:
+        for ln in step.launches:
+            # upstream's standalone NPU2 time at this launch's shape, where it measured one
+            it = planned.get(ln.label)
+            upstream = None if it is None else measured_figure(it.spec, it.shape_dict)
+            kernels.append(KernelPoint(
+                ln.label, ln.kernel, ln.flops, ln.bytes, ln.seconds, per_launch.source,
+                None if upstream is None else upstream.seconds,
+                None if upstream is None else upstream.source))
     transforms, gates, answers = [], [], []
     events = list(store.events(run_id))
     for e in events:

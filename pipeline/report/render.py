@@ -42,6 +42,10 @@ class KernelPoint(Rates):
     bytes: int                      # moved to or from DDR
     seconds: float
     source: str                     # "modeled" | "measured-npu" | "measured-cpu"
+    # upstream's standalone time of this kernel at this shape, measured on NPU2 (its
+    # kernel registry), and that data's provenance; None where it measured no such shape
+    upstream_s: float | None = None
+    upstream_source: str | None = None
 
     def __post_init__(self) -> None:
         where = f"kernel point {self.label!r}"
@@ -302,14 +306,29 @@ def _kernels(data: ReportData) -> list[str]:
               f"ridge point {ridge:.3g} FLOP/byte; a launch left of the ridge is memory-bound.",
               ""]
     rows = []
+    notes: dict[str, int] = {}
     for k in top:
         roof = k.roof_seconds(data.peak_flops, data.ddr_bw)
         fraction = f"{roof / k.seconds:.0%}" if k.seconds else "-"
-        row = [k.label, k.kernel, format_time(k.seconds), f"{k.achieved_flops / 1e9:.1f}",
-               f"{k.achieved_bw / 1e9:.2f}", fraction, k.bound(data.peak_flops, data.ddr_bw)]
+        upstream = "-"
+        if k.upstream_s is not None and k.upstream_source is not None:
+            mark = notes.setdefault(k.upstream_source, len(notes) + 1)
+            upstream = f"{format_time(k.upstream_s)} [{mark}]"
+        row = [k.label, k.kernel, format_time(k.seconds), upstream,
+               f"{k.achieved_flops / 1e9:.1f}", f"{k.achieved_bw / 1e9:.2f}", fraction,
+               k.bound(data.peak_flops, data.ddr_bw)]
         rows.append(row + ([SOURCE_LABELS[k.source]] if mixed else []))
-    header = ["launch", "kernel", f"time ({when})", "GFLOP/s", "GB/s", "of roofline", "bound"]
-    lines += _table(header + (["source"] if mixed else []), rows, right=(2, 3, 4, 5))
+    header = ["launch", "kernel", f"time ({when})", "upstream, standalone (measured on NPU2)",
+              "GFLOP/s", "GB/s", "of roofline", "bound"]
+    if not notes:       # no launch was measured upstream: no column of dashes
+        header, rows = header[:3] + header[4:], [r[:3] + r[4:] for r in rows]
+    lines += _table(header + (["source"] if mixed else []), rows,
+                    right=(2, 3, 4, 5, 6) if notes else (2, 3, 4, 5))
+    if notes:
+        lines += [""] + [f"[{mark}] measured on NPU2: {source}" for source, mark in notes.items()]
+        lines += ["", "Upstream's figures time one kernel alone at the same shape, at the "
+                      "configuration its sweep found fastest; GFLOP/s, GB/s and the roofline "
+                      f"columns are those of the {when} time."]
     skipped = sum(not k.plottable for k in data.kernels)
     if skipped:
         lines += ["", f"{skipped} of {len(data.kernels)} launches are not on the roofline "

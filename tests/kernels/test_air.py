@@ -110,7 +110,7 @@ def nbytes(buffers: list[tuple[list[int], str]]) -> int:
 CASES = [
     ("gemm_bf16", {"M": 2048, "K": 2048, "N": 2048}, {"tile_m": 64, "tile_k_l2": 256,
                                                        "tile_k_l1": 32, "tile_n": 128,
-                                                       "herd_m": 4, "herd_n": 8}),
+                                                       "herd_m": 8, "herd_n": 4}),
     ("gemm_fp32", {"M": 128, "K": 576, "N": 1536}, None),
     ("gemv", {"M": 2048, "K": 2048}, None),
     ("rmsnorm", {"rows": 128, "width": 576}, None),
@@ -153,7 +153,7 @@ def test_each_kernel_emits_its_spec_and_config(kernel, shape, config):
         tm, tk1, tk2, tn = c["tile_m"], c["tile_k_l1"], c["tile_k_l2"], c["tile_n"]
         hm, hn = c["herd_m"], c["herd_n"]
         assert parsed.grid == [math.ceil(M / (tm * hm)), math.ceil(N / (tn * hn))]
-        assert herd == [hn, hm] and len(parsed.herds) == 3     # zero, multiply, drain
+        assert herd == [hm, hn] and len(parsed.herds) == 3     # zero, multiply, drain
         assert ([tm, tk1], "bf16") in parsed.l1 and ([tk1, tn], "bf16") in parsed.l1
         assert ([tm, tn], "f32") in parsed.l1
         assert ([hm, tm, tk2], "bf16") in parsed.l2 and ([tk2, hn * tn], "bf16") in parsed.l2

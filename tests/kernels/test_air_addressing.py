@@ -487,7 +487,7 @@ def test_gelu_moves_every_element_in_and_out_once_over_a_two_dimensional_herd(
 PROGRAMS = [
     ("gemm_bf16", {"M": 2048, "K": 2048, "N": 2048}, {"tile_m": 64, "tile_k_l2": 256,
                                                        "tile_k_l1": 32, "tile_n": 128,
-                                                       "herd_m": 4, "herd_n": 8}, {}),
+                                                       "herd_m": 8, "herd_n": 4}, {}),
     ("gemm_bf16", GEMM, {**TILES, "tile_n": 64, "herd_n": 2}, {"c": "head-first"}),
     ("gemm_bf16", GEMM, {**TILES, "tile_n": 32, "herd_n": 1}, {"c": "head-first"}),
     ("gemm_fp32", {"M": 128, "K": 576, "N": 1536}, None, {}),

@@ -101,8 +101,8 @@ def test_a_wrong_convention_fails():
 
 
 def test_report_carries_the_checker_findings():
-    config = {"tile_m": 64, "tile_k_l2": 256, "tile_k_l1": 32, "tile_n": 128, "herd_m": 4,
-              "herd_n": 8}
+    config = {"tile_m": 64, "tile_k_l2": 256, "tile_k_l1": 32, "tile_n": 128, "herd_m": 8,
+              "herd_n": 4}
     report = validate_kernel(SPECS["gemm_bf16"], {"M": 64, "K": 896, "N": 896}, config, EMU,
                              hw=XDNA2)
     assert any(f.severity == "corrupt" for f in report.findings)

@@ -243,3 +243,27 @@ def test_bad_input_is_refused_with_one_line_that_says_what_is_wrong(build, words
     assert "\n" not in message
     for word in words:
         assert word in message
+
+
+def test_upstreams_measured_figure_stands_beside_the_modeled_time_with_its_source():
+    source = "Xilinx/mlir-air details/GEMM_bf16_in_bf16_out.json @ e972f2942d41 (real NPU2)"
+    measured = dataclasses.replace(point("L0.q_proj", 1e-3), upstream_s=8e-4,
+                                   upstream_source=source)
+    text = section(report_markdown(make_data(kernels=[measured, point("L0.o", 5e-4)])),
+                   "Kernels")
+    rows = {r[0]: r for r in table_rows(text)}
+    assert rows["L0.q_proj"][2:4] == ["1.00 ms", "800 µs [1]"]
+    assert rows["L0.o"][3] == "-"
+    assert f"[1] measured on NPU2: {source}" in text
+    assert "time (modeled)" in text and "(measured on NPU2)" in text
+
+
+def test_the_report_gathers_upstreams_figure_for_a_measured_shape():
+    from npu_deploy.kernels.figures import measured_figure
+    from npu_deploy.kernels.registry import SPECS
+
+    figure = measured_figure(SPECS["gemm_bf16"], {"M": 2048, "K": 8192, "N": 2048})
+    assert figure is not None and figure.config["method"] == "fused-cast"
+    assert figure.seconds == pytest.approx(2 * 2048 * 8192 * 2048 / 8898e9)
+    assert "Xilinx/mlir-air" in figure.source and "GEMM_bf16_in_bf16_out.json" in figure.source
+    assert measured_figure(SPECS["gemm_bf16"], {"M": 2048, "K": 8192, "N": 2056}) is None
