@@ -11,8 +11,9 @@ seconds, and per kernel family:
 
 in-sample (the calibrated parameters) and k-fold held out by shape: the shapes are dealt
 into k folds and each fold's launches are modeled with coefficients fitted on the other
-folds alone. Every figure is modeled and held against measured-on-NPU figures whose page
-each launch names (`TimedLaunch.source`).
+folds alone. And every per-layer ELF upstream measured for a model other than Llama-3.2-1B
+(`held_out_elfs`), which nothing is fitted to. Every figure is modeled and held against
+measured-on-NPU figures whose page each names.
 """
 
 from __future__ import annotations
@@ -183,5 +184,56 @@ def report(k: int = FOLDS, seed: int = SEED, registry_only: bool = False
     return out
 
 
-__all__ = ["FOLDS", "MIN_CONFIGS", "SEED", "Comparison", "Fidelity", "compare", "fidelity",
-           "kfold", "rank_correlations", "report", "report_names", "spearman"]
+@dataclass(frozen=True)
+class ElfFigure:
+    """One of upstream's per-layer ELFs of another model than the calibration's, measured on
+    NPU2, against the model's device time for the same launches in one dispatch (our
+    reference plan's layer 0, at the configurations selection takes)."""
+
+    model: str
+    mode: str
+    elf: str
+    launches: tuple[str, ...]
+    measured_s: float
+    modeled_s: float
+    source: str
+
+
+#: the model whose end-to-end figures the in-deployment terms are fitted to
+CALIBRATION_MODEL = "llama-3.2-1b"
+
+
+def held_out_elfs() -> list[ElfFigure]:
+    """Every per-layer ELF figure upstream gives for a model other than Llama-3.2-1B
+    (kernels/data/deployments.json), modeled: none of them was fitted."""
+    from npu_deploy.models import CATALOG
+
+    from .deployments import upstream_deployments
+    from .perf import device_s, reference_decode, reference_prefill
+    from .plan import Dispatch
+
+    out = []
+    for model, dep in upstream_deployments().items():
+        if model == CALIBRATION_MODEL or not dep.per_elf:
+            continue
+        args = CATALOG[model].args
+        plans = {"prefill": reference_prefill(model, args, dep.seq),
+                 "decode": reference_decode(model, args, dep.seq)}
+        for row in dep.per_elf:
+            if row["per"] != "layer" or row["elf"] not in {e.name for e in
+                                                           dep.phase(row["phase"]).elfs}:
+                continue
+            roles = next(e.launches for e in dep.phase(row["phase"]).elfs
+                         if e.name == row["elf"])
+            layer0 = {ln.role: ln for ln in plans[row["phase"]].launches() if ln.layer == 0}
+            if not all(r in layer0 for r in roles):
+                continue
+            elf = Dispatch(row["elf"], tuple(layer0[r] for r in roles))
+            out.append(ElfFigure(model, row["phase"], row["elf"], roles, row["ms"] * 1e-3,
+                                 device_s(elf), row["from"]))
+    return out
+
+
+__all__ = ["CALIBRATION_MODEL", "FOLDS", "MIN_CONFIGS", "SEED", "Comparison", "ElfFigure",
+           "Fidelity", "compare", "fidelity", "held_out_elfs", "kfold", "rank_correlations",
+           "report", "report_names", "spearman"]
