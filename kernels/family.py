@@ -136,18 +136,79 @@ class Numerics:
 # --- cost --------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
+class Work:
+    """One launch's modeled work after its launch floor, as upstream's harness times a kernel
+    on its own: the compute and the memory streams overlap (double-buffered), `serial_s`
+    follows them (a bf16-out GEMM's separate cast launch)."""
+
+    compute_s: float
+    memory_s: float
+    serial_s: float = 0.0
+
+    @property
+    def seconds(self) -> float:
+        return max(self.compute_s, self.memory_s) + self.serial_s
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_s >= self.memory_s else "memory"
+
+
+#: Which in-deployment derate a launch inside a merged ELF takes (`PerfParams`): GEMMs run
+#: slower in a deployment's ELF than on upstream's harness, FlashAttention too (and the
+#: deployment runs it seq-first where the registry measured it head-first), streaming
+#: kernels (GEMV, element-wise, norms) about as fast or faster.
+InElf = Literal["matmul", "attention", "stream"]
+
+
+@dataclass(frozen=True)
+class TimedLaunch:
+    """One measured standalone launch: a kernel at a shape and configuration, the seconds
+    upstream measured on NPU2, where the figure is from and the group of configurations it
+    is ranked in (a shape, or one sweep)."""
+
+    kernel: str
+    shape: tuple[tuple[str, int], ...]
+    config: tuple[tuple[str, Any], ...]
+    seconds: float
+    source: str
+    group: str
+
+    @property
+    def shape_dict(self) -> Shape:
+        return dict(self.shape)
+
+    @property
+    def config_dict(self) -> dict[str, Any]:
+        return dict(self.config)
+
+
+def timed(kernel: str, shape: Shape, config: dict[str, Any], seconds: float, source: str,
+          group: str | None = None) -> TimedLaunch:
+    """A measured launch; its rank group defaults to its kernel and shape."""
+    frozen = tuple(sorted(shape.items()))
+    return TimedLaunch(kernel, frozen, tuple(sorted(config.items())), seconds, source,
+                       group or f"{kernel} " + " ".join(f"{k}={v}" for k, v in frozen))
+
+
+@dataclass(frozen=True)
 class Cost:
-    """One launch's work for the performance model: (compute seconds, memory seconds) before
-    the in-deployment derate and the launch overhead.
+    """One launch's cost for the performance model.
 
-    `derated` False: the work is weight bytes over `PerfParams.gemv_bw`, a bandwidth fitted
-    to the deployment's own dispatch times, so the standalone-to-deployment derate does not
-    apply and `calibrate()` solves for that bandwidth with the overheads. `rate_key` names
-    the measured streaming rate the work reads (`PerfParams.stream`); a key the calibration
-    set lacks takes the best rate of the family's own data file."""
+    `work(spec, shape, config, params)` is the launch's work after its launch floor;
+    `floor(params)` the per-launch floor of the family's standalone measurements, so that a
+    launch on its own takes floor + work (`kernels.perf.launch_seconds`). Inside a merged
+    ELF it takes the in-ELF launch price plus its work times the `in_elf` derate.
+    `coefficients` names the `PerfParams` fields the family's work reads, each with the
+    starting value of their fit, and `fitted_on()` gives the launches upstream measured that
+    they are fitted on (`kernels.perf.calibrate`). `rate_key` names the per-tile streaming rate
+    a streaming kernel reads (a QK norm reads RMSNorm's)."""
 
-    work: Callable[[KernelSpec, Shape, dict[str, Any], PerfParams], tuple[float, float]]
-    derated: bool = True
+    work: Callable[[KernelSpec, Shape, dict[str, Any], PerfParams], Work]
+    floor: Callable[[PerfParams], float]
+    coefficients: tuple[tuple[str, float], ...] = ()
+    fitted_on: Callable[[], list[TimedLaunch]] | None = None
+    in_elf: InElf = "matmul"
     rate_key: str | None = None
 
 
@@ -243,6 +304,6 @@ class KernelFamily:
 
 
 __all__ = ["BF16", "FP32", "AirProgram", "Candidates", "CheckRule", "Cost", "EmulatedKernel",
-           "HostOp", "KernelFamily", "KernelSpec", "Layout", "Numerics", "Operand",
+           "HostOp", "InElf", "KernelFamily", "KernelSpec", "Layout", "Numerics", "Operand",
            "ProgramLayout", "ReferenceKernel", "SegmentWriter", "Shape", "Tensors",
-           "product_space"]
+           "TimedLaunch", "Work", "product_space", "timed"]

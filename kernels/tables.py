@@ -55,9 +55,11 @@ def _family(f: KernelFamily) -> str:
     if f.numerics is not None:
         facts.append(["Phase-1 atol", _atol(f.numerics) + " (rtol 1.6e-2)"])
     if f.cost is not None:
-        rate = f" (rate `{f.cost.rate_key}`)" if f.cost.rate_key else ""
+        rate = f" (per-tile rate `{f.cost.rate_key}`)" if f.cost.rate_key else ""
+        fitted = ", ".join(f"`{name}`" for name, _ in f.cost.coefficients)
         facts.append(["cost of a launch", _doc(f.cost.work) + rate
-                      + ("" if f.cost.derated else " (no in-deployment derate)")])
+                      + (f"; fitted: {fitted}" if fitted else "")
+                      + f"; in a deployment, the {f.cost.in_elf} derate"])
     if f.host is not None:
         facts.append(["cost on the host", _doc(f.host.seconds)])
     facts.append(["MLIR-AIR program", "yes" if f.program is not None else "none"])
@@ -187,8 +189,28 @@ def _calibration() -> str:
             "ms/token.", ""]
     for name in ("prefill_dispatches", "decode_dispatches"):
         out += [f"*{name}* ({dep[name]['what']}):", "", _rows(dep[name]), ""]
+    sweeps = data["kernel_sweeps"]
+    out += [f"*kernel_sweeps*: {sweeps['what']}", "",
+            _table([["kernel", "shape", "configuration", "measured", "from"]]
+                   + [[r["kernel"], _pairs(r["shape"]), _pairs(r["config"]),
+                       f"{_value(r['value'])} {r['unit']}",
+                       f"{r['source'].rsplit('/', 1)[-1]}: {r['where']}"
+                       + (f" ({r['derived']})" if "derived" in r else "")]
+                      for r in sweeps["rows"]]), ""]
+    configs = data["deployment_configs"]
+    out += [f"*deployment_configs*: {configs['what']}.", "",
+            _table([["mode", "kernel", "shape", "configuration"]]
+                   + [[mode, k, "any", _pairs(v)]
+                      for mode, kernels in configs["by_kernel"].items()
+                      for k, v in kernels.items()]
+                   + [["both", r["kernel"], _pairs(r["shape"]), _pairs(r["config"])]
+                      for r in configs["by_shape"]]), ""]
     out += [f"Assumed: {data['assumed']['why']}.", ""]
     return "\n".join(out)
+
+
+def _pairs(d: dict[str, Any]) -> str:
+    return " ".join(f"{k}={_value(v)}" for k, v in d.items())
 
 
 def _table(rows: list[list[str]]) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..air_parts import EmitError, LaunchLayout, Writer, call
-from ..family import KernelFamily, KernelSpec, Numerics, Shape, Tensors, product_space
+from ..family import KernelFamily, KernelSpec, Numerics, Shape, Tensors, TimedLaunch, product_space
 from ..measurements import Source, TableSource, markdown_tables, rows_at
 from ..tensors import bf16_out, bound_layout, f32
 from . import streaming
@@ -77,11 +77,28 @@ SOURCE = Source("details/EltwiseAdd_bf16.md", markdown_tables(
     TableSource("cols", "Tunable space & performance", "cols",
                 "latency and bandwidth against the number of columns (one row)")))
 
+# --- cost: streamed at the add's per-tile rate, fitted on its page ------------------------
+
+#: the size the herd and column sweeps ran at
+SWEPT = streaming.element_shape(4194304, "2048×2048")
+
+
+def timed_launches() -> list[TimedLaunch]:
+    """The tested sizes and the herd and column sweeps (tile 2048)."""
+    def launch(name: str, r: dict[str, Any]) -> tuple[Shape, dict[str, Any], float]:
+        shape = streaming.element_shape(r["N"], r["as_2d"]) if name == "shapes" else SWEPT
+        cols, rows = ((r["cols"], r["rows"]) if name == "shapes" else
+                      (r["cols"], 1) if name == "cols" else (r["herd_x"], r["herd_y"]))
+        return (shape, {"herd_m": cols, "herd_rows": rows, "tile": r.get("tile", 2048)},
+                3.0 * shape["rows"] * shape["width"] * 2)
+    return streaming.measured_rows("add", launch)
+
+
 FAMILIES = (
     KernelFamily(ADD, rules=streaming.RULES, check=streaming.check,
                  candidates=product_space(streaming.ELEMENT_SPACE), numerics=ADD_NUMERICS,
-                 cost=streaming.stream_cost("add"), program=streaming.program("add_bf16"),
-                 data="add", source=SOURCE,
+                 cost=streaming.stream_cost("add", timed_launches),
+                 program=streaming.program("add_bf16"), data="add", source=SOURCE,
                  measured=rows_at("add", "shapes", lambda r: (r["N"],),
                                   lambda s: (s["rows"] * s["width"],))),
     # The bias add streams like the add and reuses its measured rate.

@@ -36,6 +36,7 @@ from ..family import (
     KernelSpec,
     Numerics,
     Shape,
+    Work,
     product_space,
 )
 from ..hardware import Hardware
@@ -99,9 +100,14 @@ NUMERICS = Numerics(flash_attention.emulate, flash_attention.reference, atol=5e-
 # --- cost ----------------------------------------------------------------------------------
 
 
-def work(spec: KernelSpec, s: Shape, c: dict[str, Any], p: PerfParams) -> tuple[float, float]:
-    """memory: the cache's bytes at the GEMV bandwidth fitted to the deployment"""
-    return 0.0, spec.bytes_moved(s) / p.gemv_bw
+def work(spec: KernelSpec, s: Shape, c: dict[str, Any], p: PerfParams) -> Work:
+    """memory: each column streams its KV heads' cache at the GEMV's fitted column
+    bandwidth (nothing measures this program; it streams like a GEMV)"""
+    cols = min(int(c["herd_n"]), s["kv_heads"])
+    return Work(0.0, spec.bytes_moved(s) / (cols * p.gemv_column_bw))
+
+
+COST = Cost(work, lambda p: p.gemv_floor_s, in_elf="stream")
 
 
 # --- on the host: FP32 attention of the bf16 query against the bf16 cache, one cast --------
@@ -191,7 +197,7 @@ def _body(w: Writer, launch: Launch, layout: LaunchLayout, arg: dict[str, str]) 
 FAMILIES = (
     KernelFamily(NPU_DECODE_ATTENTION, rules=RULES, check=check,
                  candidates=product_space(SPACE), numerics=NUMERICS,
-                 cost=Cost(work, derated=False), program=AirProgram(launch_layout, segment),
+                 cost=COST, program=AirProgram(launch_layout, segment),
                  head_first_alone=("q", "k", "v", "o"), host_alternative="decode_attention",
                  exact_tiles=True),
     KernelFamily(DECODE_ATTENTION, numerics=NUMERICS,

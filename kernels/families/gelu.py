@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..air_parts import LaunchLayout, Writer
-from ..family import KernelFamily, KernelSpec, Numerics, Shape, Tensors, product_space
+from ..family import KernelFamily, KernelSpec, Numerics, Shape, Tensors, TimedLaunch, product_space
 from ..hardware import Hardware
 from ..measurements import Source, TableSource, markdown_tables, rows_at
 from ..rules import Finding
@@ -93,9 +93,23 @@ def reference(s: Shape, c: dict[str, Any], x: Tensors) -> Tensors:
 # and atol 5e-2, which clears the hardware's worst element (1.56e-2) about 3 times.
 NUMERICS = Numerics(emulate, reference, atol=5e-2)
 
-# --- cost: memory-bound, at its own measured rate (not in the calibration set) ---------------
+# --- cost: memory-bound, at its own per-tile rate, fitted on its page --------------------------
 
-COST = streaming.stream_cost("gelu")
+#: the size the herd and tile sweeps ran at
+SWEPT = streaming.element_shape(3145728, "1024×3072")
+
+
+def timed_launches() -> list[TimedLaunch]:
+    """The tested sizes and the herd, herd_x and tile_n sweeps."""
+    def launch(name: str, r: dict[str, Any]) -> tuple[Shape, dict[str, Any], float]:
+        shape = streaming.element_shape(r["N"], r["as_2d"]) if name == "shapes" else SWEPT
+        herd = (8, 2) if name == "tile_n" else (r["herd_x"], r.get("herd_y", 1))
+        return (shape, {"herd_m": herd[0], "herd_rows": herd[1], "tile": r.get("tile_n", 4096)},
+                2.0 * shape["rows"] * shape["width"] * 2)
+    return streaming.measured_rows("gelu", launch)
+
+
+COST = streaming.stream_cost("gelu", timed_launches)
 
 # --- the program: inline vector code in each tile, no micro-kernel ----------------------------
 

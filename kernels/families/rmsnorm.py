@@ -11,7 +11,16 @@ import torch
 
 from npu_deploy.oracle import reference as ref_ops
 
-from ..family import KernelFamily, KernelSpec, Numerics, Shape, Tensors, product_space
+from ..family import (
+    Cost,
+    KernelFamily,
+    KernelSpec,
+    Numerics,
+    Shape,
+    Tensors,
+    TimedLaunch,
+    product_space,
+)
 from ..measurements import Source, TableSource, markdown_tables, rows_at
 from ..tensors import bf16_out, f32
 from . import streaming
@@ -62,15 +71,28 @@ SOURCE = Source("details/RMSNorm_bf16.md", markdown_tables(
                 "latency against the number of columns at M=N=2048")))
 
 
-def _family(spec: KernelSpec, **extra: Any) -> KernelFamily:
+# --- cost: streamed at RMSNorm's per-tile rate, fitted on its page ------------------------
+
+
+def timed_launches() -> list[TimedLaunch]:
+    """The tested shapes and the herd_x sweep (each column loops over its rows one at a
+    time: tile_rows 1)."""
+    def launch(name: str, r: dict[str, Any]) -> tuple[Shape, dict[str, Any], float]:
+        m, n = (r["M"], r["N"]) if name == "shapes" else (2048, 2048)
+        return ({"rows": m, "width": n}, {"herd_m": r["herd_x"], "tile_rows": 1},
+                2.0 * m * n * 2)                # x in, y out (upstream's bandwidth)
+    return streaming.measured_rows("rmsnorm", launch)
+
+
+def _family(spec: KernelSpec, cost: Cost, **extra: Any) -> KernelFamily:
     return KernelFamily(
         spec, rules=streaming.RULES, check=streaming.check,
         candidates=product_space(streaming.ROW_SPACE), numerics=NUMERICS,
-        cost=streaming.stream_cost("rmsnorm"), program=PROGRAM, data="rmsnorm", **extra)
+        cost=cost, program=PROGRAM, data="rmsnorm", **extra)
 
 
-FAMILIES = (_family(RMSNORM, source=SOURCE, measured=rows_at(
-                "rmsnorm", "shapes", lambda r: (r["M"], r["N"]),
-                lambda s: (s["rows"], s["width"]))),
-            # QK norm is an RMSNorm: it reuses that kernel's measured rate
-            _family(QK_NORM))
+FAMILIES = (_family(RMSNORM, streaming.stream_cost("rmsnorm", timed_launches), source=SOURCE,
+                    measured=rows_at("rmsnorm", "shapes", lambda r: (r["M"], r["N"]),
+                                     lambda s: (s["rows"], s["width"]))),
+            # QK norm is an RMSNorm: it reuses that kernel's fitted rate
+            _family(QK_NORM, streaming.stream_cost("rmsnorm")))

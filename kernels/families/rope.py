@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from npu_deploy.oracle import reference as ref_ops
 
 from ..air_parts import LaunchLayout, Writer
-from ..family import KernelFamily, KernelSpec, Numerics, Shape, Tensors, product_space
+from ..family import KernelFamily, KernelSpec, Numerics, Shape, Tensors, TimedLaunch, product_space
 from ..measurements import Source, TableSource, markdown_tables, rows_at
 from ..tensors import bf16_out, bound_layout, f32
 from . import streaming
@@ -78,10 +78,25 @@ SOURCE = Source("details/RoPE_bf16.md", markdown_tables(
     TableSource("herd_x", "Tunable space & performance", "herd_x",
                 "latency and bandwidth against the number of columns at rows=65536")))
 
+# --- cost: streamed at RoPE's per-tile rate, fitted on its page ----------------------------
+
+
+def timed_launches() -> list[TimedLaunch]:
+    """The tested shapes and the herd sweeps: one head_dim row per DMA (tile_rows 1, as the
+    harness streams it), a table row per row (seq = rows)."""
+    def launch(name: str, r: dict[str, Any]) -> tuple[Shape, dict[str, Any], float]:
+        rows, hd = (r["rows"], r["head_dim"]) if name == "shapes" else (65536, 64)
+        herd = (r["herd_x"], r.get("herd_y", 1))
+        return ({"rows": rows, "width": hd, "seq": rows},
+                {"herd_m": herd[0], "herd_rows": herd[1], "tile_rows": 1},
+                3.0 * rows * hd * 2)            # x and the table in, y out
+    return streaming.measured_rows("rope", launch)
+
+
 FAMILIES = (KernelFamily(
     ROPE, rules=streaming.RULES, check=streaming.check,
     candidates=product_space(streaming.ROW_SPACE), numerics=NUMERICS,
-    cost=streaming.stream_cost("rope"), program=PROGRAM, data="rope", source=SOURCE,
+    cost=streaming.stream_cost("rope", timed_launches), program=PROGRAM, data="rope", source=SOURCE,
     # alone, x and y are [heads, L, head_dim] (the emulator reads the spec's dims so)
     head_first_alone=("x", "y"),
     measured=rows_at("rope", "shapes", lambda r: (r["rows"], r["head_dim"]),

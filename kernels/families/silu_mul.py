@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from npu_deploy.oracle import reference as ref_ops
 
-from ..family import KernelFamily, KernelSpec, Numerics, Shape, Tensors, product_space
+from ..family import KernelFamily, KernelSpec, Numerics, Shape, Tensors, TimedLaunch, product_space
 from ..measurements import Source, TableSource, markdown_tables, rows_at
 from ..tensors import bf16_out, f32
 from . import streaming
@@ -47,10 +47,26 @@ SOURCE = Source("details/SiLU_Mul_bf16.md", markdown_tables(
     TableSource("tile_n", "Tunable space & performance", "tile_n",
                 "latency and bandwidth against the tile size, herd 8x1")))
 
+# --- cost: streamed at SiLU x mul's per-tile rate, fitted on its page ---------------------
+
+#: the size the herd and tile sweeps ran at
+SWEPT = streaming.element_shape(16777216, "2048×8192")
+
+
+def timed_launches() -> list[TimedLaunch]:
+    """The tested sizes and the herd, herd_x and tile_n sweeps."""
+    def launch(name: str, r: dict[str, Any]) -> tuple[Shape, dict[str, Any], float]:
+        shape = streaming.element_shape(r["N"], r["as_2d"]) if name == "shapes" else SWEPT
+        tile = r.get("tile_n", 4096)
+        return (shape, {"herd_m": r.get("herd_x", 8), "herd_rows": r.get("herd_y", 1),
+                        "tile": tile}, 3.0 * shape["rows"] * shape["width"] * 2)
+    return streaming.measured_rows("silu_mul", launch)
+
+
 FAMILIES = (KernelFamily(
     SILU_MUL, rules=streaming.RULES, check=streaming.check,
     candidates=product_space(streaming.ELEMENT_SPACE), numerics=NUMERICS,
-    cost=streaming.stream_cost("silu_mul"), program=streaming.program("silu_and_mul_bf16"),
-    data="silu_mul", source=SOURCE,
+    cost=streaming.stream_cost("silu_mul", timed_launches),
+    program=streaming.program("silu_and_mul_bf16"), data="silu_mul", source=SOURCE,
     measured=rows_at("silu_mul", "shapes", lambda r: (r["N"],),
                      lambda s: (s["rows"] * s["width"],))),)

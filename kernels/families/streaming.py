@@ -17,8 +17,20 @@ from typing import TYPE_CHECKING, Any
 
 from .. import rules
 from ..air_parts import Buffer, Extern, LaunchLayout, Writer, buf, call, cdiv, dims, stream_segment
-from ..family import BF16, AirProgram, Cost, KernelSpec, Operand, SegmentWriter, Shape
+from ..family import (
+    BF16,
+    AirProgram,
+    Cost,
+    KernelSpec,
+    Operand,
+    SegmentWriter,
+    Shape,
+    TimedLaunch,
+    Work,
+    timed,
+)
 from ..hardware import Hardware
+from ..measurements import TO_BASE, load, scaled
 from ..rules import Finding
 
 if TYPE_CHECKING:
@@ -102,14 +114,91 @@ ELEMENT_SPACE = {"herd_m": (8, 4, 2, 1), "tile": (2048, 1024, 4096, 512, 256)}
 
 
 # --- cost --------------------------------------------------------------------------------
+#
+# The registry pages measure these kernels memory-bound and herd-scaled: each tile streams
+# its share of the rows at a rate of its own kernel ("near-linear scaling because each
+# column independently streams its row chunk"), up to what DDR gives the array; every DMA
+# block costs a little (EltwiseAdd_bf16.md: "larger blocks amortize DMA-launch overhead");
+# and a launch pays a floor ("the ~80 us launch floor ... dominates the small shapes").
 
-def stream_cost(rate_key: str) -> Cost:
-    """Memory-bound: every byte in and out at the kernel's measured streaming rate."""
-    def work(spec: KernelSpec, s: Shape, c: dict[str, Any], p: PerfParams
-             ) -> tuple[float, float]:
-        """memory: bytes in and out at the measured streaming rate"""
-        return 0.0, spec.bytes_moved(s) / p.rate(rate_key)
-    return Cost(work, rate_key=rate_key)
+#: fitted coefficients shared by the streaming kernels, and their starting values
+#: (NPU_FACTS: ~80 us floor, DDR ~30-58 GB/s)
+SHARED = (("stream_floor_s", 80e-6), ("stream_ddr_bw", 58e9), ("stream_block_s", 1e-7))
+
+
+def stream_bytes(spec: KernelSpec, s: Shape, elements: int) -> float:
+    """Bytes a launch moves over `elements` of rows x width (the padded blocks it loops
+    over): every input, table and output element once (RoPE moves a cos and a sin row per
+    row), a weight row once."""
+    ops = spec.operands(s)
+    per_element = sum(1 for o in ops if o.role in ("input", "table", "output"))
+    return elements * BF16 * per_element + sum(o.nbytes for o in ops if o.role == "weight")
+
+
+def stream_cost(rate_key: str, fitted_on: Callable[[], list[TimedLaunch]] | None = None
+                ) -> Cost:
+    """Memory-bound at the kernel's fitted per-tile rate `stream_tile_bw[rate_key]`."""
+    def work(spec: KernelSpec, s: Shape, c: dict[str, Any], p: PerfParams) -> Work:
+        """memory: the bytes of the blocks the herd loops over (rows or elements padded to
+        whole blocks) at the herd's tiles times the kernel's per-tile rate (capped by DDR),
+        and a cost per DMA block of each tile"""
+        tiles = int(c["herd_m"]) * int(c.get("herd_rows", 1))
+        if "tile_rows" in c:
+            block = int(c["tile_rows"]) * s["width"]
+            blocks = math.ceil(s["rows"] / (int(c["tile_rows"]) * tiles))
+        else:
+            block = int(c["tile"])
+            blocks = math.ceil(s["rows"] * s["width"] / (block * tiles))
+        bw = min(tiles * p.tile_bw(rate_key), p.stream_ddr_bw)
+        moved = stream_bytes(spec, s, blocks * block * tiles)
+        return Work(0.0, moved / bw + blocks * p.stream_block_s)
+    return Cost(work, lambda p: p.stream_floor_s,
+                (*SHARED, (f"stream_tile_bw.{rate_key}", 3e9)), fitted_on, in_elf="stream",
+                rate_key=rate_key)
+
+
+def element_shape(n: int, as_2d: str | None) -> Shape:
+    """An element-wise page's size N as our rows x width: its 2-D form where it gives one."""
+    if as_2d:
+        rows, width = (int(x) for x in as_2d.replace("×", "x").split("x"))
+        return {"rows": rows, "width": width}
+    return {"rows": 1, "width": n}
+
+
+def seconds(row: dict[str, Any], table_units: dict[str, str], moved: float) -> float | None:
+    """A measured row's time: its latency, else the bytes upstream counts over its
+    bandwidth; None for a configuration that did not run."""
+    latency = row.get("latency")
+    if isinstance(latency, list):
+        latency = sum(latency) / len(latency)
+    if latency is not None:
+        return scaled(latency, TO_BASE[table_units["latency"]])
+    if row.get("bandwidth") is not None:
+        return moved / scaled(row["bandwidth"], TO_BASE[table_units["bandwidth"]])
+    return None
+
+
+def measured_rows(kernel: str, launch: Callable[[str, dict[str, Any]],
+                                                tuple[Shape, dict[str, Any], float] | None]
+                  ) -> list[TimedLaunch]:
+    """Every row that ran of every table of the kernel's data file: `launch(table, row)`
+    gives its shape, its configuration and the bytes upstream's bandwidth counts (None to
+    leave a row out)."""
+    data = load(kernel)
+    page = data["source"]["path"]
+    out = []
+    for name, t in data["tables"].items():
+        for row in t["rows"]:
+            if row.get("result") == "fail" or row.get("status") == "fail":
+                continue
+            got = launch(name, row)
+            if got is None:
+                continue
+            shape, config, moved = got
+            secs = seconds(row, t["units"], moved)
+            if secs is not None:
+                out.append(timed(kernel, shape, config, secs, f"{page} ({name})"))
+    return out
 
 
 # --- the program ---------------------------------------------------------------------------

@@ -99,8 +99,15 @@ def test_each_family_declares_what_the_machinery_asks_of_it(name):
         assert f.host is None
     else:
         assert f.host is not None and f.check is None and f.program is None
-    if f.cost is not None and f.cost.rate_key is not None:
-        assert PerfParams().rate(f.cost.rate_key) > 0
+    if f.cost is not None:
+        # every coefficient its cost reads has a calibrated value, and a family with a page
+        # of its own is fitted on what that page measured
+        assert f.cost.floor(PerfParams()) > 0
+        assert all(PerfParams().coefficient(name) > 0 for name, _ in f.cost.coefficients)
+        if f.cost.rate_key is not None:
+            assert PerfParams().tile_bw(f.cost.rate_key) > 0
+        if f.source is not None:
+            assert f.cost.fitted_on is not None and f.cost.fitted_on(), name
     if f.data is not None:
         data = load(f.data)
         assert data["source"]["repository"] == "Xilinx/mlir-air"

@@ -58,3 +58,20 @@ def test_resume_bench_runs_and_labels_its_figures():
     assert report["source"] == "measured-cpu" and report["events"] == 3000
     assert set(report["medians"]) == {"replay", "resume", "full_fold"}
     assert [t["target"].split()[0] for t in report["targets"]] == ["replay", "resume"]
+
+
+def test_perf_fidelity_labels_its_figures_modeled_against_measured_on_npu():
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "perf_fidelity.py"), "--json"],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["source"], report["held_against"]) == ("modeled", "measured-npu")
+    assert report["measured_by"]["repository"] == "Xilinx/mlir-air"
+    names = [f["name"] for f in report["in_sample"]]
+    assert names == [f["name"] for f in report["kfold"]]
+    assert {"gemm_bf16+gemm_fp32", "gemv", "flash_attention", "rmsnorm"} <= set(names)
+    assert {t["target"].split(" ")[0] for t in report["targets"]} == {
+        "gemm_bf16+gemm_fp32", "gemv"}
+    assert {(r["model"], r["elf"]) for r in report["held_out_elfs"]} >= {
+        ("smollm2-1.7b", "o_ffn"), ("llama-3.2-3b", "down_gemv")}
