@@ -294,6 +294,9 @@ class KernelFamily:
     #: the measured rows name this family's tunables: selection takes the measured
     #: configuration at a measured shape
     measured_config: bool = False
+    #: what upstream runs by default at a shape (selection's tie-break among configurations
+    #: the model times alike); None: the spec's tunables
+    preferred: Callable[[Shape], dict[str, Any]] | None = None
     #: the values of `method` that belong to the low-precision tier (selection takes them
     #: only when no high-precision configuration fits)
     low_precision: tuple[str, ...] = ()

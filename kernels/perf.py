@@ -83,15 +83,15 @@ class PerfParams:
     fa_step_s: float = 3.531164e-05
     fa_tile_flops: float = 1.136454e+11
     # --- in the Llama-3.2-1B deployment (calibrate, steps 2-6) ----------------------------
-    launch_overhead_s: float = 8.936946e-05    # a launch in a merged ELF, for its floor
+    launch_overhead_s: float = 8.964927e-05    # a launch in a merged ELF, for its floor
     dispatch_overhead_s: float = 5e-05
-    matmul_derate: float = 1.121422            # GEMM work: deployed / standalone
-    attention_derate: float = 1.536407         # FlashAttention work likewise
-    stream_derate: float = 0.7979587           # GEMV and streaming work likewise
+    matmul_derate: float = 1.12184            # GEMM work: deployed / standalone
+    attention_derate: float = 1.536387         # FlashAttention work likewise
+    stream_derate: float = 0.7950921           # GEMV and streaming work likewise
     host_step_s: float = 7.488317e-05           # Python scheduling per step ...
     host_step_per_row_s: float = 8.744084e-07   # ... and per token it handles
     static_write_bw: float = 4.866435e+10       # writing static weights once
-    host_sync_bw: float = 1.03893e+10           # inputs written, outputs read, each call
+    host_sync_bw: float = 1.038396e+10           # inputs written, outputs read, each call
     cpu_bw: float = 2e+10                      # host ops' copies (assumed)
     cpu_attention_s: float = 1.442482e-05      # a decode attention step's fixed cost
 

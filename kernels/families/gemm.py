@@ -282,11 +282,12 @@ def candidates(spec: KernelSpec, s: Shape, hw: Hardware) -> Iterator[dict[str, A
     rows = -(-M // (2 * MMUL)) * 2 * MMUL
     ms = [pair for tm in TILE_M
           for pair in [(tm, hm) for hm in range(hw.cols, 0, -1) if rows % (tm * hm) == 0][:2]]
-    # N: every tile_n (multiples of 16 up to 256) with the widest herd_n that divides N.
-    ns = [pair for tn in (128, *range(256, 15, -16))
-          for pair in [(tn, hn) for hn in range(hw.rows, 0, -1) if N % (tn * hn) == 0][:1]]
-    ks = [(k2, k1) for k2 in range(min(K, TILE_K_L2_MAX), 7, -8) if K % k2 == 0
-          for k1 in TILE_K_L1 if k2 % k1 == 0 and not ((k2 // k1) % 2 and k2 // k1 >= 5)]
+    # K: tile_k_l2 dividing K; tile_k_l1 32, as upstream's every sweep fixes it, unless no
+    # tile_k_l2 takes it (K = 720 or 1440 need 48: the registry's SmolVLA rows).
+    k2s = [k2 for k2 in range(min(K, TILE_K_L2_MAX), 7, -8) if K % k2 == 0]
+    k1s = TILE_K_L1[:1] if any(k2 % TILE_K_L1[0] == 0 for k2 in k2s) else TILE_K_L1[1:]
+    ks = [(k2, k1) for k2 in k2s for k1 in k1s
+          if k2 % k1 == 0 and not ((k2 // k1) % 2 and k2 // k1 >= 5)]
     default = {k: spec.tunables[k] for k in ("tile_m", "tile_k_l2", "tile_k_l1", "tile_n",
                                              "herd_m", "herd_n")}
     yield {**default, "method": spec.tunables["method"], "b_parts": 1}
@@ -294,11 +295,13 @@ def candidates(spec: KernelSpec, s: Shape, hw: Hardware) -> Iterator[dict[str, A
     fits = [p for p in (1, 2, 4, 8, 16, 32, 64) if N % p == 0
             and any(dma_words(k2 * N // p) <= hw.max_stride for k2, _ in ks)]
     parts = fits[0] if fits else 1
+    # N (of one block of B): every tile_n (multiples of 16 to 256), the widest herd_n dividing.
+    ns = [pair for tn in (128, *range(256, 15, -16))
+          for pair in [(tn, hn) for hn in range(hw.rows, 0, -1)
+                       if (N // parts) % (tn * hn) == 0][:1]]
     for method in METHODS[spec.name]:
         for tm, hm in ms:
             for tn, hn in ns:
-                if (N // parts) % (tn * hn):
-                    continue
                 for k2, k1 in ks:
                     yield {"method": method, "tile_m": tm, "tile_k_l2": k2, "tile_k_l1": k1,
                            "tile_n": tn, "herd_m": hm, "herd_n": hn, "b_parts": parts}
@@ -376,8 +379,9 @@ def method_name(kernel: str, s: Shape, c: Mapping[str, Any]) -> str:
     """The method configuration `c` runs: the first of METHODS when it names none, and for
     upstream's `auto`, its rule (fused-cast from M x K x N >= 4e9, else drain)."""
     name = str(c.get("method") or next(iter(METHODS[kernel])))
-    if name == "auto" and "drain" in METHODS[kernel]:
-        name = "fused-cast" if s["M"] * s["K"] * s["N"] >= AUTO_FUSED_CAST_MKN else "drain"
+    if name == "auto":
+        name = next(iter(METHODS[kernel])) if "drain" not in METHODS[kernel] else \
+            "fused-cast" if s["M"] * s["K"] * s["N"] >= AUTO_FUSED_CAST_MKN else "drain"
     return name
 
 
@@ -690,6 +694,13 @@ def measured_best(name: str) -> Callable[[Shape], dict[str, Any] | None]:
     return lambda s: best.get((s["M"], s["K"], s["N"]))
 
 
+def preferred(spec: KernelSpec, s: Shape) -> dict[str, Any]:
+    """Upstream's default at a shape: its recommended tiles and full 8 x 4 herd, the method
+    `auto` picks, and drain's tile_m 32."""
+    method = method_name(spec.name, s, {"method": "auto"})
+    return {**spec.tunables, "method": method, **({"tile_m": 32} if method == "drain" else {})}
+
+
 def _family(spec: KernelSpec, out_dtype: torch.dtype, source: Source) -> KernelFamily:
     return KernelFamily(
         spec, rules=RULES, check=check, candidates=candidates,
@@ -697,7 +708,8 @@ def _family(spec: KernelSpec, out_dtype: torch.dtype, source: Source) -> KernelF
         cost=cost(spec.name), program=PROGRAM, data=spec.name, source=source,
         transposed_weight="b", exact_tiles=True, measured=measured_best(spec.name),
         measured_config=True,
-        low_precision=LOW_PRECISION[spec.name])
+        low_precision=LOW_PRECISION[spec.name],
+        preferred=lambda s: preferred(spec, s))
 
 
 FAMILIES = (_family(GEMM_BF16, torch.bfloat16, SOURCE_BF16),
