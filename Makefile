@@ -47,6 +47,7 @@ bench: setup
 	$(PY) benchmarks/resume_bench.py
 	$(PY) benchmarks/metrics_bench.py
 	$(PY) benchmarks/deploy_smollm2.py
+	$(PY) benchmarks/hardware_fidelity.py
 
 # Regenerate what the docs generate (the CLI reference, the kernel tables); a test fails
 # while they are stale.

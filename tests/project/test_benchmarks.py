@@ -75,3 +75,31 @@ def test_perf_fidelity_labels_its_figures_modeled_against_measured_on_npu():
         "gemm_bf16+gemm_fp32", "gemv"}
     assert {(r["model"], r["elf"]) for r in report["held_out_elfs"]} >= {
         ("smollm2-1.7b", "o_ffn"), ("llama-3.2-3b", "down_gemv")}
+
+
+@pytest.mark.slow
+def test_hardware_fidelity_holds_issue_23s_acceptance_figures():
+    """The acceptance benchmark on a sample of each registry GEMM's rows: the checker takes
+    every measured configuration and rejects every reported failure, every shape gets a
+    valid configuration, selection finds upstream's fastest at every measured shape, every
+    emulated error is within its band, and the nine targets are compared end to end."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "hardware_fidelity.py"), "--json",
+         "--numerics-rows", "16"], capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr
+    r = json.loads(result.stdout)
+    assert r["sources"]["perf"] == "modeled against measured-npu"
+    c = r["checker"]
+    assert (c["accepted"], c["measured"]) == (109, 109)
+    assert c["failures_rejected"] == c["failures"] == 27
+    s = r["selection"]
+    assert s["without_configuration"] == []
+    assert s["with_measurement"]["within_10pct"] == s["with_measurement"]["shapes"] == 78
+    assert r["numerics"]["within"] == r["numerics"]["count"] == 111
+    gemm = next(p for p in r["perf"] if p["name"] == "gemm_bf16+gemm_fp32")
+    assert gemm["kfold_median"] <= 0.10 and gemm["kfold_p90"] <= 0.25
+    assert gemm["kfold_rank"] >= 0.6
+    assert len(r["plans"]) == 18 and all(p["agrees"] or p["explanation"] for p in r["plans"])
+    e2e = r["end_to_end"]
+    assert len(e2e) == 9 and [e["model"] for e in e2e if e["calibrated_on"]] == ["llama-3.2-1b"]
+    assert all(e["modeled_ttft_s"] > 0 and e["measured_ttft_s"] > 0 for e in e2e)
