@@ -23,7 +23,7 @@ from .hardware import Hardware
 from .registry import FAMILIES
 from .rules import Finding, Severity, blocking
 
-__all__ = ["ELF_RESOURCES", "FIRST_LAUNCH_ONLY", "ElfResource", "Finding", "FirstLaunchOnly",
+__all__ = ["ELF_RESOURCES", "ElfResource", "Finding",
            "Severity", "blocking", "check", "check_merge", "check_with_usage"]
 
 
@@ -46,16 +46,16 @@ def check_with_usage(spec: KernelSpec, shape: Shape, config: dict[str, Any], hw:
 
 # --- merging launches into one dispatch (a multi-launch ELF) ------------------------------
 #
-# How an ELF holds the array. MLIR-AIR lowers the air.segment of every launch to an aie.device
-# of its own, and the ELF's main sequence configures and runs those devices one after the other
+# How an ELF holds the array. MLIR-AIR lowers the air.segment of every launch to an aie.device of
+# its own, and the ELF's main sequence configures and runs those devices one after the other
 # (mlir-air e972f29: mlir/lib/Conversion/AIRToAIEPass.cpp outlines one aie.device per segment;
-# AIRRtToNpuPass.cpp `createMainDeviceWrapper` emits aiex.configure + aiex.run per device). So
-# the tiles, L1, L2, the memory tiles' descriptors and channels and the shim streams belong to
-# the launch that runs: a launch that fits alone fits in the ELF, whatever came before it. What
-# the launches of one ELF do share is modelled by `ELF_RESOURCES` (what each launch uses while
-# it runs and what it keeps until the ELF ends) and `FIRST_LAUNCH_ONLY` (launches that compute
-# wrong after another launch); FlashAttention's channels keep it out of every multi-launch ELF
-# (a family's `own_elf`). Upstream documents no limit on the number of launches in an ELF
+# AIRRtToNpuPass.cpp `createMainDeviceWrapper` emits aiex.configure + aiex.run per device). So the
+# tiles, L1, L2, the memory tiles' descriptors and channels and the shim streams belong to the
+# launch that runs: a launch that fits alone fits in the ELF, whatever came before it. What the
+# launches of one ELF do share is modelled by `ELF_RESOURCES` (what each launch uses while it runs
+# and what it keeps until the ELF ends) and a family's `first_launch_only` (launches that compute
+# wrong after another launch); FlashAttention's channels keep it out of every multi-launch ELF (a
+# family's `own_elf`). Upstream documents no limit on the number of launches in an ELF
 # (programming_examples/llms/README.md: the O+FFN splits are "a per-launch L1/BD limit, not a
 # launch-count limit"; Qwen2.5-0.5B runs a 9-launch ELF).
 
@@ -105,34 +105,6 @@ ELF_RESOURCES: tuple[ElfResource, ...] = (
 )
 
 
-@dataclass(frozen=True)
-class FirstLaunchOnly:
-    """A launch that computes correctly only as the first launch of its ELF."""
-
-    applies: Callable[[KernelSpec, Shape], bool]
-    why: Callable[[KernelSpec, Shape], str]
-    source: str
-
-
-def _wide_unaligned_reduction(spec: KernelSpec, s: Shape) -> bool:
-    return spec.dims == ("M", "K", "N") and s["K"] > 1024 and s["K"] % 512 != 0
-
-
-FIRST_LAUNCH_ONLY: tuple[FirstLaunchOnly, ...] = (
-    # Observed failing at K = 4864, 8960 and 11008 (the Down projections of Qwen2.5-0.5B, 1.5B
-    # and 3B); GEMMs at K = 896 run correctly as launches 1-4 of Qwen2.5-0.5B's ELFs, so the
-    # rule starts above 1024. Where between 896 and 4864 it starts is not known.
-    FirstLaunchOnly(
-        _wide_unaligned_reduction,
-        lambda spec, s: f"{spec.name} with K={s['K']} (above 1024, not a multiple of 512) "
-                        "gives all-NaN unless it is the first launch of its ELF (measured "
-                        "upstream); start a new ELF with it",
-        "programming_examples/llms/qwen25_0_5b/ARCHITECTURE.md, qwen25_1_5b and qwen25_3b "
-        "*_prefill.py ('the Down GEMM (K=hidden, non-512-aligned) produces all-NaN when it is "
-        "not the first launch of a stitched ELF')"),
-)
-
-
 def check_merge(launches: list[tuple[KernelSpec, Shape, dict[str, Any]]], hw: Hardware
                 ) -> list[Finding]:
     """Why these launches cannot run as one dispatch (one ELF, in this order); [] when they
@@ -142,7 +114,8 @@ def check_merge(launches: list[tuple[KernelSpec, Shape, dict[str, Any]]], hw: Ha
     * A kernel built as its own program (a family's `own_elf`) runs alone.
     * `ELF_RESOURCES`: the largest use of a launch while it runs plus what every launch keeps
       for the whole ELF must fit each pool (the shim's descriptors with unaligned tails).
-    * `FIRST_LAUNCH_ONLY`: such a launch must come first."""
+    * a launch its family says computes right only first in an ELF (`first_launch_only`)
+      must come first."""
     f: list[Finding] = []
     usages: list[dict[str, int]] = []
     for spec, shape, config in launches:
@@ -176,8 +149,8 @@ def check_merge(launches: list[tuple[KernelSpec, Shape, dict[str, Any]]], hw: Ha
                          f"{r.what}, {r.limit(hw)} exist ('{r.symptom}'); {r.fix}",
                          running + held, r.limit(hw)))
     for k, (spec, shape, _) in enumerate(launches[1:], start=1):
-        for rule in FIRST_LAUNCH_ONLY:
-            if rule.applies(spec, shape):
-                f.append(Finding("known_failure", "error", f"launch {k}: "
-                                 f"{rule.why(spec, shape)}", k, 0))
+        fam = FAMILIES.get(spec.name)
+        why = fam.first_launch_only(shape) if fam and fam.first_launch_only else None
+        if why:
+            f.append(Finding("known_failure", "error", f"launch {k}: {spec.name} {why}", k, 0))
     return f

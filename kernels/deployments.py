@@ -136,7 +136,7 @@ TARGETS: tuple[str, ...] = tuple(load("deployments")["models"])
 #: sentence the comparison uses where upstream splits and our plan does not.
 OUR_READING = {
     "own_elf": "our checker keeps FlashAttention alone too (its family's own_elf)",
-    "known_failure": "our checker has the same rule (kernels.checker.FIRST_LAUNCH_ONLY)",
+    "known_failure": "our checker has the same rule (the GEMM family's first_launch_only)",
     "host_step": "upstream runs {cpu} on the CPU there, between standalone ELFs; our plan "
                  "keeps that M=1 work as NPU launches inside the merged ELF, where each costs "
                  "a launch, not a dispatch",

@@ -294,6 +294,9 @@ class KernelFamily:
     #: the measured rows name this family's tunables: selection takes the measured
     #: configuration at a measured shape
     measured_config: bool = False
+    #: why a launch at this shape computes correctly only as the first launch of its ELF
+    #: (None where it can run anywhere); check_merge refuses it later in an ELF
+    first_launch_only: Callable[[Shape], str | None] | None = None
     #: what upstream runs by default at a shape (selection's tie-break among configurations
     #: the model times alike); None: the spec's tunables
     preferred: Callable[[Shape], dict[str, Any]] | None = None
