@@ -294,6 +294,10 @@ class KernelFamily:
     #: the measured rows name this family's tunables: selection takes the measured
     #: configuration at a measured shape
     measured_config: bool = False
+    #: the operands as the NPU's program reads them, where that differs from the tensors the
+    #: plan runner binds (a GEMM's B in column blocks): (config, operand name, tensor) ->
+    #: the tensor to write
+    to_device: Callable[[dict[str, Any], str, torch.Tensor], torch.Tensor] | None = None
     #: why a launch at this shape computes correctly only as the first launch of its ELF
     #: (None where it can run anywhere); check_merge refuses it later in an ELF
     first_launch_only: Callable[[Shape], str | None] | None = None

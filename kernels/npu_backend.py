@@ -33,7 +33,7 @@ from .hardware import XDNA2, Hardware
 from .perf import Profile, StepProfile, estimate
 from .plan import Binding, Dispatch, DispatchPlan, Kind, Launch, Layout
 from .plan_runner import PlanRunner, StepTime
-from .registry import FAMILIES
+from .registry import FAMILIES, family
 from .specs import KernelSpec, Prefill, Shape
 from .xrt_runtime import (
     LOCK_PATH,
@@ -136,14 +136,18 @@ class NpuBackend:
         program, artifact = self.program(dispatch, head_dim)
         kinds = argument_kinds(dispatch, program)
         tensors: Tensors = {}
-        for layout, wiring, (_, inputs, outputs) in zip(program.layouts, program.wiring,
-                                                         operands, strict=True):
+        for launch, layout, wiring, (config, inputs, outputs) in zip(
+                dispatch.launches, program.layouts, program.wiring, operands, strict=True):
             given = {**inputs, **outputs}
             if sorted(given) != sorted(op.name for op in layout.operands):
                 raise XrtError(f"{layout.label}: the runner gave operands {sorted(given)}, "
                                f"the program wires {[op.name for op in layout.operands]}")
+            to_device = family(launch.kernel).to_device
             for op, arg in zip(layout.operands, wiring, strict=True):
-                tensors.setdefault(arg, given[op.name])
+                t = given[op.name]
+                if to_device is not None and op.role != "output":
+                    t = to_device({**launch.config_dict, **config}, op.name, t)
+                tensors.setdefault(arg, t)
         produced = {arg for launch, wiring in zip(dispatch.launches, program.wiring, strict=True)
                     for op, arg in zip(launch.spec.operands(launch.shape_dict), wiring,
                                        strict=True) if op.role == "output"}

@@ -29,6 +29,7 @@ from npu_deploy.kernels.emulator import EmulatorBackend
 from npu_deploy.kernels.perf import device_s
 from npu_deploy.kernels.plan import Dispatch
 from npu_deploy.kernels.plan_runner import _physical
+from npu_deploy.kernels.registry import family
 from npu_deploy.kernels.xrt_runtime import Artifact
 
 COMPLETED, TIMEOUT = "ERT_CMD_STATE_COMPLETED", "ERT_CMD_STATE_TIMEOUT"
@@ -142,6 +143,22 @@ class FakeXrt:
 
 
 
+def _as_bound(kernel: str, config: dict[str, Any], operand: str,
+              buffer: torch.Tensor) -> torch.Tensor:
+    """An input as the plan binds it, read from a buffer the backend wrote in the family's
+    device layout (`to_device`): the program reads the layout, the emulator the binding."""
+    to_device = family(kernel).to_device
+    if to_device is None:
+        return buffer
+    where = to_device(config, operand, torch.arange(buffer.numel()).view(buffer.shape))
+    if where.shape == buffer.shape and torch.equal(where.reshape(-1),
+                                                   torch.arange(buffer.numel())):
+        return buffer
+    bound = torch.empty_like(buffer).reshape(-1)
+    bound[where.reshape(-1)] = buffer.reshape(-1)
+    return bound.view(buffer.shape)
+
+
 class SimulatedXrt(FakeXrt):
     """FakeXrt whose runs compute: the launches of the program behind the kernel, each with
     the emulator's numerics, reading and writing the buffer objects' bytes in the layouts
@@ -181,6 +198,8 @@ class SimulatedXrt(FakeXrt):
                 n = int(np.prod(dims)) * op.elem_bytes
                 view = torch.frombuffer(bos[slot[arg]].data, dtype=torch.uint8)[:n]
                 tensor = view.view(dtype).view(dims)
+                if op.role != "output":
+                    tensor = _as_bound(spec.name, config, op.name, tensor)
                 (outputs if op.role == "output" else inputs)[op.name] = tensor
             self.emulator.run(spec, shape, config, inputs, outputs)
         modeled = device_s(Dispatch(program.dispatch, program.launches))

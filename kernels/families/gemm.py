@@ -433,6 +433,19 @@ def misplaced_columns(c: torch.Tensor, span_n: int) -> torch.Tensor:
     return wide.reshape(-1)[:rows * n].reshape(c.shape).contiguous()
 
 
+def column_blocks(b: torch.Tensor, parts: int) -> torch.Tensor:
+    """B [K, N] as the NPU reads it with `b_parts`: `parts` column blocks [parts, K, N/parts]
+    one after the other (the emulator computes on B as it is)."""
+    k, n = b.shape
+    return b.reshape(k, parts, n // parts).permute(1, 0, 2).contiguous()
+
+
+def to_device(c: dict[str, Any], operand: str, t: torch.Tensor) -> torch.Tensor:
+    """B in `b_parts` column blocks for the NPU; every other operand as bound."""
+    parts = int(c.get("b_parts", 1))
+    return column_blocks(t, parts) if operand == "b" and parts > 1 else t
+
+
 def reference(s: Shape, c: dict[str, Any], x: Tensors) -> Tensors:
     return {"c": fp32_reference(x["a"], x["b"])}
 
@@ -722,7 +735,8 @@ def _family(spec: KernelSpec, out_dtype: torch.dtype, source: Source) -> KernelF
         transposed_weight="b", exact_tiles=True, measured=measured_best(spec.name),
         measured_config=True,
         low_precision=LOW_PRECISION[spec.name],
-        preferred=lambda s: preferred(spec, s), first_launch_only=first_launch_only)
+        preferred=lambda s: preferred(spec, s), first_launch_only=first_launch_only,
+        to_device=to_device)
 
 
 FAMILIES = (_family(GEMM_BF16, torch.bfloat16, SOURCE_BF16),

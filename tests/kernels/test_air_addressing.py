@@ -593,3 +593,24 @@ def test_decode_attention_refuses_columns_without_a_kv_head() -> None:
                          {"k_tile": 64, "herd_n": 2}, {})
     with pytest.raises(EmitError, match="3 KV heads over herd_n=2"):
         emit(launch)
+
+
+@pytest.mark.parametrize("parts,tile_n,herd_n", [(2, 64, 1), (3, 32, 2), (1, 64, 2)])
+def test_gemm_reads_b_stored_in_column_blocks(parts: int, tile_n: int, herd_n: int) -> None:
+    """B as b_parts column blocks [b_parts, K, N / b_parts] (the layout the NPU backend writes,
+    `column_blocks`): every K step of every launch column reads its window of B."""
+    from npu_deploy.kernels.families.gemm import column_blocks
+
+    K, N = GEMM["K"], GEMM["N"]
+    config = {**TILES, "tile_k_l2": 64, "tile_n": tile_n, "herd_n": herd_n, "b_parts": parts}
+    (_, b, _), ops = trace(emit(make_launch("gemm_bf16", GEMM, config)))
+    logical = torch.arange(K * N).reshape(K, N)            # B[k, n] -> its logical index
+    stored = column_blocks(logical, parts).reshape(-1)      # the buffer the NPU gets
+    tk2, span = config["tile_k_l2"], tile_n * herd_n
+    reads = [op for op in touching(ops, "dma_memcpy_nd", b, 1)]
+    assert len(reads) == (GEMM["M"] // (TILES["tile_m"] * TILES["herd_m"])) * (N // span) \
+        * (K // tk2)
+    for op in reads:
+        k0, n0 = op.env["k2"] * tk2, op.env["ly"] * span
+        window = logical[k0:k0 + tk2, n0:n0 + span].reshape(-1)
+        assert torch.equal(stored[op.pattern("src_")], window), op.env

@@ -209,3 +209,30 @@ def test_a_deployment_on_the_xrt_backend_measures_and_writes_its_programs(tmp_pa
         for f in files:
             compile(f.read_text(), str(f), "exec")
     assert list((root / "compiled").glob("*.py"))      # what ran, as it was compiled
+
+
+def test_a_gemm_with_b_in_column_blocks_gets_its_weight_in_that_layout(tiny_models, tmp_path):
+    """b_parts > 1: the backend writes the LM head's B as column blocks, which the program
+    reads (tests/kernels/test_air_addressing.py); the simulated NPU reads it back the same way
+    and the logits are the emulator's bits, while the bytes on the device are not B [K, N]."""
+    from npu_deploy.kernels.plan import Dispatch
+
+    m = tiny_models["tiny-llama"]
+    base = baseline_plan("tiny-llama", m.args, Prefill(L))
+    blocked = {"b_parts": 2, "tile_n": 16, "herd_n": 1}
+
+    def with_blocks(step):
+        if not isinstance(step, Dispatch):
+            return step
+        return replace(step, launches=tuple(
+            replace(ln, config=tuple(sorted({**ln.config_dict, **blocked}.items())))
+            if ln.role == "lm_head" else ln for ln in step.launches))
+
+    plan = replace(base, steps=tuple(with_blocks(s) for s in base.steps))
+    head = next(ln for d in plan.dispatches for ln in d.launches if ln.role == "lm_head")
+    assert head.config_dict["b_parts"] == 2 and m.args.vocab % 32 == 0
+    tokens = torch.arange(5, 5 + L) % m.args.vocab
+    want = PlanRunner(m.args, m.weights, EmulatorBackend()).run(base, tokens)
+    backend, sim = npu_backend(tmp_path, m.args.head_dim)
+    got = PlanRunner(m.args, m.weights, backend).run(plan, tokens)
+    assert torch.equal(got.logits, want.logits)
