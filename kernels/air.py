@@ -84,10 +84,19 @@ class Program:
         out: dict[str, Any] = {"output_format": "elf" if len(self.layouts) > 1 else "xclbin",
                                "instance_name": self.function, "stack_size": 1024,
                                "omit_pingpong": ""}
+        tiling: list[int] | None = None
         for layout in self.layouts:
             out["stack_size"] = max(out["stack_size"], layout.flags.get("stack_size", 0))
             if layout.flags.get("omit_pingpong") == "all":
                 out["omit_pingpong"] = "all"
+            # aircc's --air-runtime-loop-tiling-sizes (the shim BD optimization's tiles), one
+            # value for the ELF: the smallest any launch asks for, dimension by dimension
+            sizes = layout.flags.get("runtime_loop_tiling_sizes")
+            if sizes:
+                tiling = list(sizes) if tiling is None else \
+                    [min(a, b) for a, b in zip(tiling, sizes, strict=False)]
+        if tiling is not None:
+            out["runtime_loop_tiling_sizes"] = tiling
         return out
 
 

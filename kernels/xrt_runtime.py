@@ -44,46 +44,28 @@ import numpy as np
 import torch
 
 from .air import Program
+from .toolchain import Requirement, requirements
 
 LOCK_PATH = Path(tempfile.gettempdir()) / "npu.lock"
 RUN_TIMEOUT_MS = 60_000         # mlir-air's LLM benchmarks wait 60 s for a run
-DEVICE_NODE = Path("/dev/accel/accel0")
-
-INSTALL = {
-    "pyxrt": "XRT's Python bindings: install XRT >= 2.19 with the amdxdna driver "
-             "(github.com/amd/xdna-driver) and `source /opt/xilinx/xrt/setup.sh`",
-    "air": "mlir-air's Python package: build github.com/Xilinx/mlir-air with its Python "
-           "bindings (or install its wheels) and put it on PYTHONPATH",
-    "aircc": "mlir-air's compiler driver `aircc` on PATH (from the same mlir-air build)",
-    "npu": f"an XDNA 2 NPU ({DEVICE_NODE}, created by the amdxdna kernel driver)",
-    "objects": "the micro-kernel objects the programs link (mm_*.o, ...), built with Peano "
-               "from mlir-air's AIE kernel sources, in a directory given with --air-objects "
-               "or $NPU_DEPLOY_AIR_OBJECTS",
-}
-
 
 class XrtError(RuntimeError):
     """The NPU path cannot go on: what failed and what to do."""
 
 
-def missing(objects: str | None = "") -> list[str]:
-    """What this machine lacks for `--backend xrt`, each as a key of INSTALL. `objects` is
-    the micro-kernel directory to check ("" leaves it out)."""
-    out = [name for name in ("pyxrt", "air") if importlib.util.find_spec(name) is None]
-    if shutil.which("aircc") is None:
-        out.append("aircc")
-    if not DEVICE_NODE.exists():
-        out.append("npu")
-    if objects is None or (objects and not Path(objects).is_dir()):
-        out.append("objects")
-    return out
+def missing(objects: str | None = "") -> list[Requirement]:
+    """What this machine lacks for `--backend xrt` (kernels.toolchain). `objects` is the
+    micro-kernel directory to check ("" leaves it out)."""
+    return [r for r in requirements(objects) if not r.ok]
 
 
 def require(objects: str | None = "") -> None:
     lacking = missing(objects)
     if lacking:
-        raise XrtError("this machine lacks " + "; ".join(f"{k} ({INSTALL[k]})" for k in lacking)
-                       + ". Without them, use --backend emulator (the default)")
+        raise XrtError("this machine lacks " + "; ".join(
+            f"{r.key} ({r.what}: {r.problem}; {r.fix})" for r in lacking)
+            + ". `npu-deploy doctor` lists them. Without them, use --backend emulator (the "
+            "default)")
 
 
 # --- one process at a time on the NPU --------------------------------------------------------
@@ -177,7 +159,8 @@ def compile_program(program: Program, cache: Path, objects_dir: Path,
         backend = backend_factory(
             target_device="npu2", output_format=flags["output_format"],
             instance_name=program.function, omit_pingpong=flags["omit_pingpong"],
-            stack_size=flags["stack_size"], omit_while_true_loop=False)
+            stack_size=flags["stack_size"], omit_while_true_loop=False,
+            runtime_loop_tiling_sizes=list(flags.get("runtime_loop_tiling_sizes", [])))
         backend.compile(module)
         backend.unload()
     except Exception as e:
@@ -367,5 +350,5 @@ class XrtRunner:
         self.device = None
 
 
-__all__ = ["INSTALL", "LOCK_PATH", "Artifact", "DispatchTimes", "XrtError", "XrtRunner",
+__all__ = ["LOCK_PATH", "Artifact", "DispatchTimes", "XrtError", "XrtRunner",
            "compile_program", "content_key", "missing", "npu_lock", "require"]

@@ -344,7 +344,8 @@ def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayo
         grid=(cdiv(s["Lq"], q_tile), cdiv(heads, unroll)), segment=(unroll, 1),
         herd=(q_tiles, cascade), l2=l2, l1=l1, loop=cdiv(s["Lk"], k_tile * cascade),
         externs=externs, channels=channels,
-        flags={"omit_pingpong": "all", "compiled_for": (s["Lq"], s["Lk"], hd)})
+        flags={"omit_pingpong": "all", "compiled_for": (s["Lq"], s["Lk"], hd),
+               "runtime_loop_tiling_sizes": [1, 1]})   # upstream's fa_headfirst / fa_temporal
 
 
 def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[str, str],

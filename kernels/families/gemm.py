@@ -591,7 +591,8 @@ def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayo
         externs=(Extern(f"zero_f32_{dims(tm, tn)}", obj, ("c_l1",)),
                  Extern(f"matmul_bf16_f32_{dims(tm, tk1, tn)}", obj, ("a_l1", "b_l1", "c_l1")),
                  *tail),
-        flags={"stack_size": 2048})
+        # upstream's GEMM builds and its LLM ELFs pass [2, 2] (BD-ID recycling)
+        flags={"stack_size": 2048, "runtime_loop_tiling_sizes": [2, 2]})
 
 
 def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[str, str],

@@ -176,7 +176,8 @@ def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayo
         externs=(Extern(f"zero_f32_{tm}", obj, ("acc_l1",)),
                  Extern(f"matvec_bf16_f32_{dims(tm, tk)}", obj, ("w_l1", "x_l1", "acc_l1")),
                  Extern(f"cast_f32_bf16_{tm}", obj, ("acc_l1", "y_l1"))),
-        flags={"omit_pingpong": ""})
+        # upstream's GEMV decode ELFs (llms/shared/infra/backend_presets.py)
+        flags={"omit_pingpong": "", "runtime_loop_tiling_sizes": [16, 16]})
 
 
 def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[str, str],

@@ -21,6 +21,7 @@ main.add_command(models.models_cmd)
 main.add_command(models.oracle_cmd)
 main.add_command(kernels.kernels_cmd)
 main.add_command(kernels.plan_cmd)
+main.add_command(kernels.doctor_cmd)
 # driving a run
 main.add_command(deploy.deploy_cmd)
 main.add_command(tui.tui_cmd)

@@ -229,3 +229,29 @@ def _print_plan(described: str, plan: Any, profile: Any, attempts: Any) -> None:
                  if isinstance(plan.mode, Prefill) else
                  f", {profile.tokens_per_s:.1f} tokens/s")
               + f"; eta {profile.eta:.2f} (1.00 = the measured Llama-3.2-1B deployment)")
+
+
+@click.command("doctor")
+@click.option("--air-objects", "objects", type=str, default=None, metavar="DIR",
+              envvar="NPU_DEPLOY_AIR_OBJECTS",
+              help="The micro-kernel objects' directory to check ($NPU_DEPLOY_AIR_OBJECTS).")
+@json_option("Print JSON instead of lines.")
+def doctor_cmd(objects: str | None, as_json: bool) -> None:
+    """Whether this machine can run deployments on a real NPU (`--backend xrt`): each
+    requirement found (and where) or missing (and the fix), one line each. Exit 0 only
+    when every one is present."""
+    from npu_deploy.kernels.toolchain import requirements
+
+    found = requirements(objects)
+    if as_json:
+        emit_json([{"key": r.key, "what": r.what, "found": r.found, "problem": r.problem,
+                    "fix": r.fix} for r in found])
+    else:
+        for r in found:
+            click.echo(r.line())
+        lacking = [r for r in found if not r.ok]
+        click.echo(f"{len(found) - len(lacking)} of {len(found)} present" + (
+            "; deployments here use --backend emulator (the default)" if lacking else
+            "; --backend xrt can run"))
+    if any(not r.ok for r in found):
+        sys.exit(EXIT_FAILED)

@@ -192,6 +192,8 @@ def test_compiled_programs_are_cached_by_content(tmp_path: Path):
     second = compile_program(stub, tmp_path / "cache", objects, Backend)
     assert not first.cached and second.cached and first.binary == second.binary
     assert len(built) == 1 and built[0]["instance_name"] == program.function
+    assert built[0]["runtime_loop_tiling_sizes"] == program.flags.get(
+        "runtime_loop_tiling_sizes", [])
     assert built[0]["output_format"] == "elf" and first.kernel == f"main:{program.function}"
     (objects / program.objects[0]).write_bytes(b"other object code")   # a new object: rebuilt
     third = compile_program(stub, tmp_path / "cache", objects, Backend)
@@ -202,7 +204,7 @@ def test_compiled_programs_are_cached_by_content(tmp_path: Path):
 
 
 def test_this_machine_is_refused_at_once_with_what_to_install():
-    lacking = missing()
+    lacking = {r.key for r in missing()}
     assert "pyxrt" in lacking and "air" in lacking
     with pytest.raises(XrtError) as e:
         require()
