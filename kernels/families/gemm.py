@@ -583,7 +583,10 @@ def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayo
     tail = (Extern(f"cast_f32_bf16_{dims(tm, tn)}", obj, ("c_l1", "c_out_l1")),) \
         if out == BF16 else ()
     if tail:
-        l1 += (buf("c_out_l1", (tm, tn), BF16, "L1", phase="drain"),)
+        # drain's bf16 buffer stays beside the accumulator and A and B (upstream's 72 KiB at
+        # tile_m 64); for the other methods it lives in the drain phase only
+        l1 += (buf("c_out_l1", (tm, tn), BF16, "L1",
+                   phase="all" if method_name(launch.kernel, s, c) == "drain" else "drain"),)
     return LaunchLayout(
         launch.kernel, launch.label, tuple(launch.spec.operands(s)),
         grid=(cdiv(M, tm * hm), cdiv(N, tn * hn)), segment=None, herd=(hm, hn), l2=l2, l1=l1,

@@ -242,3 +242,12 @@ def test_a_kernel_with_no_program_is_refused_by_name():
                                             "head_dim": 64}, {})
     with pytest.raises(EmitError, match="no MLIR-AIR program for kernel 'decode_attention'"):
         emit_dispatch(Dispatch("host", (launch,)))
+
+
+@pytest.mark.parametrize("method,tile_m", [("drain", 32), ("fused-cast", 64)])
+def test_a_gemm_programs_l1_is_what_the_checker_counts_for_its_method(method, tile_m):
+    shape = {"M": 2048, "K": 2048, "N": 2048}
+    config = {**SPECS["gemm_bf16"].tunables, "method": method, "tile_m": tile_m}
+    launch = launch_of("gemm_bf16", shape, config)
+    _, usage = check_with_usage(SPECS["gemm_bf16"], shape, config, XDNA2)
+    assert layout_of(launch).l1_bytes() == usage["l1_bytes"] <= XDNA2.l1_bytes
