@@ -100,6 +100,13 @@ class Program:
         return out
 
 
+def _signature(ext: Extern, l1: tuple[Buffer, ...]) -> str:
+    """An extern's argument types, as its FuncOp declares them."""
+    by_name = {b.name: b for b in l1}
+    return ", ".join("i32" if a == "i32" else memref(by_name[a].shape, by_name[a].dtype, "L1")
+                     for a in ext.args)
+
+
 def tensor_key(launch: Launch, b: Any) -> str:
     """The device buffer a binding names: its tensor, with its row range if it has one. A
     GEMM reads its weight as B = W^T ([K, N]), a buffer of its own ("w.L0.q_proj:KN"): a
@@ -140,7 +147,13 @@ def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2,
     externs: dict[str, tuple[Extern, tuple[Buffer, ...]]] = {}
     for layout in layouts:
         for ext in layout.externs:
-            externs.setdefault(ext.symbol, (ext, layout.l1))
+            first = externs.setdefault(ext.symbol, (ext, layout.l1))
+            if _signature(*first) != _signature(ext, layout.l1):
+                # one declaration per symbol: a call with other types fails func.call's verifier
+                raise EmitError(f"{layout.label}: {ext.symbol} is called with "
+                                f"{_signature(ext, layout.l1)} but declared with "
+                                f"{_signature(*first)} by an earlier launch; a micro-kernel "
+                                "compiled for other sizes needs a symbol of its own")
     objects = tuple(sorted({e.obj for e, _ in externs.values()}))
 
     w = Writer()
@@ -190,10 +203,8 @@ def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2,
     w("")
     w("# external micro-kernels, one symbol per compiled tile shape")
     for symbol, (ext, l1) in externs.items():
-        by_name = {b.name: b for b in l1}
-        types = ", ".join("i32" if a == "i32" else memref(by_name[a].shape, by_name[a].dtype,
-                                                           "L1") for a in ext.args)
-        w(f"{symbol} = FuncOp({symbol!r}, ([{types}], []), visibility='private')")
+        w(f"{symbol} = FuncOp({symbol!r}, ([{_signature(ext, l1)}], []), "
+          "visibility='private')")
         w(f"{symbol}.attributes['link_with'] = StringAttr.get({ext.obj!r})")
         w(f"{symbol}.attributes['llvm.emit_c_interface'] = UnitAttr.get()")
     for i, layout in enumerate(layouts):

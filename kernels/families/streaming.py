@@ -236,6 +236,11 @@ def layout(symbol: str | None, size_args: tuple[str, ...] = ("n",), *,
         # a table row per row of the block (RoPE), a weight row whole (a norm, a bias)
         l1 += tuple(buf(f"{o.name}_l1", (block[0], width) if o.role == "table" else (width,),
                         BF16, "L1") for o in ops if o.role in ("table", "weight"))
+        # a micro-kernel object is compiled for every L1 size in its signature: a weight row
+        # that is not the block's (a bias of width 896 or 128 on the same block) names it too
+        rows_of_weight = [o for o in ops if o.role == "weight"]
+        if rows_of_weight and "tile_rows" not in c:
+            sizes += f"_w{width}"
         externs = () if symbol is None else (Extern(
             f"{symbol}_{sizes}", f"{spec.name}_{sizes}.o",
             tuple(b.name for b in l1) + ("i32",) * len(size_args)),)

@@ -251,3 +251,37 @@ def test_a_gemm_programs_l1_is_what_the_checker_counts_for_its_method(method, ti
     launch = launch_of("gemm_bf16", shape, config)
     _, usage = check_with_usage(SPECS["gemm_bf16"], shape, config, XDNA2)
     assert layout_of(launch).l1_bytes() == usage["l1_bytes"] <= XDNA2.l1_bytes
+
+
+def test_a_merged_dispatch_declares_each_micro_kernel_with_the_types_it_is_called_with(
+        monkeypatch):
+    """Qwen2.5-0.5B's q, k and v bias adds run on the same block but add biases of width 896
+    and 128: one declaration for both would fail func.call's verifier, so each width is a
+    symbol (and object) of its own; an extern declared twice with other types is refused."""
+    from dataclasses import replace as dc_replace
+
+    from npu_deploy.kernels.air_parts import Extern
+    from npu_deploy.kernels.transforms import TRANSFORMS
+    from npu_deploy.models import CATALOG
+
+    args = CATALOG["qwen2.5-0.5b"].args
+    plan = baseline_plan("qwen2.5-0.5b", args, Prefill(256), XDNA2)
+    for name in ("align_layouts", "reuse_buffers", "merge_dispatches"):
+        plan = TRANSFORMS[name].apply(plan)
+    merged = next(d for d in plan.dispatches if any(ln.role == "k_bias" for ln in d.launches))
+    program = emit_dispatch(merged, XDNA2)
+    declared = [ln for ln in program.source.splitlines() if "FuncOp('bias_add" in ln]
+    assert len(declared) == 2 and any("w896" in ln for ln in declared) and \
+        any("w128" in ln for ln in declared)
+    # the guard: the same symbol declared by two launches with other types
+    bias = [ln for ln in merged.launches if ln.role in ("q_bias", "k_bias")]
+    clash = dc_replace(merged, launches=tuple(bias))
+    import npu_deploy.kernels.air as air
+
+    def one_symbol(launch, hw=XDNA2):       # as the emitter named them before
+        layout = layout_of(launch, hw)
+        return dc_replace(layout, externs=tuple(Extern("bias_add_bf16", e.obj, e.args)
+                                                for e in layout.externs))
+    monkeypatch.setattr(air, "layout_of", one_symbol)
+    with pytest.raises(EmitError, match="declared with .* by an earlier launch"):
+        emit_dispatch(clash, XDNA2)
