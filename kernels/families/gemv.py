@@ -6,6 +6,7 @@ GEMV_bf16.md measures it (memory-bound, ~30 GFLOP/s)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .. import rules
@@ -76,7 +77,8 @@ RULES = (
     "or M into partitions)",
     "stride: W's row stride K within the DMA limit; a W row moves a multiple of 4 bytes",
     "buffer descriptors: 3 streams, a pair more per unaligned tail",
-    "padding (warning): M per partition to tile_m x herd_m, K to tile_k",
+    "divisible: K by tile_k (a K loop rounded up reads into the next row of W)",
+    "padding (warning): M per partition to tile_m x herd_m",
 )
 
 
@@ -93,7 +95,11 @@ def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
     rules.shim(f, hm, 2, 1, hw)
     rows = math.ceil(M / parts)
     Mp = rules.pad(f, "M per partition", rows, tm * hm)
-    Kp = rules.pad(f, "K", K, tk)
+    if K % tk:
+        f.append(Finding("divisible", "error", f"K={K} is not divisible by tile_k={tk}: the "
+                         "K loop, rounded up, would read past each row of W into the next; "
+                         "pick a tile_k that divides K", K, tk))
+    Kp = K
     rules.repeat(f, "the K loop", Kp // tk, hw, f"split K so that K / tile_k <= "
                  f"{hw.max_repeat} (a larger tile_k, or K in parts)")
     rules.repeat(f, "the M loop", Mp // (tm * hm), hw,
@@ -108,6 +114,14 @@ def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
 
 SPACE = {"partitions": (1, 2, 4, 8, 16, 32, 64), "tile_m": (16, 8, 32),
          "tile_k": (512, 256, 1024, 128), "herd_m": (8, 4, 2, 1)}
+
+
+def candidates(spec: KernelSpec, s: Shape, hw: Hardware) -> Iterator[dict[str, Any]]:
+    """SPACE, with tile_k also every divisor of K that is a multiple of 32 (up to 1024), so
+    that a K such as 576 has a tile that divides it."""
+    divisors = tuple(t for t in range(min(s["K"], 1024), 31, -32) if s["K"] % t == 0)
+    tiles = tuple(dict.fromkeys((*SPACE["tile_k"], *divisors)))
+    return product_space({**SPACE, "tile_k": tiles})(spec, s, hw)
 
 # --- numerics: FP32 lanes, one cast (kernels.numerics.gemv_fp32acc) -------------------------
 
@@ -211,6 +225,6 @@ SOURCE = Source("details/GEMV_bf16.md", markdown_tables(
                 "tested shapes (M x K), tile herd_m/tile_m/m_input; latency and GFLOP/s")))
 
 FAMILIES = (KernelFamily(
-    GEMV, rules=RULES, check=check, candidates=product_space(SPACE), numerics=NUMERICS,
+    GEMV, rules=RULES, check=check, candidates=candidates, numerics=NUMERICS,
     cost=COST, program=AirProgram(launch_layout, segment), data="gemv", source=SOURCE,
     measured=rows_at("gemv", "shapes", lambda r: (r["M"], r["K"]), lambda s: (s["M"], s["K"]))),)

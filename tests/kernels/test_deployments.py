@@ -46,9 +46,9 @@ def launch(kernel: str, shape: dict, **config):
 # --- the merge rules --------------------------------------------------------------------------
 
 def test_unaligned_tails_held_for_the_elf_exhaust_the_shim_descriptors():
-    # A GEMV over 576 (the bundled model's width) pads K to its 512-wide tile: each launch
-    # fits alone, but every one keeps its tail's descriptors for the whole ELF.
-    gemv = launch("gemv", {"M": 512, "K": 576})
+    # A GEMV of 500 rows pads M to its 128-row span (16 rows x 8 tiles): each launch fits
+    # alone, but every one keeps its tail's descriptors for the whole ELF.
+    gemv = launch("gemv", {"M": 500, "K": 2048}, tile_m=16, herd_m=8, partitions=1)
     alone, usage = check_with_usage(*gemv, XDNA2)
     assert not [f for f in alone if f.severity != "warning"]
     assert usage["bd_base"] + usage["bd_tails"] <= XDNA2.shim_bds < \

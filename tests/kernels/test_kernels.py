@@ -286,3 +286,17 @@ def test_cli_kernels_table_and_json(cli):
     assert all(r["valid"] for r in rows)
     assert {r["kernel"] for r in rows} >= {"gemv", "decode_attention", "qk_norm"}
     assert "no model" in cli("kernels", "no-such-model").stderr
+
+
+def test_a_gemv_tile_k_that_does_not_divide_k_is_refused_and_selection_avoids_it():
+    # The bundled model's K = 576: a 512-wide K loop rounded up would read 448 elements of
+    # the next row of W. The checker refuses it; selection takes a tile that divides K.
+    from npu_deploy.kernels.selection import select
+    from npu_deploy.kernels.specs import KernelUse
+
+    shape = {"M": 576, "K": 576}
+    found = blocking(check(SPECS["gemv"], shape, {"tile_k": 512}, XDNA2))
+    assert any(f.kind == "divisible" and "K=576" in f.message and "next" in f.message
+               for f in found)
+    chosen = select(KernelUse("q_proj", SPECS["gemv"], shape), XDNA2)
+    assert chosen.valid and 576 % chosen.config["tile_k"] == 0
