@@ -46,6 +46,7 @@ if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
 from benchmarks.host import cpu_name, emit  # noqa: E402
+from npu_deploy.kernels.measurements import provenance  # noqa: E402
 from npu_deploy.kernels.numerics_fidelity import (  # noqa: E402
     BAND,
     GEMM_KERNELS,
@@ -53,7 +54,6 @@ from npu_deploy.kernels.numerics_fidelity import (  # noqa: E402
     compare_rows,
     emulated_mean_rel_l1,
     measured_rows,
-    source,
     summarize,
 )
 
@@ -97,7 +97,7 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
     worst = sorted(records, key=lambda rec: -abs(math.log(rec["ratio"])))[:WORST]
     return {
         "source": "emulated on the CPU; measured figures from NPU2",
-        "measured_on_npu": {k: source(k) for k in GEMM_KERNELS},
+        "measured_on_npu": {k: provenance(k) for k in GEMM_KERNELS},
         "machine": {"cpu": cpu_name(), "cpus": os.cpu_count(),
                     "torch_threads": torch.get_num_threads(),
                     "python": platform.python_version(), "torch": torch.__version__},

@@ -25,7 +25,7 @@ import torch
 
 from npu_deploy.metrics.comparison import compare
 
-from .measurements import Row, load, table
+from .measurements import Row, table
 from .numerics import fp32_reference, gemm_operands, to_bf16
 from .registry import FAMILIES
 
@@ -41,12 +41,6 @@ ROW_CONFIG = ("method", "tile_m", "tile_k_l2", "tile_k_l1", "tile_n", "herd_m", 
 def measured_rows(kernels: Iterable[str] = GEMM_KERNELS) -> list[tuple[str, Row]]:
     """Every row of the kernels' registry tables, in the files' order, as (kernel, row)."""
     return [(kernel, row) for kernel in kernels for row in table(kernel, TABLE)]
-
-
-def source(kernel: str) -> str:
-    """Where a kernel's measured figures come from: repository, path, commit, when."""
-    s = load(kernel)["source"]
-    return f"{s['repository']} {s['path']} @ {s['commit'][:12]} (measured on {s['measured']})"
 
 
 def emulated_mean_rel_l1(kernel: str, row: Row, seed: int = 0, *,
