@@ -25,6 +25,7 @@ import torch
 
 from npu_deploy.metrics.comparison import compare
 
+from .families.gemm import row_config
 from .measurements import Row, table
 from .numerics import fp32_reference, gemm_operands, to_bf16
 from .registry import FAMILIES
@@ -34,8 +35,6 @@ GEMM_KERNELS = ("gemm_bf16", "gemm_fp32")
 TABLE = "shapes"
 #: A row agrees when the emulated figure is within this fraction of the measured one.
 BAND = 0.25
-#: What a registry row configures (the rest of the configuration is the spec's defaults).
-ROW_CONFIG = ("method", "tile_m", "tile_k_l2", "tile_k_l1", "tile_n", "herd_m", "herd_n")
 
 
 def measured_rows(kernels: Iterable[str] = GEMM_KERNELS) -> list[tuple[str, Row]]:
@@ -58,8 +57,7 @@ def emulated_mean_rel_l1(kernel: str, row: Row, seed: int = 0, *,
     if rows is not None:
         a = a[:rows]
     shape = {"M": a.shape[0], "K": row["K"], "N": row["N"]}
-    config = {**family.spec.tunables, **{key: row[key] for key in ROW_CONFIG},
-              "exact_tiles": False}
+    config = {**row_config(family.spec, row), "exact_tiles": False}
     out = family.numerics.emulate(shape, config, {"a": a, "b": b})["c"]
     ref = fp32_reference(a, b)
     if out.dtype == torch.bfloat16:

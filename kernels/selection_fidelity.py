@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .checker import blocking, check
+from .families.gemm import CONFIG_KEYS, row_config
 from .hardware import XDNA2
 from .measurements import load, table
 from .registry import SPECS
@@ -20,7 +21,6 @@ from .selection import select, select_all
 from .specs import Decode, KernelUse, Mode, Prefill, model_kernels
 
 GEMMS = ("gemm_bf16", "gemm_fp32")
-CONFIG = ("method", "tile_m", "tile_k_l2", "tile_k_l1", "tile_n", "herd_m", "herd_n")
 #: The sequence lengths every model is checked at (short, odd and long prompts, a decode).
 MODES: tuple[Mode, ...] = (Prefill(2048), Prefill(128), Prefill(100), Prefill(16),
                            Decode(2047))
@@ -37,7 +37,7 @@ def _shape(row: dict[str, Any]) -> dict[str, int]:
 
 
 def _config(name: str, row: dict[str, Any]) -> dict[str, Any]:
-    return {**SPECS[name].tunables, **{k: row[k] for k in CONFIG}}
+    return row_config(SPECS[name], row)
 
 
 @dataclass(frozen=True)
@@ -116,11 +116,11 @@ def selection_agreement(use_measured: bool) -> Agreement:
         best = max(high, key=lambda r: r["gflops"])
         chosen = select(KernelUse("x", SPECS[name], _shape(best)), XDNA2,
                         use_measured=use_measured).config
-        same = [chosen.get(k) == best[k] for k in CONFIG]
+        same = [chosen.get(k) == best[k] for k in CONFIG_KEYS]
         counts[0] += 1
         counts[1] += same[0]
         counts[2] += all(same[:5])
         counts[3] += all(same)
-        match = [r for r in rows if all(chosen.get(k) == r[k] for k in CONFIG)]
+        match = [r for r in rows if all(chosen.get(k) == r[k] for k in CONFIG_KEYS)]
         counts[4] += bool(match) and match[0]["gflops"] >= 0.9 * best["gflops"]
     return Agreement(*counts)

@@ -88,6 +88,15 @@ TUNABLES = {"tile_m": 64, "tile_k_l2": 256, "tile_k_l1": 32, "tile_n": 128, "her
 #: the same ELF), `drain` (the drain herd casts the FP32 accumulator once), `direct` (direct
 #: codegen, a bf16 accumulator: the low-precision tier); FP32 out `external` (the hand-tuned
 #: mm.o) or `direct` codegen (the same numerics, slower). The first is the default.
+#: The configuration keys of upstream's registry rows (kernels/data/gemm_*.json).
+CONFIG_KEYS = ("method", "tile_m", "tile_k_l2", "tile_k_l1", "tile_n", "herd_m", "herd_n")
+
+
+def row_config(spec: KernelSpec, row: Mapping[str, Any]) -> dict[str, Any]:
+    """The full configuration a registry row ran: its keys over the spec's defaults."""
+    return {**spec.tunables, **{k: row[k] for k in CONFIG_KEYS}}
+
+
 #: The matmul microkernel (mm_aie2p.cc) asserts m % (2 r) == 0, k % s == 0 and n % (2 t) == 0
 #: for its r x s x t = 8 x 8 x 8 MMA: tile_m and tile_n multiples of 16, tile_k_l1 of 8.
 MMUL = 8
@@ -499,9 +508,6 @@ def gemm_numerics(kernel: str, out_dtype: torch.dtype) -> Numerics:
 # The native bf16 MMA does 4x8x8 MACs per instruction where the BFP16 one does 8x8x8 (aie_api,
 # AIE2P): half the compute rate. Inferred from the instruction shapes, never measured.
 BF16_DATAPATH_RATE = 0.5
-
-#: the configuration keys of upstream's registry rows
-CONFIG_KEYS = ("method", "tile_m", "tile_k_l2", "tile_k_l1", "tile_n", "herd_m", "herd_n")
 
 #: The fitted coefficients and where their fit starts: NPU_FACTS' ~100 us floor and ~30-58
 #: GB/s DDR, its best GEMM (9.8 TFLOP/s) over the 32 tiles, upstream's "~1.5-1.7x" for

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from npu_deploy.kernels.checker import blocking, check
+from npu_deploy.kernels.families.gemm import CONFIG_KEYS, row_config
 from npu_deploy.kernels.hardware import XDNA2
 from npu_deploy.kernels.measurements import load, table
 from npu_deploy.kernels.registry import SPECS
@@ -14,7 +15,6 @@ from npu_deploy.kernels.selection import select, select_all
 from npu_deploy.kernels.specs import Decode, KernelUse, Prefill, model_kernels
 from npu_deploy.models import CATALOG
 
-CONFIG = ("method", "tile_m", "tile_k_l2", "tile_k_l1", "tile_n", "herd_m", "herd_n")
 GEMMS = ("gemm_bf16", "gemm_fp32")
 
 
@@ -28,7 +28,7 @@ def _shape(row: dict) -> dict[str, int]:
 
 
 def _config(name: str, row: dict) -> dict:
-    return {**SPECS[name].tunables, **{k: row[k] for k in CONFIG}}
+    return row_config(SPECS[name], row)
 
 
 def test_the_registry_holds_109_measured_configurations_over_81_shapes():
@@ -118,7 +118,7 @@ def test_at_registry_shapes_selection_takes_upstreams_fastest_high_precision_con
             continue
         fastest = max(high, key=lambda r: r["gflops"])
         chosen = select(KernelUse("x", SPECS[name], _shape(fastest)), XDNA2)
-        same = [r for r in rows if all(chosen.config[k] == r[k] for k in CONFIG)]
+        same = [r for r in rows if all(chosen.config[k] == r[k] for k in CONFIG_KEYS)]
         assert same and same[0]["gflops"] >= 0.9 * fastest["gflops"], (name, _shape(fastest))
         assert chosen.source == "measured" and chosen.measured is not None
         checked += 1
