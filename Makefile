@@ -48,6 +48,7 @@ bench: setup
 	$(PY) benchmarks/metrics_bench.py
 	$(PY) benchmarks/deploy_smollm2.py
 	$(PY) benchmarks/hardware_fidelity.py
+	$(PY) benchmarks/air_programs.py
 
 # Regenerate what the docs generate (the CLI reference, the kernel tables); a test fails
 # while they are stale.

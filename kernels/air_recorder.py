@@ -691,8 +691,9 @@ class FuncOp:
                 raise BuildError("a function built outside a module")
             label = name or body.__name__
             region = Region("func", label, _Builder.here())
-            args = tuple(MemRef(t, region, f"{label} argument {i}") for i, t in
-                         enumerate(inputs))
+            names = body.__code__.co_varnames[:len(inputs)]
+            args = tuple(MemRef(t, region, names[i] if i < len(names) else f"argument {i}")
+                         for i, t in enumerate(inputs))
             if not all(isinstance(t, MemRefType) and t.space == "L3" for t in inputs):
                 raise BuildError(f"{label}: function arguments are DDR memrefs")
             trace.functions.append((label, region, args))

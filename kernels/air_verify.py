@@ -572,4 +572,35 @@ def verify_programs(programs: Iterable[Any], hw: Hardware = XDNA2,
     return out
 
 
-__all__ = ["CHECKS", "Violation", "structure", "verify", "verify_programs", "verify_source"]
+@dataclass(frozen=True)
+class Verdict:
+    """The verifier's findings over a set of programs."""
+
+    results: tuple[tuple[Any, tuple[Violation, ...]], ...]
+
+    @property
+    def clean(self) -> int:
+        return sum(1 for _, found in self.results if not found)
+
+    def by_check(self) -> dict[str, int]:
+        """Violations per check, counting each program once per check it fails."""
+        out = dict.fromkeys(CHECKS, 0)
+        for _, found in self.results:
+            for check in {v.check for v in found}:
+                out[check] += 1
+        return out
+
+    def as_json(self) -> dict[str, Any]:
+        return {"programs": len(self.results), "clean": self.clean,
+                "failing_by_check": self.by_check(),
+                "violations": [{"dispatch": p.dispatch, "function": p.function,
+                                "check": v.check, "where": v.where, "message": v.message}
+                               for p, found in self.results for v in found]}
+
+
+def check_programs(programs: Iterable[Any], hw: Hardware = XDNA2) -> Verdict:
+    return Verdict(tuple((p, tuple(found)) for p, found in verify_programs(programs, hw)))
+
+
+__all__ = ["CHECKS", "Verdict", "Violation", "check_programs", "structure", "verify",
+           "verify_programs", "verify_source"]

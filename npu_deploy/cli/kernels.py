@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -102,8 +103,12 @@ def kernels_cmd(model: str, seq_len: int, decode_pos: int | None, hw_name: str,
 @click.option("--emit-air", "emit_air", type=click.Path(file_okay=False, path_type=Path),
               default=None, metavar="DIR",
               help="Also write the MLIR-AIR program of every dispatch to DIR (one .py each).")
+@click.option("--check", "check_air", is_flag=True,
+              help="Verify every MLIR-AIR program (bounds, channels, externs, L1/L2, "
+                   "coverage) against a stand-in of mlir-air's builder; exit 1 on any "
+                   "violation. With --emit-air, also writes DIR/verify.json.")
 def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, optimize: bool,
-             as_json: bool, emit_air: Path | None) -> None:
+             as_json: bool, emit_air: Path | None, check_air: bool) -> None:
     """The dispatch plan of MODEL, its modeled profile on XDNA 2, and (with --optimize) the
     transforms that make it faster.
 
@@ -129,18 +134,44 @@ def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, optimize: boo
         plan, profile, attempts = result.plan, result.profile, result.attempts
     else:
         profile = estimate(plan, XDNA2)
-    if emit_air is not None:
+    verdict = None
+    if emit_air is not None or check_air:
         from npu_deploy.kernels.air import EmitError, emit_plan, write_programs
+        from npu_deploy.kernels.air_verify import check_programs
         try:
-            written = write_programs(emit_plan(plan, XDNA2), emit_air)
+            programs = emit_plan(plan, XDNA2)
+            if emit_air is not None:
+                written = write_programs(programs, emit_air)
         except (EmitError, OSError) as e:
             fail(f"--emit-air {emit_air}: {e}", EXIT_USAGE)
-        if not as_json:
+        if emit_air is not None and not as_json:
             click.echo(f"{len(written)} MLIR-AIR programs written to {emit_air}", err=True)
+        if check_air:
+            verdict = check_programs(programs, XDNA2)
+            if emit_air is not None:
+                (emit_air / "verify.json").write_text(json.dumps(verdict.as_json(), indent=1))
     if as_json:
-        emit_json(_plan_json(described, plan, profile, attempts))
-        return
-    _print_plan(described, plan, profile, attempts)
+        out = _plan_json(described, plan, profile, attempts)
+        if verdict is not None:
+            out["air_check"] = verdict.as_json()
+        emit_json(out)
+    else:
+        _print_plan(described, plan, profile, attempts)
+        if verdict is not None:
+            _print_verdict(verdict)
+    if verdict is not None and verdict.clean < len(verdict.results):
+        sys.exit(EXIT_FAILED)
+
+
+def _print_verdict(verdict: Any) -> None:
+    """One line for the programs, one per failing check with its first violation."""
+    n = len(verdict.results)
+    click.echo(f"MLIR-AIR programs: {verdict.clean} of {n} clean (verified against a stand-in "
+               "of mlir-air's builder; nothing was compiled)")
+    for check, failing in verdict.by_check().items():
+        if failing:
+            first = next(v for _, found in verdict.results for v in found if v.check == check)
+            click.echo(f"  {check}: {failing} program(s), e.g. {first.line()}")
 
 
 def _plan_json(described: str, plan: Any, profile: Any, attempts: Any) -> dict[str, Any]:

@@ -8,6 +8,7 @@ is checked against the Llama-3.2-1B figures of NPU_FACTS.md it is calibrated on.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -335,3 +336,21 @@ def test_plan_command_rejects_bad_input_in_one_line(cli):
     assert_one_error(cli("plan", "no-such-model"), "no-such-model")
     result = cli("plan", "llama-3.2-1b", "--mode", "sideways")
     assert result.exit_code == 2 and "sideways" in result.stderr
+
+
+def test_plan_check_verifies_every_program_and_fails_on_a_violation(cli, tmp_path):
+    out = tmp_path / "air"
+    result = cli("plan", "smollm2-135m", "--mode", "decode", "--pos", "40", "--emit-air", out,
+                 "--check")
+    report = json.loads((out / "verify.json").read_text())
+    assert report["programs"] == len(list(out.glob("*.py")))
+    assert f"MLIR-AIR programs: {report['clean']} of {report['programs']} clean" \
+        in result.output
+    failing = {c: n for c, n in report["failing_by_check"].items() if n}
+    assert result.exit_code == (1 if failing else 0), result.output
+    for check in failing:
+        assert f"  {check}: {failing[check]} program(s), e.g. {check}: " in result.output
+    assert {v["check"] for v in report["violations"]} == set(failing)
+    data = json.loads(cli("plan", "smollm2-135m", "--mode", "decode", "--pos", "40",
+                          "--check", "--json").stdout)
+    assert data["air_check"]["clean"] == report["clean"]

@@ -103,3 +103,21 @@ def test_hardware_fidelity_holds_issue_23s_acceptance_figures():
     e2e = r["end_to_end"]
     assert len(e2e) == 9 and [e["model"] for e in e2e if e["calibrated_on"]] == ["llama-3.2-1b"]
     assert all(e["modeled_ttft_s"] > 0 and e["measured_ttft_s"] > 0 for e in e2e)
+
+
+@pytest.mark.slow
+def test_air_programs_counts_every_program_of_a_models_plans():
+    """Issue 24's acceptance benchmark on one model at one length: every program of the
+    baseline and optimized plans (prefill and decode) is counted once, clean or failing."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "air_programs.py"), "--json",
+         "--models", "smollm2-135m", "--lengths", "300"],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    r = json.loads(result.stdout)
+    m = r["models"]["smollm2-135m"]
+    assert m["programs"] > m["structures"] > 0 and 0 <= m["clean"] <= m["programs"]
+    assert r["total"]["programs"] == m["programs"]
+    for check, n in m["failing"].items():
+        assert 0 <= n <= m["programs"] - m["clean"]
+        assert (n > 0) == (check in m["first"])
