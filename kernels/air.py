@@ -117,10 +117,27 @@ def tensor_key(launch: Launch, b: Any) -> str:
     return key
 
 
-def _argument_names(dispatch: Dispatch, layouts: list[LaunchLayout]
+def padded_sizes(pairs: list[tuple[Launch, LaunchLayout]]) -> dict[str, int]:
+    """The flat elements each bound tensor's device buffer holds: its own, or more where a
+    program walks past the end (a layout's `padded`), the most any of the launches needs.
+    One size per tensor across a plan, so a buffer one program writes is the one the next
+    reads."""
+    sizes: dict[str, int] = {}
+    for launch, layout in pairs:
+        for op in layout.operands:
+            key = tensor_key(launch, launch.binding(op.name))
+            sizes[key] = max(sizes.get(key, 0), op.numel, layout.padded.get(op.name, 0))
+    return sizes
+
+
+def _argument_names(dispatch: Dispatch, layouts: list[LaunchLayout],
+                    sizes: dict[str, int] | None = None
                     ) -> tuple[dict[str, tuple[str, tuple[int, ...], str]], list[list[str]]]:
     """The function's arguments (one per bound tensor, in order of first use, keyed by the
-    tensor) and, per launch, the argument each of its operands is wired to."""
+    tensor, sized as `sizes` pads it) and, per launch, the argument each of its operands is
+    wired to."""
+    sizes = {**padded_sizes(list(zip(dispatch.launches, layouts, strict=True))),
+             **(sizes or {})}
     args: dict[str, tuple[str, tuple[int, ...], str]] = {}
     wiring: list[list[str]] = []
     for launch, layout in zip(dispatch.launches, layouts, strict=True):
@@ -130,19 +147,21 @@ def _argument_names(dispatch: Dispatch, layouts: list[LaunchLayout]
             key = tensor_key(launch, b)
             if key not in args:
                 args[key] = (identifier(re.sub(r"\W", "_", key)) + f"_{len(args)}",
-                             (math.prod(op.dims),), DTYPES[op.elem_bytes])
+                             (sizes[key],), DTYPES[op.elem_bytes])
             names.append(args[key][0])
         wiring.append(names)
     return args, wiring
 
 
 def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2,
-                  head_dim: int | None = None) -> Program:
+                  head_dim: int | None = None, sizes: dict[str, int] | None = None
+                  ) -> Program:
     """The MLIR-AIR module of one dispatch: one function, one air.launch per launch.
-    `head_dim` (the model's) is needed when an operand is bound head-first."""
+    `head_dim` (the model's) is needed when an operand is bound head-first; `sizes` are the
+    plan's padded tensor sizes (`padded_sizes`), this dispatch's own when not given."""
     layouts = [layout_of(ln, hw) for ln in dispatch.launches]
     function = identifier(dispatch.name)
-    by_tensor, wiring = _argument_names(dispatch, layouts)
+    by_tensor, wiring = _argument_names(dispatch, layouts, sizes)
     arguments = list(by_tensor.values())
     externs: dict[str, tuple[Extern, tuple[Buffer, ...]]] = {}
     for layout in layouts:
@@ -259,7 +278,9 @@ def _emit_launch(w: Writer, i: int, launch: Launch, layout: LaunchLayout,
 # --- a plan's programs as files ---------------------------------------------------------------
 
 def emit_plan(plan: DispatchPlan, hw: Hardware = XDNA2) -> list[Program]:
-    return [emit_dispatch(d, hw, plan.args.head_dim) for d in plan.dispatches]
+    sizes = padded_sizes([(ln, layout_of(ln, hw)) for d in plan.dispatches
+                          for ln in d.launches])
+    return [emit_dispatch(d, hw, plan.args.head_dim, sizes) for d in plan.dispatches]
 
 
 def write_programs(programs: list[Program], directory: Path, *,

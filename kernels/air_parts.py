@@ -71,6 +71,9 @@ class LaunchLayout:
     flags: dict[str, Any] = field(default_factory=dict)       # compiler options it needs
     #: module imports its inline code needs beyond the common header (direct codegen)
     imports: tuple[str, ...] = ()
+    #: operands the program walks past their end (the last round of blocks), with the flat
+    #: elements it touches: the host pads their buffers to that many (zeros after the data)
+    padded: dict[str, int] = field(default_factory=dict)
 
     @property
     def tiles(self) -> int:

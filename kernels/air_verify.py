@@ -176,11 +176,11 @@ def _label(m: MemRef) -> str:
 
 
 def verify_source(source: str, *, flags: dict[str, Any] | None = None,
-                  outputs: Iterable[int] = (), hw: Hardware = XDNA2,
+                  outputs: Iterable[int] | dict[int, int] = (), hw: Hardware = XDNA2,
                   upstream: bool = True) -> list[Violation]:
     """Every violation of one program source. `outputs`: the positions of the function
-    arguments the program must write whole; `flags`: its compiler options (stack size,
-    ping-pong)."""
+    arguments the program must write, whole or (a dict) their first so many elements (a
+    padded buffer's data); `flags`: its compiler options (stack size, ping-pong)."""
     try:
         trace, namespace = build(source)
     except Exception as e:       # the builder's own refusal, or Python's on a broken program
@@ -194,17 +194,19 @@ def verify_source(source: str, *, flags: dict[str, Any] | None = None,
     _check_channels(ctx, ops)
     _check_calls(ctx, ops, upstream)
     _check_memory(ctx, trace, ops, flags or {})
-    _check_coverage(ctx, trace, ops, set(outputs))
+    _check_coverage(ctx, trace, ops, outputs if isinstance(outputs, dict)
+                    else dict.fromkeys(outputs, 0))
     return ctx.found
 
 
 def verify(program: Any, hw: Hardware = XDNA2, upstream: bool = True) -> list[Violation]:
     """Every violation of an emitted `kernels.air.Program`."""
     names = [a[0] for a in program.arguments]
-    outputs = {names.index(arg)
-               for launch, layout, wired in zip(program.launches, program.layouts,
-                                                program.wiring, strict=True)
-               for op, arg in zip(layout.operands, wired, strict=True) if op.role == "output"}
+    outputs: dict[int, int] = {}
+    for layout, wired in zip(program.layouts, program.wiring, strict=True):
+        for op, arg in zip(layout.operands, wired, strict=True):
+            if op.role == "output":
+                outputs[names.index(arg)] = max(outputs.get(names.index(arg), 0), op.numel)
     return verify_source(program.source, flags=program.flags, outputs=outputs, hw=hw,
                          upstream=upstream)
 
@@ -498,16 +500,18 @@ def _radix(access: Access) -> tuple[int, int] | None:
     return first, span
 
 
-def _check_coverage(ctx: _Context, trace: Trace, ops: list[Op], outputs: set[int]) -> None:
+def _check_coverage(ctx: _Context, trace: Trace, ops: list[Op],
+                    outputs: dict[int, int]) -> None:
+    """Each output's elements (its first `outputs[position]`, or all when 0) are written."""
     if not trace.functions:
         ctx.add("build", "module", "the program builds no function")
         return
     _, _, args = trace.functions[0]
-    for position in sorted(outputs):
+    for position, required in sorted(outputs.items()):
         arg = args[position]
         writes = [Access.of(p, m.memref) for op in ops for m, p, role in _accesses(op)
                   if m.root is arg and role == "dst"]
-        n = arg.memref.numel
+        n = min(required or arg.memref.numel, arg.memref.numel)
         ranges = [r for r in (_radix(a) for a in writes) if r is not None]
         if writes and len(ranges) == len(writes):
             covered, missing = 0, []
@@ -517,7 +521,7 @@ def _check_coverage(ctx: _Context, trace: Trace, ops: list[Op], outputs: set[int
                 covered = max(covered, first + count)
             if covered < n:
                 missing.append((covered, n))
-            missing = [(a, b) for a, b in missing if a < n]
+            missing = [(a, min(b, n)) for a, b in missing if a < n]
         elif n <= ENUMERATE and sum(a.points() * a.count for a in writes) <= 4 * ENUMERATE:
             written = torch.zeros(n, dtype=torch.bool)
             for a in writes:

@@ -49,11 +49,15 @@ class Operand:
     role: str                   # input | weight | output | table
 
     @property
-    def nbytes(self) -> int:
-        n = self.elem_bytes
+    def numel(self) -> int:
+        n = 1
         for d in self.dims:
             n *= d
         return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.elem_bytes
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from .air import Program, emit_dispatch, identifier, tensor_key, write_programs
+from .air import (
+    Program,
+    emit_dispatch,
+    identifier,
+    layout_of,
+    padded_sizes,
+    tensor_key,
+    write_programs,
+)
 from .hardware import XDNA2, Hardware
 from .perf import Profile, StepProfile, estimate
 from .plan import Binding, Dispatch, DispatchPlan, Kind, Launch, Layout
@@ -93,8 +101,8 @@ class NpuBackend:
     name: str = "xrt"
     times: list[DispatchTimes] = field(default_factory=list)
     written: dict[str, dict[str, Any]] = field(default_factory=dict)   # file -> its entry
-    _programs: dict[tuple[Dispatch, int | None], tuple[Program, Artifact]] = \
-        field(default_factory=dict)
+    _programs: dict[tuple[Any, ...], tuple[Program, Artifact]] = field(default_factory=dict)
+    _sizes: dict[str, int] = field(default_factory=dict)     # tensor -> padded elements
     _lock: Any = None
 
     def _runner(self) -> XrtRunner:
@@ -115,11 +123,19 @@ class NpuBackend:
             self._lock.__exit__(None, None, None)
             self._lock = None
 
+    def prepare(self, plan: DispatchPlan) -> None:
+        """Size every tensor's device buffer for the whole plan (`padded_sizes`): a buffer
+        one program writes is then the one the next reads, at the same size."""
+        self._sizes = padded_sizes([(ln, layout_of(ln, self.hw)) for d in plan.dispatches
+                                    for ln in d.launches])
+
     def program(self, dispatch: Dispatch, head_dim: int | None) -> tuple[Program, Artifact]:
         """The dispatch's program, written to `programs` and compiled (each once)."""
-        key = (dispatch, head_dim)
+        keys = {tensor_key(ln, b) for ln in dispatch.launches for b in ln.bindings}
+        sizes = {k: self._sizes[k] for k in keys if k in self._sizes}
+        key = (dispatch, head_dim, tuple(sorted(sizes.items())))
         if key not in self._programs:
-            program = emit_dispatch(dispatch, self.hw, head_dim)
+            program = emit_dispatch(dispatch, self.hw, head_dim, sizes)
             if self.programs is not None:
                 for entry in write_programs([program], self.programs, by_digest=True):
                     self.written[entry["file"]] = entry

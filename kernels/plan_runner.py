@@ -97,6 +97,9 @@ class PlanRunner:
             tensors.update(cache)
         self._row_sizes = _row_sizes(plan)
         whole = getattr(self.backend, "run_dispatch", None)
+        prepare = getattr(self.backend, "prepare", None)
+        if prepare is not None:
+            prepare(plan)       # a device backend sizes the plan's buffers once (padding)
         for step in plan.steps:
             t0 = time.perf_counter()
             if isinstance(step, Dispatch):

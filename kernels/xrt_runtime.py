@@ -286,22 +286,39 @@ class XrtRunner:
             nbytes = int(np.prod(shape)) * (2 if dtype == "bf16" else 4)
             kind = kinds[name]
             store = self._static if kind == "static" else self._device
-            fresh = owner not in store or store[owner][1] != nbytes
+            # a buffer belongs to the tensor at its size (`size`: the data's bytes); a
+            # program that walks past the data's end declares it padded (nbytes >= size)
+            t = tensors.get(name)
+            size = t.numel() * t.element_size() if t is not None else nbytes
+            fresh = owner not in store or store[owner][1] != size
             if fresh and kind == "intermediate" and produced is not None \
                     and name not in produced:
                 raise XrtError(f"{program.function} reads {owner} from the device, where no "
                                "earlier dispatch left it (at this size): bind it as an input")
             if fresh:
-                store[owner] = (self._bo(loaded, slot, nbytes), nbytes)
-            bo, _ = store[owner]
+                store[owner] = (self._bo(loaded, slot, nbytes), size, nbytes)
+            elif store[owner][2] < nbytes:
+                # this program pads the tensor further than the buffer holds: a larger
+                # buffer, with what earlier programs left in it
+                old, _, held = store[owner]
+                old.sync(x.xclBOSyncDirection.XCL_BO_SYNC_BO_FROM_DEVICE)
+                bigger = self._bo(loaded, slot, nbytes)
+                view = np.frombuffer(bigger.map(), dtype=np.uint8)
+                view[:held] = np.frombuffer(old.map(), dtype=np.uint8)[:held]
+                view[held:nbytes] = 0
+                bigger.sync(x.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE)
+                store[owner] = (bigger, size, nbytes)
+            bo = store[owner][0]
             if kind == "input" or (kind == "static" and fresh):
                 t0 = self.clock()
                 data = _as_bytes(tensors[name])
-                if data.nbytes != nbytes:
+                if data.nbytes > nbytes:
                     raise XrtError(f"{program.function}: argument {name} holds {data.nbytes} "
                                    f"bytes, the program expects {nbytes}")
+                # a padded argument (the program's last blocks run past the data): zeros
                 view = np.frombuffer(bo.map(), dtype=np.uint8)
-                view[:nbytes] = data
+                view[:data.nbytes] = data
+                view[data.nbytes:store[owner][2]] = 0
                 bo.sync(x.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE)
                 write_s += self.clock() - t0
                 written += nbytes

@@ -244,9 +244,20 @@ def layout(symbol: str | None, size_args: tuple[str, ...] = ("n",), *,
         externs = () if symbol is None else (Extern(
             f"{symbol}_{sizes}", f"{spec.name}_{sizes}.o",
             tuple(b.name for b in l1) + ("i32",) * len(size_args)),)
+        # the last round's blocks run past the data: every stream is padded to the rounds'
+        # reach, and a table to the rows those positions need (RoPE seq-first: row r is
+        # position r // heads; head-first positions wrap within the table)
+        reach = loop * hm * herd_rows * math.prod(block)
+        padded = {o.name: reach for o in streams if reach > o.numel}
+        for o in ops:
+            if o.role == "table" and launch.binding("x").layout == "seq-first":
+                rows_reached = reach // width
+                need = -(-rows_reached // (s["rows"] // s["seq"])) * width
+                if need > o.numel:
+                    padded[o.name] = need
         return LaunchLayout(
             spec.name, launch.label, ops, grid=(1, 1), segment=None, herd=(hm, herd_rows),
-            l2=(), l1=l1, loop=loop, externs=externs, imports=imports)
+            l2=(), l1=l1, loop=loop, externs=externs, imports=imports, padded=padded)
     return launch_layout
 
 

@@ -107,7 +107,7 @@ def test_intermediates_stay_on_the_device_and_weights_are_written_once(tiny_mode
     writes = len([c for c in sim.calls if c[0] == "sync" and c[2] == "to_device"])
     runner.run(plan, tokens)
     again = len([c for c in sim.calls if c[0] == "sync" and c[2] == "to_device"]) - writes
-    static_bos = {bo.id for bo, _ in backend.runner._static.values()}   # type: ignore[union-attr]
+    static_bos = {bo.id for bo, *_ in backend.runner._static.values()}   # type: ignore[union-attr]
     assert again and not [c for c in sim.calls[-again * 4:] if c[0] == "sync"
                           and c[1] in static_bos and c[2] == "to_device"]
 
