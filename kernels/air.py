@@ -25,7 +25,6 @@ Nothing here imports mlir-air: the sources are text, and `kernels.xrt_runtime` b
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
