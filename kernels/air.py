@@ -14,9 +14,10 @@ and launches that bind the same tensor share one function argument.
 The structure follows mlir-air's programming examples (GEMM, GEMV, weighted RMSNorm, RoPE
 half-split, SiLU x mul, eltwise add, FlashAttention kernel_fusion_based): L2 staging for
 GEMM, streaming from DDR for the row and element-wise kernels, channels and a cascade for
-FlashAttention. The micro-kernel objects (`mm_64x32x128.o`...) are compiled per tile shape
+FlashAttention. The micro-kernel objects (`mm_64x32x128_n4.o`...) are compiled per tile shape
 from mlir-air's AIE kernel sources with Peano; their symbols carry the sizes, so two tile
-shapes never clash in one ELF. The decode-attention program is our own design: mlir-air has
+shapes never clash in one ELF, and the module says how to build each (`KERNELS`: source and
+defines). The decode-attention program is our own design: mlir-air has
 no example of it.
 
 Nothing here imports mlir-air: the sources are text, and `kernels.xrt_runtime` builds them.
@@ -35,6 +36,7 @@ from .air_parts import (
     Buffer,
     EmitError,
     Extern,
+    KernelSource,
     LaunchLayout,
     Writer,
     identifier,
@@ -102,8 +104,7 @@ class Program:
 def _signature(ext: Extern, l1: tuple[Buffer, ...]) -> str:
     """An extern's argument types, as its FuncOp declares them."""
     by_name = {b.name: b for b in l1}
-    return ", ".join("i32" if a == "i32" else memref(by_name[a].shape, by_name[a].dtype, "L1")
-                     for a in ext.args)
+    return ", ".join("i32" if a == "i32" else by_name[a].slab_type() for a in ext.args)
 
 
 def tensor_key(launch: Launch, b: Any) -> str:
@@ -173,6 +174,13 @@ def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2,
                                 f"{_signature(*first)} by an earlier launch; a micro-kernel "
                                 "compiled for other sizes needs a symbol of its own")
     objects = tuple(sorted({e.obj for e, _ in externs.values()}))
+    kernels: dict[str, KernelSource] = {}
+    for layout in layouts:
+        for k in layout.kernels:
+            if kernels.setdefault(k.obj, k) != k:
+                raise EmitError(f"{layout.label}: {k.obj} is compiled as {k.recipe()} here and "
+                                f"as {kernels[k.obj].recipe()} by an earlier launch; an object "
+                                "of other sizes needs a name of its own")
 
     w = Writer()
     w('"""MLIR-AIR program of dispatch ' + f"{dispatch.name!r}: {len(layouts)} launch(es).")
@@ -187,7 +195,7 @@ def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2,
     w("from air.dialects.affine import apply as affine_apply")
     w("from air.dialects.air import *  # noqa: F403 - launch, segment, herd, Channel, T, ...")
     w("from air.dialects.func import CallOp, FuncOp")
-    w("from air.dialects.memref import AllocOp, DeallocOp")
+    w("from air.dialects.memref import AllocOp, DeallocOp, subview")
     w("from air.dialects.scf import for_ as range_")
     w("from air.dialects.scf import yield_")
     w("from air.ir import *  # noqa: F403 - MemRefType, IntegerAttr, AffineMap, ...")
@@ -196,6 +204,9 @@ def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2,
     w("")
     w(f"FUNCTION = {function!r}")
     w(f"OBJECTS = {list(objects)!r}")
+    # how each object is compiled: its mlir-air source and defines, for the build and the
+    # verifier's check of each call against the kernel
+    w(f"KERNELS = {{{', '.join(f'{o!r}: {k.recipe()!r}' for o, k in sorted(kernels.items()))}}}")
     w(f"LAUNCHES = {[ly.label for ly in layouts]!r}")
     w("")
     w("")

@@ -29,7 +29,9 @@ class EmitError(ValueError):
 @dataclass(frozen=True)
 class Buffer:
     """An allocation in L2 or L1. `pingpong` buffers are double-buffered by the compiler
-    (the checker counts them twice)."""
+    (the checker counts them twice). An L1 buffer with `herd_axes` is allocated in the
+    segment with one leading dimension per herd axis, and each core holds its own slab
+    (mlir-air's GEMM accumulator): a core's L1 is the slab."""
 
     name: str
     shape: tuple[int, ...]
@@ -37,10 +39,43 @@ class Buffer:
     space: str                       # L1 | L2
     pingpong: bool = False
     phase: str = "all"               # all | compute | drain: when it is allocated (GEMM)
+    herd_axes: int = 0               # leading dimensions indexed by the herd's cores
 
     @property
     def nbytes(self) -> int:
         return math.prod(self.shape) * (2 if self.dtype == "bf16" else 4)
+
+    @property
+    def tile_nbytes(self) -> int:
+        """What one core holds: the whole buffer, or its slab."""
+        return math.prod(self.shape[self.herd_axes:]) * (2 if self.dtype == "bf16" else 4)
+
+    @property
+    def slab(self) -> tuple[int, ...]:
+        """The shape of a core's memref.subview: 1 on each herd axis."""
+        return (1,) * self.herd_axes + self.shape[self.herd_axes:]
+
+    def slab_type(self) -> str:
+        """The type of a core's slab, as a subview at the core's indices makes it: strided
+        within the whole buffer at an offset known at run time (upstream's l1MemrefTyC)."""
+        if not self.herd_axes:
+            return memref(self.shape, self.dtype, self.space)
+        strides = [math.prod(self.shape[i + 1:]) for i in range(len(self.shape))]
+        return memref(self.slab, self.dtype, self.space,
+                      f"StridedLayoutAttr.get(ShapedType.get_dynamic_size(), {strides})")
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """How an external micro-kernel object is compiled (with Peano): its upstream source
+    (a path in mlir-air) and the preprocessor defines (-DNAME=VALUE)."""
+
+    obj: str
+    source: str
+    defines: tuple[tuple[str, str], ...]
+
+    def recipe(self) -> dict[str, Any]:
+        return {"source": self.source, "defines": dict(self.defines)}
 
 
 @dataclass(frozen=True)
@@ -67,6 +102,8 @@ class LaunchLayout:
     loop: int                        # iterations of each herd tile's main loop
     inner: int = 1                   # iterations of its inner loop (GEMM's K1 steps)
     externs: tuple[Extern, ...] = ()
+    #: the compile recipe of each object its externs link, when known
+    kernels: tuple[KernelSource, ...] = ()
     channels: tuple[tuple[str, tuple[int, ...]], ...] = ()   # name, size
     flags: dict[str, Any] = field(default_factory=dict)       # compiler options it needs
     #: module imports its inline code needs beyond the common header (direct codegen)
@@ -84,7 +121,8 @@ class LaunchLayout:
         counts it): what lives throughout, plus the larger of the compute and drain
         phases' buffers."""
         def total(phase: str) -> int:
-            return sum(b.nbytes * (2 if b.pingpong else 1) for b in self.l1 if b.phase == phase)
+            return sum(b.tile_nbytes * (2 if b.pingpong else 1) for b in self.l1
+                       if b.phase == phase)
         return total("all") + max(total("compute"), total("drain"))
 
     def l2_bytes(self) -> int:
@@ -96,9 +134,9 @@ def cdiv(a: int, b: int) -> int:
 
 
 def buf(name: str, shape: tuple[int, ...], elem: int | str, space: str,
-        pingpong: bool = False, phase: str = "all") -> Buffer:
+        pingpong: bool = False, phase: str = "all", herd_axes: int = 0) -> Buffer:
     dtype = elem if isinstance(elem, str) else DTYPES[elem]
-    return Buffer(name, tuple(int(d) for d in shape), dtype, space, pingpong, phase)
+    return Buffer(name, tuple(int(d) for d in shape), dtype, space, pingpong, phase, herd_axes)
 
 
 def dims(*sizes: int) -> str:
@@ -129,20 +167,24 @@ class Writer:
         self.depth -= 1
 
 
-def memref(shape: tuple[int, ...], dtype: str, space: str | None = None) -> str:
-    where = f", memory_space={space}" if space else ""
+def memref(shape: tuple[int, ...], dtype: str, space: str | None = None,
+           layout: str | None = None) -> str:
+    where = (f", layout={layout}" if layout else "") + (f", memory_space={space}" if space
+                                                          else "")
     return f"MemRefType.get({list(shape)}, {dtype}{where})"
 
 
-def call(w: Writer, ext: Extern, ints: tuple[int | str, ...] = ()) -> None:
-    """Call a micro-kernel: its L1 buffers, then its size arguments as i32 (an int is a
-    constant, a string an index value of the program, cast)."""
+def call(w: Writer, ext: Extern, ints: tuple[int | str, ...] = (),
+         names: dict[str, str] | None = None) -> None:
+    """Call a micro-kernel: its L1 buffers (by the names in scope: `names` maps a buffer to
+    the value that stands for it, a core's slab), then its size arguments as i32 (an int is
+    a constant, a string an index value of the program, cast)."""
     it = iter(ints)
 
     def i32(value: int | str) -> str:
         return f"arith.ConstantOp(i32, {value})" if isinstance(value, int) \
             else f"arith.index_cast(i32, {value})"
-    args = [i32(next(it, 0)) if a == "i32" else a for a in ext.args]
+    args = [i32(next(it, 0)) if a == "i32" else (names or {}).get(a, a) for a in ext.args]
     w(f"CallOp({ext.symbol}, [{', '.join(args)}])")
 
 

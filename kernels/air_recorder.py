@@ -346,6 +346,22 @@ class AffineMap:
         return AffineMap(n_dims, 0, tuple(AffineDimExpr.get(i) for i in range(n_dims)))
 
 
+class StridedLayoutAttr:
+    """A memref layout of strides and an offset (a core's slab of a segment-scope buffer is
+    declared with one, as upstream's GEMM declares its C subview's type); the stand-in keeps
+    it as an attribute and compares memref types without it."""
+
+    @staticmethod
+    def get(offset: int, strides: Sequence[int], context: Any = None) -> Attr:
+        return Attr("StridedLayoutAttr", (int(offset), tuple(int(s) for s in strides)))
+
+
+class ShapedType:
+    @staticmethod
+    def get_dynamic_size() -> int:
+        return -(1 << 63)            # MLIR's ShapedType::kDynamic
+
+
 class AffineMapAttr:
     @staticmethod
     def get(value: AffineMap) -> AffineMap:
@@ -879,6 +895,7 @@ def _modules() -> dict[str, types.ModuleType]:
     ir = module("air.ir", MemRefType=MemRefType, VectorType=VectorType, IntegerAttr=IntegerAttr,
                 StringAttr=StringAttr, UnitAttr=UnitAttr, AffineMap=AffineMap,
                 AffineMapAttr=AffineMapAttr, AffineExpr=AffineExpr,
+                StridedLayoutAttr=StridedLayoutAttr, ShapedType=ShapedType,
                 AffineConstantExpr=AffineConstantExpr, AffineSymbolExpr=AffineSymbolExpr,
                 AffineDimExpr=AffineDimExpr)
     air = module("air.dialects.air", launch=launch, segment=segment, herd=herd,

@@ -154,12 +154,15 @@ def test_each_kernel_emits_its_spec_and_config(kernel, shape, config):
         hm, hn = c["herd_m"], c["herd_n"]
         assert parsed.grid == [math.ceil(M / (tm * hm)), math.ceil(N / (tn * hn))]
         assert herd == [hm, hn] and len(parsed.herds) == 3     # zero, multiply, drain
-        assert ([tm, tk1], "bf16") in parsed.l1 and ([tk1, tn], "bf16") in parsed.l1
-        assert ([tm, tn], "f32") in parsed.l1
+        # A, B and C in L1 in mm_aie2p.cc's blocked layout (8 x 8 blocks); C one slab per
+        # core of a segment-scope [herd_m, herd_n, ...] accumulator
+        assert ([1, 1, tk1 // 8, tm // 8, 8, 8], "bf16") in parsed.l1
+        assert ([1, 1, tn // 8, tk1 // 8, 8, 8], "bf16") in parsed.l1
+        assert ([hm, hn, tn // 8, tm // 8, 8, 8], "f32") in parsed.l1
         assert ([hm, tm, tk2], "bf16") in parsed.l2 and ([tk2, hn * tn], "bf16") in parsed.l2
         assert f"for k2 in range_(0, {math.ceil(K / tk2)})" in program.source
         assert f"for k1 in range_(0, {tk2 // tk1})" in program.source
-        assert program.objects == (f"mm_{tm}x{tk1}x{tn}.o",)
+        assert program.objects == (f"mm_{tm}x{tk1}x{tn}_n{hn}.o",)
     elif kernel == "gemv":
         tm, tk, hm = c["tile_m"], c["tile_k"], c["herd_m"]
         assert parsed.grid == [math.ceil(shape["M"] / (tm * hm)), 1] and herd == [hm, 1]

@@ -33,7 +33,8 @@ ISSUED = ("ChannelPut", "ChannelGet", "dma_memcpy_nd", "CallOp")   # what the ev
 #: What the programs' two star imports (air.dialects.air, air.ir) may provide.
 STAR = {"launch", "segment", "herd", "Channel", "ChannelGet", "ChannelPut", "dma_memcpy_nd",
         "module_builder", "T", "MemorySpace", "MemRefType", "IntegerAttr", "StringAttr",
-        "UnitAttr", "AffineMap", "AffineExpr", "AffineConstantExpr", "AffineSymbolExpr"}
+        "UnitAttr", "AffineMap", "AffineExpr", "AffineConstantExpr", "AffineSymbolExpr",
+        "StridedLayoutAttr", "ShapedType"}
 
 
 # --- building launches -----------------------------------------------------------------------
@@ -181,6 +182,11 @@ def _walk(body: list[ast.stmt], env: dict[str, int], refs: dict[str, str],
                 env[name] = value(stmt.value, env)
             elif _callee(stmt.value) == "AllocOp":
                 refs[name] = name
+            elif _callee(stmt.value) == "subview":
+                # a core's slab of a buffer allocated outside the herd: a buffer of its own
+                source = stmt.value.args[0]             # type: ignore[attr-defined]
+                assert isinstance(source, ast.Name)
+                refs[name] = f"{refs[source.id]}[slab]"
         elif isinstance(stmt, ast.Expr) and _callee(stmt.value) in ISSUED:
             assert isinstance(stmt.value, ast.Call)
             out.append(Op(stmt.value, env, refs))
@@ -614,3 +620,56 @@ def test_gemm_reads_b_stored_in_column_blocks(parts: int, tile_n: int, herd_n: i
         k0, n0 = op.env["k2"] * tk2, op.env["ly"] * span
         window = logical[k0:k0 + tk2, n0:n0 + span].reshape(-1)
         assert torch.equal(stored[op.pattern("src_")], window), op.env
+
+
+# --- GEMM: the micro-kernel's blocked L1 layout -------------------------------------------------
+
+def kernel_block(rows: int, cols: int) -> torch.Tensor:
+    """[rows, cols]: where mm_aie2p.cc keeps each element of an L1 tile (8 x 8 blocks of 64
+    contiguous elements, row-major inside). Its pointer walk (matmul_vectorized_2x2_mmul)
+    reads A's block (z, i) at (i * rowA + z) * 64 -- blocks ordered [k / 8][m / 8] -- B's
+    block (i, j) at (j * colA + i) * 64 and C's (z, j) at (j * rowA + z) * 64: the column
+    block outermost for all three."""
+    r, c = torch.meshgrid(torch.arange(rows), torch.arange(cols), indexing="ij")
+    return ((c // 8) * (rows // 8) + r // 8) * 64 + (r % 8) * 8 + c % 8
+
+
+GEMM_METHODS = [("gemm_bf16", "drain"), ("gemm_bf16", "fused-cast"), ("gemm_bf16", "direct"),
+                ("gemm_fp32", "external")]
+
+
+@pytest.mark.parametrize("kernel,method", GEMM_METHODS, ids=[f"{k}-{m}" for k, m in GEMM_METHODS])
+def test_gemm_tiles_land_where_the_micro_kernel_reads_them(kernel: str, method: str) -> None:
+    """Every L2 -> L1 DMA of A and B puts element (i, k) of the core's logical tile where
+    mm_aie2p.cc reads it, and the L1 -> L2 drain takes element (i, j) of C from where the
+    kernel wrote it to the core's place in the herd row's C tiles."""
+    config = {**TILES, "tile_n": 64, "herd_n": 2, "method": method}
+    tm, tk1, tk2, tn, hn = 64, 32, 256, 64, 2
+    span = tn * hn
+    _, ops = trace(emit(make_launch(kernel, GEMM, config)))
+    a_at, b_at, c_at = kernel_block(tm, tk1), kernel_block(tk1, tn), kernel_block(tm, tn)
+    m, k = torch.meshgrid(torch.arange(tm), torch.arange(tk1), indexing="ij")
+    a_dmas = touching(ops, "dma_memcpy_nd", "a_l1", 0)
+    assert a_dmas
+    for op in a_dmas:
+        # a_l2 is [herd_m, tile_m, tile_k_l2]: the core's rows tx, its K1 step k1
+        src = op.pattern("src_")
+        want = op.env["tx"] * tm * tk2 + m * tk2 + op.env["k1"] * tk1 + k
+        assert torch.equal(src[a_at], want), op.env
+    k, n = torch.meshgrid(torch.arange(tk1), torch.arange(tn), indexing="ij")
+    b_dmas = touching(ops, "dma_memcpy_nd", "b_l1", 0)
+    assert b_dmas
+    for op in b_dmas:
+        # b_l2 is [tile_k_l2, herd_n x tile_n]: the K1 step's rows, the core's columns ty
+        src = op.pattern("src_")
+        want = (op.env["k1"] * tk1 + k) * span + op.env["ty"] * tn + n
+        assert torch.equal(src[b_at], want), op.env
+    i, j = torch.meshgrid(torch.arange(tm), torch.arange(tn), indexing="ij")
+    drains = touching(ops, "dma_memcpy_nd", "c_l2", 0)
+    assert len(drains) == 2 * hn * (GEMM["M"] // (tm * 2)) * (GEMM["N"] // span)
+    for op in drains:
+        # c_l2 is [herd_m, tile_m, herd_n x tile_n]
+        written = torch.full((tm * tn,), -1)
+        written[op.pattern("src_")] = op.pattern("dst_")
+        want = op.env["tx"] * tm * span + i * span + op.env["ty"] * tn + j
+        assert torch.equal(written[c_at], want), op.env
