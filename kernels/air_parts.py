@@ -53,6 +53,18 @@ class Extern:
 
 
 @dataclass(frozen=True)
+class ChannelDecl:
+    """An air.channel: its size (a bundle), the broadcast shape each put reaches (a get at
+    index g takes the put at g with the broadcast dimensions at 0), and whether it is a
+    cascade (core to neighbouring core, `npu_cascade`) rather than a DMA stream."""
+
+    name: str
+    size: tuple[int, ...]
+    broadcast: tuple[int, ...] | None = None
+    cascade: bool = False
+
+
+@dataclass(frozen=True)
 class LaunchLayout:
     """One launch on the array: what `emit_dispatch` writes for it."""
 
@@ -67,10 +79,13 @@ class LaunchLayout:
     loop: int                        # iterations of each herd tile's main loop
     inner: int = 1                   # iterations of its inner loop (GEMM's K1 steps)
     externs: tuple[Extern, ...] = ()
-    channels: tuple[tuple[str, tuple[int, ...]], ...] = ()   # name, size
+    channels: tuple[tuple[str, tuple[int, ...]] | ChannelDecl, ...] = ()   # (name, size)
     flags: dict[str, Any] = field(default_factory=dict)       # compiler options it needs
     #: module imports its inline code needs beyond the common header (direct codegen)
     imports: tuple[str, ...] = ()
+    #: how each micro-kernel object is compiled: obj -> {"source": upstream path,
+    #: "defines": {name: value}}
+    kernels: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def tiles(self) -> int:

@@ -33,7 +33,8 @@ ISSUED = ("ChannelPut", "ChannelGet", "dma_memcpy_nd", "CallOp")   # what the ev
 #: What the programs' two star imports (air.dialects.air, air.ir) may provide.
 STAR = {"launch", "segment", "herd", "Channel", "ChannelGet", "ChannelPut", "dma_memcpy_nd",
         "module_builder", "T", "MemorySpace", "MemRefType", "IntegerAttr", "StringAttr",
-        "UnitAttr", "AffineMap", "AffineExpr", "AffineConstantExpr", "AffineSymbolExpr"}
+        "UnitAttr", "AffineMap", "AffineExpr", "AffineConstantExpr", "AffineSymbolExpr",
+        "IntegerSet", "InsertionPoint"}
 
 
 # --- building launches -----------------------------------------------------------------------
