@@ -34,6 +34,7 @@ from typing import Any
 from .air_parts import (
     DTYPES,
     Buffer,
+    ChannelDecl,
     EmitError,
     Extern,
     KernelSource,
@@ -237,8 +238,13 @@ def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2,
         w(f"{symbol}.attributes['link_with'] = StringAttr.get({ext.obj!r})")
         w(f"{symbol}.attributes['llvm.emit_c_interface'] = UnitAttr.get()")
     for i, layout in enumerate(layouts):
-        for name, size in layout.channels:
-            w(f"Channel('s{i}_{name}', size={list(size)})")
+        for c in layout.channels:
+            ch = c if isinstance(c, ChannelDecl) else ChannelDecl(*c)
+            shape = f", broadcast_shape={list(ch.broadcast)}" if ch.broadcast else ""
+            w(f"{'cascade = ' if ch.cascade else ''}Channel('s{i}_{ch.name}', "
+              f"size={list(ch.size)}{shape})")
+            if ch.cascade:
+                w("cascade.attributes['channel_type'] = StringAttr.get('npu_cascade')")
     w("")
     arg_types = ", ".join(memref(shape, dtype) for _, shape, dtype in arguments)
     w(f"@FuncOp.from_py_func({arg_types})")

@@ -72,7 +72,7 @@ class KernelSource:
 
     obj: str
     source: str
-    defines: tuple[tuple[str, str], ...]
+    defines: tuple[tuple[str, Any], ...]     # a value of None is a bare -DNAME
 
     def recipe(self) -> dict[str, Any]:
         return {"source": self.source, "defines": dict(self.defines)}
@@ -85,6 +85,18 @@ class Extern:
     symbol: str
     obj: str
     args: tuple[str, ...]            # L1 buffer names, then "i32" for each size argument
+
+
+@dataclass(frozen=True)
+class ChannelDecl:
+    """An air.channel: its size (a bundle), the broadcast shape each put reaches (a get at
+    index g takes the put at g with the broadcast dimensions at 0), and whether it is a
+    cascade (core to neighbouring core, `npu_cascade`) rather than a DMA stream."""
+
+    name: str
+    size: tuple[int, ...]
+    broadcast: tuple[int, ...] | None = None
+    cascade: bool = False
 
 
 @dataclass(frozen=True)
@@ -104,7 +116,7 @@ class LaunchLayout:
     externs: tuple[Extern, ...] = ()
     #: the compile recipe of each object its externs link, when known
     kernels: tuple[KernelSource, ...] = ()
-    channels: tuple[tuple[str, tuple[int, ...]], ...] = ()   # name, size
+    channels: tuple[tuple[str, tuple[int, ...]] | ChannelDecl, ...] = ()   # (name, size)
     flags: dict[str, Any] = field(default_factory=dict)       # compiler options it needs
     #: module imports its inline code needs beyond the common header (direct codegen)
     imports: tuple[str, ...] = ()

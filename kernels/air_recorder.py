@@ -7,7 +7,8 @@ yields its induction variable once, and each op call appends an operation at the
 point. This module offers the same names with the same signatures (mlir-air e972f29:
 python/air/dialects/_air_ops_ext.py for Launch, Segment, Herd, Channel, ChannelGet,
 ChannelPut, DmaMemcpyNd and module_builder; the MLIR Python bindings' func, memref, scf,
-arith, affine and vector builders) and records, instead of IR, what the verifier
+arith, affine (apply, and affine.if with IntegerSet and InsertionPoint) and vector
+builders) and records, instead of IR, what the verifier
 (`kernels.air_verify`) checks: the regions with their index variables and trip counts,
 every allocation, DMA, channel access, micro-kernel call and vector transfer, and where each
 value was defined (hierarchy bodies are isolated from above, as in the dialect).
@@ -377,7 +378,7 @@ HIERARCHY = ("launch", "segment", "herd")
 class Region:
     """A body the builder traced: the function, a hierarchy op, or an scf.for."""
 
-    kind: str                                  # func | launch | segment | herd | for
+    kind: str                                  # func | launch | segment | herd | for | if
     name: str
     parent: Region | None
     vars: tuple[Var, ...] = ()
@@ -391,9 +392,20 @@ class Region:
             yield r
             r = r.parent
 
+    narrows: dict[Var, Var] = field(default_factory=dict)   # affine.if: var -> its range here
+
     def enclosing(self) -> tuple[Var, ...]:
-        """The index variables of every region around (and of) this one."""
-        return tuple(v for r in self.chain() for v in r.vars)
+        """The index variables of every region around (and of) this one; a variable an
+        affine.if narrows counts as its narrowed copy only."""
+        narrowed = {v for r in self.chain() for v in r.narrows}
+        return tuple(v for r in self.chain() for v in r.vars if v not in narrowed)
+
+    def rename(self, ix: Ix) -> Ix:
+        """`ix` with each variable an enclosing affine.if narrows replaced by its copy."""
+        for r in reversed(list(self.chain())):
+            if r.narrows and ix.vars() & set(r.narrows):
+                ix = _rename(ix, r.narrows)
+        return ix
 
     def visible(self) -> list[Region]:
         """The regions whose values may be used here: up to and including the nearest
@@ -522,7 +534,7 @@ def index_of(value: Any, what: str) -> Ix:
         return Ix.const(value)
     if isinstance(value, Value) and value.ix is not None:
         _use(value, what)
-        return value.ix
+        return _Builder.here().rename(value.ix)
     raise BuildError(f"{what}: {value!r} is not an index value")
 
 
@@ -796,6 +808,118 @@ def yield_(results: Sequence[Any] = (), *, loc: Any = None, ip: Any = None) -> N
     region.terminated = True
 
 
+def _rename(ix: Ix, mapping: dict[Var, Var]) -> Ix:
+    if ix.op == "var":
+        return Ix.var(mapping.get(ix.args[0], ix.args[0]))
+    return Ix(ix.op, tuple(_rename(a, mapping) if isinstance(a, Ix) else a for a in ix.args))
+
+
+@dataclass(frozen=True)
+class IntegerSet:
+    """The condition of an affine.if: each expression >= 0, or == 0 where `eq` says so."""
+
+    dims: int
+    symbols: int
+    exprs: tuple[AffineExpr, ...]
+    eq: tuple[bool, ...]
+
+    @staticmethod
+    def get(num_dims: int, num_symbols: int, exprs: Sequence[AffineExpr],
+            eq_flags: Sequence[bool], context: Any = None) -> IntegerSet:
+        if len(exprs) != len(eq_flags):
+            raise BuildError(f"IntegerSet: {len(exprs)} constraints, {len(eq_flags)} flags")
+        return IntegerSet(num_dims, num_symbols, tuple(exprs), tuple(eq_flags))
+
+
+def _interval(var: Var, lo: int, hi: int) -> Var:
+    return Var(f"{var.name}|{lo}..{hi}", lo, max(0, hi - lo + 1))
+
+
+class AffineIfOp:
+    """affine.if over hierarchy and loop indices: its then (and else) block is traced once,
+    with each index the condition bounds narrowed to the values that take that branch. The
+    stand-in takes conditions whose constraints each bound one index (+-index + constant),
+    and an else branch that is an interval (the verifier counts transfers per index)."""
+
+    def __init__(self, cond: IntegerSet, results_: Any = None, *,
+                 cond_operands: Sequence[Any] = (), has_else: bool = False,
+                 loc: Any = None, ip: Any = None) -> None:
+        parent = _Builder.here()
+        ops = [index_of(v, "affine.if operand") for v in cond_operands]
+        if len(ops) != cond.dims + cond.symbols:
+            raise BuildError(f"affine.if: {len(ops)} operands for a set of {cond.dims} dims "
+                             f"and {cond.symbols} symbols")
+        ranges: dict[Var, tuple[int, int]] = {}
+        for expr, eq in zip(cond.exprs, cond.eq, strict=True):
+            lin = expr.substitute(ops[:cond.dims], ops[cond.dims:]).linear()
+            if lin is None or len(lin[1]) > 1 or any(abs(c) != 1 for c in lin[1].values()):
+                raise BuildError("affine.if: the stand-in takes constraints on one index "
+                                 "each (+-index + constant)")
+            if not lin[1]:
+                if lin[0] < 0 or (eq and lin[0] != 0):
+                    ranges[Var("never", 0, 1)] = (1, 0)
+                continue
+            (var, c), = lin[1].items()
+            if var.step != 1:
+                raise BuildError(f"affine.if on {var.name}: stepped loops are not taken")
+            lo, hi = ranges.get(var, (var.start, var.start + var.count - 1))
+            bound = -lin[0] * c                  # c * v + k >= 0: v >= -k (c 1), v <= k (c -1)
+            if eq:
+                lo, hi = max(lo, bound), min(hi, bound)
+            elif c == 1:
+                lo = max(lo, bound)
+            else:
+                hi = min(hi, bound)
+            ranges[var] = (lo, hi)
+        narrowed = {v: r for v, r in ranges.items()
+                    if v.name == "never" or r != (v.start, v.start + v.count - 1)}
+        self.then_block = self._block(parent, "then", narrowed)
+        self.else_block: Region | None = None
+        if has_else:
+            if len(narrowed) > 1:
+                raise BuildError("affine.if with an else: the stand-in takes a condition "
+                                 "that narrows one index")
+            rest: dict[Var, tuple[int, int]] = {} if narrowed else \
+                {Var("never", 0, 1): (1, 0)}          # always true: the else never runs
+            for v, (lo, hi) in narrowed.items():
+                first, last = v.start, v.start + v.count - 1
+                if v.name == "never" or lo > hi:
+                    continue                          # the else branch takes everything
+                if lo > first and hi < last:
+                    raise BuildError(f"affine.if on {v.name}: the else branch is not an "
+                                     "interval")
+                rest[v] = (hi + 1, last) if lo == first else (first, lo - 1)
+            self.else_block = self._block(parent, "else", rest)
+
+    @staticmethod
+    def _block(parent: Region, name: str, ranges: dict[Var, tuple[int, int]]) -> Region:
+        mapping = {v: _interval(v, lo, hi) for v, (lo, hi) in ranges.items()}
+        return Region("if", f"if.{name}", parent, tuple(mapping.values()),
+                      narrows=mapping)
+
+
+class InsertionPoint:
+    """Build into a block (an affine.if branch) for the time of a `with`."""
+
+    def __init__(self, block: Region) -> None:
+        self.block = block
+
+    def __enter__(self) -> Region:
+        self._inside = _Builder.inside(self.block)
+        return self._inside.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._inside.__exit__(*exc)
+
+
+def AffineYieldOp(results: Sequence[Any] = (), *, loc: Any = None,  # noqa: N802
+                  ip: Any = None) -> None:
+    region = _Builder.here()
+    if region.kind != "if":
+        raise BuildError(f"affine.yield outside an affine.if (in {region.path()})")
+    region.terminated = True
+
+
 def affine_apply(map: AffineMap, mapOperands: Sequence[Any], *,  # noqa: A002,N803
                  loc: Any = None, ip: Any = None) -> Value:
     if len(map.exprs) != 1:
@@ -897,7 +1021,8 @@ def _modules() -> dict[str, types.ModuleType]:
                 AffineMapAttr=AffineMapAttr, AffineExpr=AffineExpr,
                 StridedLayoutAttr=StridedLayoutAttr, ShapedType=ShapedType,
                 AffineConstantExpr=AffineConstantExpr, AffineSymbolExpr=AffineSymbolExpr,
-                AffineDimExpr=AffineDimExpr)
+                AffineDimExpr=AffineDimExpr, IntegerSet=IntegerSet,
+                InsertionPoint=InsertionPoint)
     air = module("air.dialects.air", launch=launch, segment=segment, herd=herd,
                  Channel=Channel, ChannelGet=ChannelGet, ChannelPut=ChannelPut,
                  dma_memcpy_nd=dma_memcpy_nd, module_builder=module_builder, T=_Types,
@@ -907,7 +1032,8 @@ def _modules() -> dict[str, types.ModuleType]:
         "air.ir": ir,
         "air.dialects.air": air,
         "air.dialects.arith": arith_m,
-        "air.dialects.affine": module("air.dialects.affine", apply=affine_apply),
+        "air.dialects.affine": module("air.dialects.affine", apply=affine_apply,
+                                      AffineIfOp=AffineIfOp, AffineYieldOp=AffineYieldOp),
         "air.dialects.func": module("air.dialects.func", FuncOp=FuncOp, CallOp=CallOp),
         "air.dialects.memref": module("air.dialects.memref", AllocOp=AllocOp,
                                       DeallocOp=DeallocOp, subview=subview),

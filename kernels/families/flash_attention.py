@@ -17,15 +17,16 @@ from npu_deploy.oracle import reference as ref_ops
 
 from .. import rules
 from ..air_parts import (
+    ChannelDecl,
+    EmitError,
     Extern,
+    KernelSource,
     LaunchLayout,
     Writer,
     alloc_l1,
     buf,
-    call,
     cdiv,
     dims,
-    extern,
     free,
     head_rows,
     open_herd,
@@ -86,7 +87,8 @@ RULES = (
     "divisible: query heads over KV heads, heads by heads_per_unroll, q_tile into q_tiles",
     "causal mask: q blocks (q_tile / q_tiles) as long as the K chunks (k_tile)",
     "divisible: head_dim by k_tile and dv_tile; dv_tile by the 8-wide matmul",
-    "L1: Q block, a K and a V chunk, scores, two accumulators, row vectors (bf16)",
+    "L1: Q block in head-dim tiles, the K/Q relay, a V chunk, scores, the running and the "
+    "cascade's output, row vectors (bf16)",
     "L2 per column: a K and a V chunk per cascade stage, the output block",
     "layout: seq-first at head_dim >= 128 hangs on NPU2 (use head-first)",
     "corrupt: a kernel object compiled for other (Lq, Lk, head_dim) than the launch",
@@ -130,14 +132,11 @@ def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
     if dv_tile % 8:
         f.append(Finding("divisible", "error", f"dv_tile={dv_tile} is not a multiple of the "
                          "8-wide matmul", dv_tile, 8))
-    # L1 per tile, bf16, single buffers as allocated: Q kept whole (head_dim wide), one K
-    # chunk, one V chunk, the score block, the output accumulator, and two per-row vectors
-    # (max and sum); during the cascade merge one more accumulator and six row vectors.
-    l1 = BF16 * (tq * hd + k_tile * k_tile + k_tile * dv_tile + tq * k_tile
-                 + 2 * tq * dv_tile + 8 * tq)
-    rules.l1(f, l1, hw, f"Q {tq}x{hd}, K {k_tile}x{k_tile}, V {k_tile}x{dv_tile}, scores "
-             f"{tq}x{k_tile}, two {tq}x{dv_tile} accumulators, row vectors; bf16",
-             "use a smaller dv_tile or k_tile")
+    # L1 per tile: the program's buffers (l1_buffers, below), bf16, single buffers.
+    l1 = l1_bytes(tq, k_tile, hd, dv_tile)
+    rules.l1(f, l1, hw, f"Q {tq}x{hd} in {k_tile}-wide tiles, the K/Q relay {k_tile}x{k_tile}, "
+             f"V {k_tile}x{dv_tile}, scores {tq}x{k_tile}, two {tq}x{dv_tile} outputs (running "
+             "and cascade), row vectors; bf16", "use a smaller dv_tile or k_tile")
     # L2 per column: a K and a V chunk per cascade stage, and the q block's output.
     l2 = BF16 * (cascade * (k_tile * k_tile + k_tile * dv_tile) + q_tile * dv_tile)
     if l2 > hw.l2_bytes:
@@ -304,109 +303,245 @@ COST = Cost(work, lambda p: p.fa_floor_s, COEFFICIENTS, timed_launches, in_elf="
 
 
 # --- the program -----------------------------------------------------------------------------
+#
+# mlir-air programming_examples/flash_attention/kernel_fusion_based/attn_npu2.py (e972f29), as
+# our builder writes it. Its micro-kernels are attn_npu2.cc's extern "C" functions, compiled
+# per tile (programming_examples/llms/shared/infra/external_kernels.py, compile_attn_npu2):
+# lqp = the q block of one tile, lkp = the K/V chunk, dk = dv = the head-dim tile (= lkp, the
+# V and output column tile may be narrower than head_dim), dk_full = dv_full = head_dim.
+
+KERNEL_SOURCE = "programming_examples/flash_attention/kernel_fusion_based/attn_npu2.cc"
+
+
+def l1_buffers(tq: int, k_tile: int, hd: int, dv: int) -> list[tuple[str, tuple[int, ...]]]:
+    """Every L1 buffer of one tile (bf16, single buffers: upstream compiles with
+    omit_pingpong): the q block in head-dim tiles, the K/Q relay, the V chunk, the scores
+    (flat, as the matmuls take them), the running output and its row max and sum, the
+    softmax's sum and rescale, and the cascade merge's incoming output and row vectors. The
+    checker's L1 figure is their sum."""
+    row = (tq, 1)
+    return ([(f"q{c}_l1", (tq, k_tile)) for c in range(hd // k_tile)]
+            + [("qk_l1", (k_tile, k_tile)), ("v_l1", (k_tile, dv)), ("g_l1", (tq * k_tile,)),
+               ("gp_l1", (tq, dv)), ("up_l1", row), ("sp_l1", row), ("s_l1", row),
+               ("r_l1", row), ("gpc_l1", (tq, dv)), ("upc_l1", row), ("spc_l1", row),
+               ("ups_l1", row), ("rc_l1", row), ("rl_l1", row), ("st_l1", row)])
+
+
+def l1_bytes(tq: int, k_tile: int, hd: int, dv: int) -> int:
+    return sum(BF16 * math.prod(shape) for _, shape in l1_buffers(tq, k_tile, hd, dv))
+
+
+#: attn_npu2.cc's extern "C" functions the program calls, with the L1 buffers (or i32) that
+#: give each parameter's type
+EXTERNS = (("zero_fill_g_bf16", ("g_l1",)), ("zero_fill_gp_bf16", ("gp_l1",)),
+           ("zero_fill_sp_bf16", ("sp_l1",)), ("neg_inf_fill_up_bf16", ("up_l1",)),
+           ("copy_tile", ("qk_l1", "q0_l1")), ("matmul_a_b_bf16", ("q0_l1", "qk_l1", "g_l1")),
+           ("apply_causal_mask", ("g_l1", "i32", "i32")),
+           ("fused_softmax", ("g_l1", "up_l1", "s_l1", "r_l1")), ("mul_r_gp", ("r_l1", "gp_l1")),
+           ("matmul_g_b_bf16", ("g_l1", "v_l1", "gp_l1")),
+           ("accum_sp_r_s", ("sp_l1", "r_l1", "s_l1")),
+           ("vector_copy_32elems", ("i32", "s_l1", "sp_l1")),
+           ("maximum_up_u_bf16", ("upc_l1", "up_l1")),
+           ("exp_up_minus_u", ("upc_l1", "up_l1", "rc_l1")), ("add_gp_g", ("gp_l1", "gpc_l1")),
+           ("div_gp_sp", ("spc_l1", "gpc_l1")))
+
 
 def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayout:
-    """mlir-air FlashAttention (kernel_fusion_based, NPU2): a launch per (q block, head
-    group), a segment unrolled over heads_per_unroll heads, a herd of q_tiles columns by
-    `cascade` rows; K and V reach L1 through L2 by channels, one per cascade stage, and the
-    stages merge their partial softmax states over cascade channels."""
+    """A launch per (q block, head group x V column tile), a segment unrolled over
+    heads_per_unroll heads, a herd of q_tiles columns by `cascade` rows. Each cascade stage
+    takes a contiguous share of the K/V chunks; its memory-tile relay broadcasts Q blocks,
+    then K chunks, and V chunks along the stage's row; the stages merge their partial
+    softmax states over cascade channels, last to first, and the first sends the output."""
     s = launch.shape_dict
     hd, heads = s["head_dim"], s["heads"]
-    q_tile, k_tile, q_tiles, cascade, unroll = (int(c[k]) for k in
-                                                ("q_tile", "k_tile", "q_tiles", "cascade",
-                                                 "heads_per_unroll"))
-    dv = int(c.get("dv_tile") or k_tile)
-    tq = q_tile // q_tiles
-    obj = f"attn_{dims(s['Lq'], s['Lk'], hd)}.o"     # compiled for the launch's sizes
-    l2 = tuple(b for st in range(cascade) for b in (
-        buf(f"k{st}_l2", (k_tile, k_tile), BF16, "L2"), buf(f"v{st}_l2", (k_tile, dv), BF16,
-                                                                "L2"))) \
+    q_tile, kt, nq, ns, unroll = (int(c[k]) for k in ("q_tile", "k_tile", "q_tiles",
+                                                       "cascade", "heads_per_unroll"))
+    dv = int(c.get("dv_tile") or kt)
+    tq = q_tile // nq
+    if tq != kt or hd % kt or hd % dv or ns < 2 or heads % unroll:
+        raise EmitError(f"{launch.label}: FlashAttention needs q blocks as long as the K "
+                        f"chunks (q_tile/q_tiles={tq}, k_tile={kt}), head_dim={hd} a multiple "
+                        f"of k_tile and dv_tile={dv}, at least 2 cascade stages ({ns}) and "
+                        f"heads={heads} a multiple of heads_per_unroll={unroll}")
+    obj = f"attn_npu2_{dims(tq, kt, kt, dv, hd)}.o"    # lqp x lkp x dk x dv, dk_full
+    l2 = tuple(buf(f"qk{st}_l2", (kt, kt), BF16, "L2") for st in range(ns)) \
+        + tuple(buf(f"v{st}_l2", (kt, dv), BF16, "L2") for st in range(ns)) \
         + (buf("o_l2", (q_tile, dv), BF16, "L2"),)
-    l1 = (buf("q_l1", (tq, hd), BF16, "L1"), buf("k_l1", (k_tile, k_tile), BF16, "L1"),
-          buf("v_l1", (k_tile, dv), BF16, "L1"), buf("g_l1", (tq, k_tile), BF16, "L1"),
-          buf("gp_l1", (tq, dv), BF16, "L1"), buf("gp_in_l1", (tq, dv), BF16, "L1"),
-          buf("up_l1", (tq, 1), BF16, "L1"), buf("sp_l1", (tq, 1), BF16, "L1"),
-          buf("rows_l1", (tq, 6), BF16, "L1"))
-    channels = (("q_in", (q_tiles,)), ("k_in", (cascade,)), ("k_to_l1", (cascade,)),
-                ("v_in", (cascade,)), ("v_to_l1", (cascade,)),
-                ("cascade_gp", (q_tiles, cascade)), ("cascade_up", (q_tiles, cascade)),
-                ("cascade_sp", (q_tiles, cascade)), ("o_to_l2", (q_tiles,)), ("o_out", (1,)))
-    externs = (Extern("zero_fill_gp_bf16", obj, ("gp_l1",)),
-               Extern("neg_inf_fill_up_bf16", obj, ("up_l1",)),
-               Extern("matmul_a_b_bf16", obj, ("q_l1", "k_l1", "g_l1")),
-               Extern("apply_causal_mask", obj, ("g_l1", "i32", "i32")),
-               Extern("fused_softmax", obj, ("g_l1", "up_l1", "sp_l1")),
-               Extern("matmul_g_b_bf16", obj, ("g_l1", "v_l1", "gp_l1")),
-               Extern("add_gp_g", obj, ("gp_in_l1", "gp_l1")),
-               Extern("div_gp_sp", obj, ("sp_l1", "gp_l1")))
+    l1 = tuple(buf(name, shape, BF16, "L1") for name, shape in l1_buffers(tq, kt, hd, dv))
+    channels = (ChannelDecl("qk_in", (unroll, ns)),
+                ChannelDecl("qk_to_l1", (unroll, ns, 1), (unroll, ns, nq)),
+                ChannelDecl("v_in", (unroll, ns)),
+                ChannelDecl("v_to_l1", (unroll, ns, 1), (unroll, ns, nq)),
+                *(ChannelDecl(f"cascade_{k}", (nq, ns - 1), cascade=True)
+                  for k in ("gp", "up", "sp")),
+                ChannelDecl("o_to_l2", (nq, 1)), ChannelDecl("o_out", (unroll,)))
+    defines: dict[str, Any] = {"BIT_WIDTH": 8, "lqp": tq, "lkp": kt, "dk": kt, "dk_full": hd,
+                               "dv": dv, "dv_full": hd, "ROUND_CONV_EVEN": None,
+                               "AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16": None}
     return LaunchLayout(
         launch.kernel, launch.label, tuple(launch.spec.operands(s)),
-        grid=(cdiv(s["Lq"], q_tile), cdiv(heads, unroll)), segment=(unroll, 1),
-        herd=(q_tiles, cascade), l2=l2, l1=l1, loop=cdiv(s["Lk"], k_tile * cascade),
-        externs=externs, channels=channels,
+        grid=(cdiv(s["Lq"], q_tile), heads // unroll * (hd // dv)), segment=(unroll, 1),
+        herd=(nq, ns), l2=l2, l1=l1, loop=cdiv(s["Lk"], kt * ns),
+        externs=tuple(Extern(sym, obj, args) for sym, args in EXTERNS), channels=channels,
         flags={"omit_pingpong": "all", "compiled_for": (s["Lq"], s["Lk"], hd),
-               "runtime_loop_tiling_sizes": [1, 1]})   # upstream's fa_headfirst / fa_temporal
+               "runtime_loop_tiling_sizes": [1, 1]},   # upstream's fa_headfirst / fa_temporal
+        imports=("from air.dialects.affine import AffineIfOp, AffineYieldOp",),
+        kernels=(KernelSource(obj, KERNEL_SOURCE, tuple(defines.items())),))
+
+
+def _call(w: Writer, symbol: str, *args: str | int) -> None:
+    """A micro-kernel call: L1 buffers by name, an int as an i32 constant."""
+    given = (f"arith.ConstantOp(i32, {a})" if isinstance(a, int) else a for a in args)
+    w(f"CallOp({symbol}, [{', '.join(given)}])")
+
+
+def _when(var: str, value: int, has_else: bool = False) -> str:
+    """affine.if var == value."""
+    return (f"AffineIfOp(IntegerSet.get(0, 1, [AffineExpr.get_add(AffineSymbolExpr.get(0), "
+            f"AffineConstantExpr.get({-value}))], [True]), cond_operands=[{var}]"
+            f"{', has_else=True' if has_else else ''})")
 
 
 def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[str, str],
             names: list[str], head_dim: int | None) -> None:
-    """FlashAttention: the segment moves this q block and the K and V chunks from DDR into
-    the memory tiles and on to the herd by channels (K and V broadcast along each cascade
-    row); each row of the herd takes every cascade-th chunk; the rows merge their partial
-    results over the cascade channels and the first row sends the output back."""
     s = launch.shape_dict
-    q_tiles, cascade = layout.herd
-    hd, Lk = s["head_dim"], s["Lk"]
-    q_tile = layout.l2[-1].shape[0]
-    kt = layout.l1[1].shape[0]
-    group = s["heads"] // s["kv_heads"]
-    w(f"head = at([(ly, {layout.segment[0] if layout.segment else 1}), (gx, 1)])")
+    nq, ns = layout.herd
+    unroll = layout.segment[0] if layout.segment else 1
+    hd, heads, kvh, lq, lk = s["head_dim"], s["heads"], s["kv_heads"], s["Lq"], s["Lk"]
+    q_tile, dv = layout.l2[-1].shape
+    kt = layout.l1[0].shape[1]
+    tq, dkc, dvc, cps = q_tile // nq, hd // kt, hd // dv, layout.loop
+    group = heads // kvh
+    if (lk - lq) % tq:
+        raise EmitError(f"{launch.label}: the causal mask's block indices need the {lk - lq} "
+                        f"earlier positions in whole blocks of {tq}")
+
+    w("# which heads and V columns this segment takes")
+    if dvc > 1:
+        w(f"hg = at([(ly, 1)], divisor={dvc})  # head group; V column tile: dz")
+        w(f"dz = at([(ly, 1), (hg, {-dvc})])")
+    else:
+        w("hg = at([(ly, 1)])  # head group")
+    w(f"head = at([(hg, {unroll}), (gx, 1)])")
     w(f"kv_head = at([(head, 1)], divisor={group})  # GQA: {group} query heads per KV head")
-    heads, kvh, Lq = s["heads"], s["kv_heads"], s["Lq"]
-    q_at, q_stride = head_rows(launch, "q", "head", heads, Lq, hd, [("lx", q_tile)])
-    w(f"ChannelPut('{p}_q_in', {arg['q']}, offsets=[0, {q_at}], sizes=[{q_tile}, {hd}], "
-      f"strides=[{q_stride}, 1])")
-    w(f"for j in range_(0, {layout.loop}):")
-    w.indent()
-    for st in range(cascade):
-        for name in ("k", "v"):
-            at_kv, stride = head_rows(launch, name, "kv_head", kvh, Lk, hd,
-                                       [("j", kt * cascade)], st * kt)
-            w(f"ChannelPut('{p}_{name}_in', {arg[name]}, indices=[{st}], offsets=[0, "
-              f"{at_kv}], sizes=[{kt}, {hd}], strides=[{stride}, 1])")
-            w(f"ChannelGet('{p}_{name}_in', {name}{st}_l2, indices=[{st}])")
-            w(f"ChannelPut('{p}_{name}_to_l1', {name}{st}_l2, indices=[{st}])")
-    w("yield_([])")
-    w.dedent()
-    o_l2 = layout.l2[-1].name
-    open_herd(w, p, layout, [], f"attend: {q_tiles} q blocks x {cascade} cascade stages")
+
+    def cols(at_rows: str) -> str:        # the V column tile's first element of those rows
+        return f"at([({at_rows}, 1), (dz, {dv})])" if dvc > 1 else at_rows
+
+    q_at, qs = head_rows(launch, "q", "head", heads, lq, hd, [("lx", q_tile)])
+    for st in range(ns):
+        w(f"# stage {st}: the q block in {dkc} head-dim tile(s) per {tq}-row block, then K "
+          f"chunks {st * cps}..{st * cps + cps - 1}, then V chunks")
+        w(f"ChannelPut('{p}_qk_in', {arg['q']}, indices=[gx, {st}], offsets=[0, 0, 0, {q_at}], "
+          f"sizes=[{nq}, {dkc}, {tq}, {kt}], strides=[{tq * qs}, {kt}, {qs}, 1])")
+        k_at, ks = head_rows(launch, "k", "kv_head", kvh, lk, hd, [], st * cps * kt)
+        w(f"ChannelPut('{p}_qk_in', {arg['k']}, indices=[gx, {st}], offsets=[0, 0, 0, {k_at}], "
+          f"sizes=[{cps}, {dkc}, {kt}, {kt}], strides=[{kt * ks}, {kt}, {ks}, 1])")
+        v_at, vs = head_rows(launch, "v", "kv_head", kvh, lk, hd, [], st * cps * kt)
+        w(f"ChannelPut('{p}_v_in', {arg['v']}, indices=[gx, {st}], offsets=[0, 0, {cols(v_at)}], "
+          f"sizes=[{cps}, {kt}, {dv}], strides=[{kt * vs}, {vs}, 1])")
+    w("# memory-tile relays: each chunk re-tiled 8x8 for the matmuls, broadcast along the row")
+    for st in range(ns):
+        for name, n, width in (("qk", nq * dkc + cps * dkc, kt), ("v", cps, dv)):
+            w(f"for i in range_(0, {n}):")
+            w.indent()
+            w(f"ChannelGet('{p}_{name}_in', {name}{st}_l2, indices=[gx, {st}])")
+            w(f"ChannelPut('{p}_{name}_to_l1', {name}{st}_l2, indices=[gx, {st}, 0], "
+              f"offsets=[0, 0, 0, 0], sizes=[{width // 8}, {kt // 8}, 8, 8], "
+              f"strides=[8, {width * 8}, {width}, 1])")
+            w("yield_([])")
+            w.dedent()
+
+    open_herd(w, p, layout, ["gx"], f"attend: {nq} q blocks x {ns} cascade stages")
     alloc_l1(w, layout.l1)
-    w(f"ChannelGet('{p}_q_in', q_l1, indices=[tx])")
-    call(w, extern(layout, "zero_fill_gp"))
-    call(w, extern(layout, "neg_inf_fill_up"))
-    w(f"for j in range_(0, {layout.loop}):")
+    _call(w, "zero_fill_gp_bf16", "gp_l1")
+    _call(w, "zero_fill_sp_bf16", "sp_l1")
+    _call(w, "neg_inf_fill_up_bf16", "up_l1")
+    w("# every q block arrives on the stage's relay; each tile keeps its own")
+    for qt in range(nq):
+        for c in range(dkc):
+            w(f"ChannelGet('{p}_qk_to_l1', qk_l1, indices=[gx, ty, tx])")
+            w(f"mine = {_when('tx', qt)}")
+            w("with InsertionPoint(mine.then_block):")
+            w.indent()
+            _call(w, "copy_tile", "qk_l1", f"q{c}_l1")
+            w("AffineYieldOp([])")
+            w.dedent()
+    w(f"for j in range_(0, {cps}):")
     w.indent()
-    w(f"ChannelGet('{p}_k_to_l1', k_l1, indices=[ty])")
-    w(f"ChannelGet('{p}_v_to_l1', v_l1, indices=[ty])")
-    call(w, extern(layout, "matmul_a_b"))
-    call(w, extern(layout, "apply_causal_mask"), (s["Lq"], Lk))
-    call(w, extern(layout, "fused_softmax"))
-    call(w, extern(layout, "matmul_g_b"))
+    _call(w, "zero_fill_g_bf16", "g_l1")
+    for c in range(dkc):
+        w(f"ChannelGet('{p}_qk_to_l1', qk_l1, indices=[gx, ty, tx])")
+        _call(w, "matmul_a_b_bf16", f"q{c}_l1", "qk_l1", "g_l1")
+    w(f"ChannelGet('{p}_v_to_l1', v_l1, indices=[gx, ty, tx])")
+    w("# the mask takes the block indices: q block = launch q block x q_tiles + tx, KV "
+      "block = stage x chunks per stage + j")
+    first_q = (lk - lq) // tq
+    q_block = f"at([(lx, {nq}), (tx, 1)], {first_q})" if first_q else f"at([(lx, {nq}), (tx, 1)])"
+    _call(w, "apply_causal_mask", "g_l1", f"arith.index_cast(i32, {q_block})",
+          f"arith.index_cast(i32, at([(ty, {cps}), (j, 1)]))")
+    w("# online softmax: new row max (up), exp(G - max), the chunk's sum (s), the rescale (r)")
+    _call(w, "fused_softmax", "g_l1", "up_l1", "s_l1", "r_l1")
+    _call(w, "mul_r_gp", "r_l1", "gp_l1")                 # rescale the running output
+    _call(w, "matmul_g_b_bf16", "g_l1", "v_l1", "gp_l1")  # and add P V
+    _call(w, "accum_sp_r_s", "sp_l1", "r_l1", "s_l1")     # s += sum_so_far * r
+    _call(w, "vector_copy_32elems", 0, "s_l1", "sp_l1")
     w("yield_([])")
     w.dedent()
+
+    w("# cascade merge: the last stage sends its state down; the others merge the state from")
+    w("# above with their own and pass it on; the first divides by the sum and sends it out")
+    w(f"last = {_when('ty', ns - 1, True)}")
+    w("with InsertionPoint(last.then_block):")
+    w.indent()
     for kind in ("gp", "up", "sp"):
-        w(f"ChannelGet('{p}_cascade_{kind}', {'gp_in' if kind == 'gp' else kind}_l1, "
-          "indices=[tx, ty])  # from the row below; the last row starts the chain")
-    call(w, extern(layout, "add_gp_g"))
-    call(w, extern(layout, "div_gp_sp"))
-    w(f"ChannelPut('{p}_o_to_l2', gp_l1, indices=[tx])")
+        w(f"ChannelPut('{p}_cascade_{kind}', {kind}_l1, indices=[tx, at([(ty, 1)], -1)])")
+    w("AffineYieldOp([])")
+    w.dedent()
+    w("with InsertionPoint(last.else_block):")
+    w.indent()
+    for kind in ("gp", "up", "sp"):
+        w(f"ChannelGet('{p}_cascade_{kind}', {kind}c_l1, indices=[tx, ty])")
+    _call(w, "vector_copy_32elems", 0, "up_l1", "ups_l1")
+    _call(w, "maximum_up_u_bf16", "upc_l1", "up_l1")
+    _call(w, "exp_up_minus_u", "upc_l1", "up_l1", "rc_l1")
+    _call(w, "exp_up_minus_u", "ups_l1", "up_l1", "rl_l1")
+    _call(w, "mul_r_gp", "rc_l1", "gpc_l1")
+    _call(w, "mul_r_gp", "rl_l1", "gp_l1")
+    _call(w, "add_gp_g", "gp_l1", "gpc_l1")
+    _call(w, "zero_fill_sp_bf16", "st_l1")
+    _call(w, "accum_sp_r_s", "spc_l1", "rc_l1", "st_l1")
+    _call(w, "accum_sp_r_s", "sp_l1", "rl_l1", "st_l1")
+    _call(w, "vector_copy_32elems", 0, "st_l1", "spc_l1")
+    w(f"first = {_when('ty', 0, True)}")
+    w("with InsertionPoint(first.then_block):")
+    w.indent()
+    _call(w, "div_gp_sp", "spc_l1", "gpc_l1")
+    w(f"ChannelPut('{p}_o_to_l2', gpc_l1, indices=[tx, 0], offsets=[0, 0, 0, 0], "
+      f"sizes=[{tq // 8}, 8, {dv // 8}, 8], strides=[64, 8, {tq * 8}, 1])")
+    w("AffineYieldOp([])")
+    w.dedent()
+    w("with InsertionPoint(first.else_block):")
+    w.indent()
+    for kind, b in (("gp", "gpc_l1"), ("up", "up_l1"), ("sp", "spc_l1")):
+        w(f"ChannelPut('{p}_cascade_{kind}', {b}, indices=[tx, at([(ty, 1)], -1)])")
+    w("AffineYieldOp([])")
+    w.dedent()
+    w("AffineYieldOp([])")
+    w.dedent()
     free(w, layout.l1)
     w.dedent()
-    w(f"ChannelGet('{p}_o_to_l2', {o_l2})")
-    w(f"ChannelPut('{p}_o_out', {o_l2})")
-    o_at, o_stride = head_rows(launch, "o", "head", heads, Lq, hd, [("lx", q_tile)])
-    w(f"ChannelGet('{p}_o_out', {arg['o']}, offsets=[0, {o_at}], "
-      f"sizes=[{q_tile}, {layout.l1[2].shape[1]}], strides=[{o_stride}, 1])")
+
+    w(f"for t in range_(0, {nq}):")
+    w.indent()
+    w(f"ChannelGet('{p}_o_to_l2', o_l2, indices=[t, 0], offsets=[at([(t, {tq})]), 0], "
+      f"sizes=[{tq}, {dv}], strides=[{dv}, 1])")
+    w("yield_([])")
+    w.dedent()
+    w(f"ChannelPut('{p}_o_out', o_l2, indices=[gx])")
+    o_at, os_ = head_rows(launch, "o", "head", heads, lq, hd, [("lx", q_tile)])
+    w(f"ChannelGet('{p}_o_out', {arg['o']}, indices=[gx], offsets=[0, {cols(o_at)}], "
+      f"sizes=[{q_tile}, {dv}], strides=[{os_}, 1])")
 
 
 # --- measured -----------------------------------------------------------------------------

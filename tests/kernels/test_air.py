@@ -175,7 +175,11 @@ def test_each_kernel_emits_its_spec_and_config(kernel, shape, config):
         assert ([tq, shape["head_dim"]], "bf16") in parsed.l1
         assert nbytes(parsed.l2) == usage["l2_bytes"]
         assert program.flags["omit_pingpong"] == "all"
-        assert program.objects == (f"attn_{shape['Lq']}x{shape['Lk']}x{shape['head_dim']}.o",)
+        # attn_npu2.cc compiled per tile, with the defines upstream's compile_attn_npu2 passes
+        obj = f"attn_npu2_{tq}x{c['k_tile']}x{c['k_tile']}x{c['dv_tile']}x{shape['head_dim']}.o"
+        assert program.objects == (obj,)
+        assert f"KERNELS = {{'{obj}': {{'source': 'programming_examples/flash_attention/" \
+            "kernel_fusion_based/attn_npu2.cc'" in program.source
     elif kernel == "npu_decode_attention":
         assert herd == [min(c["herd_n"], shape["kv_heads"]), 1]
     else:       # streamed from DDR: herd_m columns (by herd_rows rows, 1 unless set), no L2

