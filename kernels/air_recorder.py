@@ -56,8 +56,8 @@ class Var:
 
 @dataclass(frozen=True)
 class Ix:
-    """An affine index expression: ('const', c) | ('var', Var) | ('add', a, b) |
-    ('mul', a, c) | ('floordiv', a, c) | ('mod', a, c), c a constant."""
+    """An affine index expression: ('const', c) | ('var', Var) | ('+', a, b) | ('*', a, c) |
+    ('//', a, c) (floordiv) | ('%', a, c) (mod), c a constant."""
 
     op: str
     args: tuple[Any, ...]
@@ -85,7 +85,7 @@ class Ix:
             return self.args[0], {}
         if self.op == "var":
             return 0, {self.args[0]: 1}
-        if self.op == "add":
+        if self.op == "+":
             a, b = self.args[0].linear(), self.args[1].linear()
             if a is None or b is None:
                 return None
@@ -93,7 +93,7 @@ class Ix:
             for v, c in b[1].items():
                 terms[v] = terms.get(v, 0) + c
             return a[0] + b[0], {v: c for v, c in terms.items() if c}
-        if self.op == "mul":
+        if self.op == "*":
             a = self.args[0].linear()
             c = self.args[1]
             return None if a is None else (a[0] * c, {v: k * c for v, k in a[1].items() if k})
@@ -105,11 +105,11 @@ class Ix:
             return self.args[0]
         if self.op == "var":
             return env[self.args[0]]
-        if self.op == "add":
+        if self.op == "+":
             return self.args[0].evaluate(env) + self.args[1].evaluate(env)
-        if self.op == "mul":
+        if self.op == "*":
             return self.args[0].evaluate(env) * self.args[1]
-        if self.op == "floordiv":
+        if self.op == "//":
             return self.args[0].evaluate(env) // self.args[1]
         return self.args[0].evaluate(env) % self.args[1]
 
@@ -123,15 +123,15 @@ class Ix:
                 first, last = c * v.start, c * (v.start + v.step * (v.count - 1))
                 lo, hi = lo + min(first, last), hi + max(first, last)
             return lo, hi
-        if self.op == "add":
+        if self.op == "+":
             (a, b), (c, d) = self.args[0].bounds(), self.args[1].bounds()
             return a + c, b + d
-        if self.op == "mul":
+        if self.op == "*":
             a, b = self.args[0].bounds()
             return min(a * self.args[1], b * self.args[1]), max(a * self.args[1],
                                                                   b * self.args[1])
         a, b = self.args[0].bounds()
-        if self.op == "floordiv":
+        if self.op == "//":
             return a // self.args[1], b // self.args[1]
         return (a % self.args[1], b % self.args[1]) if b - a < self.args[1] and \
             a % self.args[1] <= b % self.args[1] else (0, self.args[1] - 1)
@@ -141,7 +141,7 @@ class Ix:
             return str(self.args[0])
         if self.op == "var":
             return self.args[0].name
-        sym = {"add": "+", "mul": "*", "floordiv": "floordiv", "mod": "mod"}[self.op]
+        sym = {"//": "floordiv", "%": "mod"}.get(self.op, self.op)
         return f"({self.args[0]} {sym} {self.args[1]})"
 
 
@@ -150,13 +150,13 @@ def _add(a: Ix, b: Ix) -> Ix:
         return Ix.const(a.args[0] + b.args[0])
     if a.constant() == 0:
         return b
-    return a if b.constant() == 0 else Ix("add", (a, b))
+    return a if b.constant() == 0 else Ix("+", (a, b))
 
 
 def _scale(a: Ix, op: str, b: Ix) -> Ix:
-    if a.constant() is None and b.constant() is not None and op == "mul":
+    if a.constant() is None and b.constant() is not None and op == "*":
         a, b = b, a
-    if op == "mul" and a.constant() is not None:
+    if op == "*" and a.constant() is not None:
         a, b = b, a
     c = b.constant()
     if c is None:
@@ -164,12 +164,12 @@ def _scale(a: Ix, op: str, b: Ix) -> Ix:
                          f"{op} {b}")
     if a.constant() is not None:
         x = a.args[0]
-        return Ix.const(x * c if op == "mul" else x // c if op == "floordiv" else x % c)
-    if op == "mul":
-        return a if c == 1 else Ix.const(0) if c == 0 else Ix("mul", (a, c))
+        return Ix.const(x * c if op == "*" else x // c if op == "//" else x % c)
+    if op == "*":
+        return a if c == 1 else Ix.const(0) if c == 0 else Ix("*", (a, c))
     if c <= 0:
         raise BuildError(f"{op} by {c}: affine floordiv and mod take a positive constant")
-    return a if op == "floordiv" and c == 1 else Ix(op, (a, c))
+    return a if op == "//" and c == 1 else Ix(op, (a, c))
 
 
 # --- types and attributes --------------------------------------------------------------------
@@ -287,19 +287,19 @@ class AffineExpr:
 
     @staticmethod
     def get_add(a: AffineExpr, b: AffineExpr) -> AffineExpr:
-        return AffineExpr("add", (a, b))
+        return AffineExpr("+", (a, b))
 
     @staticmethod
     def get_mul(a: AffineExpr, b: AffineExpr) -> AffineExpr:
-        return AffineExpr("mul", (a, b))
+        return AffineExpr("*", (a, b))
 
     @staticmethod
     def get_floor_div(a: AffineExpr, b: AffineExpr) -> AffineExpr:
-        return AffineExpr("floordiv", (a, b))
+        return AffineExpr("//", (a, b))
 
     @staticmethod
     def get_mod(a: AffineExpr, b: AffineExpr) -> AffineExpr:
-        return AffineExpr("mod", (a, b))
+        return AffineExpr("%", (a, b))
 
     def substitute(self, dims: list[Ix], syms: list[Ix]) -> Ix:
         if self.op == "const":
@@ -310,7 +310,7 @@ class AffineExpr:
                 raise BuildError(f"affine map uses {self.op} {self.args[0]} of {len(pool)}")
             return pool[self.args[0]]
         a, b = (x.substitute(dims, syms) for x in self.args)
-        return _add(a, b) if self.op == "add" else _scale(a, self.op, b)
+        return _add(a, b) if self.op == "+" else _scale(a, self.op, b)
 
 
 class AffineConstantExpr:
@@ -1003,7 +1003,7 @@ def _vector_pattern(m: MemRef, indices: Sequence[Any], lanes: int, what: str) ->
                          "memref")
     flat = Ix.const(0)
     for i, dim in zip(indices, m.memref.shape, strict=True):
-        flat = _add(_scale(flat, "mul", Ix.const(dim)), index_of(i, what))
+        flat = _add(_scale(flat, "*", Ix.const(dim)), index_of(i, what))
     return Pattern((flat,), (Ix.const(lanes),), (Ix.const(1),))
 
 

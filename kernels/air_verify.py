@@ -110,7 +110,7 @@ class Access:
         strides = tuple(_constant(s, "stride") for s in pattern.strides)
         start = Ix.const(0)
         for off, stride in zip(pattern.offsets, strides, strict=True):
-            start = Ix("add", (start, Ix("mul", (off, stride))))
+            start = Ix("+", (start, Ix("*", (off, stride))))
         return Access(start, sizes, strides)
 
     @property
