@@ -34,9 +34,10 @@ REGISTRY = "programming_examples/kernel_registry"
 
 Row = dict[str, Any]
 
-#: The data files written by hand from upstream's prose (each row cites its page), not
-#: ingested from a registry page: the calibration figures and the GEMM failures.
-CURATED = ("calibration", "gemm_failures")
+#: The data files written by hand from upstream's prose or source (each row cites its file),
+#: not ingested from a registry page: the calibration figures, the GEMM failures and the
+#: micro-kernels' C signatures (kernels.upstream_kernels).
+CURATED = ("calibration", "gemm_failures", "upstream_kernels")
 
 
 @functools.cache

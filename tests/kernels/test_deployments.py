@@ -5,9 +5,9 @@ with them."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from paths import MIRROR
 
 from npu_deploy.kernels import XDNA2
 from npu_deploy.kernels.checker import check_merge, check_with_usage
@@ -28,7 +28,6 @@ from npu_deploy.kernels.selection import select
 from npu_deploy.kernels.specs import KernelUse
 from npu_deploy.models import CATALOG
 
-MIRROR = Path("/work/.mirror/Xilinx+mlir-air/repo")
 NINE = ("llama-3.2-1b", "llama-3.2-3b", "smollm2-1.7b", "qwen2.5-0.5b", "qwen2.5-1.5b",
         "qwen2.5-3b", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b")
 

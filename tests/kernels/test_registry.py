@@ -10,11 +10,10 @@ import copy
 import io
 import json
 import math
-from pathlib import Path
 
 import pytest
 from cogapp import Cog
-from paths import ROOT
+from paths import MIRROR, ROOT
 
 from npu_deploy.kernels import measurements, tables
 from npu_deploy.kernels.ingest import Mirror, dumps, ingest
@@ -170,9 +169,6 @@ def test_the_markdown_reader_takes_upstreams_cells_as_numbers_in_their_units():
     (row,) = read_row(["best config (herd_x/herd_y/tile_n)", "bandwidth"],
                       ["8/2/4096", "**27.0 GB/s**"], units)
     assert row == {"herd_x": 8, "herd_y": 2, "tile_n": 4096, "bandwidth": 27.0}
-
-
-MIRROR = Path("/work/.mirror/Xilinx+mlir-air/repo")
 
 
 @pytest.mark.skipif(not MIRROR.is_dir(), reason="no clone of Xilinx/mlir-air on this machine")
