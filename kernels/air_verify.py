@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from . import upstream_kernels
 from .air_recorder import (
     HIERARCHY,
     BuildError,
@@ -353,14 +354,64 @@ def _check_calls(ctx: _Context, ops: list[Op], upstream: bool) -> None:
 
 
 def _upstream_call(ctx: _Context, op: Op) -> list[str]:
-    """The call against the upstream kernel it links: filled by `kernels.upstream_kernels`
-    when the program names its objects' sources (KERNELS)."""
-    check = _UPSTREAM_CHECK[0]
-    return [] if check is None else check(ctx.namespace, op)
-
-
-#: (namespace, call op) -> problems; set by kernels.upstream_kernels when it is imported
-_UPSTREAM_CHECK: list[Any] = [None]
+    """The call against the upstream kernel its object is compiled from (the program's
+    KERNELS names each object's mlir-air source and defines): the C symbol, with the suffix
+    define's renaming; a parameter per argument, of its type; every pointer's buffer at least
+    as long as the kernel reaches through it at these defines and int arguments; the
+    kernel's requirements on them."""
+    f = op.callee
+    obj = getattr(f.attributes.get("link_with"), "value", None)
+    recipe = (ctx.namespace.get("KERNELS") or {}).get(obj)
+    if recipe is None:
+        return [f"@{f.name} links {obj}, which the program gives no upstream source to "
+                "compile from (KERNELS): no mlir-air kernel defines it"]
+    defines = dict(recipe.get("defines") or {})
+    candidates = [k for k in upstream_kernels.kernels().values()
+                  if k.file == recipe.get("source")]
+    for k in candidates:
+        suffix = defines.get(k.suffix_define, "") if k.suffix_define else ""
+        if f.name == k.symbol + str(suffix or ""):
+            break
+    else:
+        known = ", ".join(sorted(k.symbol for k in candidates)) or "none recorded"
+        return [f"@{f.name} is not a symbol {recipe.get('source')} exports at these defines "
+                f"(its symbols: {known})"]
+    if len(op.args) != len(k.params):
+        return [f"@{f.name} is called with {len(op.args)} arguments; {k.symbol} in {k.file} "
+                f"takes {len(k.params)} ({', '.join(p.name for p in k.params)})"]
+    problems = []
+    ints: dict[str, int] = {}
+    for a, p in zip(op.args, k.params, strict=True):
+        if p.pointer:
+            elem = getattr(getattr(a, "memref", None), "element", None)
+            if str(elem) + "*" != p.type:
+                problems.append(f"@{f.name} passes {getattr(a, 'type', a)} as {p.name}, a "
+                                f"{p.type} in {k.file}")
+        elif str(getattr(a, "type", "")) != p.type:
+            problems.append(f"@{f.name} passes {getattr(a, 'type', a)} as {p.name}, an {p.type}")
+        elif getattr(a, "ix", None) is not None and a.ix.constant() is not None:
+            ints[p.name] = a.ix.constant()
+    if problems:
+        return problems
+    # -DNAME=VALUE: a number as the compiler reads it, whether written as int or text
+    sizes = {name: int(v) for name, v in defines.items() if name in dict(k.defines)
+             and str(v).lstrip("-").isdigit()}
+    try:
+        values = k.resolved(sizes)
+    except ValueError as e:
+        return [f"@{f.name}: {e}"]
+    for a, p in zip(op.args, k.params, strict=True):
+        if not p.pointer:
+            continue
+        try:
+            need = upstream_kernels.elements(p, values, ints)
+        except ValueError:
+            continue                       # reaches by an int argument that is not constant
+        if need > a.memref.numel:
+            problems.append(f"@{f.name} reaches {need} elements through {p.name} "
+                            f"({p.elements} at {k.file}'s defines), its buffer {a.memref} "
+                            f"holds {a.memref.numel}")
+    return problems + [f"@{f.name}: {u}" for u in upstream_kernels.unmet(k, values, ints)]
 
 
 def _footprint(buffers: list[tuple[MemRef, bool]]) -> int:
