@@ -244,8 +244,8 @@ def doctor_cmd(objects: str | None, as_json: bool) -> None:
 
     found = requirements(objects)
     if as_json:
-        emit_json([{"key": r.key, "what": r.what, "found": r.found, "problem": r.problem,
-                    "fix": r.fix} for r in found])
+        emit_json([{"key": r.key, "what": r.what, "found": r.found, "version": r.version,
+                    "problem": r.problem, "fix": r.fix} for r in found])
     else:
         for r in found:
             click.echo(r.line())
