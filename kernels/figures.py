@@ -1,6 +1,7 @@
 """A kernel's time at a shape, each figure saying where it came from: measured on NPU2 where
 upstream's kernel registry measured that shape (with the configuration it ran and the data
-file's source), and modeled by kernels.perf always. Nothing here is measured on this machine.
+file's source), measured on NPU by `validate-hardware` where a report of ours was imported
+(kernels.measured_here: the host and date it ran on), and modeled by kernels.perf always.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .measured_here import label, rows_at
 from .measurements import measured_seconds, provenance
 from .registry import family
 from .selection import Selection, modeled_seconds
@@ -29,6 +31,8 @@ class KernelFigures:
     measured_config: dict[str, Any] | None = None
     source: str | None = None           # the data file's provenance
     same_config: bool = False           # measured at the configuration selected
+    here: MeasuredFigure | None = None  # ours: measured on NPU by validate-hardware
+    here_same_config: bool = False
 
     @property
     def measured_over_modeled(self) -> float | None:
@@ -39,7 +43,8 @@ class KernelFigures:
 
 @dataclass(frozen=True)
 class MeasuredFigure:
-    """One launch's time measured on NPU2 by upstream, standalone, at `config`."""
+    """One launch's time measured on an NPU, standalone, at `config`: by upstream (`source`
+    the data file's provenance), or by validate-hardware (`source` its label)."""
 
     seconds: float
     config: dict[str, Any]
@@ -58,15 +63,29 @@ def measured_figure(spec: KernelSpec, shape: Shape) -> MeasuredFigure | None:
     return MeasuredFigure(seconds, {k: row[k] for k in _HOW if k in row}, provenance(fam.data))
 
 
+def measured_here(spec: KernelSpec, shape: Shape, config: dict[str, Any]
+                  ) -> tuple[MeasuredFigure | None, bool]:
+    """The newest time of ours of kernel `spec` at `shape`, at `config` where one was
+    measured at it, and whether it was."""
+    rows = rows_at(spec.name, shape)
+    same = [(row, source) for row, source in rows if row["config"] == config]
+    if not rows:
+        return None, False
+    row, source = (same or rows)[0]
+    return MeasuredFigure(row["seconds"], row["config"], label(source)), bool(same)
+
+
 def kernel_figures(sel: Selection) -> KernelFigures:
     spec = sel.use.spec
     if spec.where == "cpu":
         return KernelFigures(None)
     modeled = modeled_seconds(spec, sel.use.shape, sel.config)
+    here, here_same = measured_here(spec, sel.use.shape, sel.config)
     measured = measured_figure(spec, sel.use.shape)
     if measured is None:
-        return KernelFigures(modeled)
+        return KernelFigures(modeled, here=here, here_same_config=here_same)
     how = measured.config
     same = bool(how) and all((sel.config[k] if k in sel.config else
                               sel.config.get(_OURS.get(k, k))) == v for k, v in how.items())
-    return KernelFigures(modeled, measured.seconds, how, measured.source, same)
+    return KernelFigures(modeled, measured.seconds, how, measured.source, same, here,
+                         here_same)

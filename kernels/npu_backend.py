@@ -187,21 +187,27 @@ class NpuBackend:
     def run(self, spec: KernelSpec, shape: Shape, config: dict[str, Any], inputs: Tensors,
             outputs: Tensors) -> None:
         """One kernel alone: a one-launch dispatch whose operands are all host tensors."""
-        layouts = config.get("layouts") or {}
-        head_first = HEAD_FIRST.get(spec.name, ())
-        bindings = []
-        for op in spec.operands(shape):
-            default: Layout = "head-first" if op.name in head_first else "seq-first"
-            kind: Kind = "output" if op.role == "output" else "input"
-            bindings.append(Binding(op.name, f"{spec.name}.{op.name}", kind,
-                                    layouts.get(op.name, default)))
-        tunables = {k: v for k, v in config.items()
-                    if k not in ("layouts", "head_dim", "exact_tiles", "static_b")}
-        launch = Launch(spec.name, spec.name, None, tuple(sorted(shape.items())),
-                        tuple(sorted(tunables.items())), tuple(bindings))
-        name = identifier(f"{spec.name} " + " ".join(f"{k}{v}" for k, v in sorted(shape.items())))
-        self.run_dispatch(Dispatch(name, (launch,)), [(config, inputs, outputs)],
+        self.run_dispatch(alone(spec, shape, config), [(config, inputs, outputs)],
                           config.get("head_dim"))
+
+
+def alone(spec: KernelSpec, shape: Shape, config: dict[str, Any]) -> Dispatch:
+    """The dispatch that runs one kernel alone (phase 1): one launch whose operands are all
+    host tensors, in the layouts `config` gives (each family's default otherwise)."""
+    layouts = config.get("layouts") or {}
+    head_first = HEAD_FIRST.get(spec.name, ())
+    bindings = []
+    for op in spec.operands(shape):
+        default: Layout = "head-first" if op.name in head_first else "seq-first"
+        kind: Kind = "output" if op.role == "output" else "input"
+        bindings.append(Binding(op.name, f"{spec.name}.{op.name}", kind,
+                                layouts.get(op.name, default)))
+    tunables = {k: v for k, v in config.items()
+                if k not in ("layouts", "head_dim", "exact_tiles", "static_b")}
+    launch = Launch(spec.name, spec.name, None, tuple(sorted(shape.items())),
+                    tuple(sorted(tunables.items())), tuple(bindings))
+    name = identifier(f"{spec.name} " + " ".join(f"{k}{v}" for k, v in sorted(shape.items())))
+    return Dispatch(name, (launch,))
 
 
 # --- a measured profile ------------------------------------------------------------------------
@@ -274,4 +280,5 @@ def _steps(trace: list[StepTime], times: list[DispatchTimes]) -> list[StepProfil
     return steps
 
 
-__all__ = ["REPEATS", "NpuBackend", "argument_kinds", "measure", "measured_profile"]
+__all__ = ["REPEATS", "NpuBackend", "alone", "argument_kinds", "measure",
+           "measured_profile"]

@@ -12,6 +12,13 @@ taken for mlir-air after a separate interpreter has imported mlir-air's own modu
 called `air` has none of them. `aircc` and Peano are looked for where mlir-air's own tools
 look (mlir-air python/air/tools.py `resolve_tool`: the binary bundled in its wheel, then
 PATH; python/air/backend/xrt.py: PEANO_INSTALL_DIR, then the llvm-aie package).
+
+Where a tool says its version, the requirement carries it (`version`), read where the tool
+writes it: XRT's install has a `version.json` (XRT src/CMake/version.cmake installs it into
+the install directory, BUILD_VERSION), pyxrt is the XRT it was installed with, mlir-air and
+llvm-aie are package versions, a Peano build says it in `clang --version`, and the amdxdna
+driver shows the running NPU firmware as `fw_version` on its PCI device (xdna-driver
+src/driver/amdxdna/amdxdna_sysfs.c). `validate-hardware` records them in its report.
 """
 
 from __future__ import annotations
@@ -32,13 +39,21 @@ DEVICE_NODE = Path("/dev/accel/accel0")
 DRIVER_MODULE = Path("/sys/module/amdxdna")
 FIRMWARE_DIR = Path("/lib/firmware/amdnpu")
 XRT_DIR = Path("/opt/xilinx/xrt")
+#: The NPU's PCI device behind the device node, where amdxdna puts vbnv and fw_version.
+DEVICE_SYSFS = Path("/sys/class/accel/accel0/device")
 
 #: What a separate interpreter runs to tell mlir-air from another package named `air`.
 _PROBE = """
 import json, air
 import air.ir, air.dialects.air
 from air.backend.xrt import XRTBackend
-print(json.dumps({"file": air.__file__}))
+version = None
+try:
+    import importlib.metadata as md
+    version = md.version("mlir_air")
+except Exception:
+    pass
+print(json.dumps({"file": air.__file__, "version": version}))
 """
 
 
@@ -52,6 +67,7 @@ class Requirement:
     found: str | None        # where it is
     problem: str = ""        # why it is not usable, when it is not
     fix: str = ""
+    version: str | None = None   # as the tool reports it, where it does
 
     @property
     def ok(self) -> bool:
@@ -59,7 +75,8 @@ class Requirement:
 
     def line(self) -> str:
         if self.ok:
-            return f"found    {self.what}: {self.found}"
+            return f"found    {self.what}: {self.found}" + (
+                f" (version {self.version})" if self.version else "")
         return f"missing  {self.what}: {self.problem}; {self.fix}"
 
 
@@ -78,8 +95,9 @@ def _mlir_air(python: str = sys.executable) -> tuple[Requirement, Path | None]:
         return Requirement("air", what, None, f"the package named air at {where} is not "
                            f"mlir-air ({last})", "remove it (pip uninstall air) and " + fix), \
             None
-    path = Path(json.loads(done.stdout.strip().splitlines()[-1])["file"]).resolve()
-    return Requirement("air", what, str(path.parent)), path
+    probed = json.loads(done.stdout.strip().splitlines()[-1])
+    path = Path(probed["file"]).resolve()
+    return Requirement("air", what, str(path.parent), version=probed.get("version")), path
 
 
 def _aircc(air_init: Path | None) -> Requirement:
@@ -104,28 +122,65 @@ def _peano() -> Requirement:
     given = os.environ.get("PEANO_INSTALL_DIR", "")
     if given:
         if Path(given).is_dir():
-            return Requirement("peano", what, given)
+            return Requirement("peano", what, given, version=_clang_version(Path(given)))
         return Requirement("peano", what, None, f"PEANO_INSTALL_DIR={given} is not a "
                            "directory", fix)
     try:
-        located = Path(str(importlib.metadata.distribution("llvm-aie")
-                           .locate_file("llvm-aie")))
+        dist = importlib.metadata.distribution("llvm-aie")
+        located = Path(str(dist.locate_file("llvm-aie")))
         if located.is_dir():
-            return Requirement("peano", what, str(located))
+            return Requirement("peano", what, str(located), version=dist.version)
     except importlib.metadata.PackageNotFoundError:
         pass
     dirs = list(site.getsitepackages()) + [site.getusersitepackages()]
     for d in dirs:
         for match in glob.glob(os.path.join(d, "llvm-aie")):
             if os.path.isdir(match):
-                return Requirement("peano", what, match)
+                return Requirement("peano", what, match, version=_clang_version(Path(match)))
     return Requirement("peano", what, None, "PEANO_INSTALL_DIR is not set and no llvm-aie "
                        "package is installed", fix)
 
 
-def _path(key: str, what: str, path: Path, problem: str, fix: str) -> Requirement:
-    return Requirement(key, what, str(path), fix=fix) if path.exists() else \
-        Requirement(key, what, None, problem, fix)
+def _clang_version(peano: Path) -> str | None:
+    """The first line of a Peano build's `clang --version`."""
+    clang = peano / "bin" / "clang"
+    if not clang.is_file():
+        return None
+    try:
+        done = subprocess.run([str(clang), "--version"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.strip().splitlines()
+    return lines[0].strip() if done.returncode == 0 and lines else None
+
+
+def _read(path: Path) -> str | None:
+    """A one-line file's text (a sysfs attribute), or None."""
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def xrt_version(directory: Path) -> str | None:
+    """BUILD_VERSION of the XRT installed in `directory` (its version.json)."""
+    try:
+        value = json.loads((directory / "version.json").read_text()).get("BUILD_VERSION")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(value) if value else None
+
+
+def npu_name() -> str | None:
+    """The NPU as its driver names it ("RyzenAI-npu4"): vbnv on the device."""
+    return _read(DEVICE_SYSFS / "vbnv")
+
+
+def _path(key: str, what: str, path: Path, problem: str, fix: str,
+          version: str | None = None) -> Requirement:
+    return Requirement(key, what, str(path), fix=fix, version=version) if path.exists() \
+        else Requirement(key, what, None, problem, fix)
 
 
 def requirements(objects: str | None = "") -> list[Requirement]:
@@ -134,20 +189,28 @@ def requirements(objects: str | None = "") -> list[Requirement]:
     driver = "install the amdxdna driver (github.com/amd/xdna-driver, or Linux >= 6.14)"
     pyxrt = importlib.util.find_spec("pyxrt")
     air, air_init = _mlir_air()
+    xrt_dir = Path(os.environ.get("XILINX_XRT", XRT_DIR))
+    # pyxrt is installed in XRT's python/ directory: it is the version of that XRT
+    pyxrt_xrt = None if pyxrt is None or not pyxrt.origin else \
+        Path(pyxrt.origin).resolve().parent.parent
     out = [
         Requirement("pyxrt", "XRT's Python bindings (pyxrt)",
                     None if pyxrt is None else str(pyxrt.origin), "no module named pyxrt",
-                    "`source /opt/xilinx/xrt/setup.sh` (it puts pyxrt on PYTHONPATH)"),
+                    "`source /opt/xilinx/xrt/setup.sh` (it puts pyxrt on PYTHONPATH)",
+                    version=None if pyxrt_xrt is None else xrt_version(pyxrt_xrt)),
         air, _aircc(air_init), _peano(),
         _path("driver", "the amdxdna kernel driver", DRIVER_MODULE,
-              f"{DRIVER_MODULE} does not exist (the module is not loaded)", driver),
+              f"{DRIVER_MODULE} does not exist (the module is not loaded)", driver,
+              _read(DRIVER_MODULE / "version")),
         _path("npu", "an XDNA 2 NPU device node", DEVICE_NODE,
-              f"{DEVICE_NODE} does not exist", driver + " on a Ryzen AI 300 machine"),
+              f"{DEVICE_NODE} does not exist", driver + " on a Ryzen AI 300 machine",
+              npu_name()),
         _path("firmware", "the NPU firmware", FIRMWARE_DIR, f"{FIRMWARE_DIR} does not exist",
-              "install the NPU firmware (linux-firmware's amdnpu/, or xdna-driver's packages)"),
-        _path("xrt", "XRT", Path(os.environ.get("XILINX_XRT", XRT_DIR)),
-              "neither $XILINX_XRT nor /opt/xilinx/xrt exists",
-              "install XRT >= 2.19 and `source /opt/xilinx/xrt/setup.sh`"),
+              "install the NPU firmware (linux-firmware's amdnpu/, or xdna-driver's packages)",
+              _read(DEVICE_SYSFS / "fw_version")),
+        _path("xrt", "XRT", xrt_dir, "neither $XILINX_XRT nor /opt/xilinx/xrt exists",
+              "install XRT >= 2.19 and `source /opt/xilinx/xrt/setup.sh`",
+              xrt_version(xrt_dir)),
     ]
     if objects is None or objects:
         fix = ("build them with Peano from mlir-air's AIE kernel sources and give their "

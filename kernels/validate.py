@@ -89,14 +89,19 @@ def seeded_inputs(spec: KernelSpec, shape: Shape, seed: int = 0) -> dict[str, to
     return out
 
 
+def output_buffers(spec: KernelSpec, shape: Shape) -> dict[str, torch.Tensor]:
+    """The kernel's outputs, each filled with NaN (so an element it does not write fails)."""
+    return {op.name: torch.full(op.dims, float("nan"),
+                                dtype=torch.float32 if op.elem_bytes == 4 else torch.bfloat16)
+            for op in spec.operands(shape) if op.role == "output"}
+
+
 def validate_kernel(spec: KernelSpec, shape: Shape, config: dict[str, Any], backend: Backend,
                     *, inputs: dict[str, torch.Tensor] | None = None, seed: int = 0,
                     hw: Hardware = XDNA2, atol: float | None = None) -> KernelReport:
     """Run `spec` on `backend` and check every element against the FP32 reference."""
     inputs = inputs if inputs is not None else seeded_inputs(spec, shape, seed)
-    outputs = {op.name: torch.full(op.dims, float("nan"),
-                                   dtype=torch.float32 if op.elem_bytes == 4 else torch.bfloat16)
-               for op in spec.operands(shape) if op.role == "output"}
+    outputs = output_buffers(spec, shape)
     backend.run(spec, shape, config, inputs, outputs)
     want = REFERENCE[spec.name](shape, {**spec.tunables, **config}, inputs)
     atol = atol_for(spec, config) if atol is None else atol

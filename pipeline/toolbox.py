@@ -24,6 +24,7 @@ from npu_deploy.events.payloads import (
     SkillLoaded,
 )
 from npu_deploy.kernels.checker import check
+from npu_deploy.kernels.hardware import Hardware
 from npu_deploy.kernels.perf import Profile
 from npu_deploy.kernels.plan import Dispatch, DispatchPlan, config_key
 from npu_deploy.kernels.selection import select
@@ -32,6 +33,7 @@ from npu_deploy.kernels.transforms import TRANSFORMS, IllegalTransform
 from npu_deploy.kernels.validate import validate_kernel
 from npu_deploy.metrics.comparison import compare
 from npu_deploy.metrics.tokens import Greedy, topk_check
+from npu_deploy.models.config import ModelArgs
 from npu_deploy.oracle import reference_of
 from npu_deploy.oracle.reference import golden_name
 from npu_deploy.pipeline.deployed import DeployedModel, reference_greedy
@@ -100,12 +102,18 @@ def spread_text(after: Profile, before: Profile) -> str:
 
 
 def kernel_uses(ws: Workspace, recipe: Recipe) -> dict[str, dict[str, Any]]:
-    """Every (kernel, shape) the deployment launches: those of the prefill plan at seq_len
-    and of the decode plan at that position, keyed by config_key, with their roles."""
-    a = ws.loaded.args
+    """Every (kernel, shape) the deployment launches (`model_kernel_uses`)."""
+    return model_kernel_uses(ws.settings.model, ws.loaded.args, ws.settings.seq_len, recipe,
+                             ws.hw)
+
+
+def model_kernel_uses(model: str, args: ModelArgs, seq_len: int, recipe: Recipe,
+                      hw: Hardware) -> dict[str, dict[str, Any]]:
+    """Every (kernel, shape) a model launches: those of the prefill plan at seq_len and of
+    the decode plan at that position, keyed by config_key, with their roles."""
     uses: dict[str, dict[str, Any]] = {}
-    for mode in (Prefill(ws.settings.seq_len), Decode(ws.settings.seq_len)):
-        for ln in recipe.baseline(ws.settings.model, a, mode, ws.hw).launches():
+    for mode in (Prefill(seq_len), Decode(seq_len)):
+        for ln in recipe.baseline(model, args, mode, hw).launches():
             key = config_key(ln.kernel, ln.shape_dict)
             entry = uses.setdefault(key, {"kernel": ln.kernel, "shape": ln.shape_dict,
                                           "roles": [], "mode": mode_text(mode)})
@@ -119,14 +127,15 @@ def validation_summary(report: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"passed": report.passed, "atol": report.atol, "rtol": report.rtol,
                            "findings": [str(f) for f in report.findings], "outputs": {}}
     for name, c in report.metrics.items():
-        out["outputs"][name] = {k: _finite(v) for k, v in (
+        out["outputs"][name] = {k: json_number(v) for k, v in (
             ("within_frac", c.within_frac), ("n_outside", c.n_outside),
             ("cosine", c.cosine), ("max_abs", c.max_abs), ("rel_l2", c.rel_l2),
             ("mean_rel_l1", c.mean_rel_l1), ("pearson", c.pearson))}
     return out
 
 
-def _finite(v: float) -> float:
+def json_number(v: float) -> float:
+    """A metric as JSON holds it: NaN as -1, an infinity as +-1e300."""
     v = float(v)
     return v if math.isfinite(v) else (-1.0 if v != v else math.copysign(1e300, v))
 
@@ -151,12 +160,24 @@ def block_metrics(ws: Workspace, recipe: Recipe, goldens: dict[str, torch.Tensor
                   ) -> dict[str, dict[str, float]]:
     """Layer 0 alone on the backend (a one-layer plan of the model, with the recipe's
     configurations) against the oracle's golden tensors, tensor by tensor."""
-    a, w = ws.loaded.args, ws.loaded.weights
-    one = replace(a, n_layers=1)
-    model = DeployedModel(ws.settings.model, one, replace(w, layers=w.layers[:1]),
-                          replace(recipe, prefill_transforms=()), ws.backend, ws.hw)
+    model = block_model(ws.settings.model, ws.loaded, recipe, ws.backend, ws.hw)
     ids = ws.ids(ws.block_prompt())
     tensors = model.runner.run(model.plan(Prefill(int(ids.shape[0]))), ids).tensors
+    return block_comparison(tensors, goldens)
+
+
+def block_model(name: str, loaded: Any, recipe: Recipe, backend: Any, hw: Hardware
+                ) -> DeployedModel:
+    """The model's layer 0 alone, deployed with the recipe's configurations on `backend`:
+    what phase 2 runs."""
+    a, w = loaded.args, loaded.weights
+    return DeployedModel(name, replace(a, n_layers=1), replace(w, layers=w.layers[:1]),
+                         replace(recipe, prefill_transforms=()), backend, hw)
+
+
+def block_comparison(tensors: dict[str, torch.Tensor], goldens: dict[str, torch.Tensor]
+                     ) -> dict[str, dict[str, float]]:
+    """A one-layer prefill's tensors against the oracle's golden tensors of layer 0."""
     out = {}
     for ours, op in (*BLOCK_TENSORS.items(), ("x.1", "ffn_residual")):
         name = ours if ours.startswith("x.") else f"L0.{ours}"

@@ -52,16 +52,20 @@ def store(db_path: Path):
 def model_cache(tmp_path_factory: pytest.TempPathFactory):
     """Converted and generated models go to one cache per test session, never to the
     user's: a run of the suite starts from what the project's own files build."""
-    import os
-
     path = tmp_path_factory.mktemp("model-cache")
-    old = os.environ.get("NPU_DEPLOY_CACHE")
-    os.environ["NPU_DEPLOY_CACHE"] = str(path)
-    yield path
-    if old is None:
-        os.environ.pop("NPU_DEPLOY_CACHE", None)
-    else:
-        os.environ["NPU_DEPLOY_CACHE"] = old
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("NPU_DEPLOY_CACHE", str(path))
+        yield path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def measured_here(tmp_path_factory: pytest.TempPathFactory):
+    """Kernel times imported from validate-hardware reports go to a file of the session's,
+    never the user's: no figure a test sees comes from this machine's imports."""
+    path = tmp_path_factory.mktemp("measured-here") / "measured_here.json"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("NPU_DEPLOY_MEASUREMENTS", str(path))
+        yield path
 
 
 @pytest.fixture(scope="session")

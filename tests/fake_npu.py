@@ -30,6 +30,7 @@ from npu_deploy.kernels.perf import device_s
 from npu_deploy.kernels.plan import Dispatch
 from npu_deploy.kernels.plan_runner import _physical
 from npu_deploy.kernels.registry import family
+from npu_deploy.kernels.toolchain import Requirement
 from npu_deploy.kernels.xrt_runtime import Artifact
 
 COMPLETED, TIMEOUT = "ERT_CMD_STATE_COMPLETED", "ERT_CMD_STATE_TIMEOUT"
@@ -238,3 +239,15 @@ def runtime(ws: Any) -> dict[str, Any]:
     return {"runner": XrtRunner(sim, clock=sim.clock),
             "compiler": compiler_for(sim, ws.directory / "sim"),
             "lock": ws.directory / "npu.lock"}
+
+
+def machine(bench: Any) -> dict[str, Any]:
+    """A Ryzen AI 300 machine as `npu-deploy validate-hardware --npu-runtime
+    fake_npu:machine` sees it: the simulated NPU's runtime, and a toolchain that has every
+    requirement of the real-NPU path, each marked as simulated (so is the report's runtime,
+    and import-measurements refuses it)."""
+    from npu_deploy.kernels.toolchain import requirements
+
+    toolchain = [Requirement(r.key, r.what, f"simulated by {__name__}", version="simulated")
+                 for r in requirements(None)]
+    return {**runtime(bench), "toolchain": toolchain}

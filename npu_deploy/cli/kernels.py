@@ -34,13 +34,18 @@ def kernels_cmd(model: str, seq_len: int, decode_pos: int | None, hw_name: str,
     """
     from npu_deploy.kernels import HARDWARE, XDNA2, Decode, Prefill, model_kernels
     from npu_deploy.kernels.figures import KernelFigures, kernel_figures
+    from npu_deploy.kernels.measured_here import MeasuredDataError
     from npu_deploy.kernels.selection import select_all
 
     hw = HARDWARE[hw_name]
     described, args = model_shape(model)
     mode = Decode(decode_pos) if decode_pos is not None else Prefill(seq_len)
     selections = select_all(model_kernels(args, mode), hw)
-    figures = [kernel_figures(x) if hw == XDNA2 else KernelFigures(None) for x in selections]
+    try:
+        figures = [kernel_figures(x) if hw == XDNA2 else KernelFigures(None)
+                   for x in selections]
+    except MeasuredDataError as e:
+        fail(str(e))
     if as_json:
         emit_json([{"kernel": x.use.spec.name, "where": x.use.spec.where, "roles": x.roles,
                     "shape": x.use.shape, "config": x.config, "config_source": x.source,
@@ -49,40 +54,56 @@ def kernels_cmd(model: str, seq_len: int, decode_pos: int | None, hw_name: str,
                     "modeled_s": fig.modeled_s,
                     "measured_npu": None if fig.measured_s is None else {
                         "seconds": fig.measured_s, "config": fig.measured_config,
-                        "same_config": fig.same_config, "source": fig.source}}
+                        "same_config": fig.same_config, "source": fig.source},
+                    "measured_here": None if fig.here is None else {
+                        "seconds": fig.here.seconds, "config": fig.here.config,
+                        "same_config": fig.here_same_config, "source": fig.here.source}}
                    for x, fig in zip(selections, figures, strict=True)])
         return
     out = console()
     out.print(f"{described}, {mode}, on {hw.name}")
+    here = any(fig.here is not None for fig in figures)
     table = Table(title_justify="left", title="kernels (configurations checked against the "
-                  "hardware model; measured = upstream's NPU2 figure at this shape, modeled = "
-                  "kernels.perf; nothing ran on an NPU here)")
-    numeric = ("tiles", "L1 KiB", "L2 KiB", "modeled us", "measured us (NPU2)")
+                  "hardware model; measured = upstream's NPU2 figure at this shape, "
+                  + ("here = measured on NPU by validate-hardware, imported; " if here else "")
+                  + "modeled = kernels.perf" + ("" if here else "; nothing ran on an NPU here")
+                  + ")")
+    numeric = ("tiles", "L1 KiB", "L2 KiB", "modeled us", "measured us (NPU2)",
+               *(("measured us (here)",) if here else ()))
     for col in ("kernel", "roles", "shape", "config", *numeric, "findings"):
         table.add_column(col, justify="right" if col in numeric else "left")
-    sources: dict[str, int] = {}
+    notes: dict[str, int] = {}       # what a figure's mark says -> the mark
+
+    def cell(seconds: float | None, note: str | None, config: dict[str, Any] | None,
+             same: bool) -> str:
+        if seconds is None or note is None:
+            return "-"
+        mark = notes.setdefault(note, len(notes) + 1)
+        text = f"{seconds * 1e6:.1f} [{mark}]"
+        if not same and config:
+            text += " at " + " ".join(f"{k}={v}" for k, v in config.items())
+        return text
+
     for x, fig in zip(selections, figures, strict=True):
         config = " ".join(f"{k}={v}" for k, v in x.config.items())
         if x.source == "measured":
             config += " [measured config]"
         findings = "; ".join(f.message for f in x.findings) or "-"
-        measured = "-"
-        if fig.measured_s is not None and fig.source is not None:
-            mark = sources.setdefault(fig.source, len(sources) + 1)
-            measured = f"{fig.measured_s * 1e6:.1f} [{mark}]"
-            if not fig.same_config and fig.measured_config:
-                measured += " at " + " ".join(f"{k}={v}" for k, v in
-                                             fig.measured_config.items())
-        table.add_row(escape(x.use.spec.name) + (" (cpu)" if x.use.spec.where == "cpu" else ""),
-                      ", ".join(x.roles), x.use.shape_text(), escape(config or "-"),
-                      str(x.usage.get("tiles", 0)),
-                      f"{x.usage.get('l1_bytes', 0) / 1024:.1f}",
-                      f"{x.usage.get('l2_bytes', 0) / 1024:.0f}",
-                      "-" if fig.modeled_s is None else f"{fig.modeled_s * 1e6:.1f}",
-                      escape(measured), escape(findings))
+        measured = cell(fig.measured_s, fig.source and f"measured on NPU2: {fig.source}",
+                        fig.measured_config, fig.same_config)
+        row = [escape(x.use.spec.name) + (" (cpu)" if x.use.spec.where == "cpu" else ""),
+               ", ".join(x.roles), x.use.shape_text(), escape(config or "-"),
+               str(x.usage.get("tiles", 0)), f"{x.usage.get('l1_bytes', 0) / 1024:.1f}",
+               f"{x.usage.get('l2_bytes', 0) / 1024:.0f}",
+               "-" if fig.modeled_s is None else f"{fig.modeled_s * 1e6:.1f}", escape(measured)]
+        if here:
+            ours = fig.here
+            row.append("-" if ours is None else escape(cell(
+                ours.seconds, ours.source, ours.config, fig.here_same_config)))
+        table.add_row(*row, escape(findings))
     out.print(table)
-    for source, mark in sources.items():
-        out.print(f"[{mark}] measured on NPU2: {escape(source)}", highlight=False)
+    for note, mark in notes.items():
+        out.print(f"[{mark}] {escape(note)}", highlight=False)
     invalid = [x for x in selections if not x.valid]
     if invalid:
         out.print(f"{len(invalid)} kernel(s) have no configuration that fits {hw.name}")
@@ -275,8 +296,8 @@ def doctor_cmd(objects: str | None, as_json: bool) -> None:
 
     found = requirements(objects)
     if as_json:
-        emit_json([{"key": r.key, "what": r.what, "found": r.found, "problem": r.problem,
-                    "fix": r.fix} for r in found])
+        emit_json([{"key": r.key, "what": r.what, "found": r.found, "version": r.version,
+                    "problem": r.problem, "fix": r.fix} for r in found])
     else:
         for r in found:
             click.echo(r.line())

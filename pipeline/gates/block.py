@@ -25,8 +25,11 @@ def position_cosine(head_dim: int) -> float:
 
 
 def block_checks(ws: Workspace, recipe: Recipe, goldens: Any) -> list[dict[str, Any]]:
-    metrics = block_metrics(ws, recipe, goldens)
-    hd = ws.loaded.args.head_dim
+    return checks_of_block(block_metrics(ws, recipe, goldens), ws.loaded.args.head_dim)
+
+
+def checks_of_block(metrics: dict[str, dict[str, float]], hd: int) -> list[dict[str, Any]]:
+    """Phase 2's checks of layer 0's tensors against the oracle's (`block_comparison`)."""
     out = metrics["L0.ffn_residual"]
     subject = "L0 block output"
     table = phase(2)

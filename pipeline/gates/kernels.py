@@ -22,7 +22,6 @@ KERNEL_SEED = 1              # the gate's inputs differ from the agent's (seed 0
 
 
 def kernel_checks(ws: Workspace, recipe: Recipe) -> list[dict[str, Any]]:
-    table = phase(1)
     checks = []
     for key, use in sorted(kernel_uses_cached(ws).items()):
         subject = f"{key} ({', '.join(use['roles'])})"
@@ -31,19 +30,26 @@ def kernel_checks(ws: Workspace, recipe: Recipe) -> list[dict[str, Any]]:
             checks.append(holds(subject, "configured", False))
             continue
         summary = validation_summary(run_kernel(ws, key, config, KERNEL_SEED))
-        blocking = [f for f in summary["findings"] if f.startswith(("[error]", "[corrupt]"))]
-        checks.append(check(subject, "blocking_findings", len(blocking),
-                            table.threshold("blocking_findings"), "<=",
-                            message="; ".join(blocking)))
-        for out in summary["outputs"].values():
-            checks += [check(subject, "within_frac", out["within_frac"],
-                             table.threshold("within_frac"), ">="),
-                       check(subject, "cosine", out["cosine"], table.threshold("lens_cosine"),
-                             ">=", gating=False),
-                       check(subject, "max_abs", out["max_abs"],
-                             table.threshold("lens_max_abs"), "<=", gating=False),
-                       check(subject, "pearson", out["pearson"],
-                             table.threshold("lens_pearson"), ">=", gating=False)]
+        checks += checks_of_kernel(subject, summary)
+    return checks
+
+
+def checks_of_kernel(subject: str, summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Phase 1's checks of one kernel's validation (`validation_summary`): no blocking
+    finding of the checker, every element within tolerance."""
+    table = phase(1)
+    blocking = [f for f in summary["findings"] if f.startswith(("[error]", "[corrupt]"))]
+    checks = [check(subject, "blocking_findings", len(blocking),
+                    table.threshold("blocking_findings"), "<=", message="; ".join(blocking))]
+    for out in summary["outputs"].values():
+        checks += [check(subject, "within_frac", out["within_frac"],
+                         table.threshold("within_frac"), ">="),
+                   check(subject, "cosine", out["cosine"], table.threshold("lens_cosine"),
+                         ">=", gating=False),
+                   check(subject, "max_abs", out["max_abs"],
+                         table.threshold("lens_max_abs"), "<=", gating=False),
+                   check(subject, "pearson", out["pearson"],
+                         table.threshold("lens_pearson"), ">=", gating=False)]
     return checks
 
 

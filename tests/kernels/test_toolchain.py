@@ -72,6 +72,38 @@ def test_peano_is_found_where_mlir_air_looks(tmp_path: Path):
     assert where is None and "is not a directory" in problem
 
 
+def test_versions_are_read_where_each_tool_writes_it(tmp_path: Path):
+    """XRT's version.json (pyxrt is the XRT it is installed in), mlir-air's package
+    metadata, a Peano build's `clang --version`: what validate-hardware's report records."""
+    xrt = tmp_path / "xrt"
+    write(xrt / "version.json", json.dumps({"BUILD_VERSION": "2.19.0",
+                                            "BUILD_BRANCH": "2025.1"}))
+    write(xrt / "python" / "pyxrt.py")
+    py = tmp_path / "mlir_air" / "python"
+    for module in ("__init__", "ir", "dialects/__init__", "dialects/air", "backend/__init__"):
+        write(py / "air" / f"{module}.py")
+    write(py / "air" / "backend" / "xrt.py", "class XRTBackend:\n    pass\n")
+    write(py / "mlir_air-0.9.1.dist-info" / "METADATA",
+          "Metadata-Version: 2.1\nName: mlir_air\nVersion: 0.9.1\n")
+    clang = write(tmp_path / "peano" / "bin" / "clang",
+                  "#!/bin/sh\necho 'clang version 19.0.0 (llvm-aie 1a2b3c)'\necho 'Target: x'\n")
+    clang.chmod(0o755)
+    probe_versions = PROBE.replace("[r.found, r.problem]", "r.version")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PEANO_INSTALL_DIR")}
+    done = subprocess.run([sys.executable, "-c", probe_versions], capture_output=True,
+                          text=True, timeout=120, env={
+                              **env, "PYTHONPATH": os.pathsep.join([str(xrt / "python"),
+                                                                    str(py)]),
+                              "XILINX_XRT": str(xrt),
+                              "PEANO_INSTALL_DIR": str(tmp_path / "peano")})
+    assert done.returncode == 0, done.stderr
+    versions = json.loads(done.stdout)
+    assert versions["xrt"] == versions["pyxrt"] == "2.19.0"
+    assert versions["air"] == "0.9.1"
+    assert versions["peano"] == "clang version 19.0.0 (llvm-aie 1a2b3c)"
+    assert versions["npu"] is None and versions["firmware"] is None     # no NPU here
+
+
 def test_doctor_lists_every_requirement_and_fails_here(cli):
     result = cli("doctor")
     assert result.exit_code == 1
