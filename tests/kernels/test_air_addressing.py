@@ -311,30 +311,40 @@ DECODE_CASES = [   # shape, config: one launch of 3 columns; two launches of 2 c
                          ids=["one-launch", "two-launches", "partial-last-chunk"])
 def test_decode_attention_reads_each_kv_head_from_the_cache_in_its_layout(
         shape: dict[str, int], config: dict[str, Any] | None, layout: str) -> None:
+    """Each column's relay carries its KV head's K rows, in order, then its V rows (the
+    herd takes all scores before any value), every row of the cache once; the group's
+    queries come from, and its output goes to, the group's rows."""
     s = shape
     launch = make_launch("npu_decode_attention", s, config, {"k": layout, "v": layout})
     c = {**SPECS["npu_decode_attention"].tunables, **launch.config_dict}
-    kt, cols = c["k_tile"], min(c["herd_n"], s["kv_heads"])
-    group, hd = s["heads"] // s["kv_heads"], s["head_dim"]
+    cols = min(c["herd_n"], s["kv_heads"])
+    group, hd, lk = s["heads"] // s["kv_heads"], s["head_dim"], s["Lk"]
     (q, k, v, o), ops = trace(emit(launch))
-    kv_phys = attention_elements(s["kv_heads"], s["Lk"], hd, layout)
+    kv_phys = attention_elements(s["kv_heads"], lk, hd, layout)
     q_phys = attention_elements(s["heads"], 1, hd, "head-first")     # Lq = 1: either layout
+
+    def kv_head(op: Op) -> int:
+        (column,) = op.index("indices")
+        return op.env["lx"] * cols + column
+
+    rows = [op for op in ops if op.kind == "ChannelPut" and op.ref(1) in (k, v)]
+    assert len(rows) == 2 * s["kv_heads"] * lk
+    by_head: dict[int, list[tuple[str, torch.Tensor]]] = {}
+    for op in rows:
+        by_head.setdefault(kv_head(op), []).append((op.ref(1), op.pattern()))
+    assert sorted(by_head) == list(range(s["kv_heads"]))
+    for head, moved in by_head.items():
+        assert [name for name, _ in moved] == [k] * lk + [v] * lk, head
+        for i, (_, pattern) in enumerate(moved):
+            assert torch.equal(pattern, kv_phys[head, i % lk]), (head, i)
     for arg in (k, v):
-        reads = touching(ops, "dma_memcpy_nd", arg, 1)
-        assert len(reads) == s["kv_heads"] * -(-s["Lk"] // kt)
-        for op in reads:
-            kv = op.env["lx"] * cols + op.env["tx"]
-            first = op.env["j"] * kt if "j" in op.env else s["Lk"] // kt * kt   # the tail
-            expected = kv_phys[kv, first:min(first + kt, s["Lk"]), :].reshape(-1)
-            assert torch.equal(op.pattern("src_"), expected), (arg, op.env)
-        assert covers_once([op.pattern("src_") for op in reads], kv_phys.numel())
-    for arg, position, prefix in ((q, 1, "src_"), (o, 0, "dst_")):    # the group's q and o
-        moves = touching(ops, "dma_memcpy_nd", arg, position)
+        assert covers_once([op.pattern() for op in rows if op.ref(1) == arg], kv_phys.numel())
+    for arg, kind in ((q, "ChannelPut"), (o, "ChannelGet")):      # the group's q and o
+        moves = touching(ops, kind, arg, 1)
         assert len(moves) == s["kv_heads"]
         for op in moves:
-            kv = op.env["lx"] * cols + op.env["tx"]
-            expected = q_phys[kv * group:(kv + 1) * group].reshape(-1)
-            assert torch.equal(op.pattern(prefix), expected), (arg, op.env)
+            kv = kv_head(op)
+            assert torch.equal(op.pattern(), q_phys[kv * group:(kv + 1) * group].reshape(-1))
 
 
 # --- GEMM's C --------------------------------------------------------------------------------
