@@ -99,6 +99,11 @@ def l2_buffers(group: int, hd: int, cols: int) -> tuple[Buffer, ...]:
         buf(f"o{c}_l2", (group, hd), BF16, "L2")))
 
 
+def _bytes(buffers: tuple[Buffer, ...]) -> int:
+    """What the buffers take, ping-pong buffers twice (as the verifier counts them)."""
+    return sum(b.nbytes * (2 if b.pingpong else 1) for b in buffers)
+
+
 def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
           usage: dict[str, int]) -> list[Finding]:
     """One query per head against the cache, as mlir-air's attention_decode runs it: each
@@ -110,13 +115,13 @@ def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
     group, hd = s["heads"] // max(s["kv_heads"], 1), s["head_dim"]
     rules.herd(f, 1, cols, hw)
     rules.heads_share_kv(f, s["heads"], s["kv_heads"])
-    l1 = sum(b.nbytes * (2 if b.pingpong else 1) for b in l1_buffers(group, hd, s["Lk"], kt))
+    l1 = _bytes(l1_buffers(group, hd, s["Lk"], kt))
     rules.l1(f, l1, hw, f"queries {group}x{hd}, a K/V row twice, scores "
              f"{group}x{score_length(s['Lk'], kt)} and accumulator {group}x{hd} FP32, output",
              "the score row grows with the cache: run decode attention on the host "
              "(decode_attention_on_cpu)")
     rules.shim(f, cols, 2, 1, hw)
-    l2 = sum(b.nbytes * (2 if b.pingpong else 1) for b in l2_buffers(group, hd, cols))
+    l2 = _bytes(l2_buffers(group, hd, cols))
     usage.update(tiles=cols, l1_bytes=l1, l2_bytes=l2)
     return f
 
