@@ -17,8 +17,8 @@ GEMM, streaming from DDR for the row and element-wise kernels, channels and a ca
 FlashAttention. The micro-kernel objects (`mm_64x32x128_n4.o`...) are compiled per tile shape
 from mlir-air's AIE kernel sources with Peano; their symbols carry the sizes, so two tile
 shapes never clash in one ELF, and the module says how to build each (`KERNELS`: source and
-defines). The decode-attention program is our own design: mlir-air has
-no example of it.
+defines). Decode attention follows mlir-air's attention_decode with micro-kernels of our own
+(`kernels/aie/`, a KernelSource whose repository is npu-deploy).
 
 Nothing here imports mlir-air: the sources are text, and `kernels.xrt_runtime` builds them.
 """

@@ -65,17 +65,25 @@ class Buffer:
                       f"StridedLayoutAttr.get(ShapedType.get_dynamic_size(), {strides})")
 
 
+#: where an upstream micro-kernel's source lives; ours name our own repository
+MLIR_AIR = "Xilinx/mlir-air"
+NPU_DEPLOY = "npu-deploy"
+
+
 @dataclass(frozen=True)
 class KernelSource:
-    """How an external micro-kernel object is compiled (with Peano): its upstream source
-    (a path in mlir-air) and the preprocessor defines (-DNAME=VALUE)."""
+    """How an external micro-kernel object is compiled (with Peano): its source (a path in
+    `repository`: mlir-air for upstream's kernels, npu-deploy for our own) and the
+    preprocessor defines (-DNAME=VALUE)."""
 
     obj: str
     source: str
     defines: tuple[tuple[str, Any], ...]     # a value of None is a bare -DNAME
+    repository: str = MLIR_AIR
 
     def recipe(self) -> dict[str, Any]:
-        return {"source": self.source, "defines": dict(self.defines)}
+        return {"source": self.source, "defines": dict(self.defines),
+                "repository": self.repository}
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
-"""Decode attention: one query per head against the KV cache, on the NPU (our own program:
-mlir-air has no example of it) or on the host (the measured deployment's choice: one query
-against the cache costs less than a dispatch). Both share FlashAttention's spec and
-numerics."""
+"""Decode attention: one query per head against the KV cache, on the NPU (mlir-air's
+programming_examples/attention_decode design, with micro-kernels of our own for the group
+sizes and head_dims its kernels do not take) or on the host (the measured deployment's
+choice: one query against the cache costs less than a dispatch). Both share
+FlashAttention's spec and numerics."""
 
 from __future__ import annotations
 
@@ -14,17 +15,23 @@ from npu_deploy.oracle import reference as ref_ops
 
 from .. import rules
 from ..air_parts import (
+    NPU_DEPLOY,
+    Buffer,
+    ChannelDecl,
     EmitError,
     Extern,
+    KernelSource,
     LaunchLayout,
     Writer,
+    alloc_l1,
     buf,
     call,
     cdiv,
     dims,
     extern,
+    free,
     head_rows,
-    stream_segment,
+    open_herd,
 )
 from ..family import (
     BF16,
@@ -63,26 +70,59 @@ DECODE_ATTENTION = KernelSpec(
 RULES = (
     "herd: min(herd_n, kv_heads) columns fit the array",
     "divisible: query heads over KV heads",
-    "L1: the group's queries, K and V chunks twice (bf16), scores and accumulator (FP32)",
-    "shim streams: K and V in, the output out, per column",
+    "L1: the group's queries, a K/V row twice (bf16), the score rows (Lk rounded up to "
+    "k_tile) and the accumulator (FP32), the output (bf16)",
+    "shim streams: Q and the K/V rows in, the output out, per column",
 )
+
+
+def score_length(lk: int, k_tile: int) -> int:
+    """The score row's length: the cache length rounded up to k_tile, so that one compiled
+    object serves k_tile consecutive decode positions (the kernel masks the rest)."""
+    return cdiv(lk, k_tile) * k_tile
+
+
+def l1_buffers(group: int, hd: int, lk: int, k_tile: int) -> tuple[Buffer, ...]:
+    """Every L1 buffer of a column: the group's queries, one K or V row (ping-pong: it is
+    refilled every step), the score rows and the accumulator in FP32, the bf16 output. The
+    checker's L1 figure is their sum."""
+    return (buf("q_l1", (group, hd), BF16, "L1"), buf("row_l1", (hd,), BF16, "L1", True),
+            buf("s_l1", (group, score_length(lk, k_tile)), FP32, "L1"),
+            buf("acc_l1", (group, hd), FP32, "L1"), buf("o_l1", (group, hd), BF16, "L1"))
+
+
+def l2_buffers(group: int, hd: int, cols: int) -> tuple[Buffer, ...]:
+    """Each column's memory-tile relays (upstream allocates one set per column): its
+    queries, the K/V row (ping-pong), its output."""
+    return tuple(b for c in range(cols) for b in (
+        buf(f"q{c}_l2", (group, hd), BF16, "L2"), buf(f"kv{c}_l2", (hd,), BF16, "L2", True),
+        buf(f"o{c}_l2", (group, hd), BF16, "L2")))
+
+
+def _bytes(buffers: tuple[Buffer, ...]) -> int:
+    """What the buffers take, ping-pong buffers twice (as the verifier counts them)."""
+    return sum(b.nbytes * (2 if b.pingpong else 1) for b in buffers)
 
 
 def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
           usage: dict[str, int]) -> list[Finding]:
-    """One query per head against the cache: each column takes whole KV heads, streams their
-    K and V in k_tile chunks (ping-pong), keeps the group's queries, scores (FP32) and output
-    accumulator (FP32). Our model of a decode-attention launch, not a measured program."""
+    """One query per head against the cache, as mlir-air's attention_decode runs it: each
+    column takes whole KV heads, keeps the group's queries, a score row per query (FP32) and
+    the output accumulator (FP32), and streams the K rows, then the V rows, one at a time.
+    The resource figures are the program's buffers (l1_buffers, l2_buffers)."""
     f: list[Finding] = []
     kt, cols = int(c["k_tile"]), min(int(c["herd_n"]), s["kv_heads"])
     group, hd = s["heads"] // max(s["kv_heads"], 1), s["head_dim"]
     rules.herd(f, 1, cols, hw)
     rules.heads_share_kv(f, s["heads"], s["kv_heads"])
-    l1 = BF16 * (group * hd + 2 * 2 * kt * hd) + FP32 * (group * kt + group * hd)
-    rules.l1(f, l1, hw, f"queries {group}x{hd}, K and V chunks {kt}x{hd} bf16 twice, scores "
-             "and accumulator FP32", "use a smaller k_tile")
+    l1 = _bytes(l1_buffers(group, hd, s["Lk"], kt))
+    rules.l1(f, l1, hw, f"queries {group}x{hd}, a K/V row twice, scores "
+             f"{group}x{score_length(s['Lk'], kt)} and accumulator {group}x{hd} FP32, output",
+             "the score row grows with the cache: run decode attention on the host "
+             "(decode_attention_on_cpu)")
     rules.shim(f, cols, 2, 1, hw)
-    usage.update(tiles=cols, l1_bytes=l1)
+    l2 = _bytes(l2_buffers(group, hd, cols))
+    usage.update(tiles=cols, l1_bytes=l1, l2_bytes=l2)
     return f
 
 
@@ -130,68 +170,113 @@ def host_seconds(s: Shape, p: PerfParams) -> float:
     return p.cpu_attention_s + kv / p.cpu_bw
 
 
-# --- the program (NPU): each column takes whole KV heads --------------------------------------
+# --- the program (NPU): mlir-air's attention_decode, a column per KV head ----------------------
+#
+# programming_examples/attention_decode/attn_decode_npu2.py (e972f29), its attention part:
+# a herd of one column per KV head; per column, memory-tile relays (aL3ToL2 / aL2ToL1) carry
+# the K cache rows, then the V rows, one [head_dim] row at a time; the column keeps the
+# group's queries and a score row per query, writes score `pos` for each K row
+# (attn_1_group), runs the softmax over the row once, then adds p[pos] x V row into an FP32
+# accumulator (attn_2_group) and sends the group's output through its memory tile
+# (dL1ToL2 / dL2ToL3). Our queries come from DDR (upstream computes them in the same tile).
+#
+# The micro-kernels are ours (kernels/aie/decode_attention.cc): upstream's attn_1_group and
+# attn_2_group static_assert GROUP_SIZE == 4 and DIM_N == 64, accumulate in bf16, and its
+# softmax is inline MLIR; we need groups of 2, 3 and 7 and head_dim 128. The score row is
+# the cache length rounded up to k_tile; the softmax takes the real length and zeroes the
+# rest, so no padded key counts.
+
+KERNEL_SOURCE = "kernels/aie/decode_attention.cc"
+
 
 def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayout:
-    """Ours (no mlir-air example): each column takes whole KV heads, keeps the group's
-    queries, streams K and V chunks and accumulates scores and output in FP32. The step
-    micro-kernel takes the rows of its chunk: k_tile, and Lk mod k_tile for the last one
-    (moved on its own, so that no DMA reads past the cache)."""
+    """A column per KV head (herd_n columns, launches over the rest), each with its own
+    memory-tile relays; its micro-kernels compiled for the group, head_dim and score row."""
     s = launch.shape_dict
-    kt, hd = int(c["k_tile"]), s["head_dim"]
+    kt, hd, lk = int(c["k_tile"]), s["head_dim"], s["Lk"]
     cols = min(int(c["herd_n"]), s["kv_heads"])
     if s["kv_heads"] % cols:
         raise EmitError(f"{launch.label}: {s['kv_heads']} KV heads over herd_n={cols} "
                         "columns leaves tiles without a head; use a herd_n that divides "
                         "kv_heads")
     group = s["heads"] // max(s["kv_heads"], 1)
-    obj = f"decode_attn_{dims(group, kt, hd)}.o"
-    l1 = (buf("q_l1", (group, hd), BF16, "L1"), buf("k_l1", (kt, hd), BF16, "L1", True),
-          buf("v_l1", (kt, hd), BF16, "L1", True), buf("s_l1", (group, kt), FP32, "L1"),
-          buf("acc_l1", (group, hd), FP32, "L1"))
+    length = score_length(lk, kt)
+    suffix = f"_{dims(group, hd, length)}"
+    obj = f"decode_attn{suffix}.o"
+    externs = tuple(Extern(f"decode_attn_{name}{suffix}", obj, args) for name, args in (
+        ("zero", ("acc_l1",)), ("scores", ("q_l1", "row_l1", "i32", "s_l1")),
+        ("softmax", ("s_l1", "i32")), ("values", ("s_l1", "row_l1", "i32", "acc_l1")),
+        ("out", ("acc_l1", "o_l1"))))
+    defines = (("GROUP_SIZE", group), ("DIM_N", hd), ("SEQ_LEN", length),
+               ("SYM_SUFFIX", suffix))
+    channels = tuple(ChannelDecl(name, (cols,)) for name in
+                     ("q_in", "q_to_l1", "kv_in", "kv_to_l1", "o_to_l2", "o_out"))
     return LaunchLayout(
         launch.kernel, launch.label, tuple(launch.spec.operands(s)),
-        grid=(cdiv(s["kv_heads"], cols), 1), segment=None, herd=(cols, 1), l2=(), l1=l1,
-        loop=s["Lk"] // kt,
-        externs=(Extern(f"decode_attn_step_{dims(group, kt, hd)}", obj,
-                        ("q_l1", "k_l1", "v_l1", "s_l1", "acc_l1", "i32")),
-                 Extern(f"decode_attn_out_{dims(group, hd)}", obj, ("acc_l1", "q_l1"))))
+        grid=(s["kv_heads"] // cols, 1), segment=None, herd=(cols, 1),
+        l2=l2_buffers(group, hd, cols), l1=l1_buffers(group, hd, lk, kt), loop=lk,
+        externs=externs, channels=channels,
+        kernels=(KernelSource(obj, KERNEL_SOURCE, defines, NPU_DEPLOY),))
 
 
 def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[str, str],
             names: list[str], head_dim: int | None) -> None:
-    stream_segment(w, p, layout, names, lambda: _body(w, launch, layout, arg))
-
-
-def _body(w: Writer, launch: Launch, layout: LaunchLayout, arg: dict[str, str]) -> None:
     s = launch.shape_dict
-    kt, hd = layout.l1[1].shape
-    group = layout.l1[0].shape[0]
-    cols = layout.herd[0]
-    w(f"head = at([(lx, {cols}), (tx, 1)])          # this tile's KV head")
-    w(f"dma_memcpy_nd(q_l1, {arg['q']}, src_offsets=[0, at([(head, {group * hd})])], "
-      f"src_sizes=[{group}, {hd}], src_strides=[{hd}, 1])")
-
-    def chunk(rows: int, terms: list[tuple[str, int]], first: int) -> None:
+    group, hd = layout.l1[0].shape
+    cols, lk, kvh = layout.herd[0], s["Lk"], s["kv_heads"]
+    span = group * hd                   # the group's queries (and outputs), contiguous: Lq = 1
+    for c in range(cols):
+        w(f"# column {c}: KV head lx x {cols} + {c}, its {group} queries, then its K rows and "
+          "its V rows, one at a time")
+        w(f"kv{c} = at([(lx, {cols})], {c})")
+        w(f"ChannelPut('{p}_q_in', {arg['q']}, indices=[{c}], offsets=[0, at([(kv{c}, {span})])]"
+          f", sizes=[{group}, {hd}], strides=[{hd}, 1])")
         for name in ("k", "v"):
-            at_kv, stride = head_rows(launch, name, "head", s["kv_heads"], s["Lk"], hd,
-                                       terms, first)
-            w(f"dma_memcpy_nd({name}_l1, {arg[name]}, src_offsets=[0, {at_kv}], "
-              f"src_sizes=[{rows}, {hd}], src_strides=[{stride}, 1])")
-        call(w, extern(layout, "decode_attn_step"), (rows,))
-
-    if layout.loop:
-        w(f"for j in range_(0, {layout.loop}):")
+            at_row, _ = head_rows(launch, name, f"kv{c}", kvh, lk, hd, [("i", 1)])
+            w(f"for i in range_(0, {lk}):")
+            w.indent()
+            w(f"ChannelPut('{p}_kv_in', {arg[name]}, indices=[{c}], offsets=[{at_row}], "
+              f"sizes=[{hd}], strides=[1])")
+            w("yield_([])")
+            w.dedent()
+    w("# memory-tile relays, one set per column (upstream's aL3ToL2 -> aL2ToL1)")
+    for c in range(cols):
+        w(f"ChannelGet('{p}_q_in', q{c}_l2, indices=[{c}])")
+        w(f"ChannelPut('{p}_q_to_l1', q{c}_l2, indices=[{c}])")
+        w(f"for i in range_(0, {2 * lk}):")
         w.indent()
-        chunk(kt, [("j", kt)], 0)
+        w(f"ChannelGet('{p}_kv_in', kv{c}_l2, indices=[{c}])")
+        w(f"ChannelPut('{p}_kv_to_l1', kv{c}_l2, indices=[{c}])")
         w("yield_([])")
         w.dedent()
-    if s["Lk"] % kt:
-        w(f"# the last {s['Lk'] % kt} positions")
-        chunk(s["Lk"] % kt, [], layout.loop * kt)
+
+    open_herd(w, p, layout, [], f"attend: a column per KV head, {group} queries each")
+    alloc_l1(w, layout.l1)
+    w(f"ChannelGet('{p}_q_to_l1', q_l1, indices=[tx])")
+    call(w, extern(layout, "decode_attn_zero"))
+    for what, ext in (("score i of each query (attn_1_group)", "decode_attn_scores"),
+                      ("acc += p[i] x V row i (attn_2_group)", "decode_attn_values")):
+        w(f"# {what}")
+        w(f"for i in range_(0, {lk}):")
+        w.indent()
+        w(f"ChannelGet('{p}_kv_to_l1', row_l1, indices=[tx])")
+        call(w, extern(layout, ext), ("i",))
+        w("yield_([])")
+        w.dedent()
+        if ext == "decode_attn_scores":
+            w(f"# the softmax over the first {lk} scores of each row; the padding is zeroed")
+            call(w, extern(layout, "decode_attn_softmax"), (lk,))
     call(w, extern(layout, "decode_attn_out"))
-    w(f"dma_memcpy_nd({arg['o']}, q_l1, dst_offsets=[0, at([(head, {group * hd})])], "
-      f"dst_sizes=[{group}, {hd}], dst_strides=[{hd}, 1])")
+    w(f"ChannelPut('{p}_o_to_l2', o_l1, indices=[tx])")
+    free(w, layout.l1)
+    w.dedent()
+
+    w("# each column's output through its memory tile to the group's rows (dL1ToL2 -> dL2ToL3)")
+    for c in range(cols):
+        w(f"ChannelGet('{p}_o_to_l2', o{c}_l2, indices=[{c}])")
+        w(f"ChannelPut('{p}_o_out', o{c}_l2, indices=[{c}])")
+        w(f"ChannelGet('{p}_o_out', {arg['o']}, indices=[{c}], offsets=[0, at([(kv{c}, {span})])]"
+          f", sizes=[{group}, {hd}], strides=[{hd}, 1])")
 
 
 FAMILIES = (

@@ -262,38 +262,83 @@ ATTENTION = {"heads": 8, "kv_heads": 2, "Lq": 512, "Lk": 512, "head_dim": 64}
 BOTH = ["seq-first", "head-first"]
 
 
-@pytest.mark.xfail(strict=True, reason="FlashAttention now relays Q, K and V through the "
-                   "memory tiles (upstream's structure); this walk expects one DMA per block")
+ATTENTION_CASES = [   # shape, config: head_dim 64 in one tile; head_dim 128 in two head-dim
+    (ATTENTION, {}),     # tiles and two V column tiles, a cache longer than the queries
+    ({"heads": 4, "kv_heads": 2, "Lq": 256, "Lk": 512, "head_dim": 128}, {"dv_tile": 64}),
+]
+
+
 @pytest.mark.parametrize("layout", BOTH)
-def test_flash_attention_moves_each_heads_rows_in_its_layout(layout: str) -> None:
-    s = ATTENTION
-    launch = make_launch("flash_attention", s, {}, {o: layout for o in "qkvo"})
+@pytest.mark.parametrize("shape,config", ATTENTION_CASES, ids=["hd64", "hd128-dv64"])
+def test_flash_attention_moves_each_heads_rows_in_its_layout(
+        shape: dict[str, int], config: dict[str, Any], layout: str) -> None:
+    """Q, K and V reach the compute tiles through each cascade stage's memory-tile relay,
+    which forwards them in k_tile x k_tile chunks (qk) and k_tile x dv_tile chunks (v), in
+    the order they arrive: per stage, the q block (q tile by q tile, head-dim tile by
+    head-dim tile: chunk n goes to the herd column n // head-dim tiles), then the stage's K
+    chunks, and its V chunks. Each L3 -> L2 transfer, cut into those chunks, must be the
+    head's rows at the right physical elements; the output write the q block's rows."""
+    s = shape
+    launch = make_launch("flash_attention", s, config, {o: layout for o in "qkvo"})
     c = {**SPECS["flash_attention"].tunables, **launch.config_dict}
-    q_tile, kt, cascade, unroll = c["q_tile"], c["k_tile"], c["cascade"], c["heads_per_unroll"]
-    group, hd = s["heads"] // s["kv_heads"], s["head_dim"]
+    q_tile, kt, nq, ns, unroll = (c[k] for k in ("q_tile", "k_tile", "q_tiles", "cascade",
+                                                  "heads_per_unroll"))
+    hd, dv = s["head_dim"], c.get("dv_tile") or kt
+    group, tq, dkc, dvc = s["heads"] // s["kv_heads"], q_tile // nq, hd // kt, hd // dv
+    cps = -(-s["Lk"] // (kt * ns))                # K/V chunks per cascade stage
     (q, k, v, o), ops = trace(emit(launch))
     q_phys = attention_elements(s["heads"], s["Lq"], hd, layout)
     kv_phys = attention_elements(s["kv_heads"], s["Lk"], hd, layout)
+    blocks = s["Lq"] // q_tile
 
-    def head_of(op: Op) -> int:         # launch y picks a group of heads, segment x one of them
-        return op.env["ly"] * unroll + op.env["gx"]
+    def head_of(op: Op) -> tuple[int, int]:     # launch y: head group x V column tile
+        group_of, dz = divmod(op.env["ly"], dvc)
+        return group_of * unroll + op.env["gx"], dz
 
-    for arg, kind in ((q, "ChannelPut"), (o, "ChannelGet")):     # q read, o written
-        moves = touching(ops, kind, arg, 1)
-        assert len(moves) == s["Lq"] // q_tile * s["heads"]     # one per (q block, head)
+    # Q: each stage's relay gets the whole q block, q tile by q tile, head-dim tile by tile
+    moves = touching(ops, "ChannelPut", q, 1)
+    assert len(moves) == blocks * s["heads"] * dvc * ns
+    for op in moves:
+        (head, dz), (gx, stage) = head_of(op), op.index("indices")
+        assert gx == op.env["gx"] and 0 <= stage < ns
+        rows = q_phys[head, op.env["lx"] * q_tile:(op.env["lx"] + 1) * q_tile]
+        chunks = rows.reshape(nq, tq, dkc, kt).permute(0, 2, 1, 3)    # [q tile, hd tile, ...]
+        assert torch.equal(op.pattern(), chunks.reshape(-1)), (op.env, stage)
+    for key in {(op.env["lx"], *head_of(op), op.index("indices")[1]) for op in moves}:
+        once = [op.pattern() for op in moves if (op.env["lx"], *head_of(op),
+                                                 op.index("indices")[1]) == key]
+        assert len(once) == 1
+    # K and V: stage st takes chunks st x cps .. st x cps + cps - 1 of the head's KV head
+    for arg, width in ((k, kt), (v, dv)):
+        moves = [op for op in ops if op.kind == "ChannelPut" and op.ref(1) == arg]
+        assert len(moves) == blocks * s["heads"] * dvc * ns
         for op in moves:
-            lx, head = op.env["lx"], head_of(op)
-            expected = q_phys[head, lx * q_tile:(lx + 1) * q_tile, :].reshape(-1)
-            assert torch.equal(op.pattern(), expected), (arg, op.env)
-        assert covers_once([op.pattern() for op in moves], q_phys.numel())
-    for arg in (k, v):
-        moves = touching(ops, "ChannelPut", arg, 1)
-        assert len(moves) == s["Lq"] // q_tile * s["heads"] * s["Lk"] // kt
+            (head, dz), (_, stage) = head_of(op), op.index("indices")
+            first = stage * cps * kt
+            rows = kv_phys[head // group, first:first + cps * kt]
+            if arg == k:           # each chunk in head-dim tiles, as the relay forwards it
+                want = rows.reshape(cps, kt, dkc, kt).permute(0, 2, 1, 3)
+            else:                  # the V column tile of this launch
+                want = rows[:, dz * dv:(dz + 1) * dv]
+            assert torch.equal(op.pattern(), want.reshape(-1)), (arg, op.env, stage)
+        # every stage of every head together reads each row of its KV head once
+        per_head = {}
         for op in moves:
-            (stage,), j = op.index("indices"), op.env["j"]
-            first = (j * cascade + stage) * kt       # stage st takes every cascade-th chunk
-            expected = kv_phys[head_of(op) // group, first:first + kt, :].reshape(-1)
-            assert torch.equal(op.pattern(), expected), (arg, op.env, stage)
+            per_head.setdefault(head_of(op), []).append(op.pattern())
+        for (head, dz), patterns in per_head.items():
+            want = kv_phys[head // group][:, dz * width:(dz + 1) * width] if arg == v \
+                else kv_phys[head // group]
+            got = torch.cat(patterns).reshape(blocks, -1).unique(dim=0)  # same per q block
+            assert got.shape[0] == 1 and torch.equal(got[0].sort().values,
+                                                     want.reshape(-1).sort().values)
+    # the output: each launch writes its q block's rows of its head and V column tile
+    writes = touching(ops, "ChannelGet", o, 1)
+    assert len(writes) == blocks * s["heads"] * dvc
+    for op in writes:
+        head, dz = head_of(op)
+        rows = q_phys[head, op.env["lx"] * q_tile:(op.env["lx"] + 1) * q_tile]
+        assert torch.equal(op.pattern(), rows[:, dz * dv:(dz + 1) * dv].reshape(-1)), op.env
+    assert covers_once([op.pattern() for op in writes], q_phys.numel())
 
 
 # --- decode attention ------------------------------------------------------------------------
@@ -311,30 +356,40 @@ DECODE_CASES = [   # shape, config: one launch of 3 columns; two launches of 2 c
                          ids=["one-launch", "two-launches", "partial-last-chunk"])
 def test_decode_attention_reads_each_kv_head_from_the_cache_in_its_layout(
         shape: dict[str, int], config: dict[str, Any] | None, layout: str) -> None:
+    """Each column's relay carries its KV head's K rows, in order, then its V rows (the
+    herd takes all scores before any value), every row of the cache once; the group's
+    queries come from, and its output goes to, the group's rows."""
     s = shape
     launch = make_launch("npu_decode_attention", s, config, {"k": layout, "v": layout})
     c = {**SPECS["npu_decode_attention"].tunables, **launch.config_dict}
-    kt, cols = c["k_tile"], min(c["herd_n"], s["kv_heads"])
-    group, hd = s["heads"] // s["kv_heads"], s["head_dim"]
+    cols = min(c["herd_n"], s["kv_heads"])
+    group, hd, lk = s["heads"] // s["kv_heads"], s["head_dim"], s["Lk"]
     (q, k, v, o), ops = trace(emit(launch))
-    kv_phys = attention_elements(s["kv_heads"], s["Lk"], hd, layout)
+    kv_phys = attention_elements(s["kv_heads"], lk, hd, layout)
     q_phys = attention_elements(s["heads"], 1, hd, "head-first")     # Lq = 1: either layout
+
+    def kv_head(op: Op) -> int:
+        (column,) = op.index("indices")
+        return op.env["lx"] * cols + column
+
+    rows = [op for op in ops if op.kind == "ChannelPut" and op.ref(1) in (k, v)]
+    assert len(rows) == 2 * s["kv_heads"] * lk
+    by_head: dict[int, list[tuple[str, torch.Tensor]]] = {}
+    for op in rows:
+        by_head.setdefault(kv_head(op), []).append((op.ref(1), op.pattern()))
+    assert sorted(by_head) == list(range(s["kv_heads"]))
+    for head, moved in by_head.items():
+        assert [name for name, _ in moved] == [k] * lk + [v] * lk, head
+        for i, (_, pattern) in enumerate(moved):
+            assert torch.equal(pattern, kv_phys[head, i % lk]), (head, i)
     for arg in (k, v):
-        reads = touching(ops, "dma_memcpy_nd", arg, 1)
-        assert len(reads) == s["kv_heads"] * -(-s["Lk"] // kt)
-        for op in reads:
-            kv = op.env["lx"] * cols + op.env["tx"]
-            first = op.env["j"] * kt if "j" in op.env else s["Lk"] // kt * kt   # the tail
-            expected = kv_phys[kv, first:min(first + kt, s["Lk"]), :].reshape(-1)
-            assert torch.equal(op.pattern("src_"), expected), (arg, op.env)
-        assert covers_once([op.pattern("src_") for op in reads], kv_phys.numel())
-    for arg, position, prefix in ((q, 1, "src_"), (o, 0, "dst_")):    # the group's q and o
-        moves = touching(ops, "dma_memcpy_nd", arg, position)
+        assert covers_once([op.pattern() for op in rows if op.ref(1) == arg], kv_phys.numel())
+    for arg, kind in ((q, "ChannelPut"), (o, "ChannelGet")):      # the group's q and o
+        moves = touching(ops, kind, arg, 1)
         assert len(moves) == s["kv_heads"]
         for op in moves:
-            kv = op.env["lx"] * cols + op.env["tx"]
-            expected = q_phys[kv * group:(kv + 1) * group].reshape(-1)
-            assert torch.equal(op.pattern(prefix), expected), (arg, op.env)
+            kv = kv_head(op)
+            assert torch.equal(op.pattern(), q_phys[kv * group:(kv + 1) * group].reshape(-1))
 
 
 # --- GEMM's C --------------------------------------------------------------------------------

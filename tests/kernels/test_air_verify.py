@@ -274,3 +274,50 @@ def test_flash_attention_merges_its_stages_over_balanced_cascade_channels():
     assert any(v.check == "channel" and "s0_cascade_gp" in v.message for v in found), \
         [v.line() for v in found]
     assert verify(program) == []
+
+
+DECODE_MODELS = ["smollm2-135m", "qwen2.5-0.5b", "qwen3-0.6b", "llama-3.2-3b"]  # groups 3, 7,
+#                                                      2, 3; head_dim 64, 64, 128, 128
+
+
+@pytest.mark.parametrize("position", [255, 256, 300])   # Lk 256, 257 and 301: a whole
+@pytest.mark.parametrize("model", DECODE_MODELS)        # k_tile and a tail of 1 and 45
+def test_decode_attention_passes_every_check(model, position):
+    from npu_deploy.cli.models import model_shape
+    from npu_deploy.kernels import XDNA2
+    from npu_deploy.kernels.air import emit_dispatch
+    from npu_deploy.kernels.air_verify import verify
+    from npu_deploy.kernels.plan import baseline_plan
+    from npu_deploy.kernels.specs import Decode
+
+    _, args = model_shape(model)
+    plan = baseline_plan(model, args, Decode(position), XDNA2)
+    dispatch = next(d for d in plan.dispatches
+                    if any(ln.kernel == "npu_decode_attention" for ln in d.launches))
+    program = emit_dispatch(dispatch, XDNA2, args.head_dim)
+    assert [v.line() for v in verify(program)] == []
+    # the softmax is told the real length: the score row's padding counts no key
+    assert f"arith.ConstantOp(i32, {position + 1})" in program.source
+
+
+def test_decode_attention_that_outgrows_l1_is_caught_by_the_checker_and_the_verifier():
+    """The score rows grow with the cache: where they no longer fit a tile's 64 KiB, the
+    checker says so, and the verifier finds the same buffers too large."""
+    from npu_deploy.kernels import SPECS, XDNA2
+    from npu_deploy.kernels.air import emit_dispatch, layout_of
+    from npu_deploy.kernels.air_verify import verify
+    from npu_deploy.kernels.checker import check_with_usage
+    from npu_deploy.kernels.plan import Binding, Dispatch, Launch
+
+    shape = {"heads": 14, "kv_heads": 2, "Lq": 1, "Lk": 2500, "head_dim": 64}
+    config = {"k_tile": 64, "herd_n": 8}
+    spec = SPECS["npu_decode_attention"]
+    launch = Launch("npu_decode_attention", "L0.attention", 0, tuple(sorted(shape.items())),
+                    tuple(sorted(config.items())),
+                    tuple(Binding(o.name, f"t.{o.name}", "output" if o.role == "output"
+                                  else "input") for o in spec.operands(shape)))
+    findings, usage = check_with_usage(spec, shape, {**spec.tunables, **config}, XDNA2)
+    assert [f.kind for f in findings if f.severity == "error"] == ["l1"]
+    assert usage["l1_bytes"] == layout_of(launch).l1_bytes() > XDNA2.l1_bytes
+    found = verify(emit_dispatch(Dispatch("big", (launch,)), XDNA2))
+    assert [v.check for v in found] == ["l1"]
