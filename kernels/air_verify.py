@@ -25,11 +25,13 @@ Each finding is a `Violation`: the check, where, and what is wrong.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -366,6 +368,8 @@ def _upstream_call(ctx: _Context, op: Op) -> list[str]:
         return [f"@{f.name} links {obj}, which the program gives no upstream source to "
                 "compile from (KERNELS): no mlir-air kernel defines it"]
     defines = dict(recipe.get("defines") or {})
+    if recipe.get("repository", "Xilinx/mlir-air") == "npu-deploy":
+        return _own_call(f, op, recipe["source"], defines)
     candidates = [k for k in upstream_kernels.kernels().values()
                   if k.file == recipe.get("source")]
     for k in candidates:
@@ -412,6 +416,46 @@ def _upstream_call(ctx: _Context, op: Op) -> list[str]:
                             f"({p.elements} at {k.file}'s defines), its buffer {a.memref} "
                             f"holds {a.memref.numel}")
     return problems + [f"@{f.name}: {u}" for u in upstream_kernels.unmet(k, values, ints)]
+
+
+#: A C parameter's type as the call passes it.
+_C_TYPES = {"float*": "f32*", "bfloat16*": "bf16*", "int32_t": "i32", "int": "i32"}
+
+
+@functools.cache
+def own_signatures(source: str) -> dict[str, tuple[str, ...]]:
+    """The extern "C" functions of one of our own micro-kernel sources (kernels/aie/), as
+    `void SYM(name)(params)`: name -> its parameter types (f32*, bf16*, i32)."""
+    text = (Path(__file__).parent.parent / source).read_text()
+    out = {}
+    for name, params in re.findall(r"void\s+SYM\((\w+)\)\s*\(([^)]*)\)", text):
+        types = []
+        for param in filter(None, (p.strip() for p in params.split(","))):
+            c = re.sub(r"\b(const|__restrict)\b", "", param).rsplit(None, 1)[0]
+            c = c.replace(" ", "") + ("*" if param.split()[-1].startswith("*") else "")
+            types.append(_C_TYPES.get(c, c))
+        out[name] = tuple(types)
+    return out
+
+
+def _own_call(f: Any, op: Op, source: str, defines: dict[str, Any]) -> list[str]:
+    """A call of one of our own kernels, held to its source's signature: the symbol with
+    its SYM_SUFFIX, a parameter per argument, of its type."""
+    try:
+        known = own_signatures(source)
+    except OSError:
+        return [f"@{f.name}: its source {source} is not in the package"]
+    base = f.name.removesuffix(str(defines.get("SYM_SUFFIX", "")))
+    if base not in known:
+        return [f"@{f.name} is not a symbol {source} exports (its symbols: "
+                f"{', '.join(sorted(known)) or 'none'})"]
+    want = known[base]
+    got = tuple(f"{a.memref.element}*" if isinstance(a, MemRef) else str(getattr(a, "type", ""))
+                for a in op.args)
+    if got != want:
+        return [f"@{f.name} is called with ({', '.join(got)}); {base} in {source} takes "
+                f"({', '.join(want)})"]
+    return []
 
 
 def _footprint(buffers: list[tuple[MemRef, bool]]) -> int:

@@ -321,3 +321,36 @@ def test_decode_attention_that_outgrows_l1_is_caught_by_the_checker_and_the_veri
     assert usage["l1_bytes"] == layout_of(launch).l1_bytes() > XDNA2.l1_bytes
     found = verify(emit_dispatch(Dispatch("big", (launch,)), XDNA2))
     assert [v.check for v in found] == ["l1"]
+
+
+def own_kernel_call(args: str, types: str) -> str:
+    return program(f"""
+    soft = FuncOp('decode_attn_softmax_t', ([{types}], []), visibility='private')
+    soft.attributes['link_with'] = StringAttr.get('decode_attn_t.o')
+
+    @FuncOp.from_py_func(MemRefType.get([64], f32))
+    def f(a):
+        @launch(operands=[a], sizes=[1, 1])
+        def go(lx, ly, lsx, lsy, a):
+            @segment(name='seg', operands=[a])
+            def seg(a):
+                @herd(name='h', sizes=[1, 1], operands=[a], link_with='decode_attn_t.o')
+                def h(tx, ty, sx, sy, a):
+                    s_l1 = AllocOp(MemRefType.get([2, 32], f32, memory_space=L1), [], [])
+                    dma_memcpy_nd(s_l1, a)
+                    CallOp(soft, [{args}])
+                    dma_memcpy_nd(a, s_l1)
+    """).replace("@module_builder", "KERNELS = {'decode_attn_t.o': {'source': "
+                 "'kernels/aie/decode_attention.cc', 'defines': {'SYM_SUFFIX': '_t'}, "
+                 "'repository': 'npu-deploy'}}\n\n\n@module_builder")
+
+
+def test_a_call_of_our_own_kernel_is_held_to_its_source():
+    good = own_kernel_call("s_l1, arith.ConstantOp(i32, 40)",
+                           "MemRefType.get([2, 32], f32, memory_space=L1), i32")
+    assert verify_source(good, outputs=(0,)) == []
+    bad = own_kernel_call("s_l1", "MemRefType.get([2, 32], f32, memory_space=L1)")
+    found = verify_source(bad, outputs=(0,))
+    assert [v.check for v in found] == ["extern"]
+    assert "decode_attn_softmax in kernels/aie/decode_attention.cc takes (f32*, i32)" \
+        in found[0].message
