@@ -9,8 +9,13 @@ import textwrap
 
 import pytest
 
+from npu_deploy.cli.models import model_shape
+from npu_deploy.kernels.air import emit_plan
 from npu_deploy.kernels.air_recorder import BuildError, build
-from npu_deploy.kernels.air_verify import CHECKS, verify_source
+from npu_deploy.kernels.air_verify import CHECKS, verify_programs, verify_source
+from npu_deploy.kernels.optimize import optimize
+from npu_deploy.kernels.plan import baseline_plan
+from npu_deploy.kernels.specs import Prefill
 
 HEADER = """\
 from air.dialects import arith
@@ -274,3 +279,17 @@ def test_flash_attention_merges_its_stages_over_balanced_cascade_channels():
     assert any(v.check == "channel" and "s0_cascade_gp" in v.message for v in found), \
         [v.line() for v in found]
     assert verify(program) == []
+
+
+def test_a_prefill_no_tile_divides_verifies_clean_in_gemm_rope_and_flash_attention():
+    """L = 300 is no multiple of a GEMM's tile_m x herd_m or of FlashAttention's tiles: the
+    programs pad (seq-first at the end, head-first per head) and every one is clean."""
+    _, args = model_shape("smollm2-135m")
+    base = baseline_plan("smollm2-135m", args, Prefill(300))
+    kernels, found = set(), []
+    for plan in (base, optimize(base).plan):
+        for prog, violations in verify_programs(emit_plan(plan)):
+            kernels |= {ln.kernel for ln in prog.launches}
+            found += [(prog.dispatch, v.line()) for v in violations]
+    assert {"gemm_bf16", "rope", "flash_attention"} <= kernels
+    assert not found, found[:5]
