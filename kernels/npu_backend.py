@@ -136,8 +136,14 @@ class NpuBackend:
         self._sizes = padded_sizes([(ln, layout_of(ln, self.hw)) for d in padded
                                     for ln in d.launches])
 
+    def on_device(self, dispatch: Dispatch) -> Dispatch:
+        """The dispatch as its program runs it: its sequence padded as `prepare` padded the
+        plan's (or, not prepared, as it pads alone)."""
+        return self._padded.get(dispatch) or pad_sequences([dispatch], self.hw)[0]
+
     def program(self, dispatch: Dispatch, head_dim: int | None) -> tuple[Program, Artifact]:
         """The dispatch's program, written to `programs` and compiled (each once)."""
+        dispatch = self.on_device(dispatch)
         keys = {tensor_key(ln, b) for ln in dispatch.launches for b in ln.bindings}
         sizes = {k: self._sizes[k] for k in keys if k in self._sizes}
         key = (dispatch, head_dim, tuple(sorted(sizes.items())))
@@ -156,7 +162,7 @@ class NpuBackend:
         """Run every launch of `dispatch` as one submission. `operands` holds, per launch,
         its config and its input and output tensors by operand name (as the plan runner
         binds them); outputs the host reads are filled."""
-        dispatch = self._padded.get(dispatch) or pad_sequences([dispatch], self.hw)[0]
+        dispatch = self.on_device(dispatch)
         program, artifact = self.program(dispatch, head_dim)
         kinds = argument_kinds(dispatch, program)
         tensors: Tensors = {}
@@ -222,8 +228,10 @@ class NpuBackend:
         launch = Launch(spec.name, spec.name, None, tuple(sorted(shape.items())),
                         tuple(sorted(tunables.items())), tuple(bindings))
         name = identifier(f"{spec.name} " + " ".join(f"{k}{v}" for k, v in sorted(shape.items())))
+        # an attention kernel alone names its head_dim in its shape (a padded sequence's
+        # head-first operands need it)
         self.run_dispatch(Dispatch(name, (launch,)), [(config, inputs, outputs)],
-                          config.get("head_dim"))
+                          config.get("head_dim") or shape.get("head_dim"))
 
 
 # --- a measured profile ------------------------------------------------------------------------
