@@ -26,8 +26,9 @@ Nothing here imports mlir-air: the sources are text, and `kernels.xrt_runtime` b
 from __future__ import annotations
 
 import hashlib
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from .air_parts import (
     KernelSource,
     LaunchLayout,
     Writer,
+    cdiv,
     identifier,
     memref,
 )
@@ -54,7 +56,14 @@ def layout_of(launch: Launch, hw: Hardware = XDNA2) -> LaunchLayout:
         known = sorted(n for n, f in FAMILIES.items() if f.program is not None)
         raise EmitError(f"{launch.label}: no MLIR-AIR program for kernel {launch.kernel!r}; "
                         f"known: {', '.join(known)}")
-    return family.program.layout(launch, {**launch.spec.tunables, **launch.config_dict}, hw)
+    layout = family.program.layout(launch, {**launch.spec.tunables, **launch.config_dict}, hw)
+    # a padded head-first operand holds L_pad rows per head: its buffer is that much larger
+    stored = {op.name: op.numel // pad[0] * pad[1] for op in layout.operands
+              if (pad := launch.binding(op.name).seq_pad) is not None}
+    if not stored:
+        return layout
+    return replace(layout, padded={**layout.padded, **{
+        name: max(n, layout.padded.get(name, 0)) for name, n in stored.items()}})
 
 
 # --- writing the module ---------------------------------------------------------------------
@@ -129,6 +138,44 @@ def padded_sizes(pairs: list[tuple[Launch, LaunchLayout]]) -> dict[str, int]:
             key = tensor_key(launch, launch.binding(op.name))
             sizes[key] = max(sizes.get(key, 0), op.numel, layout.padded.get(op.name, 0))
     return sizes
+
+
+def sequence_padding(pairs: list[tuple[Launch, LaunchLayout]]) -> dict[int, int]:
+    """L -> L_pad: the sequence length each head-first tensor of L positions is stored with
+    on the device, the smallest multiple of L's blocks in every launch that walks it
+    (`LaunchLayout.sequence`: a GEMM's tile_m x herd_m rows, FlashAttention's q and K/V
+    tiles). One length per sequence, not per tensor: RoPE and the QK norm map their input's
+    rows to their output's one to one, and FlashAttention's causal mask numbers q and K
+    blocks alike, so every head-first tensor of a sequence shares its stride."""
+    multiple: dict[int, int] = {}
+    for _, layout in pairs:
+        if layout.sequence is not None:
+            length, m = layout.sequence
+            multiple[length] = math.lcm(multiple.get(length, 1), m)
+    return {length: cdiv(length, m) * m for length, m in multiple.items()}
+
+
+def pad_sequences(dispatches: list[Dispatch], hw: Hardware = XDNA2) -> list[Dispatch]:
+    """The dispatches with every head-first binding of a padded sequence marked (L, L_pad)
+    (`Binding.seq_pad`), so that each program addresses it with L_pad rows per head.
+    A plan holds one sequence (a prefill's L); a head-first operand whose launch does not
+    say its length (the QK norm's rows are heads x L) is of that sequence."""
+    lengths = sequence_padding([(ln, layout_of(ln, hw)) for d in dispatches
+                                for ln in d.launches])
+    padded = {length: pad for length, pad in lengths.items() if pad != length}
+    if not padded:
+        return list(dispatches)
+    if len(lengths) > 1:
+        raise EmitError(f"the launches walk sequences of {sorted(lengths)} positions; "
+                        "padding their head-first tensors needs one sequence per plan")
+    (length, pad), = padded.items()
+
+    def launch_of(ln: Launch) -> Launch:
+        return ln.with_bindings(tuple(
+            replace(b, seq_pad=(length, pad)) if b.layout == "head-first" else b
+            for b in ln.bindings))
+    return [replace(d, launches=tuple(launch_of(ln) for ln in d.launches))
+            for d in dispatches]
 
 
 def _argument_names(dispatch: Dispatch, layouts: list[LaunchLayout],
@@ -311,9 +358,9 @@ def _emit_launch(w: Writer, i: int, launch: Launch, layout: LaunchLayout,
 # --- a plan's programs as files ---------------------------------------------------------------
 
 def emit_plan(plan: DispatchPlan, hw: Hardware = XDNA2) -> list[Program]:
-    sizes = padded_sizes([(ln, layout_of(ln, hw)) for d in plan.dispatches
-                          for ln in d.launches])
-    return [emit_dispatch(d, hw, plan.args.head_dim, sizes) for d in plan.dispatches]
+    dispatches = pad_sequences(list(plan.dispatches), hw)
+    sizes = padded_sizes([(ln, layout_of(ln, hw)) for d in dispatches for ln in d.launches])
+    return [emit_dispatch(d, hw, plan.args.head_dim, sizes) for d in dispatches]
 
 
 def write_programs(programs: list[Program], directory: Path, *,
@@ -334,4 +381,5 @@ def write_programs(programs: list[Program], directory: Path, *,
 
 
 __all__ = ["Buffer", "EmitError", "Extern", "LaunchLayout", "Program", "emit_dispatch",
-           "emit_plan", "identifier", "layout_of", "tensor_key", "write_programs"]
+           "emit_plan", "identifier", "layout_of", "pad_sequences", "padded_sizes",
+           "sequence_padding", "tensor_key", "write_programs"]

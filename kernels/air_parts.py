@@ -134,6 +134,10 @@ class LaunchLayout:
     #: device-only arguments the launch needs beyond its operands: (name, the operand whose
     #: buffer it mirrors, element type), e.g. fused-cast's FP32 C scratch
     scratch: tuple[tuple[str, str, str], ...] = ()
+    #: (L, multiple) when the program walks the sequence of its head-first operands (L
+    #: positions) in blocks of `multiple` positions: their per-head rows on the device must
+    #: be a multiple of it (`kernels.air.pad_sequences` pads them so)
+    sequence: tuple[int, int] | None = None
 
     @property
     def tiles(self) -> int:
@@ -249,13 +253,22 @@ def stream_segment(w: Writer, p: str, layout: LaunchLayout, names: list[str],
     w.dedent()
 
 
+def stored_length(launch: Launch, operand: str, length: int) -> int:
+    """The rows per head operand `operand` (of a sequence of `length` positions) has on the
+    device: L_pad when its binding is padded head-first, else `length`."""
+    pad = launch.binding(operand).seq_pad
+    return length if pad is None else pad[1]
+
+
 def head_rows(launch: Launch, operand: str, head: str, heads: int, length: int, hd: int,
               rows: list[tuple[str, int]], first: int = 0) -> tuple[str, int]:
     """Where rows `first + sum(value * multiplier)` of one head of an attention operand
     start, and the stride between rows, in the layout the operand is bound in:
-    head-first [heads, length, hd] or seq-first [length, heads * hd]."""
+    head-first [heads, L_pad, hd] (L_pad: `length`, or the binding's padded length) or
+    seq-first [length, heads * hd]."""
     if launch.binding(operand).layout == "head-first":
-        terms, stride, per_head = [(v, m * hd) for v, m in rows], hd, length * hd
+        per_head = stored_length(launch, operand, length) * hd
+        terms, stride = [(v, m * hd) for v, m in rows], hd
     else:
         terms, stride, per_head = [(v, m * heads * hd) for v, m in rows], heads * hd, hd
     body = ", ".join(f"({v}, {m})" for v, m in [(head, per_head), *terms])

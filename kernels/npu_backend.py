@@ -33,6 +33,7 @@ from .air import (
     emit_dispatch,
     identifier,
     layout_of,
+    pad_sequences,
     padded_sizes,
     tensor_key,
     write_programs,
@@ -43,6 +44,7 @@ from .plan import Binding, Dispatch, DispatchPlan, Kind, Launch, Layout
 from .plan_runner import PlanRunner, StepTime
 from .registry import FAMILIES, family
 from .specs import KernelSpec, Prefill, Shape
+from .tensors import pad_heads, unpad_heads
 from .xrt_runtime import (
     LOCK_PATH,
     Artifact,
@@ -106,6 +108,7 @@ class NpuBackend:
     written: dict[str, dict[str, Any]] = field(default_factory=dict)   # file -> its entry
     _programs: dict[tuple[Any, ...], tuple[Program, Artifact]] = field(default_factory=dict)
     _sizes: dict[str, int] = field(default_factory=dict)     # tensor -> padded elements
+    _padded: dict[Dispatch, Dispatch] = field(default_factory=dict)   # its sequence padded
     _lock: Any = None
 
     def _runner(self) -> XrtRunner:
@@ -127,13 +130,23 @@ class NpuBackend:
             self._lock = None
 
     def prepare(self, plan: DispatchPlan) -> None:
-        """Size every tensor's device buffer for the whole plan (`padded_sizes`): a buffer
-        one program writes is then the one the next reads, at the same size."""
-        self._sizes = padded_sizes([(ln, layout_of(ln, self.hw)) for d in plan.dispatches
+        """Pad the plan's sequence where its programs walk past it (`pad_sequences`: every
+        head-first tensor then holds L_pad rows per head on the device) and size every
+        tensor's device buffer for the whole plan (`padded_sizes`): a buffer one program
+        writes is then the one the next reads, at the same size."""
+        padded = pad_sequences(list(plan.dispatches), self.hw)
+        self._padded = dict(zip(plan.dispatches, padded, strict=True))
+        self._sizes = padded_sizes([(ln, layout_of(ln, self.hw)) for d in padded
                                     for ln in d.launches])
+
+    def on_device(self, dispatch: Dispatch) -> Dispatch:
+        """The dispatch as its program runs it: its sequence padded as `prepare` padded the
+        plan's (or, not prepared, as it pads alone)."""
+        return self._padded.get(dispatch) or pad_sequences([dispatch], self.hw)[0]
 
     def program(self, dispatch: Dispatch, head_dim: int | None) -> tuple[Program, Artifact]:
         """The dispatch's program, written to `programs` and compiled (each once)."""
+        dispatch = self.on_device(dispatch)
         keys = {tensor_key(ln, b) for ln in dispatch.launches for b in ln.bindings}
         sizes = {k: self._sizes[k] for k in keys if k in self._sizes}
         key = (dispatch, head_dim, tuple(sorted(sizes.items())))
@@ -152,9 +165,12 @@ class NpuBackend:
         """Run every launch of `dispatch` as one submission. `operands` holds, per launch,
         its config and its input and output tensors by operand name (as the plan runner
         binds them); outputs the host reads are filled."""
+        dispatch = self.on_device(dispatch)
         program, artifact = self.program(dispatch, head_dim)
         kinds = argument_kinds(dispatch, program)
         tensors: Tensors = {}
+        # outputs of a padded sequence are read back whole, then their data copied out
+        unpad: list[tuple[str, torch.Tensor, torch.Tensor, tuple[int, int]]] = []
         for launch, layout, wiring, (config, inputs, outputs) in zip(
                 dispatch.launches, program.layouts, program.wiring, operands, strict=True):
             given = {**inputs, **outputs}
@@ -166,12 +182,24 @@ class NpuBackend:
                 t = given[op.name]
                 if to_device is not None and op.role != "output":
                     t = to_device({**launch.config_dict, **config}, op.name, t)
+                pad = launch.binding(op.name).seq_pad
+                if pad is not None and arg not in tensors:
+                    if head_dim is None:
+                        raise XrtError(f"{layout.label}: {op.name} is a padded head-first "
+                                       "tensor; the backend needs the model's head_dim")
+                    stored = pad_heads(t, pad, head_dim)
+                    if op.role == "output":
+                        unpad.append((arg, stored, t, pad))
+                    t = stored
                 tensors.setdefault(arg, t)
         produced = {arg for launch, wiring in zip(dispatch.launches, program.wiring, strict=True)
                     for op, arg in zip(launch.spec.operands(launch.shape_dict), wiring,
                                        strict=True) if op.role == "output"}
         self._hold()
         times = self._runner().run(program, artifact, tensors, kinds, produced)
+        for arg, stored, out, pad in unpad:
+            if kinds[arg] == "output":
+                out.copy_(unpad_heads(stored, pad, head_dim or 0).reshape(out.shape))
         self.times.append(times)
         return times
 
@@ -190,8 +218,10 @@ class NpuBackend:
     def run(self, spec: KernelSpec, shape: Shape, config: dict[str, Any], inputs: Tensors,
             outputs: Tensors) -> None:
         """One kernel alone: a one-launch dispatch whose operands are all host tensors."""
+        # an attention kernel alone names its head_dim in its shape (a padded sequence's
+        # head-first operands need it)
         self.run_dispatch(alone(spec, shape, config), [(config, inputs, outputs)],
-                          config.get("head_dim"))
+                          config.get("head_dim") or shape.get("head_dim"))
 
 
 def alone(spec: KernelSpec, shape: Shape, config: dict[str, Any]) -> Dispatch:

@@ -49,6 +49,10 @@ class Binding:
     kind: Kind
     layout: Layout = "seq-first"
     rows: tuple[int, int] | None = None
+    #: a head-first tensor of a sequence of L positions stored [heads, L_pad, head_dim] on
+    #: the device: (L, L_pad). Set on a plan's launches by `kernels.air.pad_sequences` when
+    #: a program walks the sequence in blocks that L is not a multiple of; None: unpadded
+    seq_pad: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

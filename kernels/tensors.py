@@ -39,3 +39,21 @@ def as_head_first(t: torch.Tensor, heads: int, seq: int, d: int, layout: str) ->
     if layout == "seq-first":
         return t.reshape(seq, heads, d).transpose(0, 1)
     return t.reshape(heads, seq, d)
+
+
+def pad_heads(t: torch.Tensor, seq_pad: tuple[int, int], head_dim: int) -> torch.Tensor:
+    """A head-first tensor of L positions ([heads, L, head_dim], in any shape of those
+    elements) as the device stores a padded sequence: [heads, L_pad, head_dim], zeros after
+    each head's L rows (`seq_pad` = (L, L_pad))."""
+    length, padded = seq_pad
+    rows = t.reshape(-1, length, head_dim)
+    out = torch.zeros(rows.shape[0], padded, head_dim, dtype=t.dtype)
+    out[:, :length] = rows
+    return out
+
+
+def unpad_heads(stored: torch.Tensor, seq_pad: tuple[int, int], head_dim: int) -> torch.Tensor:
+    """The data of a padded head-first tensor (`pad_heads`): a [heads, L, head_dim] view of
+    its first L rows per head."""
+    length, padded = seq_pad
+    return stored.reshape(-1, padded, head_dim)[:, :length]

@@ -30,6 +30,7 @@ from npu_deploy.kernels.perf import device_s
 from npu_deploy.kernels.plan import Dispatch
 from npu_deploy.kernels.plan_runner import _physical
 from npu_deploy.kernels.registry import family
+from npu_deploy.kernels.tensors import unpad_heads
 from npu_deploy.kernels.toolchain import Requirement
 from npu_deploy.kernels.xrt_runtime import Artifact
 
@@ -193,18 +194,39 @@ class SimulatedXrt(FakeXrt):
                 config["head_dim"] = self.head_dim
             inputs: dict[str, torch.Tensor] = {}
             outputs: dict[str, torch.Tensor] = {}
+            padded: list[tuple[torch.Tensor, torch.Tensor]] = []   # (its data, the result)
             for op, arg in zip(spec.operands(shape), wiring, strict=True):
-                dims = _physical(op, launch.binding(op.name), self.head_dim or 0)
-                dtype = torch.float32 if op.elem_bytes == 4 else torch.bfloat16
-                n = int(np.prod(dims)) * op.elem_bytes
-                view = torch.frombuffer(bos[slot[arg]].data, dtype=torch.uint8)[:n]
-                tensor = view.view(dtype).view(dims)
+                b = launch.binding(op.name)
+                tensor = self._stored(op, b, bos[slot[arg]].data)
+                if b.seq_pad is not None:
+                    # a head-first tensor of a padded sequence: the emulator gets its data
+                    data = tensor
+                    tensor = data.contiguous().view(_physical(op, b, self.head_dim or 0))
+                    if op.role == "output":
+                        tensor = torch.empty_like(tensor)
+                        padded.append((data, tensor))
                 if op.role != "output":
                     tensor = _as_bound(spec.name, config, op.name, tensor)
                 (outputs if op.role == "output" else inputs)[op.name] = tensor
             self.emulator.run(spec, shape, config, inputs, outputs)
+            for data, result in padded:
+                data.copy_(result.view(data.shape))
         modeled = device_s(Dispatch(program.dispatch, program.launches))
         self.skew += modeled - (time.perf_counter() - began)
+
+    def _stored(self, op: Any, b: Any, data: bytearray) -> torch.Tensor:
+        """Operand `op` in the buffer's bytes, as the program's DMA patterns address it:
+        in its binding's layout, and a head-first tensor of a padded sequence (`seq_pad`:
+        L_pad rows per head on the device) as its [heads, L, head_dim] data, a view."""
+        dims = _physical(op, b, self.head_dim or 0)
+        dtype = torch.float32 if op.elem_bytes == 4 else torch.bfloat16
+        n = int(np.prod(dims))
+        if b.seq_pad is not None:
+            n = n // b.seq_pad[0] * b.seq_pad[1]
+        flat = torch.frombuffer(data, dtype=torch.uint8)[:n * op.elem_bytes].view(dtype)
+        if b.seq_pad is not None:
+            return unpad_heads(flat, b.seq_pad, self.head_dim or 0)
+        return flat.view(dims)
 
     def clock(self) -> float:
         """The simulated device's time: a run lasts its modeled device time."""

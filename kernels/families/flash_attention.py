@@ -177,6 +177,8 @@ def candidates(spec: KernelSpec, shape: Shape, hw: Hardware) -> Iterator[dict[st
     for chunk in (64, 32, 16):
         if chunk != 64 and shape["head_dim"] % chunk:
             continue
+        if chunk == 16 and shape["head_dim"] % 32 == 0:
+            continue    # attn_npu2.cc's softmax steps need q blocks (lqp) of 32 or more
         for per_unroll in (2, 1):
             yield {"layout": layout, "heads_per_unroll": per_unroll, "k_tile": chunk,
                    "q_tile": 4 * chunk, "q_tiles": 4, "dv_tile": chunk}
@@ -346,6 +348,40 @@ EXTERNS = (("zero_fill_g_bf16", ("g_l1",)), ("zero_fill_gp_bf16", ("gp_l1",)),
            ("div_gp_sp", ("spc_l1", "gpc_l1")))
 
 
+def padded_lengths(launch: Launch, q_tile: int, kv_round: int) -> tuple[int, int]:
+    """Lq and Lk as the program walks them: whole q tiles, and whole rounds of K/V chunks
+    over the cascade stages. A prefill (Lq == Lk) walks both to one length, so that the
+    causal mask numbers q and K blocks alike: its head-first operands' padded length
+    (`Binding.seq_pad`), or its own. Padded keys (positions >= L) are zeros from the host's
+    padding or rows computed from them; they lie after every real query, so the causal mask
+    hides them from every row the host reads back (this program always masks: there is no
+    non-causal variant), and only padded query rows, never read back, see them."""
+    s = launch.shape_dict
+    lq, lk = cdiv(s["Lq"], q_tile) * q_tile, cdiv(s["Lk"], kv_round) * kv_round
+    if s["Lq"] == s["Lk"]:
+        m = math.lcm(q_tile, kv_round)
+        stored = {b.seq_pad[1] for b in launch.bindings if b.seq_pad is not None}
+        lq = lk = stored.pop() if len(stored) == 1 else cdiv(s["Lq"], m) * m
+        if lq % m or stored:
+            raise EmitError(f"{launch.label}: the head-first operands are padded to "
+                            f"{sorted({lq, *stored})} positions per head, not one multiple of "
+                            f"the q tile and the K/V round ({m})")
+    return lq, lk
+
+
+def _heads_apart(launch: Launch, lq: int, lk: int) -> None:
+    """Refuse a head-first operand whose heads the walk would run into one another: its
+    rows per head must be the walked length (`kernels.air.pad_sequences` pads them)."""
+    s = launch.shape_dict
+    for b in launch.bindings:
+        walked, length = (lq, s["Lq"]) if b.operand in ("q", "o") else (lk, s["Lk"])
+        if b.layout == "head-first" and walked > (length if b.seq_pad is None
+                                                  else b.seq_pad[1]):
+            raise EmitError(f"{launch.label}: {b.operand} is walked to {walked} positions per "
+                            f"head but holds {length}: a head's last block would reach into "
+                            "the next; pad the sequence (kernels.air.pad_sequences)")
+
+
 def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayout:
     """A launch per (q block, head group x V column tile), a segment unrolled over
     heads_per_unroll heads, a herd of q_tiles columns by `cascade` rows. Each cascade stage
@@ -378,10 +414,22 @@ def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayo
     defines: dict[str, Any] = {"BIT_WIDTH": 8, "lqp": tq, "lkp": kt, "dk": kt, "dk_full": hd,
                                "dv": dv, "dv_full": hd, "ROUND_CONV_EVEN": None,
                                "AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16": None}
+    lq, lk = padded_lengths(launch, q_tile, kt * ns)
+    ops = tuple(launch.spec.operands(s))
+    # the last q block and K/V chunk run past the data: a head-first operand holds the
+    # padded length per head (air.pad_sequences), a seq-first one is padded at its end
+    padded = {}
+    for op in ops:
+        length, stored = (s["Lq"], lq) if op.name in ("q", "o") else (s["Lk"], lk)
+        if stored > length and launch.binding(op.name).layout == "seq-first":
+            padded[op.name] = op.numel // length * stored
+    head_first = any(b.layout == "head-first" for b in launch.bindings)
     return LaunchLayout(
-        launch.kernel, launch.label, tuple(launch.spec.operands(s)),
-        grid=(cdiv(s["Lq"], q_tile), heads // unroll * (hd // dv)), segment=(unroll, 1),
-        herd=(nq, ns), l2=l2, l1=l1, loop=cdiv(s["Lk"], kt * ns),
+        launch.kernel, launch.label, ops,
+        grid=(lq // q_tile, heads // unroll * (hd // dv)), segment=(unroll, 1),
+        herd=(nq, ns), l2=l2, l1=l1, loop=lk // (kt * ns), padded=padded,
+        sequence=(s["Lq"], math.lcm(q_tile, kt * ns)) if head_first and s["Lq"] == s["Lk"]
+        else None,
         externs=tuple(Extern(sym, obj, args) for sym, args in EXTERNS), channels=channels,
         flags={"omit_pingpong": "all", "compiled_for": (s["Lq"], s["Lk"], hd),
                "runtime_loop_tiling_sizes": [1, 1]},   # upstream's fa_headfirst / fa_temporal
@@ -407,10 +455,12 @@ def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[s
     s = launch.shape_dict
     nq, ns = layout.herd
     unroll = layout.segment[0] if layout.segment else 1
-    hd, heads, kvh, lq, lk = s["head_dim"], s["heads"], s["kv_heads"], s["Lq"], s["Lk"]
+    hd, heads, kvh = s["head_dim"], s["heads"], s["kv_heads"]
     q_tile, dv = layout.l2[-1].shape
     kt = layout.l1[0].shape[1]
     tq, dkc, dvc, cps = q_tile // nq, hd // kt, hd // dv, layout.loop
+    lq, lk = padded_lengths(launch, q_tile, kt * ns)
+    _heads_apart(launch, lq, lk)
     group = heads // kvh
     if (lk - lq) % tq:
         raise EmitError(f"{launch.label}: the causal mask's block indices need the {lk - lq} "

@@ -30,6 +30,7 @@ from ..air_parts import (
     free,
     memref,
     open_herd,
+    stored_length,
 )
 from ..family import (
     BF16,
@@ -681,15 +682,25 @@ def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayo
         # tile_m 64); for the other methods it lives in the drain phase only
         l1 += (buf("c_out_l1", (1, 1, *blocked_c(tm, tn)), BF16, "L1",
                    phase="all" if method == "drain" else "drain"),)
+    # M rounds up to whole rounds of tile_m x herd_m rows: A is read and C written past the
+    # data, row-major to the end of the buffer (the host pads), head-first to each head's
+    # padded length (`kernels.air.pad_sequences`, a multiple of the rounds)
+    head_first = launch.binding("c").layout == "head-first"
+    rows = stored_length(launch, "c", cdiv(M, tm * hm) * tm * hm) if head_first \
+        else cdiv(M, tm * hm) * tm * hm
+    padded = {"a": rows * K} if rows > M else {}
+    if rows > M and not head_first:
+        padded["c"] = rows * N
     return LaunchLayout(
         launch.kernel, launch.label, tuple(launch.spec.operands(s)),
-        grid=(cdiv(M, tm * hm), cdiv(N, tn * hn)), segment=None, herd=(hm, hn), l2=l2, l1=l1,
+        grid=(rows // (tm * hm), cdiv(N, tn * hn)), segment=None, herd=(hm, hn), l2=l2, l1=l1,
         loop=cdiv(K, tk2), inner=tk2 // tk1,
         externs=(Extern(zero_symbol(mk, tm, tn), mk.obj, ("c_l1",)),
                  Extern(mk.matmul, mk.obj, ("a_l1", "b_l1", "c_l1")), *tail),
         kernels=(KernelSource(mk.obj, MM_SOURCE, mk.defines),),
         # upstream's GEMM builds and its LLM ELFs pass [2, 2] (BD-ID recycling)
-        flags={"stack_size": 2048, "runtime_loop_tiling_sizes": [2, 2]},
+        flags={"stack_size": 2048, "runtime_loop_tiling_sizes": [2, 2]}, padded=padded,
+        sequence=(M, tm * hm) if head_first else None,
         scratch=(("c_f32", "c", "f32"),) if fused else (),
         imports=CAST_IMPORTS if fused else ())
 
@@ -846,11 +857,16 @@ def drain_c(w: Writer, launch: Launch, c: str, c_l2: str, rows: int, span: int,
     """The C block [rows, span] at (lx, ly) from the memory tile to DDR: row-major [M, N],
     or head-first [N / head_dim, M, head_dim] when C is bound head-first (the DMA does the
     transpose the host would otherwise do)."""
-    M, N = launch.shape_dict["M"], launch.shape_dict["N"]
+    N = launch.shape_dict["N"]
+    M = stored_length(launch, "c", launch.shape_dict["M"])    # rows per head on the device
     if launch.binding("c").layout != "head-first":
         w(f"dma_memcpy_nd({c}, {c_l2}, dst_offsets=[0, at([(lx, {rows * N}), (ly, {span})])], "
           f"dst_sizes=[{rows}, {span}], dst_strides=[{N}, 1])")
         return
+    if M % rows:
+        raise EmitError(f"{launch.label}: C is bound head-first with {M} rows per head, not a "
+                        f"multiple of tile_m x herd_m ({rows}): the last block of a head would "
+                        "write into the next; pad the sequence (kernels.air.pad_sequences)")
     hd = head_dim
     if hd is None or N % hd:
         raise EmitError(f"{launch.label}: C is bound head-first; the program needs the "

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from npu_deploy.oracle import reference as ref_ops
 
-from ..air_parts import LaunchLayout, Writer
+from ..air_parts import LaunchLayout, Writer, stored_length
 from ..family import KernelFamily, KernelSpec, Numerics, Shape, Tensors, TimedLaunch, product_space
 from ..measurements import Source, TableSource, markdown_tables, rows_at
 from ..tensors import bf16_out, bound_layout, f32
@@ -51,9 +51,10 @@ NUMERICS = Numerics(emulate, reference, atol=1e-3)
 def table_rows(w: Writer, launch: Launch, layout: LaunchLayout, arg: dict[str, str],
                rows: int) -> None:
     """One cos and one sin row per row of the block. Row r of x is position r // heads
-    seq-first ([L, heads * head_dim]), position r mod L head-first ([heads, L, hd])."""
+    seq-first ([L, heads * head_dim]), position r mod L_pad head-first ([heads, L_pad, hd],
+    L_pad = L unless the sequence is padded; a padded position reads the table's zeros)."""
     s = launch.shape_dict
-    heads, seq = s["rows"] // s["seq"], s["seq"]
+    heads, seq = s["rows"] // s["seq"], stored_length(launch, "x", s["seq"])
     for j in range(rows):
         row = f"at([(i, {rows * layout.herd[0]}), (tx, {rows})], {j})"
         pos = f"at([({row}, 1)], divisor={heads})" \

@@ -221,16 +221,16 @@ def layout(symbol: str | None, size_args: tuple[str, ...] = ("n",), *,
         ops = tuple(spec.operands(s))
         hm, herd_rows = int(c["herd_m"]), int(c.get("herd_rows", 1))
         streams = [o for o in ops if o.role == "input"] + [o for o in ops if o.role == "output"]
-        width = s["width"]
+        width, stored = s["width"], stored_rows(launch)
         l1: tuple[Buffer, ...]
         if "tile_rows" in c:
             rows = int(c["tile_rows"])
             block: tuple[int, ...] = (rows, width)
-            loop = cdiv(s["rows"], rows * hm * herd_rows)
+            loop = cdiv(stored, rows * hm * herd_rows)
             sizes = dims(rows, width)
         else:
             block = (int(c["tile"]),)
-            loop = cdiv(s["rows"] * width, block[0] * hm * herd_rows)
+            loop = cdiv(stored * width, block[0] * hm * herd_rows)
             sizes = dims(*block)
         l1 = tuple(buf(f"{o.name}_l1", block, BF16, "L1", True) for o in streams)
         # a table row per row of the block (RoPE), a weight row whole (a norm, a bias)
@@ -255,10 +255,23 @@ def layout(symbol: str | None, size_args: tuple[str, ...] = ("n",), *,
                 need = -(-rows_reached // (s["rows"] // s["seq"])) * width
                 if need > o.numel:
                     padded[o.name] = need
+            elif o.role == "table" and stored > s["rows"]:
+                # head-first rows of a padded sequence: positions wrap at L_pad
+                padded[o.name] = stored // (s["rows"] // s["seq"]) * width
         return LaunchLayout(
             spec.name, launch.label, ops, grid=(1, 1), segment=None, herd=(hm, herd_rows),
             l2=(), l1=l1, loop=loop, externs=externs, imports=imports, padded=padded)
     return launch_layout
+
+
+def stored_rows(launch: Launch) -> int:
+    """The rows the kernel walks: its shape's, or, when its operands are head-first rows of
+    a padded sequence (`Binding.seq_pad`: L positions stored as L_pad per head), every
+    stored row, padding included (rows map to rows one to one, so the padding stays in
+    place)."""
+    rows = launch.shape_dict["rows"]
+    pad = next((b.seq_pad for b in launch.bindings if b.seq_pad is not None), None)
+    return rows if pad is None else rows // pad[0] * pad[1]
 
 
 def call_extern(w: Writer, launch: Launch, layout: LaunchLayout, step: int, rows: int,

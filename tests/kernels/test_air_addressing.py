@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from npu_deploy.kernels import SPECS, XDNA2
-from npu_deploy.kernels.air import EmitError, emit_dispatch
+from npu_deploy.kernels.air import EmitError, emit_dispatch, pad_sequences
 from npu_deploy.kernels.plan import Binding, Dispatch, Launch
 from npu_deploy.kernels.selection import select
 from npu_deploy.kernels.specs import KernelUse
@@ -442,6 +442,38 @@ def test_a_head_first_c_the_dma_cannot_write_is_refused(tile_n: int, herd_n: int
                          {"c": "head-first"})
     with pytest.raises(EmitError, match=match):
         emit(launch, head_dim)
+
+
+@pytest.mark.parametrize("tile_n,herd_n", [(64, 2), (32, 1)], ids=["whole-heads", "half-head"])
+def test_a_head_first_c_of_a_padded_sequence_keeps_each_head_in_its_rows(tile_n: int,
+                                                                         herd_n: int) -> None:
+    """M = 100 in blocks of 128 rows: C is stored [heads, L_pad, hd] with L_pad = 128, and
+    C[m, n] (head h = n // hd) lands at h * L_pad * hd + m * hd + n mod hd, every padded
+    row of each head inside its own head: no element written twice."""
+    M, K, N, hd = 100, 256, 384, 64
+    config = {**TILES, "tile_n": tile_n, "herd_n": herd_n}
+    (dispatch,) = pad_sequences([Dispatch("one", (make_launch(
+        "gemm_bf16", {"M": M, "K": K, "N": N}, config, {"c": "head-first"}),))])
+    launch = dispatch.launches[0]
+    assert launch.binding("c").seq_pad == (M, 128)
+    rows, span, pad = TILES["tile_m"] * TILES["herd_m"], tile_n * herd_n, 128
+    (_, _, c, *scratch), ops = trace(emit_dispatch(dispatch, XDNA2, hd).source)
+    c = scratch[0] if scratch else c          # fused-cast drains into its FP32 scratch
+    drains = [op for op in touching(ops, "dma_memcpy_nd", c, 0) if op.ref(1) == "c_l2"]
+    assert len(drains) == (pad // rows) * (N // span)
+    for op in drains:
+        src = op.pattern("src_", whole=rows * span)
+        m = op.env["lx"] * rows + src // span
+        n = op.env["ly"] * span + src % span
+        assert torch.equal(op.pattern("dst_"), n // hd * pad * hd + m * hd + n % hd), op.env
+    assert covers_once([op.pattern("dst_") for op in drains], N // hd * pad * hd)
+
+
+def test_a_head_first_c_whose_heads_would_overlap_is_refused() -> None:
+    launch = make_launch("gemm_bf16", {"M": 100, "K": 256, "N": 384},
+                         {**TILES, "tile_n": 64, "herd_n": 2}, {"c": "head-first"})
+    with pytest.raises(EmitError, match="pad the sequence"):
+        emit(launch, 64)
 
 
 # --- RoPE ------------------------------------------------------------------------------------

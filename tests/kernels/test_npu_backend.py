@@ -22,7 +22,7 @@ import torch
 from fake_npu import SimulatedXrt, compiler_for
 from paths import TESTS
 
-from npu_deploy.kernels.air import tensor_key
+from npu_deploy.kernels.air import pad_sequences, tensor_key
 from npu_deploy.kernels.emulator import EmulatorBackend
 from npu_deploy.kernels.npu_backend import NpuBackend, argument_kinds, measure
 from npu_deploy.kernels.perf import Profile, device_s, estimate
@@ -48,6 +48,29 @@ def optimized(plan, names=("align_layouts", "reuse_buffers", "merge_dispatches")
     for name in names:
         plan = TRANSFORMS[name].apply(plan)
     return plan
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
+def test_a_padded_sequence_on_the_simulated_npu_gives_the_emulators_bits(name, tiny_models,
+                                                                         tmp_path):
+    """A prefill length no tile divides: the head-first tensors live [heads, L_pad, hd] on
+    the device, and what the host reads back is still the emulator's."""
+    m = tiny_models[name]
+    emulator = PlanRunner(m.args, m.weights, EmulatorBackend())
+    backend, _ = npu_backend(tmp_path, m.args.head_dim)
+    npu = PlanRunner(m.args, m.weights, backend)
+    tokens = torch.arange(3, 103) % m.args.vocab
+    base = baseline_plan(name, m.args, Prefill(100))
+    # the baseline binds q, k, v and o head-first (padded per head); the optimized plan
+    # writes them seq-first for the GEMMs (padded at their end)
+    pads = {b.seq_pad for d in pad_sequences(list(base.dispatches))
+            for ln in d.launches for b in ln.bindings if b.seq_pad}
+    assert pads and all(length == 100 < pad for length, pad in pads), pads
+    for plan in (base, optimized(base)):
+        want, got = emulator.run(plan, tokens), npu.run(plan, tokens)
+        assert torch.equal(got.logits, want.logits), plan.history
+        for key, cache in want.cache.items():
+            assert torch.equal(got.cache[key], cache), (plan.history, key)
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen2-hd128"])
