@@ -84,6 +84,7 @@ class Program:
     tensors: tuple[str, ...] = ()
     wiring: tuple[tuple[str, ...], ...] = ()
     launches: tuple[Launch, ...] = ()
+    head_dim: int | None = None        # the model's, for operands bound head-first
 
     @property
     def digest(self) -> str:
@@ -321,7 +322,7 @@ def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2,
     w("    print(build_module())")
     return Program(dispatch.name, function, "\n".join(w.lines) + "\n", tuple(arguments),
                    objects, tuple(layouts), tuple(by_tensor),
-                   tuple(tuple(names) for names in wiring), dispatch.launches)
+                   tuple(tuple(names) for names in wiring), dispatch.launches, head_dim)
 
 
 def _emit_launch(w: Writer, i: int, launch: Launch, layout: LaunchLayout,

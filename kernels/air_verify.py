@@ -179,11 +179,12 @@ def _label(m: MemRef) -> str:
 
 
 def verify_source(source: str, *, flags: dict[str, Any] | None = None,
-                  outputs: Iterable[int] | dict[int, int] = (), hw: Hardware = XDNA2,
+                  outputs: Iterable[int] | dict[int, Any] = (), hw: Hardware = XDNA2,
                   upstream: bool = True) -> list[Violation]:
     """Every violation of one program source. `outputs`: the positions of the function
-    arguments the program must write, whole or (a dict) their first so many elements (a
-    padded buffer's data); `flags`: its compiler options (stack size, ping-pong)."""
+    arguments the program must write, whole or (a dict) their first so many elements or
+    their (first, count) ranges (a padded buffer's data); `flags`: its compiler options
+    (stack size, ping-pong)."""
     try:
         trace, namespace = build(source)
     except Exception as e:       # the builder's own refusal, or Python's on a broken program
@@ -197,21 +198,37 @@ def verify_source(source: str, *, flags: dict[str, Any] | None = None,
     _check_channels(ctx, ops)
     _check_calls(ctx, ops, upstream)
     _check_memory(ctx, trace, ops, flags or {})
-    _check_coverage(ctx, trace, ops, outputs if isinstance(outputs, dict)
-                    else dict.fromkeys(outputs, 0))
+    wanted = {k: [(0, v)] if isinstance(v, int) and v else list(v or [])
+              for k, v in (outputs.items() if isinstance(outputs, dict)
+                           else ((k, 0) for k in outputs))}
+    _check_coverage(ctx, trace, ops, wanted)
     return ctx.found
 
 
 def verify(program: Any, hw: Hardware = XDNA2, upstream: bool = True) -> list[Violation]:
     """Every violation of an emitted `kernels.air.Program`."""
     names = [a[0] for a in program.arguments]
-    outputs: dict[int, int] = {}
-    for layout, wired in zip(program.layouts, program.wiring, strict=True):
+    outputs: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for launch, layout, wired in zip(program.launches, program.layouts, program.wiring,
+                                     strict=True):
         for op, arg in zip(layout.operands, wired, strict=True):
             if op.role == "output":
-                outputs[names.index(arg)] = max(outputs.get(names.index(arg), 0), op.numel)
+                outputs[names.index(arg)] += data_ranges(launch.binding(op.name), op.numel,
+                                                         program.head_dim)
     return verify_source(program.source, flags=program.flags, outputs=outputs, hw=hw,
                          upstream=upstream)
+
+
+def data_ranges(binding: Any, numel: int, head_dim: int | None) -> list[tuple[int, int]]:
+    """Where an operand's data lies in its buffer: all of it from the start, or, for a
+    head-first operand whose sequence is padded from L to L_pad, L rows of each head at a
+    stride of L_pad rows."""
+    pad = getattr(binding, "seq_pad", None)
+    if pad is None or binding.layout != "head-first" or not head_dim:
+        return [(0, numel)]
+    length, stored = pad
+    heads = numel // (length * head_dim)
+    return [(h * stored * head_dim, length * head_dim) for h in range(heads)]
 
 
 def _accesses(op: Op) -> Iterator[tuple[MemRef, Pattern | None, str]]:
@@ -610,8 +627,9 @@ def _radix(access: Access) -> tuple[int, int] | None:
 
 
 def _check_coverage(ctx: _Context, trace: Trace, ops: list[Op],
-                    outputs: dict[int, int]) -> None:
-    """Each output's elements (its first `outputs[position]`, or all when 0) are written."""
+                    outputs: dict[int, list[tuple[int, int]]]) -> None:
+    """Each output's data is written: `outputs[position]` lists its (first, count) ranges
+    (empty: the whole buffer); a padded buffer's padding need not be."""
     if not trace.functions:
         ctx.add("build", "module", "the program builds no function")
         return
@@ -620,29 +638,31 @@ def _check_coverage(ctx: _Context, trace: Trace, ops: list[Op],
         arg = args[position]
         writes = [Access.of(p, m.memref) for op in ops for m, p, role in _accesses(op)
                   if m.root is arg and role == "dst"]
-        n = min(required or arg.memref.numel, arg.memref.numel)
+        size = arg.memref.numel
+        wanted = [(a, min(a + c, size)) for a, c in required if a < size] or [(0, size)]
+        n = max(b for _, b in wanted)
         ranges = [r for r in (_radix(a) for a in writes) if r is not None]
         if writes and len(ranges) == len(writes):
-            covered, missing = 0, []
+            covered, holes = 0, []
             for first, count in sorted(ranges):
                 if first > covered:
-                    missing.append((covered, first))
+                    holes.append((covered, first))
                 covered = max(covered, first + count)
             if covered < n:
-                missing.append((covered, n))
-            missing = [(a, min(b, n)) for a, b in missing if a < n]
+                holes.append((covered, n))
         elif n <= ENUMERATE and sum(a.points() * a.count for a in writes) <= 4 * ENUMERATE:
             written = torch.zeros(n, dtype=torch.bool)
             for a in writes:
                 e = a.elements()
                 written[e[(e >= 0) & (e < n)]] = True
-            holes = (~written).nonzero().reshape(-1).tolist()
-            missing = _spans(holes)
+            holes = _spans((~written).nonzero().reshape(-1).tolist())
         else:
             ctx.add("coverage", arg.name, f"cannot tell whether all {n} elements of output "
                     f"{arg.name} are written: its writes are not affine and too many to "
                     "enumerate")
             continue
+        missing = sorted((max(a, lo), min(b, hi)) for a, b in holes for lo, hi in wanted
+                         if max(a, lo) < min(b, hi))
         if missing:
             shown = ", ".join(f"{a}..{b - 1}" for a, b in missing[:3])
             more = f" and {len(missing) - 3} more ranges" if len(missing) > 3 else ""

@@ -375,3 +375,18 @@ def test_a_prefill_no_tile_divides_verifies_clean_in_gemm_rope_and_flash_attenti
             found += [(prog.dispatch, v.line()) for v in violations if v.check != "extern"]
     assert {"gemm_bf16", "rope", "flash_attention"} <= kernels
     assert not found, found[:5]
+
+
+def test_coverage_asks_for_the_data_of_a_padded_head_first_output_not_its_padding():
+    """A head-first output padded from L to L_pad rows per head holds data at L rows of
+    each head: those must be written, the padding rows need not be."""
+    from npu_deploy.kernels.air_verify import data_ranges
+    from npu_deploy.kernels.plan import Binding
+
+    b = Binding("o", "t.o", "output", "head-first", seq_pad=(100, 128))
+    assert data_ranges(b, 4 * 100 * 64, 64) == [(h * 128 * 64, 100 * 64) for h in range(4)]
+    half = eltwise_add(rounds=4)             # writes elements 0..32767 of 65536
+    assert verify_source(half, outputs={2: [(0, 6400), (8192, 6400)]}, upstream=False) == []
+    found = verify_source(half, outputs={2: [(0, 6400), (40000, 6400)]}, upstream=False)
+    assert [v.check for v in found] == ["coverage"]
+    assert "elements 40000..46399 are never written" in found[0].message
