@@ -638,10 +638,14 @@ def _check_coverage(ctx: _Context, trace: Trace, ops: list[Op],
         arg = args[position]
         writes = [Access.of(p, m.memref) for op in ops for m, p, role in _accesses(op)
                   if m.root is arg and role == "dst"]
+        # launches run one after another: only writes of one launch can race
+        launch_of = [_launch(op.region) for op in ops for m, _, role in _accesses(op)
+                     if m.root is arg and role == "dst"]
         size = arg.memref.numel
         wanted = [(a, min(a + c, size)) for a, c in required if a < size] or [(0, size)]
         n = max(b for _, b in wanted)
         ranges = [r for r in (_radix(a) for a in writes) if r is not None]
+        twice: list[tuple[int, int]] = []
         if writes and len(ranges) == len(writes):
             covered, holes = 0, []
             for first, count in sorted(ranges):
@@ -650,11 +654,24 @@ def _check_coverage(ctx: _Context, trace: Trace, ops: list[Op],
                 covered = max(covered, first + count)
             if covered < n:
                 holes.append((covered, n))
+            for group in set(launch_of):
+                mine = sorted(r for r, g in zip(ranges, launch_of, strict=True) if g is group)
+                end = 0
+                for first, count in mine:
+                    if first < end:
+                        twice.append((first, min(end, first + count)))
+                    end = max(end, first + count)
         elif n <= ENUMERATE and sum(a.points() * a.count for a in writes) <= 4 * ENUMERATE:
             written = torch.zeros(n, dtype=torch.bool)
-            for a in writes:
-                e = a.elements()
-                written[e[(e >= 0) & (e < n)]] = True
+            for group in set(launch_of):
+                times = torch.zeros(n, dtype=torch.int32)
+                for a, g in zip(writes, launch_of, strict=True):
+                    if g is group:
+                        e = a.elements()
+                        times += torch.bincount(e[(e >= 0) & (e < n)],
+                                                minlength=n).to(torch.int32)
+                written |= times > 0
+                twice += _spans((times > 1).nonzero().reshape(-1).tolist())
             holes = _spans((~written).nonzero().reshape(-1).tolist())
         else:
             ctx.add("coverage", arg.name, f"cannot tell whether all {n} elements of output "
@@ -663,11 +680,21 @@ def _check_coverage(ctx: _Context, trace: Trace, ops: list[Op],
             continue
         missing = sorted((max(a, lo), min(b, hi)) for a, b in holes for lo, hi in wanted
                          if max(a, lo) < min(b, hi))
+        raced = sorted((max(a, lo), min(b, hi)) for a, b in twice for lo, hi in wanted
+                       if max(a, lo) < min(b, hi))
+        if raced:
+            shown = ", ".join(f"{a}..{b - 1}" for a, b in raced[:3])
+            ctx.add("coverage", arg.name, f"output {arg.name} ({arg.memref}): elements "
+                    f"{shown} are written more than once (two cores or rounds race for them)")
         if missing:
             shown = ", ".join(f"{a}..{b - 1}" for a, b in missing[:3])
             more = f" and {len(missing) - 3} more ranges" if len(missing) > 3 else ""
             ctx.add("coverage", arg.name, f"output {arg.name} ({arg.memref}): elements "
                     f"{shown}{more} are never written")
+
+
+def _launch(region: Region) -> Region:
+    return next((r for r in region.chain() if r.kind == "launch"), region)
 
 
 def _spans(holes: list[int]) -> list[tuple[int, int]]:

@@ -390,3 +390,12 @@ def test_coverage_asks_for_the_data_of_a_padded_head_first_output_not_its_paddin
     found = verify_source(half, outputs={2: [(0, 6400), (40000, 6400)]}, upstream=False)
     assert [v.check for v in found] == ["coverage"]
     assert "elements 40000..46399 are never written" in found[0].message
+
+
+def test_an_output_two_rounds_write_is_a_race():
+    """Rounds that overlap (the stride of a round smaller than what it writes) write some
+    elements twice: one head's padded rows landing on the next head's, for instance."""
+    source = eltwise_add().replace("offset = at([(i, 8192), (tx, 1024)])",
+                                   "offset = at([(i, 7168), (tx, 1024)])")
+    found = verify_source(source, outputs={2: [(0, 57344)]}, upstream=False)
+    assert any("written more than once" in v.message for v in found if v.check == "coverage")
