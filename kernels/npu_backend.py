@@ -144,11 +144,20 @@ class NpuBackend:
         plan's (or, not prepared, as it pads alone)."""
         return self._padded.get(dispatch) or pad_sequences([dispatch], self.hw)[0]
 
-    def program(self, dispatch: Dispatch, head_dim: int | None) -> tuple[Program, Artifact]:
-        """The dispatch's program, written to `programs` and compiled (each once)."""
+    def _device_form(self, dispatch: Dispatch) -> tuple[Dispatch, dict[str, int]]:
+        """The dispatch as it runs (`on_device`) and its tensors' buffer sizes."""
         dispatch = self.on_device(dispatch)
         keys = {tensor_key(ln, b) for ln in dispatch.launches for b in ln.bindings}
-        sizes = {k: self._sizes[k] for k in keys if k in self._sizes}
+        return dispatch, {k: self._sizes[k] for k in keys if k in self._sizes}
+
+    def emitted(self, dispatch: Dispatch, head_dim: int | None) -> Program:
+        """The program the backend would compile for `dispatch` (raises EmitError)."""
+        dispatch, sizes = self._device_form(dispatch)
+        return emit_dispatch(dispatch, self.hw, head_dim, sizes)
+
+    def program(self, dispatch: Dispatch, head_dim: int | None) -> tuple[Program, Artifact]:
+        """The dispatch's program, written to `programs` and compiled (each once)."""
+        dispatch, sizes = self._device_form(dispatch)
         key = (dispatch, head_dim, tuple(sorted(sizes.items())))
         if key not in self._programs:
             program = emit_dispatch(dispatch, self.hw, head_dim, sizes)

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from npu_deploy.events.describe import check_text, failing_checks
-from npu_deploy.kernels.air import EmitError, emit_dispatch
+from npu_deploy.kernels.air import EmitError
 from npu_deploy.kernels.hardware import XDNA2, Hardware
 from npu_deploy.kernels.hardware_report import NPU_RUNTIME, SCHEMA, SCHEMA_VERSION, seal
 from npu_deploy.kernels.npu_backend import NpuBackend, alone, measure
@@ -132,9 +132,10 @@ class HardwareValidation:
         rows: list[dict[str, Any]] = []
         seen: set[str] = set()
         for scope, plan in model_plans(self.model, self.loaded, self.seq_len, self.hw):
+            self.backend.prepare(plan)      # the plan's programs as the backend runs them
             for dispatch in plan.dispatches:
                 try:
-                    program = emit_dispatch(dispatch, self.hw, head_dim)
+                    program = self.backend.emitted(dispatch, head_dim)
                 except EmitError as e:
                     self.failed(dispatch.name, "emit", e)
                     continue

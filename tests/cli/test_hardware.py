@@ -26,7 +26,7 @@ from conftest import assert_one_error
 from fake_npu import machine
 
 from npu_deploy.cli import main
-from npu_deploy.kernels.air import emit_dispatch
+from npu_deploy.kernels.air import emit_plan
 from npu_deploy.kernels.hardware import XDNA2
 from npu_deploy.kernels.hardware_report import NPU_RUNTIME, check_report, seal
 from npu_deploy.kernels.measured_here import ENV
@@ -140,8 +140,7 @@ def test_the_kit_on_a_simulated_npu_reports_every_field(simulated, tiny_models):
 
     # every program of the prefill and decode plans, baseline and optimized, once each
     loaded = tiny_models[MODEL]
-    want = {emit_dispatch(d, head_dim=16).digest
-            for _, plan in model_plans(MODEL, loaded, SEQ) for d in plan.dispatches}
+    want = {p.digest for _, plan in model_plans(MODEL, loaded, SEQ) for p in emit_plan(plan)}
     programs = report["programs"]
     assert {p["digest"] for p in programs} == want and len(programs) == len(want)
     assert all(p["compiled"] and p["compile_s"] >= 0 for p in programs)
