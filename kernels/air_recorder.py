@@ -954,8 +954,19 @@ class _Arith:
         return op
 
 
+    @staticmethod
+    def _cast(name: str) -> Callable[..., Value]:
+        """arith.extf / arith.truncf (out, in_): a float value converted to type `out`."""
+        def op(out: Any, in_: Any, *, fastmath: Any = None, roundingmode: Any = None,
+               loc: Any = None, ip: Any = None) -> Value:
+            _use(in_, f"arith.{name}")
+            return Value(out, _Builder.here(), None, f"arith.{name}")
+        return op
+
+
 arith = types.SimpleNamespace(
     ConstantOp=_Arith.ConstantOp, index_cast=_Arith.index_cast,
+    extf=_Arith._cast("extf"), truncf=_Arith._cast("truncf"),
     **{n: _Arith._float(n) for n in ("addf", "subf", "mulf", "divf", "maximumf",
                                      "minimumf")})
 
@@ -970,6 +981,16 @@ def _unary(name: str) -> Callable[..., Value]:
 def broadcast(vector: VectorType, source: Any, *, loc: Any = None, ip: Any = None) -> Value:
     _use(source, "vector.broadcast")
     return Value(vector, _Builder.here(), None, "vector.broadcast")
+
+
+def reduction(dest: Any, kind: Any, vector: Any, *, acc: Any = None, fastmath: Any = None,
+              loc: Any = None, ip: Any = None) -> Value:
+    """vector.reduction (dest, kind, vector): the lanes of `vector` combined by `kind` into a
+    scalar of type `dest` (weighted_rms_norm's sum of squares)."""
+    _use(vector, "vector.reduction")
+    if acc is not None:
+        _use(acc, "vector.reduction")
+    return Value(dest, _Builder.here(), None, f"vector.reduction {kind}")
 
 
 def _lanes(vector: Any) -> int:
@@ -1041,6 +1062,7 @@ def _modules() -> dict[str, types.ModuleType]:
         "air.dialects.math": module("air.dialects.math", tanh=_unary("math.tanh"),
                                     exp=_unary("math.exp"), rsqrt=_unary("math.rsqrt")),
         "air.dialects.vector": module("air.dialects.vector", broadcast=broadcast,
+                                      reduction=reduction,
                                       transfer_read=transfer_read,
                                       transfer_write=transfer_write),
     }
