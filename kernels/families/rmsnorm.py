@@ -5,13 +5,16 @@ over a block of rows); the registry page RMSNorm_bf16.md measures it, the QK nor
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from npu_deploy.oracle import reference as ref_ops
 
+from ..air_parts import LaunchLayout, Writer, buf
 from ..family import (
+    BF16,
+    FP32,
     Cost,
     KernelFamily,
     KernelSpec,
@@ -24,6 +27,9 @@ from ..family import (
 from ..measurements import Source, TableSource, markdown_tables, rows_at
 from ..tensors import bf16_out, f32
 from . import streaming
+
+if TYPE_CHECKING:
+    from ..plan import Launch
 
 # --- spec --------------------------------------------------------------------------------
 
@@ -57,9 +63,60 @@ def near_one(t: torch.Tensor, s: Shape) -> torch.Tensor:
 # 1e-3 covers values near 0.
 NUMERICS = Numerics(emulate, reference, atol=1e-3, weights=near_one)
 
-# --- the program: the row block and the weight row in L1, `rms_norm_bf16` per block -------
+# --- the program: the row block and the weight row in L1, the norm inline -------------------
+#
+# Upstream writes RMSNorm inline, not as a micro-kernel (weighted_rms_norm.py, and the LLM
+# builders' _build_rms_1d and _build_qknorm_2d): per row, each 16-lane bf16 vector squared in
+# bf16, widened and summed into an f32 vector in L1, reduced to a scalar; rsqrt(sum / N + eps)
+# in f32, narrowed to bf16; then x * rstd * weight in bf16 vectors. We write the same.
 
-PROGRAM = streaming.program("rms_norm_bf16", ("rows",))
+#: the f32 partial sums and the squared vector upstream stages through L1
+SCRATCH = (buf("acc_l1", (streaming.LANES,), FP32, "L1"),
+           buf("sq_l1", (streaming.LANES,), BF16, "L1"))
+SCRATCH_BYTES = sum(b.nbytes for b in SCRATCH)
+
+
+def compute(w: Writer, launch: Launch, layout: LaunchLayout, step: int, rows: int,
+            head_dim: int | None) -> None:
+    """RMSNorm of each row of the block in x_l1 into y_l1, with the weight row in
+    weight_l1."""
+    width, lanes = launch.shape_dict["width"], streaming.LANES
+    eps = float(streaming.config(launch)["eps"])
+    vectors = width // lanes
+    w(f"# RMSNorm of {rows} row(s) of {width}, inline (upstream's weighted_rms_norm)")
+    streaming.vector_prelude(w)
+    w(f"width = arith.ConstantOp(f32, {float(width)!r})")
+    w(f"eps = arith.ConstantOp(f32, {eps!r})")
+    w(f"for r in range_(0, {rows}):")
+    w.indent()
+    streaming.write(w, "broadcast(vec_f32, zero_f32)", "acc_l1", "c0")
+    w(f"for j in range_(0, {vectors}):")
+    w.indent()
+    w(f"x = {streaming.read('vec', 'x_l1', f'at([(r, {width}), (j, {lanes})])')}")
+    streaming.write(w, "arith.mulf(x, x)", "sq_l1", "c0")
+    w(f"sq = arith.extf(vec_f32, {streaming.read('vec', 'sq_l1', 'c0')})")
+    streaming.write(w, f"arith.addf({streaming.read('vec_f32', 'acc_l1', 'c0')}, sq)",
+                    "acc_l1", "c0")
+    w("yield_([])")
+    w.dedent()
+    w(f"total = reduction(f32, 'add', {streaming.read('vec_f32', 'acc_l1', 'c0')})")
+    w("rstd = arith.truncf(bf16, math_dialect.rsqrt(arith.addf(arith.divf(total, width), "
+      "eps)))")
+    w("scale = broadcast(vec, rstd)")
+    w(f"for j in range_(0, {vectors}):")
+    w.indent()
+    w(f"lane = at([(r, {width}), (j, {lanes})])")
+    w(f"x = {streaming.read('vec', 'x_l1', 'lane')}")
+    w(f"g = {streaming.read('vec', 'weight_l1', f'at([(j, {lanes})])')}")
+    streaming.write(w, "arith.mulf(arith.mulf(x, scale), g)", "y_l1", "lane")
+    w("yield_([])")
+    w.dedent()
+    w("yield_([])")
+    w.dedent()
+
+
+PROGRAM = streaming.program(None, compute=compute, imports=streaming.VECTOR_IMPORTS,
+                            scratch=SCRATCH)
 
 # --- measured -----------------------------------------------------------------------------
 
@@ -84,9 +141,15 @@ def timed_launches() -> list[TimedLaunch]:
     return streaming.measured_rows("rmsnorm", launch)
 
 
+RULES = (*streaming.RULES, f"divisible: a row is whole {streaming.LANES}-lane vectors (the norm "
+         "is inline vector code)")
+CHECK = streaming.vector_check(SCRATCH_BYTES, "the norm is inline vector code with no "
+                               "scalar tail")
+
+
 def _family(spec: KernelSpec, cost: Cost, **extra: Any) -> KernelFamily:
     return KernelFamily(
-        spec, rules=streaming.RULES, check=streaming.check,
+        spec, rules=RULES, check=CHECK,
         candidates=product_space(streaming.ROW_SPACE), numerics=NUMERICS,
         cost=cost, program=PROGRAM, data="rmsnorm", **extra)
 
