@@ -152,7 +152,19 @@ def _argument_names(dispatch: Dispatch, layouts: list[LaunchLayout],
                              (sizes[key],), DTYPES[op.elem_bytes])
             names.append(args[key][0])
         wiring.append(names)
+        for name, like, dtype in layout.scratch:     # device only, sized like its operand
+            key = f"scratch:{launch.label}:{name}"
+            like_key = tensor_key(launch, launch.binding(like))
+            args[key] = (identifier(re.sub(r"\W", "_", key)) + f"_{len(args)}",
+                         args[like_key][1], dtype)
     return args, wiring
+
+
+def scratch_names(launch: Launch, layout: LaunchLayout,
+                  by_tensor: dict[str, tuple[str, tuple[int, ...], str]]) -> dict[str, str]:
+    """The function arguments of a launch's scratch buffers, by scratch name."""
+    return {name: by_tensor[f"scratch:{launch.label}:{name}"][0]
+            for name, _, _ in layout.scratch}
 
 
 def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2,
@@ -253,7 +265,8 @@ def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2,
     w.indent()
     for i, (launch, layout, names) in enumerate(zip(dispatch.launches, layouts, wiring,
                                                     strict=True)):
-        _emit_launch(w, i, launch, layout, names, head_dim)
+        _emit_launch(w, i, launch, layout, names, head_dim,
+                     scratch_names(launch, layout, by_tensor))
     w.dedent()
     w.dedent()
     w("")
@@ -266,9 +279,11 @@ def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2,
 
 
 def _emit_launch(w: Writer, i: int, launch: Launch, layout: LaunchLayout,
-                 names: list[str], head_dim: int | None) -> None:
+                 names: list[str], head_dim: int | None,
+                 scratch: dict[str, str] | None = None) -> None:
     p = f"s{i}"
-    ops = ", ".join(names)
+    scratch = scratch or {}
+    ops = ", ".join([*names, *scratch.values()])
     w(f"# launch {i}: {layout.label}, {layout.kernel} {launch.shape_dict}, "
       f"herd {layout.herd[0]}x{layout.herd[1]}, grid {layout.grid[0]}x{layout.grid[1]}")
     w(f"@launch(operands=[{ops}], sizes={list(layout.grid)})")
@@ -281,7 +296,7 @@ def _emit_launch(w: Writer, i: int, launch: Launch, layout: LaunchLayout,
     w.indent()
     for b in layout.l2:
         w(f"{b.name} = AllocOp({memref(b.shape, b.dtype, 'L2')}, [], [])")
-    arg = dict(zip((o.name for o in layout.operands), names, strict=True))
+    arg = {**dict(zip((o.name for o in layout.operands), names, strict=True)), **scratch}
     program = FAMILIES[launch.kernel].program
     assert program is not None          # layout_of found one
     program.segment(w, p, launch, layout, arg, names, head_dim)
@@ -290,6 +305,8 @@ def _emit_launch(w: Writer, i: int, launch: Launch, layout: LaunchLayout,
     w.dedent()
     w.dedent()
     w("")
+    if program.after is not None:
+        program.after(w, p, launch, layout, arg, names, head_dim)
 
 
 # --- a plan's programs as files ---------------------------------------------------------------

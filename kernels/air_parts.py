@@ -133,6 +133,9 @@ class LaunchLayout:
     #: operands the program walks past their end (the last round of blocks), with the flat
     #: elements it touches: the host pads their buffers to that many (zeros after the data)
     padded: dict[str, int] = field(default_factory=dict)
+    #: device-only arguments the launch needs beyond its operands: (name, the operand whose
+    #: buffer it mirrors, element type), e.g. fused-cast's FP32 C scratch
+    scratch: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def tiles(self) -> int:

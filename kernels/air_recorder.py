@@ -954,19 +954,18 @@ class _Arith:
         return op
 
 
-    @staticmethod
-    def _cast(name: str) -> Callable[..., Value]:
-        """arith.extf / arith.truncf (out, in_): a float value converted to type `out`."""
-        def op(out: Any, in_: Any, *, fastmath: Any = None, roundingmode: Any = None,
-               loc: Any = None, ip: Any = None) -> Value:
-            _use(in_, f"arith.{name}")
-            return Value(out, _Builder.here(), None, f"arith.{name}")
-        return op
+def _convert(name: str) -> Callable[..., Value]:
+    """arith.truncf / arith.extf: (result type, operand)."""
+    def op(out: Any, in_: Any, *, fastmath: Any = None, roundingmode: Any = None,
+           loc: Any = None, ip: Any = None) -> Value:
+        _use(in_, f"arith.{name}")
+        return Value(out, _Builder.here(), None, f"arith.{name}")
+    return op
 
 
 arith = types.SimpleNamespace(
     ConstantOp=_Arith.ConstantOp, index_cast=_Arith.index_cast,
-    extf=_Arith._cast("extf"), truncf=_Arith._cast("truncf"),
+    truncf=_convert("truncf"), extf=_convert("extf"),
     **{n: _Arith._float(n) for n in ("addf", "subf", "mulf", "divf", "maximumf",
                                      "minimumf")})
 

@@ -436,9 +436,14 @@ def _moved_in_loop(ops: list[Op], inside: Region) -> set[int]:
 
 
 def _check_memory(ctx: _Context, trace: Trace, ops: list[Op], flags: dict[str, Any]) -> None:
+    """L1 per compute tile, L2 per memory tile. The compiler allocates a core's L1 buffers
+    statically: every herd of one name in a segment runs on the same cores, so their
+    buffers add up (upstream's drain at tile_m 64 needs 72 KiB: its cast buffer beside the
+    accumulator and the A and B tiles)."""
     omit = flags.get("omit_pingpong") == "all"
     stack = int(flags.get("stack_size", 1024))
-    per_region: dict[Region, list[MemRef]] = defaultdict(list)
+    cores: dict[tuple[Any, str], dict[int, tuple[MemRef, bool]]] = defaultdict(dict)
+    segments: dict[Region, list[MemRef]] = defaultdict(list)
     for op in ops:
         if op.kind != "alloc":
             continue
@@ -448,34 +453,43 @@ def _check_memory(ctx: _Context, trace: Trace, ops: list[Op], flags: dict[str, A
             next((r for r in op.region.chain() if r.kind in HIERARCHY), None)
         if space == "L1" and owner is None:
             for herd, share in _slabs(ctx, ops, m):
-                per_region[herd].append(share)
+                cores[_cores(herd)][id(m)] = (share, False)
         elif space == "L2" and (owner is None or owner.kind != "segment"):
             ctx.add("l2", _where(op), f"L2 allocation {m.memref} outside a segment")
+        elif space == "L1" and owner is not None:
+            pingpong = not omit and id(m) in _moved_in_loop(ops, owner)
+            cores[_cores(owner)][id(m)] = (m, pingpong)
         elif owner is not None:
-            per_region[owner].append(m)
-    for region, buffers in per_region.items():
-        moved = set() if omit else _moved_in_loop(ops, region)
-        sized = [(b, id(b) in moved) for b in buffers]
+            segments[owner].append(m)
+    for (segment, name), held in cores.items():
+        sized = list(held.values())
         total = _footprint(sized)
-        if region.kind == "herd":
-            if total + stack > ctx.hw.l1_bytes:
-                ctx.add("l1", region.path().removeprefix("module/"),
-                        f"{total} bytes of L1 buffers ({_listing(sized)}) + {stack} of stack "
-                        f"= {total + stack} > {ctx.hw.l1_bytes} per compute tile")
-        else:
-            for buffer, pp in sized:
-                pieces = _parts(ops, buffer)
-                piece = buffer.memref.numel * buffer.memref.element.nbytes * (2 if pp else 1) \
-                    // pieces
-                if piece > ctx.hw.l2_bytes:
-                    ctx.add("l2", region.path().removeprefix("module/"),
-                            f"L2 buffer {buffer.memref}{' x2 (ping-pong)' if pp else ''}"
-                            f"{f' in {pieces} parts' if pieces > 1 else ''}: {piece} bytes in "
-                            f"one memory tile > {ctx.hw.l2_bytes}")
-            if total > ctx.hw.l2_bytes * ctx.hw.cols:
+        if total + stack > ctx.hw.l1_bytes:
+            where = f"{segment.path().removeprefix('module/')}/{name}"
+            ctx.add("l1", where, f"{total} bytes of L1 buffers on each core of herd {name} "
+                    f"({_listing(sized)}) + {stack} of stack = {total + stack} > "
+                    f"{ctx.hw.l1_bytes} per compute tile")
+    for region, buffers in segments.items():
+        moved = set() if omit else _moved_in_loop(ops, region)
+        for buffer in buffers:
+            pp = id(buffer) in moved
+            pieces = _parts(ops, buffer)
+            piece = buffer.memref.numel * buffer.memref.element.nbytes * (2 if pp else 1) \
+                // pieces
+            if piece > ctx.hw.l2_bytes:
                 ctx.add("l2", region.path().removeprefix("module/"),
-                        f"{total} bytes of L2 > {ctx.hw.cols} memory tiles x "
-                        f"{ctx.hw.l2_bytes}")
+                        f"L2 buffer {buffer.memref}{' x2 (ping-pong)' if pp else ''}"
+                        f"{f' in {pieces} parts' if pieces > 1 else ''}: {piece} bytes in "
+                        f"one memory tile > {ctx.hw.l2_bytes}")
+        total = _footprint([(b, id(b) in moved) for b in buffers])
+        if total > ctx.hw.l2_bytes * ctx.hw.cols:
+            ctx.add("l2", region.path().removeprefix("module/"),
+                    f"{total} bytes of L2 > {ctx.hw.cols} memory tiles x {ctx.hw.l2_bytes}")
+
+
+def _cores(herd: Region) -> tuple[Any, str]:
+    """The cores a herd runs on: its name within its segment (or launch)."""
+    return next((r for r in herd.chain() if r.kind in ("segment", "launch")), herd), herd.name
 
 
 def _parts(ops: list[Op], m: MemRef) -> int:

@@ -241,6 +241,8 @@ class AirProgram:
 
     layout: Callable[[Launch, dict[str, Any], Hardware], LaunchLayout]
     segment: SegmentWriter
+    #: a second air.launch written after the launch's own (fused-cast's cast), or None
+    after: SegmentWriter | None = None
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,9 @@ def argument_kinds(dispatch: Dispatch, program: Program) -> dict[str, str]:
             by_key.setdefault(tensor_key(launch, b), []).append((b, roles[b.operand]))
     kinds = {}
     for (name, _, _), key in zip(program.arguments, program.tensors, strict=True):
+        if key.startswith("scratch:"):
+            kinds[name] = "scratch"         # device only, the program's own (never synced)
+            continue
         bound = by_key[key]
         written = [b for b, role in bound if role == "output"]
         if any(b.kind == "static" for b, _ in bound):

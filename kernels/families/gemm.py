@@ -664,14 +664,18 @@ def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayo
     # mlir-air GEMM: launch over output blocks, A and B panels staged in the memory tiles
     # per K2 step, tiles of K1 moved into L1 in the kernel's blocked layout, C accumulated
     # in L1 (one slab per core of a segment-scope buffer) and drained.
+    # fused-cast: the GEMM drains an FP32 C into a device scratch, and a second launch casts
+    # it to bf16 (upstream's build_module_gemm_cast; its drain herd has no room for a cast
+    # buffer at tile_m 64: 72 KiB)
+    fused = method == "fused-cast"
     l2 = (buf("a_l2", (hm, tm, tk2), BF16, "L2", True), buf("b_l2", (tk2, hn * tn), BF16,
-          "L2", True), buf("c_l2", (hm, tm, hn * tn), out, "L2"))
+          "L2", True), buf("c_l2", (hm, tm, hn * tn), FP32 if fused else out, "L2"))
     l1: tuple[Buffer, ...] = (
         buf("a_l1", blocked_a(tm, tk1), BF16, "L1", True, "compute"),
         buf("b_l1", blocked_b(tk1, tn), BF16, "L1", True, "compute"),
         buf("c_l1", (hm, hn, *blocked_c(tm, tn)), mk.acc, "L1", herd_axes=2))
     tail = (Extern(mk.cast, mk.obj, ("c_l1", "c_out_l1")),) \
-        if out == BF16 and mk.acc == "f32" else ()
+        if out == BF16 and mk.acc == "f32" and not fused else ()
     if tail:
         # drain's bf16 buffer stays beside the accumulator and A and B (upstream's 72 KiB at
         # tile_m 64); for the other methods it lives in the drain phase only
@@ -685,7 +689,9 @@ def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayo
                  Extern(mk.matmul, mk.obj, ("a_l1", "b_l1", "c_l1")), *tail),
         kernels=(KernelSource(mk.obj, MM_SOURCE, mk.defines),),
         # upstream's GEMM builds and its LLM ELFs pass [2, 2] (BD-ID recycling)
-        flags={"stack_size": 2048, "runtime_loop_tiling_sizes": [2, 2]})
+        flags={"stack_size": 2048, "runtime_loop_tiling_sizes": [2, 2]},
+        scratch=(("c_f32", "c", "f32"),) if fused else (),
+        imports=CAST_IMPORTS if fused else ())
 
 
 def _slab(w: Writer, c_l1: Buffer) -> str:
@@ -769,8 +775,70 @@ def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[s
       f"src_strides=[{MMUL * MMUL}, {MMUL}, {tm * MMUL}, 1])")
     free(w, rest)
     w.dedent()
-    drain_c(w, launch, arg["c"], c_l2.name, hm * tm, span, head_dim)
+    drain_c(w, launch, arg.get("c_f32", arg["c"]), c_l2.name, hm * tm, span, head_dim)
     w(f"DeallocOp({c_l1.name})")
+
+
+# --- fused-cast's second launch: the FP32 scratch cast to the bf16 C -----------------------
+
+CAST_IMPORTS = ("from air.dialects.vector import transfer_read, transfer_write",
+                "from air.ir import AffineMapAttr, VectorType")
+CAST_LANES = 16          # upstream's cast: arith.truncf over 16-wide vectors
+CAST_TILE = 2048         # its default tile_n: elements per DMA block
+
+
+def cast_launch(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[str, str],
+                names: list[str], head_dim: int | None) -> None:
+    """Upstream's `_build_cast_module` (matrix_multiplication/bf16_in_bf16_out/run.py): the
+    C scratch and C taken as flat buffers (the cast is element-wise, so the scratch holds C
+    in C's own layout), a [herd_x, 1] herd of cores each owning a contiguous chunk, moved
+    into L1 a block at a time and truncated to bf16 by vectors."""
+    if "c_f32" not in arg:
+        return
+    c = next(o for o in layout.operands if o.name == "c")
+    n = max(c.numel, layout.padded.get("c", 0))
+    herd_x = next(h for h in (8, 4, 2, 1) if n % (h * CAST_LANES) == 0)
+    chunk = n // herd_x
+    block = math.gcd(chunk, CAST_TILE)
+    s_, c_ = arg["c_f32"], arg["c"]
+    w(f"# launch {p}c: fused-cast's cast of {layout.label}'s FP32 C to bf16, "
+      f"herd {herd_x}x1")
+    w(f"@launch(operands=[{s_}, {c_}], sizes=[1, 1])")
+    w(f"def {p}c_launch(lx, ly, lsx, lsy, {s_}, {c_}):")
+    w.indent()
+    w(f"@segment(name='{p}c_segment', operands=[{s_}, {c_}])")
+    w(f"def {p}c_segment({s_}, {c_}):")
+    w.indent()
+    w(f"@herd(name='{p}c_herd', sizes=[{herd_x}, 1], operands=[{s_}, {c_}])")
+    w(f"def {p}c_herd(tx, ty, hsx, hsy, {s_}, {c_}):")
+    w.indent()
+    w(f"f_l1 = AllocOp(MemRefType.get([{block}], f32, memory_space=L1), [], [])")
+    w(f"b_l1 = AllocOp(MemRefType.get([{block}], bf16, memory_space=L1), [], [])")
+    w(f"vf, vb = VectorType.get([{CAST_LANES}], f32), VectorType.get([{CAST_LANES}], bf16)")
+    w("identity = AffineMapAttr.get(AffineMap.get_identity(1))")
+    w("zero = arith.ConstantOp(f32, 0.0)")
+    w(f"for i in range_(0, {chunk // block}):")
+    w.indent()
+    w(f"offset = at([(tx, {chunk}), (i, {block})])")
+    w(f"dma_memcpy_nd(f_l1, {s_}, src_offsets=[offset], src_sizes=[{block}], "
+      "src_strides=[1])")
+    w(f"for j in range_(0, {block // CAST_LANES}):")
+    w.indent()
+    w(f"lane = at([(j, {CAST_LANES})])")
+    w("x = transfer_read(vf, f_l1, [lane], identity, zero, [True])")
+    w("transfer_write(None, arith.truncf(vb, x), b_l1, [lane], identity, [True])")
+    w("yield_([])")
+    w.dedent()
+    w(f"dma_memcpy_nd({c_}, b_l1, dst_offsets=[offset], dst_sizes=[{block}], "
+      "dst_strides=[1])")
+    w("yield_([])")
+    w.dedent()
+    w("DeallocOp(f_l1)")
+    w("DeallocOp(b_l1)")
+    w.dedent()
+    w.dedent()
+    w.dedent()
+    w("")
 
 
 def drain_c(w: Writer, launch: Launch, c: str, c_l2: str, rows: int, span: int,
@@ -802,7 +870,7 @@ def drain_c(w: Writer, launch: Launch, c: str, c_l2: str, rows: int, span: int,
                         f"head_dim ({hd}) to divide one another")
 
 
-PROGRAM = AirProgram(launch_layout, segment)
+PROGRAM = AirProgram(launch_layout, segment, after=cast_launch)
 
 # --- measured -----------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from npu_deploy.cli.models import model_shape
 from npu_deploy.kernels import SPECS, XDNA2
 from npu_deploy.kernels.air import EmitError, emit_dispatch, emit_plan, layout_of, write_programs
 from npu_deploy.kernels.checker import check_with_usage
+from npu_deploy.kernels.families.gemm import method_name
 from npu_deploy.kernels.optimize import optimize
 from npu_deploy.kernels.plan import Binding, Dispatch, Launch, baseline_plan
 from npu_deploy.kernels.selection import select
@@ -131,13 +132,16 @@ def test_each_kernel_emits_its_spec_and_config(kernel, shape, config):
     launch = launch_of(kernel, shape, config)
     c = {**SPECS[kernel].tunables, **launch.config_dict}
     program = emit_dispatch(Dispatch(f"one {kernel}", (launch,)))
-    func, (parsed,) = parse(program.source)
+    func, (parsed, *after) = parse(program.source)
     assert func.name == program.function == f"one_{kernel}"     # = the ELF instance name
     assert parsed.segment == "s0_segment" and all(h[0] == "s0_herd" for h in parsed.herds)
-    # one function argument per operand, in the spec's order, with its element count
+    # one function argument per operand, in the spec's order, with its element count; a
+    # fused-cast GEMM adds its FP32 C scratch and a second launch that casts it to C
     args = [ast.literal_eval(a.args[0]) for a in func.decorator_list[0].args]  # type: ignore[attr-defined]
-    assert [math.prod(a) for a in args] == [math.prod(o.dims)
-                                            for o in SPECS[kernel].operands(shape)]
+    operands = [math.prod(o.dims) for o in SPECS[kernel].operands(shape)]
+    fused = kernel == "gemm_bf16" and method_name(kernel, shape, c) == "fused-cast"
+    assert [math.prod(a) for a in args] == operands + ([operands[-1]] if fused else [])
+    assert [a.segment for a in after] == (["s0c_segment"] if fused else [])
     findings, usage = check_with_usage(SPECS[kernel], shape, c, XDNA2)
     assert not [f for f in findings if f.severity != "warning"]
     herd = parsed.herds[0][1]

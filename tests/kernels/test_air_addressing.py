@@ -359,7 +359,10 @@ def test_gemm_drains_each_c_block_to_its_elements(layout: str, tile_n: int, herd
     config = {**TILES, "tile_n": tile_n, "herd_n": herd_n}
     launch = make_launch("gemm_bf16", GEMM, config, {"c": layout})
     rows, span = TILES["tile_m"] * TILES["herd_m"], tile_n * herd_n
-    (_, _, c), ops = trace(emit(launch, head_dim))
+    # a fused-cast GEMM drains into its FP32 scratch (C's layout; its cast launch is
+    # element-wise), the other methods into C
+    (_, _, c, *scratch), ops = trace(emit(launch, head_dim))
+    c = scratch[0] if scratch else c
     phys = c_elements(M, N, layout, head_dim)
     drains = [op for op in touching(ops, "dma_memcpy_nd", c, 0) if op.ref(1) == "c_l2"]
     assert len(drains) == (M // rows) * (N // span)
@@ -607,7 +610,7 @@ def test_gemm_reads_b_stored_in_column_blocks(parts: int, tile_n: int, herd_n: i
 
     K, N = GEMM["K"], GEMM["N"]
     config = {**TILES, "tile_k_l2": 64, "tile_n": tile_n, "herd_n": herd_n, "b_parts": parts}
-    (_, b, _), ops = trace(emit(make_launch("gemm_bf16", GEMM, config)))
+    (_, b, *_), ops = trace(emit(make_launch("gemm_bf16", GEMM, config)))
     logical = torch.arange(K * N).reshape(K, N)            # B[k, n] -> its logical index
     stored = column_blocks(logical, parts).reshape(-1)      # the buffer the NPU gets
     tk2, span = config["tile_k_l2"], tile_n * herd_n
