@@ -40,10 +40,11 @@ RANDOM_MODELS: dict[str, tuple[str, dict[str, Any], str]] = {
         _BASE, num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
         "Llama with MHA and an untied LM head"),
+    # head_dim 32: upstream's rope (rope_halfsplit.cc) takes rows of a multiple of 32
     "tiny-qwen2": ("Qwen2Config", dict(
-        _BASE, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+        _BASE, num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
-        "Qwen2.5-style: QKV bias"),
+        "Qwen2.5-style: QKV bias, GQA at head_dim 32"),
     "tiny-qwen3": ("Qwen3Config", dict(
         _BASE, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
         tie_word_embeddings=True,
