@@ -77,21 +77,22 @@ def test_baseline_decode_keeps_host_steps_explicit():
 
 
 def test_a_head_dim_ropes_kernel_cannot_take_is_refused_with_the_reason(tiny_models):
-    """Upstream's rope (rope_halfsplit.cc) rotates rows of a multiple of 32: tiny-llama's
+    """Upstream's rope (rope_halfsplit.cc) rotates rows of a multiple of 32: a model of
     head_dim 16 cannot run on it, and its RoPE's selection says so (Phase 1 blocks on it)
-    while the model's other kernels are not blamed; tiny-qwen2 (head_dim 32) runs."""
-    def refused(name):
-        plan = baseline_plan(name, tiny_models[name].args, Prefill(32))
+    while the model's other kernels are not blamed; the tiny models (head_dim 32) run."""
+    def refused(args):
+        plan = baseline_plan("m", args, Prefill(32))
         found = {}
         for ln in plan.launches():
             use = KernelUse(ln.role, SPECS[ln.kernel], ln.shape_dict)
             found |= {ln.kernel: f.message for f in blocking(select(use, XDNA2).findings)}
         return found
 
-    assert tiny_models["tiny-llama"].args.head_dim == 16
-    assert refused("tiny-llama") == {"rope": "width=16 is not a multiple of 32: rope works on "
-                                             "16-lane vectors of each half of a row"}
-    assert refused("tiny-qwen2") == {}
+    args = tiny_models["tiny-qwen2"].args
+    assert args.head_dim == 32 and refused(args) == {}
+    narrow = dataclasses.replace(args, n_heads=4, n_kv_heads=2, head_dim=16)
+    assert refused(narrow) == {"rope": "width=16 is not a multiple of 32: rope works on "
+                                       "16-lane vectors of each half of a row"}
 
 
 @pytest.mark.slow
