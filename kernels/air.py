@@ -115,7 +115,8 @@ class Program:
 def _signature(ext: Extern, l1: tuple[Buffer, ...]) -> str:
     """An extern's argument types, as its FuncOp declares them."""
     by_name = {b.name: b for b in l1}
-    return ", ".join("i32" if a == "i32" else by_name[a].slab_type() for a in ext.args)
+    return ", ".join("i32" if a == "i32" else by_name[a].window_type(ext.window)
+                     if ext.window else by_name[a].slab_type() for a in ext.args)
 
 
 def tensor_key(launch: Launch, b: Any) -> str:

@@ -55,6 +55,13 @@ class Buffer:
         """The shape of a core's memref.subview: 1 on each herd axis."""
         return (1,) * self.herd_axes + self.shape[self.herd_axes:]
 
+    def window_type(self, n: int) -> str:
+        """The type of a window of `n` contiguous elements of a 1-d buffer at an offset known
+        at run time (memref.subview in a loop): what a micro-kernel that takes one row of a
+        block is declared with."""
+        return memref((n,), self.dtype, self.space,
+                      "StridedLayoutAttr.get(ShapedType.get_dynamic_size(), [1])")
+
     def slab_type(self) -> str:
         """The type of a core's slab, as a subview at the core's indices makes it: strided
         within the whole buffer at an offset known at run time (upstream's l1MemrefTyC)."""
@@ -93,6 +100,9 @@ class Extern:
     symbol: str
     obj: str
     args: tuple[str, ...]            # L1 buffer names, then "i32" for each size argument
+    #: a kernel that takes one row of a block: each buffer is passed as a window of this
+    #: many elements (Buffer.window_type), None when it takes whole buffers (or slabs)
+    window: int | None = None
 
 
 @dataclass(frozen=True)

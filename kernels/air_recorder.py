@@ -982,6 +982,16 @@ def broadcast(vector: VectorType, source: Any, *, loc: Any = None, ip: Any = Non
     return Value(vector, _Builder.here(), None, "vector.broadcast")
 
 
+def reduction(dest: Any, kind: Any, vector: Any, *, acc: Any = None, fastmath: Any = None,
+              loc: Any = None, ip: Any = None) -> Value:
+    """vector.reduction (dest, kind, vector): the lanes of `vector` combined by `kind` into a
+    scalar of type `dest` (weighted_rms_norm's sum of squares)."""
+    _use(vector, "vector.reduction")
+    if acc is not None:
+        _use(acc, "vector.reduction")
+    return Value(dest, _Builder.here(), None, f"vector.reduction {kind}")
+
+
 def _lanes(vector: Any) -> int:
     return math.prod(vector.shape) if isinstance(vector, VectorType) else 1
 
@@ -1051,6 +1061,7 @@ def _modules() -> dict[str, types.ModuleType]:
         "air.dialects.math": module("air.dialects.math", tanh=_unary("math.tanh"),
                                     exp=_unary("math.exp"), rsqrt=_unary("math.rsqrt")),
         "air.dialects.vector": module("air.dialects.vector", broadcast=broadcast,
+                                      reduction=reduction,
                                       transfer_read=transfer_read,
                                       transfer_write=transfer_write),
     }

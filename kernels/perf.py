@@ -63,7 +63,7 @@ class PerfParams:
     tile_flops: float = 3.263131e+11
     k_step_s: float = 9.631073e-07
     direct_slowdown: float = 1.825491
-    cast_floor_s: float = 0.0003490755
+    cast_floor_s: float = 3.490755e-04
     cast_bw: float = 8.245038e+10
     # GEMV (kernels/families/gemv.py): the floor, a column's weight bandwidth, a call's cost.
     gemv_floor_s: float = 8.078173e-05
@@ -71,27 +71,27 @@ class PerfParams:
     gemv_call_s: float = 2.737317e-07
     # Streaming kernels (kernels/families/streaming.py): the floor, the DDR ceiling, a DMA
     # block's cost, and each kernel's rate per tile (bytes in and out per second).
-    stream_floor_s: float = 8.59745e-05
-    stream_ddr_bw: float = 7.229415e+10
-    stream_block_s: float = 3.960582e-09
+    stream_floor_s: float = 8.620813e-05
+    stream_ddr_bw: float = 7.228525e+10
+    stream_block_s: float = 1.826969e-08
     stream_tile_bw: tuple[tuple[str, float], ...] = (
-        ("add", 9.907081e+09), ("gelu", 1.793687e+09), ("rmsnorm", 2.799444e+09),
-        ("rope", 9.036768e+09), ("silu_mul", 3.075413e+09))
+        ("add", 1.002458e+10), ("gelu", 1.798522e+09), ("rmsnorm", 2.819383e+09),
+        ("rope", 9.035656e+09), ("silu_mul", 3.088077e+09))
     # FlashAttention (kernels/families/flash_attention.py): the launch's fixed cost, a cost
     # per launch iteration (q block x head group), a tile's rate.
     fa_floor_s: float = 0.0006158442
     fa_step_s: float = 3.531164e-05
     fa_tile_flops: float = 1.136454e+11
     # --- in the Llama-3.2-1B deployment (calibrate, steps 2-6) ----------------------------
-    launch_overhead_s: float = 8.964927e-05    # a launch in a merged ELF, for its floor
+    launch_overhead_s: float = 8.965201e-05    # a launch in a merged ELF, for its floor
     dispatch_overhead_s: float = 5e-05
-    matmul_derate: float = 1.12184            # GEMM work: deployed / standalone
-    attention_derate: float = 1.536387         # FlashAttention work likewise
-    stream_derate: float = 0.7950921           # GEMV and streaming work likewise
+    matmul_derate: float = 1.121874            # GEMM work: deployed / standalone
+    attention_derate: float = 1.536386         # FlashAttention work likewise
+    stream_derate: float = 0.795089           # GEMV and streaming work likewise
     host_step_s: float = 7.488317e-05           # Python scheduling per step ...
     host_step_per_row_s: float = 8.744084e-07   # ... and per token it handles
-    static_write_bw: float = 4.866435e+10       # writing static weights once
-    host_sync_bw: float = 1.038396e+10           # inputs written, outputs read, each call
+    static_write_bw: float = 4.865919e+10       # writing static weights once
+    host_sync_bw: float = 1.038203e+10           # inputs written, outputs read, each call
     cpu_bw: float = 2e+10                      # host ops' copies (assumed)
     cpu_attention_s: float = 1.442482e-05      # a decode attention step's fixed cost
 

@@ -291,7 +291,7 @@ def _prefill_steps(b: PlanBuilder, L: int) -> None:
         for name, heads in (("q", a.n_heads), ("k", a.n_kv_heads)):
             b.launch("rope", f"rope_{name}", i, {"rows": heads * L, "width": hd, "seq": L},
                      x=Binding("x", t + name + src, "input", hf),
-                     cos="rope.cos", sin="rope.sin",
+                     lut="rope.lut",
                      y=Binding("y", t + name + "r", "output", hf))
         b.launch("flash_attention", "attention", i,
                  {"heads": a.n_heads, "kv_heads": a.n_kv_heads, "Lq": L, "Lk": L, "head_dim": hd},
@@ -353,7 +353,7 @@ def _decode_steps(b: PlanBuilder, p: int) -> None:
             src = "n"
         for name, heads in (("q", a.n_heads), ("k", a.n_kv_heads)):
             b.launch("rope", f"rope_{name}", i, {"rows": heads, "width": hd, "seq": 1},
-                     x=t + name + src, cos="rope.cos", sin="rope.sin", y=t + name + "r")
+                     x=t + name + src, lut="rope.lut", y=t + name + "r")
         b.host("kv_append", "kv_append", i, {"kv_heads": a.n_kv_heads, "head_dim": hd},
                {"k": (t + "kr", "input"), "v": (t + "v", "input"),
                 "k_cache": Binding("k_cache", t + "k_cache", "output", hf),

@@ -24,6 +24,7 @@ from npu_deploy.models.adapters import Weights
 from npu_deploy.models.config import ModelArgs
 from npu_deploy.oracle import reference as ref_ops
 
+from .families.rope import lut as rope_lut
 from .numerics import to_bf16
 from .plan import Binding, Dispatch, DispatchPlan, HostStep, Launch
 from .registry import HOST_KERNELS, family
@@ -92,7 +93,8 @@ class PlanRunner:
                 raise ValueError("a decode plan takes one token and the KV cache")
             positions = torch.tensor([plan.mode.pos])
         cos, sin = ref_ops.rope_table(a, positions)
-        tensors: Tensors = {"tokens": tokens, "rope.cos": to_bf16(cos), "rope.sin": to_bf16(sin)}
+        # the RoPE kernel's table: a [cos | sin] LUT row per position (rope_halfsplit.cc)
+        tensors: Tensors = {"tokens": tokens, "rope.lut": to_bf16(rope_lut(cos, sin))}
         if cache is not None:
             tensors.update(cache)
         self._row_sizes = _row_sizes(plan)

@@ -19,6 +19,7 @@ from npu_deploy.oracle.reference import rope_cos_sin
 
 from .checker import Finding, check
 from .emulator import REFERENCE
+from .families.rope import lut as rope_lut
 from .hardware import XDNA2, Hardware
 from .numerics import to_bf16
 from .registry import FAMILIES
@@ -80,7 +81,7 @@ def seeded_inputs(spec: KernelSpec, shape: Shape, seed: int = 0) -> dict[str, to
             continue
         if op.role == "table":     # the oracle's own RoPE table, theta 10000
             cos, sin = rope_cos_sin(op.dims[1], 10000.0, RopeScaling(), torch.arange(op.dims[0]))
-            out[op.name] = to_bf16(cos if op.name == "cos" else sin)
+            out[op.name] = to_bf16(rope_lut(cos, sin))
             continue
         t = torch.randn(op.dims, generator=gen)
         if op.role == "weight" and numerics is not None and numerics.weights is not None:

@@ -24,24 +24,27 @@ CHAT_TEMPLATE = (
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 TOKENIZER_VOCAB = 512
 
-_BASE = dict(hidden_size=64, num_hidden_layers=2, intermediate_size=160,
+# Sized for upstream's kernels, as a deployment on the (simulated) NPU runs them: ffn 192
+# (mv.cc sums the down GEMV's rows of K = ffn in 64-wide vectors) and head_dim 32 below
+# (rope_halfsplit.cc takes rows of a multiple of 32).
+_BASE = dict(hidden_size=64, num_hidden_layers=2, intermediate_size=192,
              vocab_size=TOKENIZER_VOCAB, max_position_embeddings=4096, rms_norm_eps=1e-6,
              bos_token_id=0, eos_token_id=2, pad_token_id=0)
 
 #: name -> (transformers config class name, its arguments, what the model exercises)
 RANDOM_MODELS: dict[str, tuple[str, dict[str, Any], str]] = {
     "tiny-llama": ("LlamaConfig", dict(
-        _BASE, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+        _BASE, num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
         rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0,
                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                          "original_max_position_embeddings": 64}),
         "Llama with GQA, tied embeddings and Llama 3 rope scaling"),
     "tiny-llama-mha": ("LlamaConfig", dict(
-        _BASE, num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=False,
+        _BASE, num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
         "Llama with MHA and an untied LM head"),
     "tiny-qwen2": ("Qwen2Config", dict(
-        _BASE, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+        _BASE, num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
         "Qwen2.5-style: QKV bias"),
     "tiny-qwen3": ("Qwen3Config", dict(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..air_parts import EmitError, LaunchLayout, Writer, call
+from ..air_parts import EmitError, LaunchLayout, Writer, stored_length
 from ..family import KernelFamily, KernelSpec, Numerics, Shape, Tensors, TimedLaunch, product_space
 from ..measurements import Source, TableSource, markdown_tables, rows_at
 from ..tensors import bf16_out, bound_layout, f32
@@ -46,25 +46,60 @@ ADD_NUMERICS = Numerics(emulate_add, lambda s, c, x: {"y": f32(x["a"]) + f32(x["
 BIAS_NUMERICS = Numerics(emulate_bias_add,
                          lambda s, c, x: {"y": f32(x["x"]) + f32(x["bias"])}, atol=1e-3)
 
-# --- the programs ---------------------------------------------------------------------------
+# --- the programs: inline, as upstream writes both (o_ffn_multi._build_add_2d_to_2d,
+# rms_qkv_bias_rope_multi._build_bias_add_2d): arith.addf over 16-lane bf16 vectors ----------
 
-#: bias_add's size arguments: the tile's element count, its first element in the tensor, the
-#: bias width, the head size and the rows per head (0 when the tensor is seq-first, stored
-#: [rows, width]; else it is head-first, [width / head_dim, rows, head_dim]).
-BIAS_ARGS = ("n", "first", "width", "head_dim", "head_rows")
+CHECK = streaming.vector_check(0, "the add is inline vector code with no scalar tail")
 
 
-def call_bias_add(w: Writer, launch: Launch, layout: LaunchLayout, step: int, rows: int,
-                  head_dim: int | None) -> None:
-    """The micro-kernel with what locates each element's bias in the stored layout."""
-    s = launch.shape_dict
+def add(w: Writer, launch: Launch, layout: LaunchLayout, step: int, rows: int,
+        head_dim: int | None) -> None:
+    """a + b over the block, into y_l1."""
+    lanes = streaming.LANES
+    w(f"# a + b on {lanes}-lane bf16 vectors, inline")
+    streaming.vector_prelude(w)
+    w(f"for j in range_(0, {step // lanes}):")
+    w.indent()
+    w(f"lane = at([(j, {lanes})])")
+    streaming.write(w, f"arith.addf({streaming.read('vec', 'a_l1', 'lane')}, "
+                    f"{streaming.read('vec', 'b_l1', 'lane')})", "y_l1", "lane")
+    w("yield_([])")
+    w.dedent()
+
+
+def bias_add(w: Writer, launch: Launch, layout: LaunchLayout, step: int, rows: int,
+             head_dim: int | None) -> None:
+    """x + bias over the block, into y_l1: each vector of the tile (at element `offset` of
+    the tensor) reads the bias column of its first element in the layout x is stored in,
+    e mod width seq-first ([rows, width]), (e div (rows x head_dim)) x head_dim + e mod
+    head_dim head-first ([width / head_dim, rows, head_dim]). A vector never straddles a
+    row or a head: the tile, the width and head_dim are whole vectors."""
+    s, lanes = launch.shape_dict, streaming.LANES
     head_first = launch.binding("x").layout == "head-first"
     if head_first and head_dim is None:
         raise EmitError(f"{launch.label}: x is bound head-first; the program needs the "
                         "model's head_dim")
-    call(w, layout.externs[0], (step, "offset", s["width"], head_dim or 0,
-                                s["rows"] if head_first else 0))
+    w(f"# x + bias on {lanes}-lane bf16 vectors, inline")
+    streaming.vector_prelude(w)
+    w(f"for j in range_(0, {step // lanes}):")
+    w.indent()
+    w(f"lane = at([(j, {lanes})])")
+    w(f"e = at([(offset, 1), (j, {lanes})])")
+    if head_first and head_dim is not None:
+        # [heads, L_pad, hd]: element e is in head e // (L_pad hd), column e mod hd of it
+        per_head = stored_length(launch, "x", s["rows"]) * head_dim
+        w(f"column = at([(at([(e, 1)], divisor={per_head}), {head_dim}), (e, 1), "
+          f"(at([(e, 1)], divisor={head_dim}), {-head_dim})])")
+    else:
+        w(f"column = at([(e, 1), (at([(e, 1)], divisor={s['width']}), {-s['width']})])")
+    streaming.write(w, f"arith.addf({streaming.read('vec', 'x_l1', 'lane')}, "
+                    f"{streaming.read('vec', 'bias_l1', 'column')})", "y_l1", "lane")
+    w("yield_([])")
+    w.dedent()
 
+
+RULES = (*streaming.RULES, f"divisible: a tile and a bias row are whole {streaming.LANES}-lane "
+         "vectors (the add is inline vector code)")
 
 # --- measured -----------------------------------------------------------------------------
 
@@ -95,16 +130,19 @@ def timed_launches() -> list[TimedLaunch]:
 
 
 FAMILIES = (
-    KernelFamily(ADD, rules=streaming.RULES, check=streaming.check,
+    KernelFamily(ADD, rules=RULES, check=CHECK,
                  candidates=product_space(streaming.ELEMENT_SPACE), numerics=ADD_NUMERICS,
                  cost=streaming.stream_cost("add", timed_launches),
-                 program=streaming.program("add_bf16"), data="add", source=SOURCE,
+                 program=streaming.program(None, compute=add,
+                                           imports=streaming.VECTOR_IMPORTS),
+                 data="add", source=SOURCE,
                  measured=rows_at("add", "shapes", lambda r: (r["N"],),
                                   lambda s: (s["rows"] * s["width"],))),
     # The bias add streams like the add and reuses its measured rate.
-    KernelFamily(BIAS_ADD, rules=streaming.RULES, check=streaming.check,
+    KernelFamily(BIAS_ADD, rules=RULES, check=CHECK,
                  candidates=product_space(streaming.ELEMENT_SPACE), numerics=BIAS_NUMERICS,
                  cost=streaming.stream_cost("add"),
-                 program=streaming.program("bias_add_bf16", BIAS_ARGS, compute=call_bias_add),
+                 program=streaming.program(None, compute=bias_add,
+                                           imports=streaming.VECTOR_IMPORTS),
                  data="add", layout_follows_output=True),
 )

@@ -5,13 +5,16 @@ over a block of rows); the registry page RMSNorm_bf16.md measures it, the QK nor
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from npu_deploy.oracle import reference as ref_ops
 
+from ..air_parts import LaunchLayout, Writer, buf
 from ..family import (
+    BF16,
+    FP32,
     Cost,
     KernelFamily,
     KernelSpec,
@@ -25,6 +28,9 @@ from ..measurements import Source, TableSource, markdown_tables, rows_at
 from ..tensors import bf16_out, f32
 from . import streaming
 
+if TYPE_CHECKING:
+    from ..plan import Launch
+
 # --- spec --------------------------------------------------------------------------------
 
 RMSNORM = KernelSpec("rmsnorm", "npu", "weighted RMSNorm over each row", ("rows", "width"),
@@ -36,12 +42,24 @@ QK_NORM = KernelSpec("qk_norm", "npu", "per-head RMSNorm of Q or K (Qwen3)", ("r
                      lambda s: 4.0 * s["rows"] * s["width"],
                      {"herd_m": 8, "tile_rows": 4, "eps": 1e-6})
 
-# --- numerics: bf16 in, the sum of squares and the scale in FP32, one cast to bf16 --------
+# --- numerics: as the program computes, bf16 vectors with an FP32 sum and rsqrt -----------
 
 
 def emulate(s: Shape, c: dict[str, Any], x: Tensors, out: Tensors | None = None) -> Tensors:
-    return {"y": bf16_out(ref_ops.rms_norm(f32(x["x"]), f32(x["weight"]), float(c["eps"])),
-                          out, "y")}
+    """The program's sequence of roundings (see `compute`): each square rounded to bf16, the
+    squares summed in FP32 per lane over the row's 16-lane vectors and the lanes then reduced,
+    rsqrt(sum / width + eps) in FP32 rounded to bf16, x * rstd rounded to bf16, times the
+    weight rounded to bf16."""
+    xb = x["x"].to(torch.bfloat16)
+    width, lanes = s["width"], streaming.LANES
+    squares = f32(xb * xb).reshape(*xb.shape[:-1], width // lanes, lanes)
+    acc = torch.zeros_like(squares[..., 0, :])
+    for j in range(width // lanes):     # the lane sums, in the program's order
+        acc = acc + squares[..., j, :]
+    total = acc.sum(-1, keepdim=True)
+    rstd = torch.rsqrt(total / float(width) + float(c["eps"])).to(torch.bfloat16)
+    y = (xb * rstd) * x["weight"].to(torch.bfloat16)
+    return {"y": bf16_out(f32(y), out, "y")}
 
 
 def reference(s: Shape, c: dict[str, Any], x: Tensors) -> Tensors:
@@ -53,13 +71,64 @@ def near_one(t: torch.Tensor, s: Shape) -> torch.Tensor:
     return 1.0 + 0.1 * t
 
 
-# The FP32-vector kernels round once to bf16 and stay within rtol (measured excess 0);
-# 1e-3 covers values near 0.
+# Four bf16 roundings (the squares, rstd, x * rstd, the weighted result) stay within the
+# Phase-1 rtol at unit scale; 1e-3 covers values near 0.
 NUMERICS = Numerics(emulate, reference, atol=1e-3, weights=near_one)
 
-# --- the program: the row block and the weight row in L1, `rms_norm_bf16` per block -------
+# --- the program: the row block and the weight row in L1, the norm inline -------------------
+#
+# Upstream writes RMSNorm inline, not as a micro-kernel (weighted_rms_norm.py, and the LLM
+# builders' _build_rms_1d and _build_qknorm_2d): per row, each 16-lane bf16 vector squared in
+# bf16, widened and summed into an f32 vector in L1, reduced to a scalar; rsqrt(sum / N + eps)
+# in f32, narrowed to bf16; then x * rstd * weight in bf16 vectors. We write the same.
 
-PROGRAM = streaming.program("rms_norm_bf16", ("rows",))
+#: the f32 partial sums and the squared vector upstream stages through L1
+SCRATCH = (buf("acc_l1", (streaming.LANES,), FP32, "L1"),
+           buf("sq_l1", (streaming.LANES,), BF16, "L1"))
+SCRATCH_BYTES = sum(b.nbytes for b in SCRATCH)
+
+
+def compute(w: Writer, launch: Launch, layout: LaunchLayout, step: int, rows: int,
+            head_dim: int | None) -> None:
+    """RMSNorm of each row of the block in x_l1 into y_l1, with the weight row in
+    weight_l1."""
+    width, lanes = launch.shape_dict["width"], streaming.LANES
+    eps = float(streaming.config(launch)["eps"])
+    vectors = width // lanes
+    w(f"# RMSNorm of {rows} row(s) of {width}, inline (upstream's weighted_rms_norm)")
+    streaming.vector_prelude(w)
+    w(f"width = arith.ConstantOp(f32, {float(width)!r})")
+    w(f"eps = arith.ConstantOp(f32, {eps!r})")
+    w(f"for r in range_(0, {rows}):")
+    w.indent()
+    streaming.write(w, "broadcast(vec_f32, zero_f32)", "acc_l1", "c0")
+    w(f"for j in range_(0, {vectors}):")
+    w.indent()
+    w(f"x = {streaming.read('vec', 'x_l1', f'at([(r, {width}), (j, {lanes})])')}")
+    streaming.write(w, "arith.mulf(x, x)", "sq_l1", "c0")
+    w(f"sq = arith.extf(vec_f32, {streaming.read('vec', 'sq_l1', 'c0')})")
+    streaming.write(w, f"arith.addf({streaming.read('vec_f32', 'acc_l1', 'c0')}, sq)",
+                    "acc_l1", "c0")
+    w("yield_([])")
+    w.dedent()
+    w(f"total = reduction(f32, 'add', {streaming.read('vec_f32', 'acc_l1', 'c0')})")
+    w("rstd = arith.truncf(bf16, math_dialect.rsqrt(arith.addf(arith.divf(total, width), "
+      "eps)))")
+    w("scale = broadcast(vec, rstd)")
+    w(f"for j in range_(0, {vectors}):")
+    w.indent()
+    w(f"lane = at([(r, {width}), (j, {lanes})])")
+    w(f"x = {streaming.read('vec', 'x_l1', 'lane')}")
+    w(f"g = {streaming.read('vec', 'weight_l1', f'at([(j, {lanes})])')}")
+    streaming.write(w, "arith.mulf(arith.mulf(x, scale), g)", "y_l1", "lane")
+    w("yield_([])")
+    w.dedent()
+    w("yield_([])")
+    w.dedent()
+
+
+PROGRAM = streaming.program(None, compute=compute, imports=streaming.VECTOR_IMPORTS,
+                            scratch=SCRATCH)
 
 # --- measured -----------------------------------------------------------------------------
 
@@ -84,9 +153,15 @@ def timed_launches() -> list[TimedLaunch]:
     return streaming.measured_rows("rmsnorm", launch)
 
 
+RULES = (*streaming.RULES, f"divisible: a row is whole {streaming.LANES}-lane vectors (the norm "
+         "is inline vector code)")
+CHECK = streaming.vector_check(SCRATCH_BYTES, "the norm is inline vector code with no "
+                               "scalar tail")
+
+
 def _family(spec: KernelSpec, cost: Cost, **extra: Any) -> KernelFamily:
     return KernelFamily(
-        spec, rules=streaming.RULES, check=streaming.check,
+        spec, rules=RULES, check=CHECK,
         candidates=product_space(streaming.ROW_SPACE), numerics=NUMERICS,
         cost=cost, program=PROGRAM, data="rmsnorm", **extra)
 

@@ -1,10 +1,13 @@
 """RoPE, half-split (HF Llama `rotate_half`), from a cos/sin table. mlir-air links
-`rope_halfsplit.cc` (`rope_bf16` over a block of rows, one table row per row); the registry
-page RoPE_bf16.md measures it."""
+rope_halfsplit.cc (rope.o): `rope(input, lut, output, dims)` rotates one row of dims
+elements with one LUT row, [cos of the dims/2 frequencies | their sin]; the host builds the
+table in that layout (`lut`). The registry page RoPE_bf16.md measures it."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+import torch
 
 from npu_deploy.oracle import reference as ref_ops
 
@@ -19,16 +22,33 @@ if TYPE_CHECKING:
 
 # --- spec: rows of head_dim (every head of every position), the table of `seq` positions ---
 
-ROPE = KernelSpec("rope", "npu", "RoPE, half-split, from a cos/sin table", ("rows", "width", "seq"),
+ROPE = KernelSpec("rope", "npu", "RoPE, half-split, from a cos/sin LUT", ("rows", "width", "seq"),
                   streaming.row_operands("x", table=True), lambda s: 3.0 * s["rows"] * s["width"],
                   {"herd_m": 8, "tile_rows": 4})
+
+# --- the table: one LUT row per position, as rope_halfsplit.cc reads it ----------------------
+
+
+def lut(cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The kernel's table from HF's [positions, head_dim] cos and sin (each the dims/2
+    frequencies twice): per position [cos_0 .. cos_{half-1} | sin_0 .. sin_{half-1}]."""
+    half = cos.shape[-1] // 2
+    return torch.cat((cos[..., :half], sin[..., :half]), dim=-1)
+
+
+def cos_sin(table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """HF's cos and sin back from the kernel's table (`lut`'s inverse)."""
+    half = table.shape[-1] // 2
+    cos, sin = table[..., :half], table[..., half:]
+    return torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+
 
 # --- numerics: bf16 in, the rotation in FP32, one cast to bf16 -----------------------------
 
 
 def emulate(s: Shape, c: dict[str, Any], x: Tensors, out: Tensors | None = None) -> Tensors:
     seq, width = s["seq"], s["width"]
-    cos, sin = f32(x["cos"]), f32(x["sin"])
+    cos, sin = cos_sin(f32(x["lut"]))
     if bound_layout(c, "x", "head-first") == "seq-first":
         rows = f32(x["x"]).view(seq, -1, width)       # [seq, heads, width]
         cos, sin = cos[:, None], sin[:, None]
@@ -40,33 +60,42 @@ def emulate(s: Shape, c: dict[str, Any], x: Tensors, out: Tensors | None = None)
 
 def reference(s: Shape, c: dict[str, Any], x: Tensors) -> Tensors:
     rows = f32(x["x"]).view(-1, s["seq"], s["width"])
-    return {"y": ref_ops.apply_rope(rows, f32(x["cos"]), f32(x["sin"])).reshape(-1, s["width"])}
+    cos, sin = cos_sin(f32(x["lut"]))
+    return {"y": ref_ops.apply_rope(rows, cos, sin).reshape(-1, s["width"])}
 
 
 NUMERICS = Numerics(emulate, reference, atol=1e-3)
 
-# --- the program: per block, the cos and sin row of each row's position --------------------
+# --- the program: per block, the LUT row of each row's position, `rope` per row -------------
+
+#: rope_halfsplit.cc, compiled with no defines: one call rotates one row of `dims`
+KERNEL = streaming.KernelCall("rope", "rope.o", "programming_examples/rope_halfsplit/"
+                              "rope_halfsplit.cc", ("x_l1", "lut_l1", "y_l1"), per_row=True)
 
 
 def table_rows(w: Writer, launch: Launch, layout: LaunchLayout, arg: dict[str, str],
                rows: int) -> None:
-    """One cos and one sin row per row of the block. Row r of x is position r // heads
-    seq-first ([L, heads * head_dim]), position r mod L_pad head-first ([heads, L_pad, hd],
-    L_pad = L unless the sequence is padded; a padded position reads the table's zeros)."""
+    """One LUT row per row of the block. Row r of x is position r // heads seq-first
+    ([L, heads * head_dim]), position r mod L_pad head-first ([heads, L_pad, hd], L_pad = L
+    unless the sequence is padded; a padded position reads the table's zeros)."""
     s = launch.shape_dict
-    heads, seq = s["rows"] // s["seq"], stored_length(launch, "x", s["seq"])
+    heads, seq, width = s["rows"] // s["seq"], stored_length(launch, "x", s["seq"]), s["width"]
     for j in range(rows):
         row = f"at([(i, {rows * layout.herd[0]}), (tx, {rows})], {j})"
         pos = f"at([({row}, 1)], divisor={heads})" \
             if launch.binding("x").layout == "seq-first" \
             else f"at([({row}, 1), (at([({row}, 1)], divisor={seq}), {-seq})])"
-        for name in ("cos", "sin"):
-            w(f"dma_memcpy_nd({name}_l1, {arg[name]}, dst_offsets=[{j}, 0], dst_sizes=[1, "
-              f"{s['width']}], dst_strides=[{s['width']}, 1], src_offsets=[0, at([({pos}, "
-              f"{s['width']})])], src_sizes=[1, {s['width']}], src_strides=[{s['width']}, 1])")
+        w(f"dma_memcpy_nd(lut_l1, {arg['lut']}, dst_offsets=[{j * width}], dst_sizes=[{width}], "
+          f"dst_strides=[1], src_offsets=[at([({pos}, {width})])], src_sizes=[{width}], "
+          "src_strides=[1])")
 
 
-PROGRAM = streaming.program("rope_bf16", ("rows",), per_block=table_rows)
+PROGRAM = streaming.program(KERNEL, per_block=table_rows)
+CHECK = streaming.vector_check(0, "rope works on 16-lane vectors of each half of a row",
+                               multiple=2 * streaming.LANES)
+
+RULES = (*streaming.RULES, "divisible: a row is whole 16-lane vectors in each half (rope "
+         "requires dims a multiple of 32)")
 
 # --- measured -----------------------------------------------------------------------------
 
@@ -95,7 +124,7 @@ def timed_launches() -> list[TimedLaunch]:
 
 
 FAMILIES = (KernelFamily(
-    ROPE, rules=streaming.RULES, check=streaming.check,
+    ROPE, rules=RULES, check=CHECK,
     candidates=product_space(streaming.ROW_SPACE), numerics=NUMERICS,
     cost=streaming.stream_cost("rope", timed_launches), program=PROGRAM, data="rope", source=SOURCE,
     # alone, x and y are [heads, L, head_dim] (the emulator reads the spec's dims so)

@@ -34,6 +34,18 @@ def reference(s: Shape, c: dict[str, Any], x: Tensors) -> Tensors:
 
 NUMERICS = Numerics(emulate, reference, atol=1e-3)
 
+# --- the program: upstream's silu_and_mul_bf16(gate, up, out, n) on each tile -------------
+
+#: silu_and_mul.cc, compiled with no defines: n is a run-time argument (whole 16-lane vectors)
+KERNEL = streaming.KernelCall("silu_and_mul_bf16", "silu_and_mul.o",
+                              "programming_examples/silu_and_mul/silu_and_mul.cc",
+                              ("gate_l1", "up_l1", "y_l1"))
+CHECK = streaming.vector_check(0, "silu_and_mul_bf16 processes n / 16 whole vectors and "
+                               "drops a tail")
+
+RULES = (*streaming.RULES, f"divisible: a tile is whole {streaming.LANES}-lane vectors (the "
+         "kernel drops a tail)")
+
 # --- measured -----------------------------------------------------------------------------
 
 SOURCE = Source("details/SiLU_Mul_bf16.md", markdown_tables(
@@ -64,9 +76,9 @@ def timed_launches() -> list[TimedLaunch]:
 
 
 FAMILIES = (KernelFamily(
-    SILU_MUL, rules=streaming.RULES, check=streaming.check,
+    SILU_MUL, rules=RULES, check=CHECK,
     candidates=product_space(streaming.ELEMENT_SPACE), numerics=NUMERICS,
     cost=streaming.stream_cost("silu_mul", timed_launches),
-    program=streaming.program("silu_and_mul_bf16"), data="silu_mul", source=SOURCE,
+    program=streaming.program(KERNEL), data="silu_mul", source=SOURCE,
     measured=rows_at("silu_mul", "shapes", lambda r: (r["N"],),
                      lambda s: (s["rows"] * s["width"],))),)

@@ -5,7 +5,7 @@ program of a herd whose tiles stream their inputs from DDR and their output back
 A row kernel (a `tile_rows` tunable) moves whole rows: a block of `tile_rows` rows of
 `width` per tile and loop step. An element-wise kernel moves flat tiles of `tile` elements.
 What differs per family is declared by roles: a `weight` operand (a norm's weight, a bias)
-is loaded whole into L1 once; a `table` operand (RoPE's cos and sin) gets a row per row of
+is loaded whole into L1 once; a `table` operand (RoPE's cos/sin LUT) gets a row per row of
 the block; every `input` is a stream.
 """
 
@@ -13,10 +13,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import rules
-from ..air_parts import Buffer, Extern, LaunchLayout, Writer, buf, call, cdiv, dims, stream_segment
+from ..air_parts import (
+    Buffer,
+    Extern,
+    KernelSource,
+    LaunchLayout,
+    Writer,
+    buf,
+    call,
+    cdiv,
+    stream_segment,
+)
 from ..family import (
     BF16,
     AirProgram,
@@ -42,21 +53,26 @@ if TYPE_CHECKING:
 
 def row_operands(*names: str, out: str = "y", weight: str | None = None, table: bool = False
                  ) -> Callable[[Shape], list[Operand]]:
-    """Inputs `names` of [rows, width], a weight row of [width], RoPE's cos and sin tables
-    of [seq, width], and the output of [rows, width]; all bf16."""
+    """Inputs `names` of [rows, width], a weight row of [width], RoPE's table of [seq,
+    width] (one LUT row per position, as upstream's rope kernel reads it), and the output
+    of [rows, width]; all bf16."""
     def ops(s: Shape) -> list[Operand]:
         shape = (s["rows"], s["width"])
         out_ops = [Operand(n, shape, BF16, "input") for n in names]
         if weight:
             out_ops.append(Operand(weight, (s["width"],), BF16, "weight"))
         if table:
-            out_ops += [Operand("cos", (s["seq"], s["width"]), BF16, "table"),
-                        Operand("sin", (s["seq"], s["width"]), BF16, "table")]
+            out_ops.append(Operand("lut", (s["seq"], s["width"]), BF16, "table"))
         return [*out_ops, Operand(out, shape, BF16, "output")]
     return ops
 
 
 # --- checker rule ------------------------------------------------------------------------
+
+#: Inline (direct codegen) code works on 16-lane bf16 vectors, as upstream's does
+#: (weighted_rms_norm, the LLM builders' adds, gelu): math.tanh and the vector ops lower on
+#: that width on AIE2P.
+LANES = 16
 
 RULES = (
     "herd: herd_m columns x herd_rows rows fit the array",
@@ -70,8 +86,9 @@ RULES = (
 
 
 def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
-          usage: dict[str, int]) -> list[Finding]:
-    """Element-wise and row-wise kernels: each tile streams its inputs from DDR."""
+          usage: dict[str, int], scratch_bytes: int = 0) -> list[Finding]:
+    """Element-wise and row-wise kernels: each tile streams its inputs from DDR (plus
+    `scratch_bytes` of L1 its inline code keeps, a norm's accumulator)."""
     hm, rows_used = int(c["herd_m"]), int(c.get("herd_rows", 1))
     ops = spec.operands(s)
     ins = sum(1 for o in ops if o.role == "input")
@@ -81,10 +98,10 @@ def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
     rules.shim(f, hm * rows_used, ins, 1, hw)
     if "tile_rows" in c:       # row kernels hold whole rows: norms, RoPE
         rows = int(c["tile_rows"])
-        # A cos and a sin row for each row of the block (RoPE); a weight row (a norm).
+        # A table row for each row of the block (RoPE); a weight row (a norm).
         extra = sum(rows * width * BF16 if o.role == "table" else width * BF16
                     for o in ops if o.role in ("table", "weight"))
-        l1 = 2 * (ins + 1) * rows * width * BF16 + extra
+        l1 = 2 * (ins + 1) * rows * width * BF16 + extra + scratch_bytes
         usage.update(tiles=hm * rows_used, l1_bytes=l1)
         rules.l1(f, l1, hw, f"{rows} row(s) of {width} in and out, twice", "use fewer tile_rows")
         rules.align(f, "a row", width, BF16, hw)
@@ -92,7 +109,8 @@ def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
         tile = int(c["tile"])
         n = s["rows"] * width
         # a weight (the bias row) sits whole next to the stream
-        l1 = 2 * (ins + 1) * tile * BF16 + sum(width * BF16 for o in ops if o.role == "weight")
+        l1 = 2 * (ins + 1) * tile * BF16 + sum(width * BF16 for o in ops if o.role == "weight") \
+            + scratch_bytes
         usage.update(tiles=hm * rows_used, l1_bytes=l1)
         rules.l1(f, l1, hw, f"{ins + 1} buffers of {tile} elements, twice", "use a smaller tile")
         # A 1-D stream folds into a multi-dimensional descriptor: no repeat limit bites.
@@ -105,6 +123,33 @@ def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
     rules.bds(f, streams=rows_used * (ins + 1 + tables), tails=0, hw=hw, usage=usage,
               once=rows_used * weights)
     return f
+
+
+def whole_vectors(f: list[Finding], what: str, n: int, why: str, multiple: int = LANES
+                  ) -> None:
+    """`n` elements are whole 16-lane vectors (`multiple` of them: vector code has no
+    scalar tail)."""
+    if n % multiple:
+        f.append(Finding("divisible", "error", f"{what}={n} is not a multiple of "
+                         f"{multiple}: {why}", n, multiple))
+
+
+def vector_check(scratch_bytes: int, why: str, multiple: int = LANES
+                 ) -> Callable[[KernelSpec, Shape, dict[str, Any], Hardware, dict[str, int]],
+                               list[Finding]]:
+    """The check of a kernel that works on whole vectors (inline code, or an upstream kernel
+    with no tail): the streaming rule with its scratch L1, and every row (a row kernel) or
+    tile (element-wise) a `multiple` of elements."""
+    def run(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
+            usage: dict[str, int]) -> list[Finding]:
+        f = check(spec, s, c, hw, usage, scratch_bytes)
+        # a row, or a weight row read vector by vector beside an element-wise tile
+        if "tile_rows" in c or any(o.role == "weight" for o in spec.operands(s)):
+            whole_vectors(f, "width", s["width"], why, multiple)
+        if "tile" in c:
+            whole_vectors(f, "tile", int(c["tile"]), why, multiple)
+        return f
+    return run
 
 
 # --- search spaces (calibrated value first: NPU_FACTS' element-wise herds of 8) ------------
@@ -128,8 +173,8 @@ SHARED = (("stream_floor_s", 80e-6), ("stream_ddr_bw", 58e9), ("stream_block_s",
 
 def stream_bytes(spec: KernelSpec, s: Shape, elements: int) -> float:
     """Bytes a launch moves over `elements` of rows x width (the padded blocks it loops
-    over): every input, table and output element once (RoPE moves a cos and a sin row per
-    row), a weight row once."""
+    over): every input, table and output element once (RoPE moves a table row per row), a
+    weight row once."""
     ops = spec.operands(s)
     per_element = sum(1 for o in ops if o.role in ("input", "table", "output"))
     return elements * BF16 * per_element + sum(o.nbytes for o in ops if o.role == "weight")
@@ -203,51 +248,100 @@ def measured_rows(kernel: str, launch: Callable[[str, dict[str, Any]],
 
 # --- the program ---------------------------------------------------------------------------
 
+#: what inline code imports beyond the program's common header
+VECTOR_IMPORTS = ("from air.dialects import math as math_dialect",
+                  "from air.dialects.vector import broadcast, reduction, transfer_read, "
+                  "transfer_write",
+                  "from air.ir import AffineMapAttr, VectorType")
+
+
+def vector_prelude(w: Writer) -> None:
+    """The names inline code reads: the bf16 and f32 vector types, the identity map of a
+    transfer, the pad values, index 0."""
+    w(f"vec = VectorType.get([{LANES}], bf16)")
+    w(f"vec_f32 = VectorType.get([{LANES}], f32)")
+    w("identity = AffineMapAttr.get(AffineMap.get_identity(1))")
+    w("zero = arith.ConstantOp(bf16, 0.0)")
+    w("zero_f32 = arith.ConstantOp(f32, 0.0)")
+    w("c0 = at([])")
+
+
+def read(vector: str, buffer: str, index: str) -> str:
+    """vector.transfer_read of LANES elements of `buffer` from `index`."""
+    pad = "zero_f32" if vector == "vec_f32" else "zero"
+    return f"transfer_read({vector}, {buffer}, [{index}], identity, {pad}, [True])"
+
+
+def write(w: Writer, value: str, buffer: str, index: str) -> None:
+    w(f"transfer_write(None, {value}, {buffer}, [{index}], identity, [True])")
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """An upstream micro-kernel a block is handed to (upstream_kernels.json): its C symbol,
+    the object and mlir-air source it is compiled from (with no defines: these kernels take
+    every size at run time, so one object serves every shape), the L1 buffers it takes in
+    order, then one i32, the elements of one call. `per_row` kernels take one row (RoPE's
+    `dims`): each buffer is passed as a window of a row, in a loop over the block's rows."""
+
+    symbol: str
+    obj: str
+    source: str
+    buffers: tuple[str, ...]
+    per_row: bool = False
+
+    @property
+    def kernel_source(self) -> KernelSource:
+        return KernelSource(self.obj, self.source, ())
+
+    def extern(self, width: int) -> Extern:
+        return Extern(self.symbol, self.obj, (*self.buffers, "i32"),
+                      window=width if self.per_row else None)
+
+
+def config(launch: Launch) -> dict[str, Any]:
+    return {**launch.spec.tunables, **launch.config_dict}
+
+
+def block_rows(launch: Launch) -> int:
+    """The rows of a row kernel's block (tile_rows); 0 for an element-wise kernel."""
+    return int(config(launch).get("tile_rows", 0))
+
 #: (writer, launch, layout, operand -> argument, rows of the block) -> per-block DMAs
 BlockWriter = Callable[[Writer, "Launch", LaunchLayout, dict[str, str], int], None]
 #: (writer, launch, layout, elements per block, rows per block, head_dim) -> the compute
 ComputeWriter = Callable[[Writer, "Launch", LaunchLayout, int, int, int | None], None]
 
 
-def layout(symbol: str | None, size_args: tuple[str, ...] = ("n",), *,
-           imports: tuple[str, ...] = ()) -> Callable[..., LaunchLayout]:
+def layout(kernel: KernelCall | None, *, imports: tuple[str, ...] = (),
+           scratch: tuple[Buffer, ...] = ()) -> Callable[..., LaunchLayout]:
     """The launch of a row or element-wise kernel: one herd of herd_m columns by herd_rows
     rows (1 unless the family streams few enough operands; a [1, P] herd fails placement
-    on NPU2), no L2, every stream's block in L1 twice. `symbol` is the micro-kernel, called
-    with the L1 buffers and `size_args` i32s; None when the compute is written inline
-    (direct codegen, `imports` what it needs)."""
+    on NPU2), no L2, every stream's block in L1 twice, flat (a row block is tile_rows rows
+    of width, one after the other, so inline code indexes it as upstream's 1-d rows).
+    `kernel` is the upstream micro-kernel the block is handed to; None when the compute is
+    written inline (direct codegen: `imports` what it needs, `scratch` its own L1)."""
     def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayout:
         spec, s = launch.spec, launch.shape_dict
         ops = tuple(spec.operands(s))
         hm, herd_rows = int(c["herd_m"]), int(c.get("herd_rows", 1))
         streams = [o for o in ops if o.role == "input"] + [o for o in ops if o.role == "output"]
         width, stored = s["width"], stored_rows(launch)
-        l1: tuple[Buffer, ...]
-        if "tile_rows" in c:
-            rows = int(c["tile_rows"])
-            block: tuple[int, ...] = (rows, width)
-            loop = cdiv(stored, rows * hm * herd_rows)
-            sizes = dims(rows, width)
-        else:
-            block = (int(c["tile"]),)
-            loop = cdiv(stored * width, block[0] * hm * herd_rows)
-            sizes = dims(*block)
-        l1 = tuple(buf(f"{o.name}_l1", block, BF16, "L1", True) for o in streams)
+        rows = int(c.get("tile_rows", 0))
+        block = rows * width if rows else int(c["tile"])
+        loop = cdiv(stored * width, block * hm * herd_rows)
+        l1: tuple[Buffer, ...] = tuple(buf(f"{o.name}_l1", (block,), BF16, "L1", True)
+                                       for o in streams)
         # a table row per row of the block (RoPE), a weight row whole (a norm, a bias)
-        l1 += tuple(buf(f"{o.name}_l1", (block[0], width) if o.role == "table" else (width,),
+        l1 += tuple(buf(f"{o.name}_l1", (block,) if o.role == "table" else (width,),
                         BF16, "L1") for o in ops if o.role in ("table", "weight"))
-        # a micro-kernel object is compiled for every L1 size in its signature: a weight row
-        # that is not the block's (a bias of width 896 or 128 on the same block) names it too
-        rows_of_weight = [o for o in ops if o.role == "weight"]
-        if rows_of_weight and "tile_rows" not in c:
-            sizes += f"_w{width}"
-        externs = () if symbol is None else (Extern(
-            f"{symbol}_{sizes}", f"{spec.name}_{sizes}.o",
-            tuple(b.name for b in l1) + ("i32",) * len(size_args)),)
+        l1 += scratch
+        externs = () if kernel is None else (kernel.extern(width),)
+        kernels = () if kernel is None else (kernel.kernel_source,)
         # the last round's blocks run past the data: every stream is padded to the rounds'
         # reach, and a table to the rows those positions need (RoPE seq-first: row r is
         # position r // heads; head-first positions wrap within the table)
-        reach = loop * hm * herd_rows * math.prod(block)
+        reach = loop * hm * herd_rows * block
         padded = {o.name: reach for o in streams if reach > o.numel}
         for o in ops:
             if o.role == "table" and launch.binding("x").layout == "seq-first":
@@ -260,7 +354,8 @@ def layout(symbol: str | None, size_args: tuple[str, ...] = ("n",), *,
                 padded[o.name] = stored // (s["rows"] // s["seq"]) * width
         return LaunchLayout(
             spec.name, launch.label, ops, grid=(1, 1), segment=None, herd=(hm, herd_rows),
-            l2=(), l1=l1, loop=loop, externs=externs, imports=imports, padded=padded)
+            l2=(), l1=l1, loop=loop, externs=externs, kernels=kernels, imports=imports,
+            padded=padded)
     return launch_layout
 
 
@@ -276,9 +371,23 @@ def stored_rows(launch: Launch) -> int:
 
 def call_extern(w: Writer, launch: Launch, layout: LaunchLayout, step: int, rows: int,
                 head_dim: int | None) -> None:
-    """The micro-kernel on this block: its buffers and the rows (a row kernel) or the
-    elements (an element-wise one) it holds."""
-    call(w, layout.externs[0], (rows if len(layout.l1[0].shape) > 1 else step,))
+    """The micro-kernel on this block: once on the whole block (its elements), or, for a
+    kernel that takes one row, once per row on a window of each buffer."""
+    ext = layout.externs[0]
+    if ext.window is None:
+        call(w, ext, (step,))
+        return
+    width = ext.window
+    w(f"for r in range_(0, {rows}):")
+    w.indent()
+    w(f"row = at([(r, {width})])")
+    views = {}
+    for name in ext.args[:-1]:
+        views[name] = f"{name.removesuffix('_l1')}_row"
+        w(f"{views[name]} = subview({name}, [row], [{width}], [1])")
+    call(w, ext, (width,), views)
+    w("yield_([])")
+    w.dedent()
 
 
 def segment(compute: ComputeWriter = call_extern, per_block: BlockWriter | None = None
@@ -295,7 +404,7 @@ def segment(compute: ComputeWriter = call_extern, per_block: BlockWriter | None 
 def _body(w: Writer, launch: Launch, layout: LaunchLayout, arg: dict[str, str],
           head_dim: int | None, compute: ComputeWriter, per_block: BlockWriter | None) -> None:
     step = math.prod(layout.l1[0].shape)
-    rows = layout.l1[0].shape[0] if len(layout.l1[0].shape) > 1 else 1
+    rows = block_rows(launch) or 1
     cols, herd_rows = layout.herd
     l1_names = {b.name for b in layout.l1}
     for o in layout.operands:
@@ -323,7 +432,8 @@ def _body(w: Writer, launch: Launch, layout: LaunchLayout, arg: dict[str, str],
     w.dedent()
 
 
-def program(symbol: str | None, size_args: tuple[str, ...] = ("n",), *,
-            compute: ComputeWriter = call_extern, per_block: BlockWriter | None = None,
-            imports: tuple[str, ...] = ()) -> AirProgram:
-    return AirProgram(layout(symbol, size_args, imports=imports), segment(compute, per_block))
+def program(kernel: KernelCall | None, *, compute: ComputeWriter = call_extern,
+            per_block: BlockWriter | None = None, imports: tuple[str, ...] = (),
+            scratch: tuple[Buffer, ...] = ()) -> AirProgram:
+    return AirProgram(layout(kernel, imports=imports, scratch=scratch),
+                      segment(compute, per_block))

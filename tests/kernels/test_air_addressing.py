@@ -29,7 +29,8 @@ from npu_deploy.kernels.selection import select
 from npu_deploy.kernels.specs import KernelUse
 
 HIERARCHY = ("launch", "segment", "herd")
-ISSUED = ("ChannelPut", "ChannelGet", "dma_memcpy_nd", "CallOp")   # what the evaluator records
+#: what the evaluator records: DMAs, micro-kernel calls, inline code's vector stores
+ISSUED = ("ChannelPut", "ChannelGet", "dma_memcpy_nd", "CallOp", "transfer_write")
 #: What the programs' two star imports (air.dialects.air, air.ir) may provide.
 STAR = {"launch", "segment", "herd", "Channel", "ChannelGet", "ChannelPut", "dma_memcpy_nd",
         "module_builder", "T", "MemorySpace", "MemRefType", "IntegerAttr", "StringAttr",
@@ -488,23 +489,27 @@ def test_rope_reads_the_table_row_of_each_stored_rows_position(layout: str) -> N
     c = {**SPECS["rope"].tunables, **launch.config_dict}
     tile_rows, hm, width, seq = c["tile_rows"], c["herd_m"], s["width"], s["seq"]
     heads = s["rows"] // seq
-    (x, _, _, _), ops = trace(emit(launch))
+    (x, _, _), ops = trace(emit(launch))
     # the position of each stored row of x: [seq, heads, hd] or [heads, seq, hd]
     positions = torch.arange(seq)[:, None].expand(seq, heads) if layout == "seq-first" \
         else torch.arange(seq)[None, :].expand(heads, seq)
     position = positions.reshape(-1)
     table = torch.arange(seq * width).reshape(seq, width)
-    for arg in ("cos", "sin"):
-        reads = [op for op in ops if op.kind == "dma_memcpy_nd" and op.ref(0) == f"{arg}_l1"]
-        assert len(reads) == s["rows"]
-        seen = []
-        for op in reads:
-            j = op.index("dst_offsets")[0]                   # the row of the block it fills
-            row = (op.env["i"] * hm + op.env["tx"]) * tile_rows + j
-            assert torch.equal(op.pattern("src_"), table[position[row]]), (arg, op.env, j)
-            assert torch.equal(op.pattern("dst_"), torch.arange(width) + j * width)
-            seen.append(row)
-        assert sorted(seen) == list(range(s["rows"]))
+    # one LUT row ([cos | sin] of the position, rope_halfsplit.cc's layout) per row
+    reads = [op for op in ops if op.kind == "dma_memcpy_nd" and op.ref(0) == "lut_l1"]
+    assert len(reads) == s["rows"]
+    seen = []
+    for op in reads:
+        j = op.index("dst_offsets")[0] // width              # the row of the block it fills
+        row = (op.env["i"] * hm + op.env["tx"]) * tile_rows + j
+        assert torch.equal(op.pattern("src_"), table[position[row]]), (op.env, j)
+        assert torch.equal(op.pattern("dst_"), torch.arange(width) + j * width)
+        seen.append(row)
+    assert sorted(seen) == list(range(s["rows"]))
+    # rope(input, lut, output, dims) once per row of the block, on that row of each buffer
+    calls = [op for op in ops if op.kind == "CallOp"]
+    assert len(calls) == s["rows"] // tile_rows * tile_rows
+    assert {op.env["row"] for op in calls} == {r * width for r in range(tile_rows)}
     # ...and the block of x it goes with is those rows
     blocks = touching(ops, "dma_memcpy_nd", x, 1)
     assert len(blocks) == s["rows"] // tile_rows
@@ -519,35 +524,26 @@ BIAS = {"rows": 128, "width": 1152}
 
 
 @pytest.mark.parametrize("layout", BOTH)
-def test_bias_add_passes_the_kernel_what_locates_each_elements_bias(layout: str) -> None:
+def test_bias_add_adds_each_elements_bias_column(layout: str) -> None:
     s, hd = BIAS, 64
     launch = make_launch("bias_add", s, None, {"x": layout, "y": layout})
     (x, _, _), ops = trace(emit(launch, hd))
+    n = s["rows"] * s["width"]
     # the bias column of each element of x, in the layout x is stored in
     columns = torch.arange(s["width"]).expand(s["rows"], s["width"])
     if layout == "head-first":
         columns = columns.reshape(s["rows"], -1, hd).transpose(0, 1)
     column = columns.reshape(-1)
-    reads = {tuple(op.env.items()): op for op in touching(ops, "dma_memcpy_nd", x, 1)}
-    calls = [op for op in ops if op.kind == "CallOp" and ast.unparse(op.call.args[0])
-             .startswith("bias_add_bf16")]
-    assert len(calls) == len(reads) > 0
-    for op in calls:
-        args = op.call.args[1]
-        assert isinstance(args, ast.List)
-        i32 = args.elts[-5:]
-        assert ast.unparse(i32[1]) == "arith.index_cast(i32, offset)"
-        assert all(_callee(a) == "arith.ConstantOp" for i, a in enumerate(i32) if i != 1)
-        n, first, width, head_dim, head_rows = (value(a, op.env) for a in i32)
-        assert (width, head_dim) == (s["width"], hd)
-        assert head_rows == (s["rows"] if layout == "head-first" else 0)
-        src = reads[tuple(op.env.items())].pattern("src_")
-        assert torch.equal(src, torch.arange(n) + first)
-        # what the micro-kernel computes from its arguments: each element's bias column
-        e = torch.arange(first, first + n)
-        got = (e // (head_rows * head_dim)) * head_dim + e % head_dim if head_rows \
-            else e % width
-        assert torch.equal(got, column[e])
+    assert not [op for op in ops if op.kind == "CallOp"]        # inline, as upstream
+    stores = [op for op in ops if op.kind == "transfer_write"]
+    firsts = []
+    for op in stores:
+        e = op.env["e"]                     # the element of x the vector starts at
+        assert e == op.env["offset"] + op.env["lane"]
+        if e < n:                           # the last round's vectors run into the padding
+            assert torch.equal(column[e:e + 16], op.env["column"] + torch.arange(16)), e
+            firsts.append(e)
+    assert sorted(firsts) == list(range(0, n, 16))
 
 
 def test_a_head_first_bias_add_needs_head_dim() -> None:

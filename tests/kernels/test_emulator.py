@@ -9,6 +9,7 @@ from paths import ROOT
 
 from npu_deploy.kernels import SPECS, XDNA2
 from npu_deploy.kernels.emulator import EmulatorBackend
+from npu_deploy.kernels.families.rope import cos_sin
 from npu_deploy.kernels.numerics import to_bf16
 from npu_deploy.kernels.validate import seeded_inputs, validate_kernel
 from npu_deploy.oracle import reference_of
@@ -89,7 +90,7 @@ class Interleaved(EmulatorBackend):
 
     def run(self, spec, shape, config, inputs, outputs):
         x = inputs["x"].float().view(-1, shape["seq"], shape["width"])
-        cos, sin = inputs["cos"].float(), inputs["sin"].float()
+        cos, sin = cos_sin(inputs["lut"].float())
         pairs = torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
         outputs["y"].copy_(to_bf16(x * cos + pairs * sin).reshape(outputs["y"].shape))
 

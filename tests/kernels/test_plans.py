@@ -27,7 +27,9 @@ from npu_deploy.kernels.perf import (
 )
 from npu_deploy.kernels.plan import Dispatch, HostStep, baseline_plan
 from npu_deploy.kernels.plan_runner import PlanRunner
-from npu_deploy.kernels.specs import Decode, Prefill
+from npu_deploy.kernels.rules import blocking
+from npu_deploy.kernels.selection import select
+from npu_deploy.kernels.specs import SPECS, Decode, KernelUse, Prefill
 from npu_deploy.kernels.transforms import (
     TRANSFORMS,
     IllegalTransform,
@@ -72,6 +74,25 @@ def test_baseline_decode_keeps_host_steps_explicit():
     assert att[0].shape_dict["Lk"] == 101
     gemv = [ln for ln in plan.launches() if ln.role.startswith("lm_head")]
     assert len(gemv) == 8 and all(ln.shape_dict["M"] <= 16384 for ln in gemv)
+
+
+def test_a_head_dim_ropes_kernel_cannot_take_is_refused_with_the_reason(tiny_models):
+    """Upstream's rope (rope_halfsplit.cc) rotates rows of a multiple of 32: a model of
+    head_dim 16 cannot run on it, and its RoPE's selection says so (Phase 1 blocks on it)
+    while the model's other kernels are not blamed; the tiny models (head_dim 32) run."""
+    def refused(args):
+        plan = baseline_plan("m", args, Prefill(32))
+        found = {}
+        for ln in plan.launches():
+            use = KernelUse(ln.role, SPECS[ln.kernel], ln.shape_dict)
+            found.update((ln.kernel, f.message) for f in blocking(select(use, XDNA2).findings))
+        return found
+
+    args = tiny_models["tiny-qwen2"].args
+    assert args.head_dim == 32 and refused(args) == {}
+    narrow = dataclasses.replace(args, n_heads=4, n_kv_heads=2, head_dim=16)
+    assert refused(narrow) == {"rope": "width=16 is not a multiple of 32: rope works on "
+                                       "16-lane vectors of each half of a row"}
 
 
 @pytest.mark.slow

@@ -46,6 +46,18 @@ def add_dispatch(n: int = 2) -> Dispatch:
     return Dispatch("adds", tuple(launches))
 
 
+def silu_mul_dispatch() -> Dispatch:
+    """Two chained SiLU x mul launches: a program that links a micro-kernel object
+    (silu_and_mul.o; the adds are inline)."""
+    shape = tuple(sorted({"rows": 4, "width": 64}.items()))
+    return Dispatch("silu_muls", tuple(
+        Launch("silu_mul", f"silu_mul{i}", 0, shape, (("herd_m", 1), ("tile", 256)),
+               (Binding("gate", f"t{i}", "input" if i == 0 else "intermediate"),
+                Binding("up", "w.up", "static"),
+                Binding("y", f"t{i + 1}", "output" if i == 1 else "intermediate")))
+        for i in range(2)))
+
+
 def artifact(tmp_path: Path, fmt: str, function: str) -> Artifact:
     binary = tmp_path / ("air.elf" if fmt == "elf" else "air.xclbin")
     binary.write_bytes(b"binary")
@@ -168,7 +180,7 @@ def test_a_second_process_waits_on_the_npu_lock(tmp_path: Path):
 
 
 def test_compiled_programs_are_cached_by_content(tmp_path: Path):
-    program = emit_dispatch(add_dispatch(2), XDNA2)
+    program = emit_dispatch(silu_mul_dispatch(), XDNA2)
     objects = tmp_path / "objects"
     objects.mkdir()
     for obj in program.objects:
