@@ -45,12 +45,18 @@ def herd(findings: list[Finding], rows: int, cols: int, hw: Hardware) -> None:
             f"{hw.rows} rows", rows * cols, hw.tiles))
 
 
-def l1(findings: list[Finding], need: int, hw: Hardware, what: str, fix: str) -> None:
-    if need > hw.l1_bytes:
+#: The core's stack, in its data memory beside the buffers: mlir-air's default stack_size
+#: (aircc --stack-size); a family whose program asks for more passes its own.
+STACK_BYTES = 1024
+
+
+def l1(findings: list[Finding], need: int, hw: Hardware, what: str, fix: str,
+       stack: int = STACK_BYTES) -> None:
+    if need + stack > hw.l1_bytes:
         findings.append(Finding(
             "l1", "error", f"L1 footprint {need / 1024:.1f} KiB ({what}, ping-pong buffers "
-            f"counted twice) exceeds the {hw.l1_bytes // 1024} KiB of a compute tile; {fix}",
-            need, hw.l1_bytes))
+            f"counted twice) and the {stack}-byte stack exceed the {hw.l1_bytes // 1024} KiB "
+            f"of a compute tile; {fix}", need + stack, hw.l1_bytes))
 
 
 def repeat(findings: list[Finding], name: str, count: int, hw: Hardware, fix: str) -> None:

@@ -91,6 +91,9 @@ TUNABLES = {"tile_m": 64, "tile_k_l2": 256, "tile_k_l1": 32, "tile_n": 128, "her
 #: codegen, a bf16 accumulator: the low-precision tier); FP32 out `external` (the hand-tuned
 #: mm.o) or `direct` codegen (the same numerics, slower). The first is the default.
 #: The configuration keys of upstream's registry rows (kernels/data/gemm_*.json).
+#: The GEMM core's stack (the stack_size its programs ask aircc for), beside its L1 buffers.
+STACK_BYTES = 2048
+
 CONFIG_KEYS = ("method", "tile_m", "tile_k_l2", "tile_k_l1", "tile_n", "herd_m", "herd_n")
 
 
@@ -237,7 +240,7 @@ def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
     rules.l1(f, l1, hw, f"{method}: C {tm}x{tn}, A {tm}x{tk1} and B {tk1}x{tn} twice"
              + (", the bf16 drain buffer" if method == "drain" else ""),
              "use a smaller tile_m or tile_n" + (" (drain: tile_m 32)" if method == "drain"
-                                                 else ""))
+                                                 else ""), stack=STACK_BYTES)
     l2 = l2_bytes(method, out_bytes, tm, tk2, tn, hn)
     usage.update(tiles=hm * hn, l1_bytes=l1, l2_bytes=l2)
     if l2 > hw.l2_bytes:
@@ -699,7 +702,7 @@ def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayo
                  Extern(mk.matmul, mk.obj, ("a_l1", "b_l1", "c_l1")), *tail),
         kernels=(KernelSource(mk.obj, MM_SOURCE, mk.defines),),
         # upstream's GEMM builds and its LLM ELFs pass [2, 2] (BD-ID recycling)
-        flags={"stack_size": 2048, "runtime_loop_tiling_sizes": [2, 2]}, padded=padded,
+        flags={"stack_size": STACK_BYTES, "runtime_loop_tiling_sizes": [2, 2]}, padded=padded,
         sequence=(M, tm * hm) if head_first else None,
         scratch=(("c_f32", "c", "f32"),) if fused else (),
         imports=CAST_IMPORTS if fused else ())
