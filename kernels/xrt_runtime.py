@@ -297,6 +297,13 @@ class XrtRunner:
                                "earlier dispatch left it (at this size): bind it as an input")
             if fresh:
                 store[owner] = (self._bo(loaded, slot, nbytes), size, nbytes)
+                if nbytes > size and kind not in ("input", "static"):
+                    # padding a device-written tensor's producer may not reach, read by a
+                    # program that walks further: zeros, not whatever the memory held (a NaN
+                    # there reaches real rows through 0 x NaN)
+                    new = store[owner][0]
+                    np.frombuffer(new.map(), dtype=np.uint8)[:nbytes] = 0
+                    new.sync(x.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE)
             elif store[owner][2] < nbytes:
                 # this program pads the tensor further than the buffer holds: a larger
                 # buffer, with what earlier programs left in it
