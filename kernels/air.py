@@ -359,9 +359,18 @@ def _emit_launch(w: Writer, i: int, launch: Launch, layout: LaunchLayout,
 
 # --- a plan's programs as files ---------------------------------------------------------------
 
-def emit_plan(plan: DispatchPlan, hw: Hardware = XDNA2) -> list[Program]:
+def on_device(plan: DispatchPlan, hw: Hardware = XDNA2
+              ) -> tuple[list[Dispatch], dict[str, int]]:
+    """A plan's dispatches as the device runs them: the sequence padded where its programs
+    walk past it (`pad_sequences`), and every tensor's buffer sized once for the whole plan
+    (`padded_sizes`), so a buffer one program writes is the one the next reads."""
     dispatches = pad_sequences(list(plan.dispatches), hw)
-    sizes = padded_sizes([(ln, layout_of(ln, hw)) for d in dispatches for ln in d.launches])
+    return dispatches, padded_sizes([(ln, layout_of(ln, hw)) for d in dispatches
+                                     for ln in d.launches])
+
+
+def emit_plan(plan: DispatchPlan, hw: Hardware = XDNA2) -> list[Program]:
+    dispatches, sizes = on_device(plan, hw)
     return [emit_dispatch(d, hw, plan.args.head_dim, sizes) for d in dispatches]
 
 

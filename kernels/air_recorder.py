@@ -256,27 +256,12 @@ UnitAttr = _attr_class("UnitAttr", 0)
 
 
 class _Types:
-    """air.extras.types, imported by programs as `T`."""
+    """air.extras.types, imported by programs as `T`: T.bf16(), T.f32(), ..."""
 
-    @staticmethod
-    def bf16() -> Type:
-        return Type("bf16")
-
-    @staticmethod
-    def f32() -> Type:
-        return Type("f32")
-
-    @staticmethod
-    def i32() -> Type:
-        return Type("i32")
-
-    @staticmethod
-    def i8() -> Type:
-        return Type("i8")
-
-    @staticmethod
-    def index() -> Type:
-        return Type("index")
+    def __getattr__(self, name: str) -> Callable[[], Type]:
+        if name not in ("bf16", "f32", "i32", "i8", "index"):
+            raise AttributeError(f"T.{name}: not an element type the programs use")
+        return lambda: Type(name)
 
 
 # --- affine maps -----------------------------------------------------------------------------
@@ -1045,7 +1030,7 @@ def _modules() -> dict[str, types.ModuleType]:
                 InsertionPoint=InsertionPoint)
     air = module("air.dialects.air", launch=launch, segment=segment, herd=herd,
                  Channel=Channel, ChannelGet=ChannelGet, ChannelPut=ChannelPut,
-                 dma_memcpy_nd=dma_memcpy_nd, module_builder=module_builder, T=_Types,
+                 dma_memcpy_nd=dma_memcpy_nd, module_builder=module_builder, T=_Types(),
                  MemorySpace=MemorySpace)
     arith_m = module("air.dialects.arith", **vars(arith))
     mods = {

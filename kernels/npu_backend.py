@@ -32,9 +32,8 @@ from .air import (
     Program,
     emit_dispatch,
     identifier,
-    layout_of,
+    on_device,
     pad_sequences,
-    padded_sizes,
     tensor_key,
     write_programs,
 )
@@ -130,14 +129,10 @@ class NpuBackend:
             self._lock = None
 
     def prepare(self, plan: DispatchPlan) -> None:
-        """Pad the plan's sequence where its programs walk past it (`pad_sequences`: every
-        head-first tensor then holds L_pad rows per head on the device) and size every
-        tensor's device buffer for the whole plan (`padded_sizes`): a buffer one program
-        writes is then the one the next reads, at the same size."""
-        padded = pad_sequences(list(plan.dispatches), self.hw)
+        """Take the plan as the device runs it (`air.on_device`: its sequence padded, its
+        buffers sized once), before its first dispatch."""
+        padded, self._sizes = on_device(plan, self.hw)
         self._padded = dict(zip(plan.dispatches, padded, strict=True))
-        self._sizes = padded_sizes([(ln, layout_of(ln, self.hw)) for d in padded
-                                    for ln in d.launches])
 
     def on_device(self, dispatch: Dispatch) -> Dispatch:
         """The dispatch as its program runs it: its sequence padded as `prepare` padded the

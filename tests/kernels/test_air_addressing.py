@@ -406,6 +406,22 @@ C_CASES = [   # layout, tile_n, herd_n, head_dim
 ]
 
 
+def c_drains(source: str, rows: int, span: int) -> list[tuple[Op, torch.Tensor, torch.Tensor]]:
+    """Each DMA that drains a C block from the memory tile to DDR, with the logical row and
+    column of C each element it moves holds. A fused-cast GEMM drains into its FP32 scratch
+    (C's layout; its cast launch is element-wise), the other methods into C. c_l2 is
+    [herd_m, tile_m, span] row-major: its element p is C[lx * rows + p // span,
+    ly * span + p % span], read in the source pattern's order."""
+    (_, _, c, *scratch), ops = trace(source)
+    c = scratch[0] if scratch else c
+    out = []
+    for op in touching(ops, "dma_memcpy_nd", c, 0):
+        if op.ref(1) == "c_l2":
+            src = op.pattern("src_", whole=rows * span)
+            out.append((op, op.env["lx"] * rows + src // span, op.env["ly"] * span + src % span))
+    return out
+
+
 @pytest.mark.parametrize("layout,tile_n,herd_n,head_dim", C_CASES,
                          ids=[f"{c[0]}-span{c[1] * c[2]}-hd{c[3]}" for c in C_CASES])
 def test_gemm_drains_each_c_block_to_its_elements(layout: str, tile_n: int, herd_n: int,
@@ -414,21 +430,12 @@ def test_gemm_drains_each_c_block_to_its_elements(layout: str, tile_n: int, herd
     config = {**TILES, "tile_n": tile_n, "herd_n": herd_n}
     launch = make_launch("gemm_bf16", GEMM, config, {"c": layout})
     rows, span = TILES["tile_m"] * TILES["herd_m"], tile_n * herd_n
-    # a fused-cast GEMM drains into its FP32 scratch (C's layout; its cast launch is
-    # element-wise), the other methods into C
-    (_, _, c, *scratch), ops = trace(emit(launch, head_dim))
-    c = scratch[0] if scratch else c
     phys = c_elements(M, N, layout, head_dim)
-    drains = [op for op in touching(ops, "dma_memcpy_nd", c, 0) if op.ref(1) == "c_l2"]
+    drains = c_drains(emit(launch, head_dim), rows, span)
     assert len(drains) == (M // rows) * (N // span)
-    for op in drains:
-        # c_l2 is [herd_m, tile_m, span] row-major: its element p is C[lx * rows + p // span,
-        # ly * span + p % span]; the DMA reads it in the source pattern's order
-        src = op.pattern("src_", whole=rows * span)
-        m = op.env["lx"] * rows + src // span
-        n = op.env["ly"] * span + src % span
+    for op, m, n in drains:
         assert torch.equal(op.pattern("dst_"), phys[m, n]), op.env
-    assert covers_once([op.pattern("dst_") for op in drains], M * N)
+    assert covers_once([op.pattern("dst_") for op, _, _ in drains], M * N)
 
 
 @pytest.mark.parametrize("tile_n,herd_n,head_dim,match", [
@@ -458,16 +465,11 @@ def test_a_head_first_c_of_a_padded_sequence_keeps_each_head_in_its_rows(tile_n:
     launch = dispatch.launches[0]
     assert launch.binding("c").seq_pad == (M, 128)
     rows, span, pad = TILES["tile_m"] * TILES["herd_m"], tile_n * herd_n, 128
-    (_, _, c, *scratch), ops = trace(emit_dispatch(dispatch, XDNA2, hd).source)
-    c = scratch[0] if scratch else c          # fused-cast drains into its FP32 scratch
-    drains = [op for op in touching(ops, "dma_memcpy_nd", c, 0) if op.ref(1) == "c_l2"]
+    drains = c_drains(emit_dispatch(dispatch, XDNA2, hd).source, rows, span)
     assert len(drains) == (pad // rows) * (N // span)
-    for op in drains:
-        src = op.pattern("src_", whole=rows * span)
-        m = op.env["lx"] * rows + src // span
-        n = op.env["ly"] * span + src % span
+    for op, m, n in drains:
         assert torch.equal(op.pattern("dst_"), n // hd * pad * hd + m * hd + n % hd), op.env
-    assert covers_once([op.pattern("dst_") for op in drains], N // hd * pad * hd)
+    assert covers_once([op.pattern("dst_") for op, _, _ in drains], N // hd * pad * hd)
 
 
 def test_a_head_first_c_whose_heads_would_overlap_is_refused() -> None:

@@ -148,11 +148,6 @@ def accumulator(slab: str = "subview(acc, [tx, ty, 0, 0], [1, 1, 32, 32], [1, 1,
     """)
 
 
-def checks(source: str, outputs: tuple[int, ...] = (), **flags) -> list[str]:
-    return [v.check for v in verify_source(source, outputs=outputs, flags=flags or None,
-                                           upstream=False)]
-
-
 @pytest.mark.parametrize("source,outputs", [
     (eltwise_add(), (2,)),
     (eltwise_add(n=1 << 20, tile=4096, herd_x=8), (2,)),
