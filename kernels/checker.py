@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from . import upstream_kernels
 from .family import KernelSpec, Shape
 from .hardware import Hardware
 from .registry import FAMILIES
@@ -114,6 +115,11 @@ def check_merge(launches: list[tuple[KernelSpec, Shape, dict[str, Any]]], hw: Ha
     * A kernel built as its own program (a family's `own_elf`) runs alone.
     * `ELF_RESOURCES`: the largest use of a launch while it runs plus what every launch keeps
       for the whole ELF must fit each pool (the shim's descriptors with unaligned tails).
+    * two objects the launches link may not export one C symbol (a family's `objects`): an
+      upstream source whose symbols cannot be renamed (mv.cc) compiled at two defines is
+      two objects with the same names.
+    * one module declares an extern symbol once (a family's `declares`): two launches that
+      call it with buffers of other types (a GEMV's W rows of another K) cannot share it.
     * a launch its family says computes right only first in an ELF (`first_launch_only`)
       must come first."""
     f: list[Finding] = []
@@ -148,9 +154,66 @@ def check_merge(launches: list[tuple[KernelSpec, Shape, dict[str, Any]]], hw: Ha
         f.append(Finding(r.kind, "error", f"{len(launches)} launches in one ELF need {need} "
                          f"{r.what}, {r.limit(hw)} exist ('{r.symptom}'); {r.fix}",
                          running + held, r.limit(hw)))
+    f += _symbol_clashes(launches) or _declaration_clashes(launches)
     for k, (spec, shape, _) in enumerate(launches[1:], start=1):
         fam = FAMILIES.get(spec.name)
         why = fam.first_launch_only(shape) if fam and fam.first_launch_only else None
         if why:
             f.append(Finding("known_failure", "error", f"launch {k}: {spec.name} {why}", k, 0))
     return f
+
+
+def _symbol_clashes(launches: list[tuple[KernelSpec, Shape, dict[str, Any]]]) -> list[Finding]:
+    """Two objects of one ELF that export the same C symbol: the linker takes one definition,
+    and the other launch would run a kernel compiled at another size. Upstream gives such a
+    launch an ELF of its own (llama32_3b's tile_m-2 down GEMV links down_mv.o alone)."""
+    by_symbol: dict[str, dict[str, tuple[str, Any]]] = {}
+    for spec, shape, config in launches:
+        fam = FAMILIES.get(spec.name)
+        if fam is None or fam.objects is None:
+            continue
+        for obj in fam.objects(shape, {**spec.tunables, **config}):
+            for symbol in exported(obj.source, dict(obj.defines)):
+                by_symbol.setdefault(symbol, {})[obj.obj] = (spec.name, obj)
+    f: list[Finding] = []
+    for symbol, objs in sorted(by_symbol.items()):
+        if len(objs) < 2:
+            continue
+        names = ", ".join(f"{o} ({kernel}, {_defines(src.defines)})"
+                          for o, (kernel, src) in sorted(objs.items()))
+        f.append(Finding("merge", "error", f"{len(objs)} objects in one ELF export "
+                         f"{symbol}: {names}; upstream cannot rename it, so the launches "
+                         "need one configuration of these defines or ELFs of their own",
+                         len(objs), 1))
+        break                              # one clash says it; the other symbols follow
+    return f
+
+
+def _declaration_clashes(launches: list[tuple[KernelSpec, Shape, dict[str, Any]]]
+                         ) -> list[Finding]:
+    """A symbol two launches declare with other argument types: func.call's verifier
+    rejects a call that does not match the module's one declaration."""
+    seen: dict[str, tuple[str, str]] = {}
+    for k, (spec, shape, config) in enumerate(launches):
+        fam = FAMILIES.get(spec.name)
+        if fam is None or fam.declares is None:
+            continue
+        for symbol, types in fam.declares(shape, {**spec.tunables, **config}).items():
+            first = seen.setdefault(symbol, (f"launch {k} ({spec.name})", types))
+            if first[1] != types:
+                return [Finding("merge", "error", f"launch {k} ({spec.name}) calls {symbol} "
+                                f"with ({types}), {first[0]} with ({first[1]}): one module "
+                                "declares a symbol once; keep the launches in separate ELFs",
+                                k, 0)]
+    return []
+
+
+def exported(source: str, defines: dict[str, Any]) -> list[str]:
+    """The C symbols an object compiled from upstream `source` at `defines` exports (a
+    suffix define pasted on)."""
+    return [k.symbol + str(defines.get(k.suffix_define, "") if k.suffix_define else "")
+            for k in upstream_kernels.kernels().values() if k.file == source]
+
+
+def _defines(defines: tuple[tuple[str, Any], ...]) -> str:
+    return " ".join(f"-D{n}" if v is None else f"-D{n}={v}" for n, v in defines) or "no defines"

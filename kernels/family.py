@@ -27,7 +27,7 @@ from .hardware import Hardware
 from .rules import Finding
 
 if TYPE_CHECKING:
-    from .air_parts import LaunchLayout, Writer
+    from .air_parts import KernelSource, LaunchLayout, Writer
     from .measurements import Source
     from .perf import PerfParams
     from .plan import Launch
@@ -307,6 +307,12 @@ class KernelFamily:
     #: why a launch at this shape computes correctly only as the first launch of its ELF
     #: (None where it can run anywhere); check_merge refuses it later in an ELF
     first_launch_only: Callable[[Shape], str | None] | None = None
+    #: the objects a launch at (shape, config) links, as compiled (upstream source and
+    #: defines): check_merge keeps two objects that export one C symbol out of one ELF
+    objects: Callable[[Shape, dict[str, Any]], tuple[KernelSource, ...]] | None = None
+    #: the argument types a launch at (shape, config) declares each extern symbol with: one
+    #: module declares a symbol once, so check_merge keeps two declarations apart
+    declares: Callable[[Shape, dict[str, Any]], dict[str, str]] | None = None
     #: what upstream runs by default at a shape (selection's tie-break among configurations
     #: the model times alike); None: the spec's tunables
     preferred: Callable[[Shape], dict[str, Any]] | None = None

@@ -1,7 +1,10 @@
-"""GEMV y = W x, the decode projections and the LM head's partitions: W rows and x streamed
-from DDR, y accumulated in FP32 vector lanes, one cast to bf16. mlir-air
-programming_examples/matrix_vector_multiplication/bf16 (mv.cc); the registry page
-GEMV_bf16.md measures it (memory-bound, ~30 GFLOP/s)."""
+"""GEMV y = W x, the decode projections and the LM head's partitions: as upstream's matvec.py
+builds it, each core zeroes its tile_m outputs (`linalg_fill_bf16`) and, m_input rows at a
+time, takes whole rows of W and all of x into L1 and calls `matvec_vectorized_bf16_bf16`,
+which sums each row in FP32 vector lanes and writes it to bf16. mlir-air
+programming_examples/matrix_vector_multiplication/bf16 (mv.cc, compiled as mv.o with
+DIM_M_OUTPUT = tile_m); the registry page GEMV_bf16.md measures it (memory-bound,
+~30 GFLOP/s)."""
 
 from __future__ import annotations
 
@@ -12,18 +15,17 @@ from typing import TYPE_CHECKING, Any
 from .. import rules
 from ..air_parts import (
     Extern,
+    KernelSource,
     LaunchLayout,
     Writer,
     buf,
     call,
     cdiv,
-    dims,
     extern,
     stream_segment,
 )
 from ..family import (
     BF16,
-    FP32,
     AirProgram,
     Cost,
     KernelFamily,
@@ -65,19 +67,22 @@ GEMV = KernelSpec("gemv", "npu", "GEMV y = W x, FP32 vector accumulate (decode, 
                              Operand("x", (s["K"],), BF16, "input"),
                              Operand("y", (s["M"],), BF16, "output")],
                   lambda s: 2.0 * s["M"] * s["K"],
-                  {"tile_m": 16, "tile_k": 512, "herd_m": 8, "partitions": 1})
+                  {"tile_m": 16, "m_input": 8, "herd_m": 8, "partitions": 1,
+                   # the registry's harness (matvec.py) builds with omit_pingpong=True
+                   "pingpong": 0})
 
 # --- checker rule -------------------------------------------------------------------------
 
 RULES = (
     "herd: herd_m columns fit the array",
-    "L1: W and x tiles twice, the FP32 accumulator and its bf16 cast",
+    "L1: m_input whole rows of W and all of x (twice unless pingpong is 0: upstream's "
+    "omit_pingpong), and the tile_m bf16 outputs",
     "shim streams: W and x in, y out, per tile",
-    "repeat: the K loop (K / tile_k) and the M loop within the DMA repeat limit (split K, "
-    "or M into partitions)",
-    "stride: W's row stride K within the DMA limit; a W row moves a multiple of 4 bytes",
+    "repeat: x's stream, once per call, within the DMA repeat limit (M / (herd_m x m_input) "
+    "- 1, as qwen3_4b_decode.py counts it; a larger m_input or M in partitions)",
+    "stride: W's row stride K within the DMA limit",
     "buffer descriptors: 3 streams, a pair more per unaligned tail",
-    "divisible: K by tile_k (a K loop rounded up reads into the next row of W)",
+    "divisible: K by 64 (mv.cc's vectors), tile_m by m_input",
     "padding (warning): M per partition to tile_m x herd_m",
 )
 
@@ -85,45 +90,48 @@ RULES = (
 def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
           usage: dict[str, int]) -> list[Finding]:
     M, K = s["M"], s["K"]
-    tm, tk, hm, parts = (int(c[k]) for k in ("tile_m", "tile_k", "herd_m", "partitions"))
+    tm, mi, hm, parts, pp = (int(c[k]) for k in ("tile_m", "m_input", "herd_m", "partitions",
+                                                  "pingpong"))
     f: list[Finding] = []
     rules.herd(f, 1, hm, hw)
-    l1 = 2 * tm * tk * BF16 + 2 * tk * BF16 + tm * FP32 + tm * BF16
+    l1 = (2 if pp else 1) * (mi * K + K) * BF16 + tm * BF16
     usage.update(tiles=hm, l1_bytes=l1)
-    rules.l1(f, l1, hw, f"W {tm}x{tk} and x {tk} bf16 twice, y {tm} fp32 and its bf16 cast",
-             "use a smaller tile_m or tile_k")
+    rules.l1(f, l1, hw, f"W {mi}x{K} and x {K} bf16{' twice' if pp else ''}, y {tm} bf16",
+             "use a smaller m_input, or pingpong 0 (mv.cc takes whole rows: K is not split)")
     rules.shim(f, hm, 2, 1, hw)
     rows = math.ceil(M / parts)
     Mp = rules.pad(f, "M per partition", rows, tm * hm)
-    if K % tk:
-        f.append(Finding("divisible", "error", f"K={K} is not divisible by tile_k={tk}: the "
-                         "K loop, rounded up, would read past each row of W into the next; "
-                         "pick a tile_k that divides K", K, tk))
-    Kp = K
-    rules.repeat(f, "the K loop", Kp // tk, hw, f"split K so that K / tile_k <= "
-                 f"{hw.max_repeat} (a larger tile_k, or K in parts)")
-    rules.repeat(f, "the M loop", Mp // (tm * hm), hw,
-                 "split M into more partitions (one launch each)")
+    if K % MV_VECTOR:
+        f.append(Finding("divisible", "error", f"K={K} is not a multiple of {MV_VECTOR}: mv.cc "
+                         f"sums a row in {MV_VECTOR}-wide vectors and has no tail", K,
+                         MV_VECTOR))
+    if tm % mi:
+        f.append(Finding("divisible", "error", f"tile_m={tm} is not a multiple of m_input="
+                         f"{mi}: each call fills m_input of the tile's rows", tm, mi))
+    # air-dma-to-channel hoists x's per-call load into one stream per column, repeated
+    # M / (herd_m x m_input) - 1 times (qwen3_4b_decode.py, _GEMV_DOWN's note)
+    rules.repeat(f, "x's stream (once per call)", Mp // (hm * mi) - 1, hw,
+                 "use a larger m_input, or split M into more partitions (one launch each)")
     rules.stride(f, "W (row stride K)", K, hw)
-    rules.align(f, "a W row", tk, BF16, hw)
-    rules.bds(f, streams=3, tails=int(Mp != rows) + int(Kp != K), hw=hw, usage=usage)
+    rules.bds(f, streams=3, tails=int(Mp != rows), hw=hw, usage=usage)
     return f
 
+
+#: mv.cc's matvec_vectorized<64>: a row is summed in 64-wide vectors (upstream asserts
+#: K % 64 == 0 in matvec.py)
+MV_VECTOR = 64
 
 # --- search space (NPU_FACTS: herd_m 8 first) -----------------------------------------------
 
 SPACE = {"partitions": (1, 2, 4, 8, 16, 32, 64), "tile_m": (16, 8, 32),
-         "tile_k": (512, 256, 1024, 128), "herd_m": (8, 4, 2, 1)}
+         "m_input": (1, 2, 4, 8, 16, 32), "herd_m": (8, 4, 2, 1), "pingpong": (1, 0)}
 
 
 def candidates(spec: KernelSpec, s: Shape, hw: Hardware) -> Iterator[dict[str, Any]]:
-    """SPACE, with tile_k also every divisor of K that is a multiple of 32 (up to 1024), so
-    that a K such as 576 has a tile that divides it."""
-    divisors = tuple(t for t in range(min(s["K"], 1024), 31, -32) if s["K"] % t == 0)
-    tiles = tuple(dict.fromkeys((*SPACE["tile_k"], *divisors)))
-    return product_space({**SPACE, "tile_k": tiles})(spec, s, hw)
+    """SPACE, with m_input only where it divides tile_m."""
+    return (c for c in product_space(SPACE)(spec, s, hw) if c["tile_m"] % c["m_input"] == 0)
 
-# --- numerics: FP32 lanes, one cast (kernels.numerics.gemv_fp32acc) -------------------------
+# --- numerics: mv.cc's 64 FP32 lanes, one cast (kernels.numerics.gemv_fp32acc) -------------
 
 
 def emulate(s: Shape, c: dict[str, Any], x: Tensors, out: Tensors | None = None) -> Tensors:
@@ -142,8 +150,7 @@ NUMERICS = Numerics(emulate, reference, atol=1e-3, weights=unit_scale)
 #
 # GEMV_bf16.md measures it memory-bound: the herd_m columns each stream their share of W's
 # rows through their own DMA ("8 columns is ~2.6x faster than 4"), and a micro-kernel call
-# per m_input rows costs ("m_input = tile_m ... ~1.2x, by cutting per-call overhead"). Our
-# tile_k moves nothing measured, so it prices nothing.
+# per m_input rows costs ("m_input = tile_m ... ~1.2x, by cutting per-call overhead").
 
 #: fitted coefficients and their starting values (NPU_FACTS' ~80 us floor, its ~30 GB/s
 #: GEMV over 8 columns)
@@ -175,23 +182,47 @@ COST = Cost(work, lambda p: p.gemv_floor_s, COEFFICIENTS, timed_launches, in_elf
 # --- the program: W rows and x streamed in, y accumulated per tile --------------------------
 
 
+#: the upstream source of mv.o; its symbols cannot be renamed (no SYM_SUFFIX)
+MV_SOURCE = "programming_examples/matrix_vector_multiplication/bf16/mv.cc"
+
+
+def mv_object(tile_m: int) -> KernelSource:
+    """mv.cc compiled with DIM_M_OUTPUT = tile_m (the length linalg_fill_bf16 zeroes), as
+    upstream's compile_mv(tile_m) does; named for the define, as upstream names llama32_3b's
+    tile_m-2 copy down_mv.o."""
+    return KernelSource(f"mv_m{tile_m}.o", MV_SOURCE, (("DIM_M_OUTPUT", tile_m),))
+
+
+def declares(s: Shape, c: dict[str, Any]) -> dict[str, str]:
+    """The L1 buffers mv.o's symbols are declared with (`launch_layout`): W's m_input rows of
+    K, x of K, y of tile_m."""
+    tm, mi, K = int(c["tile_m"]), int(c["m_input"]), s["K"]
+    return {"linalg_fill_bf16": f"bf16[{tm}]",
+            "matvec_vectorized_bf16_bf16": f"i32, i32, i32, bf16[{mi}x{K}], bf16[{K}], "
+                                           f"bf16[{tm}]"}
+
+
 def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayout:
     s = launch.shape_dict
     M, K = s["M"], s["K"]
-    tm, tk, hm = int(c["tile_m"]), int(c["tile_k"]), int(c["herd_m"])
-    obj = f"mv_{dims(tm, tk)}.o"
-    # mlir-air GEMV: W rows and x streamed from DDR, y accumulated in FP32 per tile.
-    l1 = (buf("w_l1", (tm, tk), BF16, "L1", True), buf("x_l1", (tk,), BF16, "L1", True),
-          buf("acc_l1", (tm,), FP32, "L1"), buf("y_l1", (tm,), BF16, "L1"))
+    tm, mi, hm = int(c["tile_m"]), int(c["m_input"]), int(c["herd_m"])
+    obj = mv_object(tm)
+    # matvec.py: A rows and B into L1 per call, C stays in L1 for the tile
+    pp = bool(int(c["pingpong"]))
+    l1 = (buf("w_l1", (mi, K), BF16, "L1", pp), buf("x_l1", (K,), BF16, "L1", pp),
+          buf("y_l1", (tm,), BF16, "L1"))
     return LaunchLayout(
         launch.kernel, launch.label, tuple(launch.spec.operands(s)),
         grid=(cdiv(M, tm * hm), 1), segment=None, herd=(hm, 1), l2=(), l1=l1,
-        loop=cdiv(K, tk),
-        externs=(Extern(f"zero_f32_{tm}", obj, ("acc_l1",)),
-                 Extern(f"matvec_bf16_f32_{dims(tm, tk)}", obj, ("w_l1", "x_l1", "acc_l1")),
-                 Extern(f"cast_f32_bf16_{tm}", obj, ("acc_l1", "y_l1"))),
-        # upstream's GEMV decode ELFs (llms/shared/infra/backend_presets.py)
-        flags={"omit_pingpong": "", "runtime_loop_tiling_sizes": [16, 16]})
+        loop=tm // mi,
+        externs=(Extern("linalg_fill_bf16", obj.obj, ("y_l1",)),
+                 Extern("matvec_vectorized_bf16_bf16", obj.obj,
+                        ("i32", "i32", "i32", "w_l1", "x_l1", "y_l1"))),
+        kernels=(obj,),
+        # upstream's GEMV decode ELFs (llms/shared/infra/backend_presets.py); "all" for the
+        # large-K GEMVs (qwen3_4b_decode.py's down GEMV)
+        flags={"omit_pingpong": "" if int(c["pingpong"]) else "all",
+               "runtime_loop_tiling_sizes": [16, 16]})
 
 
 def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[str, str],
@@ -200,20 +231,21 @@ def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[s
 
 
 def _body(w: Writer, launch: Launch, layout: LaunchLayout, arg: dict[str, str]) -> None:
-    w_l1, x_l1, acc_l1, y_l1 = layout.l1
-    tm, tk = w_l1.shape
-    K, hm = launch.shape_dict["K"], layout.herd[0]
-    call(w, extern(layout, "zero"))
-    w(f"for k in range_(0, {layout.loop}):")
+    """matvec.py's herd: zero C, then per m_input rows x and those rows of W in, the call
+    writing C from row offset j; C out."""
+    w_l1, x_l1, y_l1 = layout.l1
+    mi, K = w_l1.shape
+    tm, hm = y_l1.shape[0], layout.herd[0]
+    call(w, extern(layout, "linalg_fill"))
+    w(f"for i in range_(0, {layout.loop}):")
     w.indent()
-    w(f"dma_memcpy_nd({w_l1.name}, {arg['w']}, src_offsets=[0, at([(lx, {tm * hm * K}), "
-      f"(tx, {tm * K}), (k, {tk})])], src_sizes=[{tm}, {tk}], src_strides=[{K}, 1])")
-    w(f"dma_memcpy_nd({x_l1.name}, {arg['x']}, src_offsets=[at([(k, {tk})])], "
-      f"src_sizes=[{tk}], src_strides=[1])")
-    call(w, extern(layout, "matvec"))
+    w(f"dma_memcpy_nd({x_l1.name}, {arg['x']}, src_offsets=[0], src_sizes=[{K}], "
+      "src_strides=[1])")
+    w(f"dma_memcpy_nd({w_l1.name}, {arg['w']}, src_offsets=[at([(lx, {tm * hm * K}), "
+      f"(tx, {tm * K}), (i, {mi * K})])], src_sizes=[{mi * K}], src_strides=[1])")
+    call(w, extern(layout, "matvec"), (mi, K, f"at([(i, {mi})])"))
     w("yield_([])")
     w.dedent()
-    call(w, extern(layout, "cast"))
     w(f"dma_memcpy_nd({arg['y']}, {y_l1.name}, dst_offsets=[at([(lx, {tm * hm}), "
       f"(tx, {tm})])], dst_sizes=[{tm}], dst_strides=[1])")
 
@@ -227,4 +259,5 @@ SOURCE = Source("details/GEMV_bf16.md", markdown_tables(
 FAMILIES = (KernelFamily(
     GEMV, rules=RULES, check=check, candidates=candidates, numerics=NUMERICS,
     cost=COST, program=AirProgram(launch_layout, segment), data="gemv", source=SOURCE,
+    objects=lambda s, c: (mv_object(int(c["tile_m"])),), declares=declares,
     measured=rows_at("gemv", "shapes", lambda r: (r["M"], r["K"]), lambda s: (s["M"], s["K"]))),)

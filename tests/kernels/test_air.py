@@ -168,10 +168,15 @@ def test_each_kernel_emits_its_spec_and_config(kernel, shape, config):
         assert f"for k1 in range_(0, {tk2 // tk1})" in program.source
         assert program.objects == (f"mm_{tm}x{tk1}x{tn}_n{hn}.o",)
     elif kernel == "gemv":
-        tm, tk, hm = c["tile_m"], c["tile_k"], c["herd_m"]
+        tm, mi, hm, K = c["tile_m"], c["m_input"], c["herd_m"], shape["K"]
         assert parsed.grid == [math.ceil(shape["M"] / (tm * hm)), 1] and herd == [hm, 1]
-        assert ([tm, tk], "bf16") in parsed.l1 and ([tm], "f32") in parsed.l1
+        # matvec.py: m_input whole rows of W, all of x, the tile's bf16 outputs
+        assert sorted(parsed.l1) == sorted([([mi, K], "bf16"), ([K], "bf16"), ([tm], "bf16")])
         assert not parsed.l2
+        # mv.cc compiled as upstream's compile_mv(tile_m) compiles it
+        assert program.objects == (f"mv_m{tm}.o",)
+        assert "'source': 'programming_examples/matrix_vector_multiplication/bf16/mv.cc', " \
+               f"'defines': {{'DIM_M_OUTPUT': {tm}}}" in program.source
     elif kernel == "flash_attention":
         tq = c["q_tile"] // c["q_tiles"]
         assert herd == [c["q_tiles"], c["cascade"]]

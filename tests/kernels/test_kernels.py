@@ -35,15 +35,20 @@ def test_another_array_is_one_more_instance():
 
 # --- the measured configurations pass -----------------------------------------------------------
 
+#: GEMV_bf16.md's measured tile (herd_m / tile_m / m_input), built as its harness builds it
+#: (matvec.py: omit_pingpong)
+GEMV_8x8 = {"herd_m": 8, "tile_m": 8, "m_input": 8, "pingpong": 0}
+
+
 @pytest.mark.parametrize("kernel,shape,config", [
     ("gemm_fp32", {"M": 2048, "K": 8192, "N": 2048}, GEMM_8x4),
     ("gemm_bf16", {"M": 2048, "K": 8192, "N": 2048}, GEMM_8x4),
     ("gemm_bf16", {"M": 2048, "K": 2048, "N": 2048}, GEMM_8x4),
     ("gemm_bf16", {"M": 2048, "K": 2048, "N": 512}, {**GEMM_8x4, "herd_n": 4}),
     ("gemm_bf16", {"M": 2048, "K": 2048, "N": 8192}, GEMM_8x4),
-    ("gemv", {"M": 16384, "K": 3072}, {"herd_m": 8}),
-    ("gemv", {"M": 2048, "K": 2048}, {"herd_m": 8}),
-    ("gemv", {"M": 16384, "K": 2048}, {"herd_m": 8}),
+    ("gemv", {"M": 16384, "K": 3072}, GEMV_8x8),
+    ("gemv", {"M": 2048, "K": 2048}, GEMV_8x8),
+    ("gemv", {"M": 16384, "K": 2048}, GEMV_8x8),
     ("rmsnorm", {"rows": 2048, "width": 3072}, {"herd_m": 8}),
     ("flash_attention", {"heads": 32, "kv_heads": 8, "Lq": 2048, "Lk": 2048, "head_dim": 64}, {}),
     ("add", {"rows": 1, "width": 4 * 1024 * 1024}, {"herd_m": 8}),
@@ -84,11 +89,18 @@ def test_herd_n_1_tile_n_128_at_896_fails_at_run_time():
     assert not blocking(ok)
 
 
-def test_gemv_k_too_large_exceeds_the_repeat_count():
-    findings = check(SPECS["gemv"], {"M": 2048, "K": 8192}, {"tile_k": 32}, XDNA2)
-    repeat = [f for f in findings if f.kind == "repeat"]
-    assert repeat and "256" in repeat[0].message and "255" in repeat[0].message
-    assert "split K" in repeat[0].message
+def test_a_gemv_streams_x_once_per_call_within_the_repeat_count():
+    # qwen3_4b_decode.py's down GEMV (M 2560, K 9728): m_input 1 repeats x 2560/8 - 1 = 319
+    # times, over 255; upstream's m_input 2 (159), with omit_pingpong so two rows fit L1
+    found = blocking(check(SPECS["gemv"], {"M": 2560, "K": 9728},
+                           {"tile_m": 2, "m_input": 1, "pingpong": 0}, XDNA2))
+    assert [f.kind for f in found] == ["repeat"] and "319" in found[0].message
+    upstream = {"tile_m": 2, "m_input": 2, "herd_m": 8}
+    assert not blocking(check(SPECS["gemv"], {"M": 2560, "K": 9728},
+                              {**upstream, "pingpong": 0}, XDNA2))
+    l1 = blocking(check(SPECS["gemv"], {"M": 2560, "K": 9728}, {**upstream, "pingpong": 1},
+                        XDNA2))
+    assert [f.kind for f in l1] == ["l1"] and "pingpong 0" in l1[0].message
 
 
 def test_lm_head_gemv_needs_partitions():
@@ -289,15 +301,33 @@ def test_cli_kernels_table_and_json(cli):
     assert "no model" in cli("kernels", "no-such-model").stderr
 
 
-def test_a_gemv_tile_k_that_does_not_divide_k_is_refused_and_selection_avoids_it():
-    # The bundled model's K = 576: a 512-wide K loop rounded up would read 448 elements of
-    # the next row of W. The checker refuses it; selection takes a tile that divides K.
+def test_a_gemv_takes_whole_rows_of_k_in_64_wide_vectors():
+    # mv.cc sums a row in 64-wide vectors with no tail (matvec.py asserts K % 64 == 0); it
+    # fills m_input of tile_m's rows per call
     from npu_deploy.kernels.selection import select
     from npu_deploy.kernels.specs import KernelUse
 
-    shape = {"M": 576, "K": 576}
-    found = blocking(check(SPECS["gemv"], shape, {"tile_k": 512}, XDNA2))
-    assert any(f.kind == "divisible" and "K=576" in f.message and "next" in f.message
-               for f in found)
-    chosen = select(KernelUse("q_proj", SPECS["gemv"], shape), XDNA2)
-    assert chosen.valid and 576 % chosen.config["tile_k"] == 0
+    found = blocking(check(SPECS["gemv"], {"M": 576, "K": 600}, {}, XDNA2))
+    assert any(f.kind == "divisible" and "K=600" in f.message for f in found)
+    found = blocking(check(SPECS["gemv"], {"M": 576, "K": 576}, {"tile_m": 8, "m_input": 16},
+                           XDNA2))
+    assert [f.kind for f in found] == ["divisible"]
+    chosen = select(KernelUse("q_proj", SPECS["gemv"], {"M": 576, "K": 576}), XDNA2)
+    assert chosen.valid and chosen.config["tile_m"] % chosen.config["m_input"] == 0
+
+
+def test_gemvs_that_mv_o_cannot_serve_at_once_are_not_merged_into_one_elf():
+    # mv.cc's symbols take no suffix: each tile_m is its own object (DIM_M_OUTPUT) exporting
+    # the same names, and one module declares matvec_vectorized_bf16_bf16 with one set of
+    # L1 buffer types
+    from npu_deploy.kernels.checker import check_merge
+
+    gemv, q = SPECS["gemv"], {"M": 896, "K": 896}
+    same = {"tile_m": 16, "m_input": 8}
+    assert check_merge([(gemv, q, same), (gemv, {"M": 128, "K": 896}, same)], XDNA2) == []
+    tiles = check_merge([(gemv, q, same), (gemv, q, {"tile_m": 8, "m_input": 8})], XDNA2)
+    assert len(tiles) == 1 and tiles[0].kind == "merge"
+    assert "mv_m16.o" in tiles[0].message and "mv_m8.o" in tiles[0].message
+    assert "DIM_M_OUTPUT=8" in tiles[0].message and "cannot rename" in tiles[0].message
+    ks = check_merge([(gemv, q, same), (gemv, {"M": 896, "K": 1536}, same)], XDNA2)
+    assert [f.kind for f in ks] == ["merge"] and "declares a symbol once" in ks[0].message

@@ -45,6 +45,13 @@ LLAMA = CATALOG["llama-3.2-1b"].args
 TINY = ["tiny-llama", "tiny-llama-mha", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2-hd128"]
 L = 37
 
+#: upstream's Llama decode runs O, gate/up and down as one ELF (o_gemv_ffn) on the cascade
+#: kernels of mv_bf16.o (K in 512 chunks), which we do not build; our GEMV is mv.o, whose one
+#: declaration per module takes W rows of one K, so down (K 8192) is an ELF of its own
+GEMV_ONE_K_PER_ELF = pytest.mark.xfail(strict=True, reason=(
+    "our decode GEMV is mv.o (one K per ELF); upstream's o_gemv_ffn merges K 2048 and 8192 "
+    "on mv_bf16.o's cascade kernels, not built here"))
+
 
 # --- plans -----------------------------------------------------------------------------
 
@@ -215,19 +222,17 @@ def test_checker_refuses_merging_attention_with_its_neighbours():
     assert len(merged.steps) == len(plan.steps) - 5
 
 
-def test_gemvs_whose_tiles_divide_k_hold_no_descriptors_and_merge():
-    # SmolLM2-135M's widths (576, 1536) are not multiples of 512: its GEMVs take a tile_k that
-    # divides K (a rounded-up K loop would read into the next row of W), so they leave no
-    # unaligned tail holding shim descriptors, and q..v merge into one ELF.
+def test_gemvs_of_one_k_and_tile_merge_and_a_gemv_of_another_k_does_not():
+    # SmolLM2-135M's q..v GEMVs all read K = 576 with one tile: one mv.o and one declaration
+    # of its matvec serve them, and they merge into one ELF. up..down also takes the down
+    # GEMV (K = 1536, its own tile_m): mv.cc's symbols cannot be renamed, so it is refused.
     args = CATALOG["smollm2-135m"].args
     plan = reuse_buffers(baseline_plan("smollm2-135m", args, Decode(10)))
     first, last = _index(plan, "q_proj"), _index(plan, "v_proj")
-    launches = [ln for d in plan.steps[first:last + 1] if isinstance(d, Dispatch)
-                for ln in d.launches if ln.kernel == "gemv"]
-    assert launches and all(ln.shape_dict["K"] % ln.config_dict["tile_k"] == 0
-                            for ln in launches)
     merged = merge(plan, first, last)
     assert len(merged.dispatches) < len(plan.dispatches)
+    with pytest.raises(IllegalTransform, match="export linalg_fill_bf16: mv_m16.o .* mv_m8.o"):
+        merge(plan, _index(plan, "up_proj"), _index(plan, "down_proj"))
 
 
 def test_merge_refuses_across_a_host_step():
@@ -240,6 +245,7 @@ def test_merge_refuses_across_a_host_step():
 
 # --- the performance model ---------------------------------------------------------------
 
+@GEMV_ONE_K_PER_ELF
 def test_calibration_is_rerunnable_and_gives_the_stored_parameters():
     got, stored = calibrate(), PerfParams()
     for field in dataclasses.fields(PerfParams):
@@ -255,6 +261,7 @@ def test_calibration_is_rerunnable_and_gives_the_stored_parameters():
     assert lo <= stored.dispatch_overhead_s <= hi
 
 
+@GEMV_ONE_K_PER_ELF
 def test_llama_reference_plans_meet_the_measured_deployment():
     """Priced at the configurations the deployment ran (calibration.json), the reference
     plans come out at the measured TTFT, time per token and dispatch times."""
