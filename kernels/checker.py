@@ -25,7 +25,8 @@ from .registry import FAMILIES
 from .rules import Finding, Severity, blocking
 
 __all__ = ["ELF_RESOURCES", "ElfResource", "Finding",
-           "Severity", "blocking", "check", "check_merge", "check_with_usage"]
+           "Severity", "blocking", "check", "check_merge", "check_with_usage",
+           "shared_configs"]
 
 
 def check(spec: KernelSpec, shape: Shape, config: dict[str, Any], hw: Hardware) -> list[Finding]:
@@ -161,6 +162,33 @@ def check_merge(launches: list[tuple[KernelSpec, Shape, dict[str, Any]]], hw: Ha
         if why:
             f.append(Finding("known_failure", "error", f"launch {k}: {spec.name} {why}", k, 0))
     return f
+
+
+def shared_configs(launches: list[tuple[KernelSpec, Shape, dict[str, Any]]], hw: Hardware
+                   ) -> list[dict[str, Any]] | None:
+    """Configurations under which `launches` make one legal ELF, or None: each one's own
+    where `check_merge` finds nothing, else each family's `share` applied to its launches of
+    the ELF (one object and one declaration per symbol), kept only if every launch still fits
+    alone and the ELF is legal."""
+    configs = [dict(c) for _, _, c in launches]
+    if not check_merge(launches, hw):
+        return configs
+    for name in dict.fromkeys(spec.name for spec, _, _ in launches):
+        fam = FAMILIES.get(name)
+        if fam is None or fam.share is None:
+            continue
+        at = [k for k, (spec, _, _) in enumerate(launches) if spec.name == name]
+        shared = fam.share([(launches[k][1], {**launches[k][0].tunables, **configs[k]})
+                            for k in at])
+        if shared is None:
+            return None
+        for k, c in zip(at, shared, strict=True):
+            configs[k] = c
+    trial = [(spec, shape, c) for (spec, shape, _), c in zip(launches, configs, strict=True)]
+    if any(blocking(check(spec, shape, c, hw)) for spec, shape, c in trial) \
+            or check_merge(trial, hw):
+        return None
+    return configs
 
 
 def _symbol_clashes(launches: list[tuple[KernelSpec, Shape, dict[str, Any]]]) -> list[Finding]:

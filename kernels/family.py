@@ -313,6 +313,11 @@ class KernelFamily:
     #: the argument types a launch at (shape, config) declares each extern symbol with: one
     #: module declares a symbol once, so check_merge keeps two declarations apart
     declares: Callable[[Shape, dict[str, Any]], dict[str, str]] | None = None
+    #: configurations under which the family's launches of one ELF (shape, config each, in
+    #: order) share its objects and declarations, or None when none can (check_merge's
+    #: symbol rules); kernels.checker.shared_configs applies it
+    share: Callable[[list[tuple[Shape, dict[str, Any]]]], list[dict[str, Any]] | None] \
+        | None = None
     #: what upstream runs by default at a shape (selection's tie-break among configurations
     #: the model times alike); None: the spec's tunables
     preferred: Callable[[Shape], dict[str, Any]] | None = None

@@ -83,15 +83,15 @@ class PerfParams:
     fa_step_s: float = 3.531164e-05
     fa_tile_flops: float = 1.136454e+11
     # --- in the Llama-3.2-1B deployment (calibrate, steps 2-6) ----------------------------
-    launch_overhead_s: float = 8.965201e-05    # a launch in a merged ELF, for its floor
+    launch_overhead_s: float = 8.981311e-05    # a launch in a merged ELF, for its floor
     dispatch_overhead_s: float = 5e-05
-    matmul_derate: float = 1.121874            # GEMM work: deployed / standalone
-    attention_derate: float = 1.536386         # FlashAttention work likewise
-    stream_derate: float = 0.795089           # GEMV and streaming work likewise
+    matmul_derate: float = 1.12396             # GEMM work: deployed / standalone
+    attention_derate: float = 1.536375         # FlashAttention work likewise
+    stream_derate: float = 0.7847111          # GEMV and streaming work likewise
     host_step_s: float = 7.488317e-05           # Python scheduling per step ...
     host_step_per_row_s: float = 8.744084e-07   # ... and per token it handles
     static_write_bw: float = 4.865919e+10       # writing static weights once
-    host_sync_bw: float = 1.038203e+10           # inputs written, outputs read, each call
+    host_sync_bw: float = 1.035593e+10           # inputs written, outputs read, each call
     cpu_bw: float = 2e+10                      # host ops' copies (assumed)
     cpu_attention_s: float = 1.442482e-05      # a decode attention step's fixed cost
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from .checker import Finding, check_merge
+from .checker import Finding, check_merge, shared_configs
 from .family import ProgramLayout
 from .hardware import XDNA2, Hardware
 from .plan import (
@@ -184,20 +184,36 @@ def merge(plan: DispatchPlan, first: int, last: int, name: str | None = None,
         raise IllegalTransform("merge", f"steps {first}..{last} are not two or more "
                                "consecutive dispatches (a host step sits between them)")
     launches = [ln for d in group if isinstance(d, Dispatch) for ln in d.launches]
-    findings = check_merge([(ln.spec, ln.shape_dict, ln.config_dict) for ln in launches], hw)
-    if findings:
+    together = sharing(launches, hw)
+    if together is None:
         raise IllegalTransform("merge", f"{len(launches)} launches cannot share one ELF",
-                               findings)
-    merged = Dispatch(name or "+".join(ln.role for ln in launches), tuple(launches))
+                               check_merge([(ln.spec, ln.shape_dict, ln.config_dict)
+                                            for ln in launches], hw))
+    merged = Dispatch(name or "+".join(ln.role for ln in together), together)
     return _with(plan, [*steps[:first], merged, *steps[last + 1:]], "merge")
+
+
+def sharing(launches: list[Launch], hw: Hardware = XDNA2) -> tuple[Launch, ...] | None:
+    """`launches` as one ELF can hold them (kernels.checker.shared_configs: the GEMVs of one
+    ELF on one object per symbol), or None when no configuration makes the ELF legal."""
+    configs = shared_configs([(ln.spec, ln.shape_dict, ln.config_dict) for ln in launches], hw)
+    if configs is None:
+        return None
+    out = []
+    for ln, c in zip(launches, configs, strict=True):
+        now = {**ln.spec.tunables, **ln.config_dict}
+        changed = {k: v for k, v in c.items() if now.get(k) != v}
+        out.append(ln.with_config(**changed) if changed else ln)
+    return tuple(out)
 
 
 def merge_dispatches(plan: DispatchPlan, hw: Hardware = XDNA2) -> DispatchPlan:
     """Each run of consecutive dispatches of one layer (and the LM head's) merged as far as
     the checker allows: greedily, a run is closed when adding the next dispatch would make
-    the ELF illegal."""
+    the ELF illegal under every configuration `sharing` tries."""
     out: list[Step] = []
     run: list[Dispatch] = []
+    held: tuple[Launch, ...] = ()           # the run's launches, as the ELF will hold them
     merged_any = False
 
     def layer_of(d: Dispatch) -> int | None:
@@ -207,8 +223,7 @@ def merge_dispatches(plan: DispatchPlan, hw: Hardware = XDNA2) -> DispatchPlan:
         nonlocal merged_any
         if len(run) > 1:
             merged_any = True
-            launches = tuple(ln for d in run for ln in d.launches)
-            out.append(Dispatch(_group_name(launches), launches))
+            out.append(Dispatch(_group_name(held), held))
         elif run:
             out.append(run[0])
         run.clear()
@@ -218,11 +233,13 @@ def merge_dispatches(plan: DispatchPlan, hw: Hardware = XDNA2) -> DispatchPlan:
             flush()
             out.append(step)
             continue
-        if run and (layer_of(run[0]) != layer_of(step) or check_merge(
-                [(ln.spec, ln.shape_dict, ln.config_dict)
-                 for d in (*run, step) for ln in d.launches], hw)):
+        together = None
+        if run and layer_of(run[0]) == layer_of(step):
+            together = sharing([*held, *step.launches], hw)
+        if run and together is None:
             flush()
         run.append(step)
+        held = together if together is not None and len(run) > 1 else step.launches
     flush()
     if not merged_any:
         raise IllegalTransform("merge_dispatches", "no two consecutive dispatches can merge")
@@ -337,5 +354,6 @@ TRANSFORMS: dict[str, Transform] = {t.name: t for t in [
     Transform("last_token_lm_head", "last-token-lm-head", last_token_lm_head, "numerics"),
     Transform("decode_attention_on_cpu", "decode-attention-on-cpu", decode_attention_on_cpu,
               "numerics"),
-    Transform("merge_dispatches", "multi-kernel-merging", merge_dispatches, "bits"),
+    # "numerics": a GEMV whose K differs from its ELF's other GEMVs moves to mv_bf16.o (sharing)
+    Transform("merge_dispatches", "multi-kernel-merging", merge_dispatches, "numerics"),
 ]}

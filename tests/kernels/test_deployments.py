@@ -31,13 +31,6 @@ from npu_deploy.models import CATALOG
 NINE = ("llama-3.2-1b", "llama-3.2-3b", "smollm2-1.7b", "qwen2.5-0.5b", "qwen2.5-1.5b",
         "qwen2.5-3b", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b")
 
-#: upstream's Llama decode runs O, gate/up and down as one ELF (o_gemv_ffn) on the cascade
-#: kernels of mv_bf16.o (K in 512 chunks), which we do not build; our GEMV is mv.o, whose one
-#: declaration per module takes W rows of one K, so down (K 8192) is an ELF of its own
-GEMV_ONE_K_PER_ELF = pytest.mark.xfail(strict=True, reason=(
-    "our decode GEMV is mv.o (one K per ELF); upstream's o_gemv_ffn merges K 2048 and 8192 "
-    "on mv_bf16.o's cascade kernels, not built here"))
-
 
 def per_layer(plan) -> int:
     return len([d for d in plan.dispatches if d.launches[0].layer == 0])
@@ -119,7 +112,6 @@ def test_a_wide_unaligned_reduction_runs_only_as_the_first_launch():
 
 # --- our plans ------------------------------------------------------------------------------
 
-@GEMV_ONE_K_PER_ELF
 def test_llama_keeps_upstreams_three_prefill_and_two_decode_dispatches():
     args = CATALOG["llama-3.2-1b"].args
     up = upstream_deployments()["llama-3.2-1b"]
@@ -138,7 +130,6 @@ def test_unaligned_widths_need_more_prefill_dispatches_than_llama():
     assert [ln.role for ln in down.launches] == ["down_proj", "ffn_residual"]
 
 
-@GEMV_ONE_K_PER_ELF
 def test_the_comparison_explains_every_difference_from_upstream():
     rows = compare_dispatches()
     assert [(r.model, r.mode) for r in rows] == [(m, mode) for m in NINE

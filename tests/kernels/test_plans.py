@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import pytest
 import torch
 
 from npu_deploy.kernels import XDNA2
+from npu_deploy.kernels.air import emit_plan
+from npu_deploy.kernels.air_verify import check_programs
+from npu_deploy.kernels.checker import check_merge, shared_configs
 from npu_deploy.kernels.emulator import EmulatorBackend
 from npu_deploy.kernels.perf import (
     CALIBRATION,
@@ -44,13 +48,6 @@ from npu_deploy.models import CATALOG
 LLAMA = CATALOG["llama-3.2-1b"].args
 TINY = ["tiny-llama", "tiny-llama-mha", "tiny-qwen2", "tiny-qwen3", "tiny-qwen2-hd128"]
 L = 37
-
-#: upstream's Llama decode runs O, gate/up and down as one ELF (o_gemv_ffn) on the cascade
-#: kernels of mv_bf16.o (K in 512 chunks), which we do not build; our GEMV is mv.o, whose one
-#: declaration per module takes W rows of one K, so down (K 8192) is an ELF of its own
-GEMV_ONE_K_PER_ELF = pytest.mark.xfail(strict=True, reason=(
-    "our decode GEMV is mv.o (one K per ELF); upstream's o_gemv_ffn merges K 2048 and 8192 "
-    "on mv_bf16.o's cascade kernels, not built here"))
 
 
 # --- plans -----------------------------------------------------------------------------
@@ -133,7 +130,6 @@ def test_transforms_that_keep_the_kernels_keep_the_bits(name, tiny_models, runs)
     args = tiny_models[name].args
     plan = baseline_plan(name, args, Prefill(L))
     for t in ("align_layouts", "reuse_buffers", "merge_dispatches"):
-        assert TRANSFORMS[t].preserves == "bits"
         plan = TRANSFORMS[t].apply(plan)
         got = runner.run(plan, tokens)
         assert torch.equal(got.logits, base.logits), t
@@ -146,8 +142,14 @@ def test_transforms_that_keep_the_kernels_keep_the_bits(name, tiny_models, runs)
     before = runner.run(decode, torch.tensor([7]), base.cache)
     for t in ("reuse_buffers", "merge_dispatches"):
         decode = TRANSFORMS[t].apply(decode)
-        assert torch.equal(runner.run(decode, torch.tensor([7]), base.cache).logits,
-                           before.logits), t
+        got = runner.run(decode, torch.tensor([7]), base.cache).logits
+        moved = [ln for ln in decode.launches() if ln.config_dict.get("kernel") == "mv_bf16"]
+        if TRANSFORMS[t].preserves == "bits" or not moved:
+            assert torch.equal(got, before.logits), t
+        else:
+            # the GEMVs that share an ELF on mv_bf16.o round per K block: close, not equal
+            assert {ln.kernel for ln in moved} == {"gemv"}
+            assert torch.allclose(got.float(), before.logits.float(), rtol=0.05, atol=0.02)
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2-hd128"])
@@ -222,17 +224,41 @@ def test_checker_refuses_merging_attention_with_its_neighbours():
     assert len(merged.steps) == len(plan.steps) - 5
 
 
-def test_gemvs_of_one_k_and_tile_merge_and_a_gemv_of_another_k_does_not():
+def test_gemvs_of_another_k_share_an_elf_on_mv_bf16():
     # SmolLM2-135M's q..v GEMVs all read K = 576 with one tile: one mv.o and one declaration
-    # of its matvec serve them, and they merge into one ELF. up..down also takes the down
-    # GEMV (K = 1536, its own tile_m): mv.cc's symbols cannot be renamed, so it is refused.
+    # of its matvec serve them. up..down also takes the down GEMV (K = 1536, its own tile_m):
+    # mv.cc's symbols cannot be renamed, so as selected the two cannot share an ELF, and
+    # the merge moves down onto mv_bf16.o (upstream's o_gemv_ffn does the same for its K).
     args = CATALOG["smollm2-135m"].args
     plan = reuse_buffers(baseline_plan("smollm2-135m", args, Decode(10)))
     first, last = _index(plan, "q_proj"), _index(plan, "v_proj")
-    merged = merge(plan, first, last)
-    assert len(merged.dispatches) < len(plan.dispatches)
-    with pytest.raises(IllegalTransform, match="export linalg_fill_bf16: mv_m16.o .* mv_m8.o"):
-        merge(plan, _index(plan, "up_proj"), _index(plan, "down_proj"))
+    qkv = merge(plan, first, last)
+    assert {ln.config_dict.get("kernel", "mv") for ln in qkv.launches()
+            if ln.kernel == "gemv"} == {"mv"}
+    up, down = _index(plan, "up_proj"), _index(plan, "down_proj")
+    launches = [ln for d in plan.steps[up:down + 1] for ln in d.launches]
+    raw = check_merge([(ln.spec, ln.shape_dict, ln.config_dict) for ln in launches], XDNA2)
+    assert re.search("export linalg_fill_bf16: mv_m16.o .* mv_m8.o", raw[0].message)
+    merged = merge(plan, up, down)
+    (elf,) = [d for d in merged.dispatches if any(ln.role == "down_proj" and ln.layer == 0
+                                                  for ln in d.launches)]
+    kinds = {ln.role: ln.config_dict.get("kernel", "mv") for ln in elf.launches
+             if ln.kernel == "gemv"}
+    assert kinds == {"up_proj": "mv", "down_proj": "mv_bf16"}
+    down_ln = next(ln for ln in elf.launches if ln.role == "down_proj")
+    assert down_ln.config_dict["k_chunk"] == 512                    # 1536 = 3 x 512
+    verdict = check_programs(emit_plan(dataclasses.replace(merged, steps=(elf,))))
+    assert verdict.clean == len(verdict.results) >= 1, verdict.as_json()["violations"]
+
+
+def test_gemvs_that_no_k_chunk_or_row_block_fits_do_not_share():
+    spec = SPECS["gemv"]
+    a = (spec, {"M": 128, "K": 128}, {"tile_m": 16, "m_input": 8})
+    b = (spec, {"M": 100, "K": 192}, {"tile_m": 8, "m_input": 8})   # 100 rows: not 8-row blocks
+    assert check_merge([a, b], XDNA2)
+    assert shared_configs([a, b], XDNA2) is None
+    c = (spec, {"M": 128, "K": 192}, {"tile_m": 8, "m_input": 8})
+    assert shared_configs([a, c], XDNA2)[1]["kernel"] == "mv_bf16"
 
 
 def test_merge_refuses_across_a_host_step():
@@ -245,7 +271,6 @@ def test_merge_refuses_across_a_host_step():
 
 # --- the performance model ---------------------------------------------------------------
 
-@GEMV_ONE_K_PER_ELF
 def test_calibration_is_rerunnable_and_gives_the_stored_parameters():
     got, stored = calibrate(), PerfParams()
     for field in dataclasses.fields(PerfParams):
@@ -261,7 +286,6 @@ def test_calibration_is_rerunnable_and_gives_the_stored_parameters():
     assert lo <= stored.dispatch_overhead_s <= hi
 
 
-@GEMV_ONE_K_PER_ELF
 def test_llama_reference_plans_meet_the_measured_deployment():
     """Priced at the configurations the deployment ran (calibration.json), the reference
     plans come out at the measured TTFT, time per token and dispatch times."""
