@@ -29,9 +29,11 @@ from typing import Any, Literal
 
 from npu_deploy.models.config import ModelArgs
 
+from .checker import check
 from .family import Layout
 from .hardware import XDNA2, Hardware
-from .registry import HOST_KERNELS
+from .registry import HOST_KERNELS, family
+from .rules import blocking
 from .selection import select
 from .specs import SPECS, Decode, KernelSpec, KernelUse, Mode, Prefill, Shape
 
@@ -133,6 +135,9 @@ class HostStep(_Bound):
     shape: tuple[tuple[str, int], ...]
     bindings: tuple[Binding, ...]
     params: tuple[tuple[str, Any], ...] = ()
+    #: why a launch the plan wanted on the NPU runs here instead: the checker's findings
+    #: against its configuration (empty: host work by design, or moved by a transform)
+    reason: str = ""
 
     def __post_init__(self) -> None:
         if self.op not in HOST_OPS:
@@ -144,6 +149,18 @@ class HostStep(_Bound):
 
 
 Step = Dispatch | HostStep
+
+
+def on_host(ln: Launch, reason: str = "") -> HostStep:
+    """The launch's work as its family's host op (decode attention against the KV cache):
+    the host reads every operand and writes the output. The one way a launch leaves the NPU,
+    for the baseline's fallback and for `transforms.decode_attention_on_cpu`."""
+    host_op = family(ln.kernel).host_alternative
+    if host_op is None:
+        raise ValueError(f"{ln.label}: {ln.kernel} has no host counterpart")
+    return HostStep(host_op, ln.role, ln.layer, ln.shape,
+                    tuple(replace(b, kind="input" if b.operand != "o" else "output")
+                          for b in ln.bindings), reason=reason)
 
 
 @dataclass(frozen=True)
@@ -220,8 +237,23 @@ class PlanBuilder:
             kind: Kind = "output" if op.role == "output" else "input"
             bindings.append(Binding(op.name, bound, kind))
         name = role if layer is None else f"L{layer}.{role}"
-        self.steps.append(Dispatch(name, (Launch(kernel, role, layer, _frozen(shape),
-                                                 _frozen(config), tuple(bindings)),)))
+        ln = Launch(kernel, role, layer, _frozen(shape), _frozen(config), tuple(bindings))
+        refused = self.refused(ln)
+        if refused:
+            self.steps.append(on_host(ln, f"{config_key(kernel, shape)} does not fit "
+                                          f"{self.hw.name}: {refused}"))
+        else:
+            self.steps.append(Dispatch(name, (ln,)))
+
+    def refused(self, ln: Launch) -> str:
+        """Why a launch with a host counterpart cannot run on the NPU at its configuration
+        (the checker's blocking findings), or "": such a launch falls back to the host
+        rather than emit a program that overflows a tile. A launch without one keeps its
+        findings for selection to report (`kernels` exits 1 on them)."""
+        if family(ln.kernel).host_alternative is None:
+            return ""
+        found = blocking(check(ln.spec, ln.shape_dict, ln.config_dict, self.hw))
+        return "; ".join(f.message for f in found)
 
     def host(self, op: str, role: str, layer: int | None, shape: Shape,
              bindings: dict[str, tuple[str, Kind] | Binding], **params: Any) -> None:
@@ -404,4 +436,4 @@ def lm_head_gemv(b: PlanBuilder, x: str, rows_total: int) -> None:
 
 
 __all__ = ["KINDS", "Binding", "Decode", "Dispatch", "DispatchPlan", "HostStep", "Launch",
-           "PlanBuilder", "Prefill", "baseline_plan", "lm_head_gemv"]
+           "PlanBuilder", "Prefill", "baseline_plan", "lm_head_gemv", "on_host"]

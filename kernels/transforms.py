@@ -37,6 +37,7 @@ from .plan import (
     PlanBuilder,
     Step,
     lm_head_gemv,
+    on_host,
 )
 from .registry import family
 from .specs import Decode, Prefill
@@ -302,12 +303,7 @@ def decode_attention_on_cpu(plan: DispatchPlan) -> DispatchPlan:
             if len(step.launches) != 1:
                 raise IllegalTransform("decode_attention_on_cpu", f"{step.name} holds other "
                                        "launches; move attention before merging")
-            ln = step.launches[0]
-            host_op = family(ln.kernel).host_alternative
-            assert host_op is not None
-            steps.append(HostStep(host_op, ln.role, ln.layer, ln.shape,
-                                  tuple(replace(b, kind="input" if b.operand != "o"
-                                                else "output") for b in ln.bindings)))
+            steps.append(on_host(step.launches[0]))
             moved += 1
         else:
             steps.append(step)

@@ -220,6 +220,7 @@ def _plan_json(described: str, plan: Any, profile: Any, attempts: Any) -> dict[s
                                for ln, lp in zip(step.launches, prof.launches, strict=True)]
         else:
             row["op"] = step.op
+            row["reason"] = step.reason
         steps.append(row)
     return {"model": described, "mode": str(plan.mode), "source": profile.source,
             "calibration": profile.calibration, "transforms": list(plan.history),
@@ -261,6 +262,14 @@ def _print_plan(described: str, plan: Any, profile: Any, attempts: Any) -> None:
         t.add_row(prof.name, prof.where, str(n) if n else "-",
                   f"{prof.host_bytes / 1e6:.1f}", f"{prof.seconds * 1e3:.3f}")
     out.print(t)
+    fallbacks: dict[str, list[str]] = {}    # why a step left the NPU -> the steps
+    for h in plan.host_steps:
+        if h.reason:
+            fallbacks.setdefault(h.reason, []).append(h.label)
+    for reason, labels in fallbacks.items():
+        where = labels[0] if len(labels) == 1 else f"{labels[0]} .. {labels[-1]}"
+        out.print(f"on the CPU instead of the NPU ({len(labels)} step(s), {escape(where)}): "
+                  f"{escape(reason)}", highlight=False)
     k = Table(title="kernels of layer 0 and outside the layers against the roofline "
               f"({XDNA2.peak_flops / 1e12:.0f} TFLOP/s, 58 GB/s DDR), modeled",
               title_justify="left")

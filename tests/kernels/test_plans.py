@@ -80,6 +80,41 @@ def test_baseline_decode_keeps_host_steps_explicit():
     assert len(gemv) == 8 and all(ln.shape_dict["M"] <= 16384 for ln in gemv)
 
 
+def test_no_baseline_decode_launch_runs_at_a_configuration_the_checker_refuses():
+    """benchmarks/air_programs.py emits every launch of these plans: a launch at a
+    configuration with blocking findings is a program that cannot run (qwen2.5-3b's decode
+    attention at p=2048 filled 74.5 KiB of a 64 KiB compute tile)."""
+    from npu_deploy.kernels.checker import check
+
+    for name, entry in CATALOG.items():
+        plan = baseline_plan(name, entry.args, Decode(2048))
+        refused = {(ln.kernel, ln.shape, ln.config) for ln in plan.launches()
+                   if blocking(check(ln.spec, ln.shape_dict, ln.config_dict, XDNA2))}
+        assert not refused, (name, refused)
+
+
+def test_decode_attention_without_a_valid_configuration_runs_on_the_host_with_the_reason():
+    """qwen2.5-3b groups 8 queries per KV head at head_dim 128: at p=2048 their FP32 score
+    rows overflow L1, so the baseline takes the CPU fallback and says why; at p=100 the
+    NPU program fits and stays."""
+    from npu_deploy.kernels.optimize import optimize
+
+    args = CATALOG["qwen2.5-3b"].args
+    plan = baseline_plan("qwen2.5-3b", args, Decode(2048))
+    att = [s for s in plan.host_steps if s.role == "attention"]
+    assert len(att) == args.n_layers and not any(ln.role == "attention"
+                                                 for ln in plan.launches())
+    assert {s.op for s in att} == {"decode_attention"}
+    assert all("L1 footprint 74.5 KiB" in s.reason for s in att)
+    assert all(s.reason == "" for s in plan.host_steps if s.role != "attention")
+    for step in optimize(plan).plan.steps:     # no transform puts it back on the NPU
+        assert isinstance(step, HostStep) or all(ln.role != "attention"
+                                                 for ln in step.launches)
+    short = baseline_plan("qwen2.5-3b", args, Decode(100))
+    assert sum(ln.kernel == "npu_decode_attention" for ln in short.launches()) == args.n_layers
+    assert not any(s.op == "decode_attention" for s in short.host_steps)
+
+
 def test_a_head_dim_ropes_kernel_cannot_take_is_refused_with_the_reason(tiny_models):
     """Upstream's rope (rope_halfsplit.cc) rotates rows of a multiple of 32: a model of
     head_dim 16 cannot run on it, and its RoPE's selection says so (Phase 1 blocks on it)
@@ -366,6 +401,18 @@ def test_plan_command_json_for_a_target_without_weights(cli):
     base = json.loads(cli("plan", "qwen2.5-1.5b", "--mode", "decode", "--pos", "500",
                           "--json").stdout)
     assert base["total_s"] > data["total_s"] and base["transforms"] == []
+
+
+def test_plan_command_says_why_a_step_left_the_npu(cli):
+    text = cli("plan", "qwen2.5-3b", "--mode", "decode", "--pos", "2048").stdout
+    assert "on the CPU instead of the NPU (36 step(s), L0.attention .. L35.attention): " \
+        "npu_decode_attention Lk=2049" in " ".join(text.split())
+    data = json.loads(cli("plan", "qwen2.5-3b", "--mode", "decode", "--pos", "2048",
+                          "--json").stdout)
+    att = [s for s in data["steps"] if s["name"] == "L0.attention"]
+    assert att[0]["where"] == "cpu" and "L1 footprint" in att[0]["reason"]
+    assert all(s["reason"] == "" for s in data["steps"] if s.get("op") in ("embedding",
+                                                                            "kv_append"))
 
 
 def test_plan_command_writes_the_mlir_air_programs(cli, tmp_path):
