@@ -226,6 +226,9 @@ class Conductor:
         self.on_event = on_event
         self.machine = DeploymentMachine(policy.budget, at=writer.state)
         self.run_id = writer.run_id
+        # What the pipeline keeps for this run while this conductor drives it (its workspace:
+        # model, backend, the store's artifacts); it lives and dies with the conductor.
+        self.workspace: Any = None
 
     # --- opening -------------------------------------------------------------------
 
