@@ -226,8 +226,11 @@ class DecisionDialog(ModalScreen[str | None]):
                    **naming(self.waiting)}
         command_id = store.post_command(self.run_id, kind, payload,
                                         author=self.deploy_app.author)
-        if store.is_locked(self.run_id):
+        if store.is_locked(self.run_id) or self.run_id in self.deploy_app.driving:
             self.notify(f"{kind} left for run {self.run_id}; its conductor records it once",
+                        timeout=4)
+        elif self.deploy_app.continue_run(self.run_id):
+            self.notify(f"{kind} left for run {self.run_id}; it goes on in this window",
                         timeout=4)
         else:
             self.notify(f"{kind} left for run {self.run_id}, but no conductor runs it now: "
