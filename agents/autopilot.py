@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from npu_deploy.agents.instructions import Instruction, parse, tile_overrides
 from npu_deploy.events.payloads import ExperienceRecorded, LessonRecorded
 from npu_deploy.events.phases import PHASES
 from npu_deploy.kernels.optimize import DECODE_ORDER, PREFILL_ORDER
 from npu_deploy.kernels.specs import SPECS, Decode, Mode, Prefill
-from npu_deploy.machine import Pipeline
+from npu_deploy.machine import NeedsHuman, Pipeline
 from npu_deploy.metrics.tokens import Greedy
 from npu_deploy.oracle.prompts import CAPITAL_QUESTION
 from npu_deploy.pipeline.gates import gates
@@ -49,10 +50,22 @@ class Autopilot:
         if run.debug_direction and run.debug_direction != "retry":
             tb.load_skill(run.debug_direction)
             run.say(f"retrying phase {run.phase} following {run.debug_direction}")
+        self.instruction: Instruction | None = None
         if run.instruction:
-            run.say(f"instruction noted: {run.instruction} (the autopilot follows its skills; "
-                    "a person's instruction is recorded for the next agent)")
+            understood = parse(run.instruction, run.phase)
+            decision = run.decision()
+            if isinstance(understood, Instruction):
+                self.instruction = understood
+                run.say(f"following the person's instruction {run.instruction!r}: "
+                        f"{understood.text()}",
+                        answering=decision.event_id if decision is not None else None)
         getattr(self, f"phase{run.phase}")(run, tb)
+
+    def refuses(self, phase: int, instruction: str) -> str | None:
+        """Why the autopilot cannot follow `instruction` at `phase` (agents/instructions.py
+        lists what it can), or None."""
+        understood = parse(instruction, phase)
+        return understood if isinstance(understood, str) else None
 
     # --- 0: the oracle -------------------------------------------------------------------
 
@@ -70,10 +83,21 @@ class Autopilot:
             overrides = seeded_gemm_fault(tb.ws)
         # silent-gemm-corruption (and any re-pick): the selection's configurations, which the
         # checker has cleared of indivisible tiles
+        ins, seed = self.instruction, 0
+        if ins is not None and ins.kind == "tile":
+            told = tile_overrides(ins, kernel_uses_cached(tb.ws))
+            if isinstance(told, str):
+                raise NeedsHuman(f"cannot follow the instruction: {told}")
+            overrides = {k: {**overrides.get(k, {}), **v} for k, v in
+                         {**overrides, **told}.items()}
+            run.say(f"configurations set by the person: {sorted(told)} "
+                    f"{ins.tunable} = {ins.value}")
+        elif ins is not None and ins.kind == "seed":
+            seed = ins.seed
         sel = tb.select_tiles(overrides)
         bad = []
         for key in sorted(kernel_uses_cached(tb.ws)):
-            r = tb.validate_kernel(key)
+            r = tb.validate_kernel(key, seed)
             if not r["passed"]:
                 bad.append(key)
         if bad:
@@ -126,6 +150,10 @@ class Autopilot:
     def _optimize(self, run: Any, tb: Toolbox, mode: Mode, base: tuple[str, ...]) -> None:
         scope = "prefill" if isinstance(mode, Prefill) else "decode"
         order, why = transform_order(tb.ws.store, base, scope, exclude_run=tb.ws.run_id)
+        ins = self.instruction
+        if ins is not None and ins.kind == "skip" and ins.transform in order:
+            order = [t for t in order if t != ins.transform]
+            run.say(f"not trying {ins.transform}: the person said to skip it")
         run.say("transform order from the optimization memory: " +
                 "; ".join(f"{t} ({why[t]})" for t in order))
         start = tb.profile(mode, scope)["total_s"]

@@ -47,8 +47,12 @@ class Waiting:
 
 
 def stopped(state: DeploymentState) -> bool:
-    """The run stopped for a person (a budget spent, an agent that gave up)."""
-    return state.status == "needs_human"
+    """The current phase stopped for a person (a budget spent, an agent that gave up). Read
+    from the phase, not the run's status: a pause overwrites the status, and a stopped run
+    that is paused and resumed still waits for that person."""
+    k = state.current_phase
+    return (k is not None and not state.terminal
+            and state.phases[k].status == "exited:needs_human")
 
 
 def waiting_on(state: DeploymentState) -> Waiting:
@@ -63,6 +67,26 @@ def waiting_on(state: DeploymentState) -> Waiting:
     if ph.pending_proposal is not None:
         return Waiting("proposal", k, ph.pending_proposal)
     return Waiting()
+
+
+def named_wait(payload: dict[str, Any]) -> str | None:
+    """The id of the wait (checkpoint, proposal or stopped phase) a decision names, if it
+    names one: a decision that names one is refused once that wait is no longer open, so an
+    answer typed for one checkpoint is never applied to the next."""
+    return payload.get("checkpoint_id") or payload.get("proposal_id")
+
+
+def naming(waiting: Waiting) -> dict[str, str]:
+    """The fields of a decision that name `waiting` (what `named_wait` reads back)."""
+    if waiting.id is None:
+        return {}
+    return {"proposal_id" if waiting.kind == "proposal" else "checkpoint_id": waiting.id}
+
+
+def queued(commands: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The first decision about a phase among a run's pending inbox commands: while one
+    waits to be recorded, a second would answer what the first already answered."""
+    return next((c for c in commands if c["kind"] in ("approve", "redirect", "pick")), None)
 
 
 def is_override(payload: dict[str, Any]) -> bool:
@@ -97,6 +121,10 @@ def refusal(state: DeploymentState, payload: dict[str, Any], phase: int | None) 
     waiting, answers = waiting_on(state), answered(state, payload, phase)
     k = state.current_phase
     where = "not started" if k is None else f"phase {k}: {state.phases[k].status}"
+    if answers == "stopped" and k is not None and waiting.kind == "stopped" \
+            and state.phases[k].decision:
+        return (f"has the stop of phase {k} answered already ({state.phases[k].decision}); "
+                "it goes on when it is resumed")
     if is_override(payload):
         gate = None if waiting.phase is None else state.phases[waiting.phase].last_gate
         if waiting.kind != answers or gate is None or gate.passed:
@@ -104,8 +132,6 @@ def refusal(state: DeploymentState, payload: dict[str, Any], phase: int | None) 
     elif answers == "checkpoint":
         if waiting.kind != "checkpoint":
             return f"is not waiting at a checkpoint ({where}); nothing to {decision}"
-        if payload.get("checkpoint_id") not in (None, waiting.id):
-            return f"waits at checkpoint {waiting.id}, not {payload['checkpoint_id']}"
     elif answers == "proposal":
         ids = [] if waiting.kind != "proposal" or waiting.phase is None else \
             [d["direction_id"] for d in state.phases[waiting.phase].pending_directions]
@@ -118,6 +144,9 @@ def refusal(state: DeploymentState, payload: dict[str, Any], phase: int | None) 
         return f"has no phase stopped for a person ({where})"
     if phase != waiting.phase:
         return f"waits for a decision on phase {waiting.phase}, not phase {phase}"
+    named = named_wait(payload)
+    if named not in (None, waiting.id):
+        return f"waits at {waiting.kind} {waiting.id}; {named} is no longer open"
     if decision == "redirect" and not payload.get("instruction"):
         return "takes a redirect only with an instruction: what the next attempt does differently"
     return None

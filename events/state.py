@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import reduce
 from typing import Any, Final
 
-from .decisions import answered
+from .decisions import answered, stopped
 from .envelope import GENESIS_HASH, Event, parse_ts
 from .phases import PHASE_NAMES
 
@@ -147,8 +147,9 @@ def _on_run_forked(s: DeploymentState, e: Event, p: dict[str, Any]) -> Deploymen
 
 
 def _on_run_resumed(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
-    # A paused or crashed run goes on; one that stopped for a person still waits for one.
-    status = s.status if s.status == "needs_human" else "running"
+    # A paused or crashed run goes on; one whose phase stopped for a person still waits for
+    # one, also when it was paused while it waited (the pause overwrote its status).
+    status = "needs_human" if stopped(s) else "running"
     return replace(s, status=status, resumes=s.resumes + 1)
 
 

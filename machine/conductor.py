@@ -66,7 +66,9 @@ AGENT_FACTS = (ProfileRecorded, SkillLoaded, LessonRecorded, ExperienceRecorded)
 # --- the interfaces ------------------------------------------------------------------------
 
 class Agent(Protocol):
-    """Does a phase's work through `PhaseRun.step` and `PhaseRun.say`."""
+    """Does a phase's work through `PhaseRun.step` and `PhaseRun.say`. An agent that reads
+    only some instructions may also have `refuses(phase, instruction) -> str | None`: why it
+    cannot follow a redirect, which is then refused and leaves the wait open."""
 
     name: str
 
@@ -166,11 +168,21 @@ class PhaseRun:
         self._n += 1
         return self._keys.counted(kind, self._n)
 
-    def say(self, text: str) -> None:
-        """An agent message, recorded once."""
+    def say(self, text: str, *, answering: str | None = None) -> None:
+        """An agent message, recorded once; `answering`: the id of the event it answers
+        (a person's decision), as its causation."""
         self.conductor._record(AgentMessage(role="assistant", text=text),
                                phase=self.phase, attempt=self.attempt, actor="agent",
-                               key=self._next(MESSAGE))
+                               key=self._next(MESSAGE), causation_id=answering)
+
+    def decision(self) -> Event | None:
+        """The person's decision this attempt follows (its redirect or pick), if any."""
+        found = None
+        for e in self.conductor.store.events(self.conductor.run_id, phase=self.phase,
+                                             types=("human.decision",)):
+            if e.payload["decision"] in ("redirect", "pick") and (e.attempt or 0) < self.attempt:
+                found = e
+        return found
 
     def record(self, fact: Payload) -> None:
         """A fact the agent (or gate) establishes, recorded once: a profile, a loaded skill,
@@ -226,6 +238,9 @@ class Conductor:
         self.on_event = on_event
         self.machine = DeploymentMachine(policy.budget, at=writer.state)
         self.run_id = writer.run_id
+        # What the pipeline keeps for this run while this conductor drives it (its workspace:
+        # model, backend, the store's artifacts); it lives and dies with the conductor.
+        self.workspace: Any = None
 
     # --- opening -------------------------------------------------------------------
 
@@ -254,7 +269,7 @@ class Conductor:
 
     def _record(self, fact: Payload, *, phase: int | None = None, attempt: int | None = None,
                 actor: str = "harness", key: AttemptKey | str | None = None,
-                consumes: str | None = None) -> Event:
+                consumes: str | None = None, causation_id: str | None = None) -> Event:
         type_ = fact.event_type
         payload = validate_payload(type_, fact.to_dict())
         if key is not None:
@@ -266,7 +281,7 @@ class Conductor:
         if trigger is not None:
             self.machine.check(trigger, pre, payload, phase)     # refused before the commit
         event = self.writer.append(NewEvent(type_, payload, actor=actor, phase=phase,
-                                            attempt=attempt,
+                                            attempt=attempt, causation_id=causation_id,
                                             idempotency_key=None if key is None else str(key)),
                                    consumes=consumes)
         if trigger is not None:
@@ -336,7 +351,17 @@ class Conductor:
             payload = decision.to_dict()
             trigger = trigger_for("human.decision", payload, phase)
             attempt = s.phases[phase].attempts if phase is not None else None
-            if trigger is not None and self.machine.allows(trigger, s, payload, phase):
+            allowed = trigger is not None and self.machine.allows(trigger, s, payload, phase)
+            refuses = getattr(self.pipeline.agent, "refuses", None)
+            why_not = (refuses(phase, decision.instruction) if allowed and refuses is not None
+                       and phase is not None and decision.instruction else None)
+            if why_not is not None:
+                # The agent could not follow it: the wait stays open for another answer.
+                self._record(ErrorRaised(kind="instruction_not_understood", recoverable=True,
+                                         message=f"redirect refused: {why_not}"),
+                             phase=phase, attempt=attempt, consumes=cmd["command_id"])
+                continue
+            if allowed:
                 self._record(decision, phase=phase, attempt=attempt, actor="human",
                              consumes=cmd["command_id"])
             else:

@@ -17,6 +17,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
+from npu_deploy.events.decisions import queued
 from npu_deploy.store import EventStore
 
 from .screens.run import RunScreen
@@ -128,6 +129,17 @@ class DeployApp(App[None]):
         self._drive(run_id, "resume")
         self.open_run(run_id, live=True)
 
+    def continue_run(self, run_id: str) -> bool:
+        """After a decision taken here: when no conductor runs the run (none in this
+        process, no other process holding its lock), resume it in this process, so that the
+        decision is recorded and the run goes on in this window. False when this app has
+        no driver (it was opened to watch only)."""
+        if self.driver is None:
+            return False
+        if run_id not in self.driving and not self.store.is_locked(run_id):
+            self._drive(run_id, "resume")
+        return True
+
     def _drive(self, run_id: str, how: str) -> None:
         self.driving.add(run_id)
         self._conduct(run_id, how)
@@ -144,6 +156,11 @@ class DeployApp(App[None]):
 
     def _driven(self, run_id: str, outcome: str) -> None:
         self.driving.discard(run_id)
+        if queued(self.store.pending_commands(run_id)) is not None \
+                and not self.store.fold(run_id).terminal:
+            # a decision taken here while its conductor was returning (a pause): go on
+            self.continue_run(run_id)
+            return
         self.notify(f"run {run_id}: the conductor in this process returned ({outcome})",
                     timeout=8)
 

@@ -238,13 +238,13 @@ def _load(spec: str) -> Any:
     return _MODELS[spec]
 
 
-_WORKSPACES: dict[tuple[str, str], Workspace] = {}
-
-
 def workspace_of(run: Any) -> Workspace:
-    """The workspace of the run a PhaseRun belongs to (one per run and process)."""
+    """The workspace of the run a PhaseRun belongs to: one per conductor, kept on it, so it
+    holds that conductor's open store and goes away with it. A module-level cache would
+    outlive the store: a run resumed in the same process (the TUI after a decision) would
+    read through a closed connection."""
     c = run.conductor
-    key = (str(c.store.path), c.run_id)
-    if key not in _WORKSPACES:
-        _WORKSPACES[key] = Workspace(c.store, c.run_id)
-    return _WORKSPACES[key]
+    if c.workspace is None or c.workspace.store is not c.store:
+        c.workspace = Workspace(c.store, c.run_id)
+    ws: Workspace = c.workspace
+    return ws

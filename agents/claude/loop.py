@@ -43,6 +43,10 @@ class ClaudeAgent:
         ctx = Context(run, Files(root), config)
         system, tools = system_prompt(run.phase), tool_schemas()
         conv = Conversation(seed(run, ws, root))
+        decision = run.decision() if run.instruction else None
+        if decision is not None and decision.payload["decision"] == "redirect":
+            run.say("the person's instruction goes to Claude verbatim in this attempt's first "
+                    f"turn:\n{run.instruction}", answering=decision.event_id)
         while True:
             event = run.exchange(partial(self._call, run, ws, config, price, system, tools,
                                          conv))

@@ -54,7 +54,9 @@ def seed(run: Any, ws: Workspace, root: Path) -> str:
                      (": " + "; ".join(check_text(c) for c in failing[:10])
                       if failing else "."))
     if run.instruction:
-        lines.append(f"A person's instruction for this attempt: {run.instruction}")
+        # verbatim, and marked as the person's: it outranks the skills' defaults
+        lines.append("From the person watching this deployment (their redirect of this "
+                     f"phase, verbatim):\n<person>\n{run.instruction}\n</person>")
     if run.debug_direction:
         d = _picked(run)
         lines.append(f"The debug direction a person picked: {run.debug_direction}"

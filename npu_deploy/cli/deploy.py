@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.text import Text
 
 from npu_deploy.events import PHASE_NAMES, Event
-from npu_deploy.events.decisions import open_decisions
+from npu_deploy.events.decisions import naming, open_decisions, waiting_on
 from npu_deploy.store import EventStore, RunLocked
 
 from .group import code_version
@@ -44,8 +44,10 @@ def _drive(conductor: Any, out: Console, wait: bool) -> None:
     try:
         halt: Halt = conductor.run(wait=False)
         while wait and halt.reason in ("awaiting_human", "awaiting_pick"):
-            out.print(Text(f"waiting: {halt.detail}. From another terminal: npu-deploy decide "
-                           f"{run_id} approve | redirect TEXT | pick N | pause | abort"))
+            at = waiting_on(conductor.state).id
+            out.print(Text(f"waiting at {at}: {halt.detail}. From another terminal: npu-deploy "
+                           f"decide {run_id} approve | redirect TEXT | pick N | pause | abort "
+                           f"[--checkpoint {at}]"))
             halt = conductor.run(wait=True)
     finally:
         conductor.close()
@@ -300,18 +302,32 @@ def fork_cmd(run: str, at_version: int, note: str | None) -> None:
 @click.option("--override", is_flag=True,
               help="With approve: pass the phase although its gate failed (the independent "
                    "evaluator will then fail the run).")
-def decide_cmd(run: str, decision: str, value: str | None, override: bool) -> None:
+@click.option("--checkpoint", "checkpoint", default=None, metavar="ID",
+              help="The checkpoint (or debug proposal, or stopped phase) this answers, as "
+                   "`show` and the waiting line print it: refused when it is no longer open.")
+def decide_cmd(run: str, decision: str, value: str | None, override: bool,
+               checkpoint: str | None) -> None:
     """Leave a decision for a run: approve | redirect TEXT | pick N | pause | abort.
 
-    The run's conductor (in another terminal, or at the next resume) records it once."""
+    approve, redirect and pick answer what the run waits at now (or --checkpoint ID), and
+    name it: the run's conductor (in another terminal, or at the next resume) records it
+    once, and refuses it if that wait was answered in the meantime."""
     if override and decision != "approve":
         fail("--override goes with approve only", EXIT_USAGE)
+    if checkpoint is not None and decision in ("pause", "abort"):
+        fail(f"--checkpoint goes with approve, redirect or pick; {decision} is about the "
+             "whole run", EXIT_USAGE)
     store = EventStore.open(db_path())
     run_id = store.resolve_run(run)
     s = store.fold(run_id)
     # Whether the run takes this decision now is events/decisions.py's rule; what the
     # decision needs (an instruction, a direction number) is checked after it, as usage.
     legal = open_decisions(s)
+    waiting = legal.waiting
+    if checkpoint is not None and checkpoint != waiting.id:
+        now = (f"it waits at {waiting.kind} {waiting.id} now" if waiting.id
+               else "nothing waits for a decision now")
+        fail(f"run {run_id}: {checkpoint} is no longer open ({now}); nothing was left")
     choice = "override" if override else decision
     if not legal.allows(choice):
         fail(f"run {run_id} {legal.refused[choice]}")
@@ -324,6 +340,8 @@ def decide_cmd(run: str, decision: str, value: str | None, override: bool) -> No
         if value is None or not value.isdigit() or not 1 <= int(value) <= len(legal.pick):
             fail(f"pick needs a direction number from 1 to {len(legal.pick)}", EXIT_USAGE)
         payload["direction_id"] = legal.pick[int(value) - 1]
+    if decision in ("approve", "redirect", "pick"):
+        payload.update(naming(waiting))
     command_id = store.post_command(run_id, decision, payload)
     click.echo(f"{decision} left for run {run_id} (command {command_id}); its conductor "
                "records it once")

@@ -4,6 +4,7 @@ driver that runs a conductor in a worker thread of the TUI's process."""
 from __future__ import annotations
 
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,8 +68,16 @@ class ConductorDriver:
 
     @staticmethod
     def _drive(conductor: Any) -> str:
+        """Drive the run until it ends or is paused. Where the headless CLI exits at a phase
+        stopped for a person, the TUI's conductor waits for that person, so that a decision
+        taken in the window goes on at once, in this process."""
+        from npu_deploy.machine.conductor import POLL_S
+
         try:
             halt = conductor.run(wait=True)
+            while halt.reason == "needs_human":
+                time.sleep(POLL_S)
+                halt = conductor.run(wait=True)
         finally:
             conductor.close()
         return f"{halt.reason} {halt.detail}".strip()

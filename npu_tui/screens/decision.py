@@ -15,7 +15,7 @@ from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
-from npu_deploy.events.decisions import open_decisions, waiting_on
+from npu_deploy.events.decisions import naming, open_decisions, queued, waiting_on
 from npu_deploy.events.state import GateSummary
 
 from ..timeline import gate_rows
@@ -24,7 +24,6 @@ from ..widgets.panels import gate_table, plural
 if TYPE_CHECKING:
     from ..app import DeployApp
 
-DECISION_KINDS = ("approve", "redirect", "pick")
 #: A button for each decision about a phase (events/decisions.py CHOICES): label, variant.
 BUTTONS: dict[str, tuple[str, Any]] = {
     "approve": ("Approve", "success"), "redirect": ("Redirect", "primary"),
@@ -217,18 +216,21 @@ class DecisionDialog(ModalScreen[str | None]):
             self._close_by(f"Another client decided first: the run is now {fresh.status} "
                            f"at v{fresh.version}. Nothing was written.")
             return
-        queued = [c for c in store.pending_commands(self.run_id) if c["kind"] in
-                  DECISION_KINDS]
-        if queued:
-            c = queued[0]
+        c = queued(store.pending_commands(self.run_id))
+        if c is not None:
             self._close_by(f"Another client decided first: {c['kind']} by {c['author']} is "
                            "in the inbox, not yet recorded. Nothing was written.")
             return
-        payload = {k: v for k, v in payload.items() if v is not None}
+        # Name what it answers, so that a stale answer is refused, never applied elsewhere.
+        payload = {**{k: v for k, v in payload.items() if v is not None},
+                   **naming(self.waiting)}
         command_id = store.post_command(self.run_id, kind, payload,
                                         author=self.deploy_app.author)
-        if store.is_locked(self.run_id):
+        if store.is_locked(self.run_id) or self.run_id in self.deploy_app.driving:
             self.notify(f"{kind} left for run {self.run_id}; its conductor records it once",
+                        timeout=4)
+        elif self.deploy_app.continue_run(self.run_id):
+            self.notify(f"{kind} left for run {self.run_id}; it goes on in this window",
                         timeout=4)
         else:
             self.notify(f"{kind} left for run {self.run_id}, but no conductor runs it now: "

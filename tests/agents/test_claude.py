@@ -453,3 +453,29 @@ def test_live_claude_builds_the_oracle(store):
         c.close()
     events = list(store.events(c.run_id))
     assert of(events, "model.called") and halt.reason in ("awaiting_human", "needs_human")
+
+
+def test_a_redirect_reaches_claude_verbatim_marked_as_the_persons(store):
+    """Phase 0 passes; a person redirects it; the next attempt's first turn carries the
+    instruction word for word, marked as the person's, and an event answers the decision."""
+    said = "Use the chat template; keep the\nBOS token. {not a format string}"
+    script = Script(message(text("Building the oracle."), use("build_oracle", 1),
+                            stop="tool_use", n=1),
+                    message(text("done"), n=2),
+                    message(text("Following the person."), n=3))
+    c = start(store, script)
+    try:
+        assert c.run(wait=False).reason == "awaiting_human"
+        store.post_command(c.run_id, "redirect", {"instruction": said})
+        c.run(wait=False)
+    finally:
+        c.close()
+    first_turn = script.requests[2]["messages"][0]["content"]
+    body = first_turn if isinstance(first_turn, str) else \
+        "".join(b.get("text", "") for b in first_turn)
+    assert "From the person watching this deployment" in body
+    assert f"<person>\n{said}\n</person>" in body
+    events = list(store.events(c.run_id))
+    (decision,) = [e for e in events if e.type == "human.decision"]
+    answers = [e for e in events if e.causation_id == decision.event_id]
+    assert answers and answers[0].type == "agent.message" and said in answers[0].payload["text"]

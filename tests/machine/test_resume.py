@@ -70,9 +70,14 @@ def _awaiting(state, phase: int) -> bool:
             and state.phases[phase].pending_checkpoint is not None)
 
 
-def _approve(db: Path, run_id: str) -> None:
+def _approve(db: Path, run_id: str, state, phase: int) -> None:
+    """Approve phase's checkpoint by its id; at phase 6, first a stale approve that names
+    phase 4's (already approved) checkpoint: it must be refused, never applied to phase 6's."""
     with EventStore.open(db) as store:
-        store.post_command(run_id, "approve")
+        if phase == 6:
+            store.post_command(run_id, "approve", {"checkpoint_id": "p4.a1"})
+        store.post_command(run_id, "approve",
+                           {"checkpoint_id": state.phases[phase].pending_checkpoint})
 
 
 def _uninterrupted(db: Path, run_id: str) -> None:
@@ -85,7 +90,7 @@ def _uninterrupted(db: Path, run_id: str) -> None:
             state = _state(db, run_id)
             for phase in (4, 6):
                 if phase not in approved and _awaiting(state, phase):
-                    _approve(db, run_id)
+                    _approve(db, run_id, state, phase)
                     approved.add(phase)
             time.sleep(0.05)
     finally:
@@ -130,7 +135,7 @@ def test_kill_9_at_30_points_then_resume_gives_the_uninterrupted_run(tmp_path):
                 for phase, after in approve_after.items():
                     if (phase not in approved and _awaiting(state, phase) and kills >= after
                             and kills_waiting >= 3):
-                        _approve(db, run_id)
+                        _approve(db, run_id, state, phase)
                         approved.add(phase)
                 time.sleep(0.02)
             if proc.poll() is None:
@@ -152,6 +157,10 @@ def test_kill_9_at_30_points_then_resume_gives_the_uninterrupted_run(tmp_path):
         decisions = [e for e in store.events(run_id) if e.type == "human.decision"
                      and e.actor == "human"]
         assert len(decisions) == 2 and not store.pending_commands(run_id)
+        assert [d.payload["checkpoint_id"] for d in decisions] == ["p4.a1", "p6.a1"]
+        refused = [e for e in store.events(run_id) if e.type == "error"]
+        assert [e.payload["kind"] for e in refused] == ["command_refused"]
+        assert "p4.a1 is no longer open" in refused[0].payload["message"]
         resumed = [e for e in store.events(run_id) if e.type == "run.resumed"]
         assert len(resumed) == starts - 1          # every start after the first resumed it
 
@@ -191,8 +200,66 @@ def test_decide_checks_the_run_before_leaving_a_command(cli, tmp_path, monkeypat
     assert result.exit_code == 0 and "pick left for run r1" in result.stdout
     with EventStore.open(db) as store:
         (cmd,) = store.pending_commands("r1")
-        assert cmd["payload"] == {"direction_id": "bo"}
+        assert cmd["payload"] == {"direction_id": "bo", "proposal_id": "p0.a1"}
     assert_one_error(cli("--db", db, "decide", "no-such-run", "pause"), "no-such-run")
+
+
+def test_a_decision_names_its_checkpoint_and_a_stale_one_is_never_applied(cli, tmp_path,
+                                                                            monkeypatch):
+    """An approve typed for one checkpoint is refused, not applied to the next one."""
+    from conftest import assert_one_error
+    from fake_pipeline import make
+
+    from npu_deploy.machine import Conductor, Policy
+
+    monkeypatch.setenv("FAKE_FAIL", "")
+    db = tmp_path / "runs.db"
+    with EventStore.open(db) as store:
+        c = Conductor.start(store, make(), Policy(), model="tiny", run_id="r1")
+        assert c.run(wait=False).reason == "awaiting_human"
+        assert c.state.phases[0].pending_checkpoint == "p0.a1"
+        assert cli("--db", db, "decide", "r1", "approve", "--checkpoint", "p0.a1").exit_code == 0
+        (cmd,) = store.pending_commands("r1")
+        assert cmd["payload"] == {"checkpoint_id": "p0.a1"}
+        # a second answer typed while the first waits in the inbox names the same checkpoint
+        assert cli("--db", db, "decide", "r1", "approve").exit_code == 0
+        assert c.run(wait=False).reason == "awaiting_human"        # now at phase 1's
+        (twice,) = [e for e in store.events("r1") if e.type == "error"]
+        assert "not waiting at a checkpoint" in twice.payload["message"] or \
+            "no longer open" in twice.payload["message"]
+        before = store.fold("r1").version
+        assert_one_error(cli("--db", db, "decide", "r1", "approve", "--checkpoint", "p0.a1"),
+                         "p0.a1 is no longer open", "p1.a1")
+        assert not store.pending_commands("r1") and store.fold("r1").version == before
+        # the same race through the inbox (typed before phase 0's was recorded): refused
+        store.post_command("r1", "approve", {"checkpoint_id": "p0.a1"})
+        assert c.run(wait=False).reason == "awaiting_human"
+        s = c.state
+        assert s.current_phase == 1 and s.phases[1].pending_checkpoint == "p1.a1"
+        refused = [e for e in store.events("r1") if e.type == "error"][-1]
+        assert "p0.a1 is no longer open" in refused.payload["message"]
+        # a plain approve answers the open checkpoint, and names it
+        assert cli("--db", db, "decide", "r1", "approve").exit_code == 0
+        assert store.pending_commands("r1")[0]["payload"] == {"checkpoint_id": "p1.a1"}
+        c.run(wait=False)
+        approved = [e.payload["checkpoint_id"] for e in store.events("r1")
+                    if e.type == "human.decision"]
+        assert approved == ["p0.a1", "p1.a1"]
+        # nothing open: approve fails in one line, and nothing is left
+        store.post_command("r1", "pause")
+        assert c.run(wait=False).reason == "paused"
+        c.close()
+    with EventStore.open(db) as store:
+        c = Conductor.start(store, make(), Policy(), model="tiny", run_id="r2")
+        c.run(wait=False)
+        store.post_command("r2", "abort")
+        c.run(wait=False)
+        c.close()
+    assert_one_error(cli("--db", db, "decide", "r2", "approve"), "aborted")
+    assert_one_error(cli("--db", db, "decide", "r2", "approve", "--checkpoint", "p0.a1"),
+                     "no longer open", "nothing waits")
+    assert_one_error(cli("--db", db, "decide", "r2", "pause", "--checkpoint", "p0.a1"),
+                     "--checkpoint goes with")
 
 
 def test_resume_and_fork_commands(cli, tmp_path, monkeypatch):

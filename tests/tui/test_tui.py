@@ -152,7 +152,8 @@ async def test_overriding_a_failed_gate_takes_a_second_confirmation(store, db_pa
         c.close()
         return
     [cmd] = cmds
-    assert cmd["kind"] == "approve" and cmd["payload"] == {"override": True}
+    assert cmd["kind"] == "approve" and cmd["payload"] == {"override": True,
+                                                           "proposal_id": "p0.a1"}
     c.run(wait=False)
     c.close()
     exited = [e for e in store.events("r1") if e.type == "phase.exited"]
@@ -173,7 +174,8 @@ async def test_a_stopped_run_offers_redirect_and_override(store, db_path, fake):
         dialog.query_one("#instruction").value = "fix it"
         await pilot.press("enter")
         await until(pilot, lambda: tui_commands(store, "r1"))
-    assert tui_commands(store, "r1")[0]["payload"] == {"instruction": "fix it"}
+    assert tui_commands(store, "r1")[0]["payload"] == {"instruction": "fix it",
+                                                       "checkpoint_id": "p0.a1.stopped"}
 
 
 async def test_brackets_in_a_model_name_and_an_exit_reason_show_as_written(store, db_path,
@@ -506,6 +508,77 @@ async def test_deploy_runs_the_conductor_in_a_worker_and_the_tui_approves(store,
     approvals = [e for e in store.events("dep") if e.type == "human.decision"
                  and e.payload["author"].endswith("@tui")]
     assert [e.phase for e in approvals] == [2]
+
+
+async def test_a_decision_in_the_window_continues_a_stopped_run_in_this_process(
+        store, db_path, fake):
+    """deploy in the TUI: phase 1 stops for a person; the redirect typed in the dialog is
+    recorded and the run goes on to the end in the same process, without pressing r."""
+    fake(fail="1:9")
+    driver = ConductorDriver(db_path, "fake_pipeline:make",
+                             Policy(auto_approve=True, budget=1), "tiny",
+                             {"pipeline": "fake_pipeline:make"})
+    app = DeployApp(db_path, run_id="dep", live=True, driver=driver, drive="deploy")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        await until(pilot, lambda: screen.head_state.status == "needs_human", timeout=20)
+        assert app.driving == {"dep"}                 # its conductor waits for the person
+        await pilot.press("d")
+        dialog = app.screen
+        assert isinstance(dialog, DecisionDialog) and dialog.kind == "stopped"
+        dialog.query_one("#instruction").value = "fix it"
+        await pilot.press("enter")
+        await until(pilot, lambda: screen.head_state.status == "finished", timeout=20)
+        await until(pilot, lambda: not app.driving)
+    s = store.fold("dep")
+    assert s.verdict == "PASS" and s.phases[1].instruction == "fix it"
+    assert not [e for e in store.events("dep") if e.type == "error"]
+
+
+async def test_a_decision_in_the_window_resumes_a_run_no_conductor_runs(store, db_path, fake):
+    """attach (or tui) on a run a headless deploy left stopped: the decision resumes it
+    here, and it goes on."""
+    c = start(store, fake(fail="1:9"), Policy(auto_approve=True, budget=1))
+    assert c.run().reason == "needs_human"
+    c.close()
+    app = DeployApp(db_path, run_id="r1", live=True, driver=ConductorDriver(db_path))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        await pilot.press("d")
+        app.screen.query_one("#instruction").value = "fix it"
+        await pilot.press("enter")
+        await until(pilot, lambda: screen.head_state.status == "finished", timeout=20)
+    assert store.fold("r1").resumes == 1
+
+
+@pytest.mark.slow
+async def test_deploy_a_tiny_model_approve_from_the_dialog_and_the_run_finishes(store,
+                                                                               db_path):
+    """The real autopilot on a tiny model, every checkpoint waiting for a person: each
+    approve from the dialog starts the next phase, in this process, to the end."""
+    from npu_deploy.cli.deploy import DEFAULT_PIPELINE
+
+    driver = ConductorDriver(db_path, DEFAULT_PIPELINE, Policy(), "tiny-llama",
+                             {"pipeline": DEFAULT_PIPELINE, "seq_len": 32, "steps": 8})
+    app = DeployApp(db_path, run_id="dep", live=True, driver=driver, drive="deploy")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        for k in range(8):
+            await until(pilot, lambda k=k: screen.head_state.phases[k].pending_checkpoint,
+                        timeout=300)
+            await pilot.press("d")
+            assert isinstance(app.screen, DecisionDialog) and app.screen.phase == k
+            await pilot.press("enter")                     # Approve has the focus
+            if k < 7:
+                await until(pilot, lambda k=k: screen.head_state.current_phase == k + 1,
+                            timeout=60)
+        await until(pilot, lambda: screen.head_state.status == "finished", timeout=120)
+        await until(pilot, lambda: not app.driving)
+    s = store.fold("dep")
+    assert s.verdict == "PASS"
+    approvals = [e.payload["checkpoint_id"] for e in store.events("dep")
+                 if e.type == "human.decision"]
+    assert approvals == [f"p{k}.a1" for k in range(8)]
 
 
 # --- keys ------------------------------------------------------------------------------------
