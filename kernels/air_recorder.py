@@ -967,6 +967,14 @@ def broadcast(vector: VectorType, source: Any, *, loc: Any = None, ip: Any = Non
     return Value(vector, _Builder.here(), None, "vector.broadcast")
 
 
+def fma(lhs: Any, rhs: Any, acc: Any, *, loc: Any = None, ip: Any = None) -> Value:
+    """vector.fma: lhs * rhs + acc, lane by lane (upstream's f32 dot products on extf'd bf16
+    vectors, matvec_cascade.py and attn_decode_npu2.py)."""
+    for v in (lhs, rhs, acc):
+        _use(v, "vector.fma")
+    return Value(getattr(acc, "type", None), _Builder.here(), None, "vector.fma")
+
+
 def reduction(dest: Any, kind: Any, vector: Any, *, acc: Any = None, fastmath: Any = None,
               loc: Any = None, ip: Any = None) -> Value:
     """vector.reduction (dest, kind, vector): the lanes of `vector` combined by `kind` into a
@@ -1045,7 +1053,7 @@ def _modules() -> dict[str, types.ModuleType]:
         "air.dialects.scf": module("air.dialects.scf", for_=for_, yield_=yield_),
         "air.dialects.math": module("air.dialects.math", tanh=_unary("math.tanh"),
                                     exp=_unary("math.exp"), rsqrt=_unary("math.rsqrt")),
-        "air.dialects.vector": module("air.dialects.vector", broadcast=broadcast,
+        "air.dialects.vector": module("air.dialects.vector", broadcast=broadcast, fma=fma,
                                       reduction=reduction,
                                       transfer_read=transfer_read,
                                       transfer_write=transfer_write),

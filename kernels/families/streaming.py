@@ -250,7 +250,7 @@ def measured_rows(kernel: str, launch: Callable[[str, dict[str, Any]],
 
 #: what inline code imports beyond the program's common header
 VECTOR_IMPORTS = ("from air.dialects import math as math_dialect",
-                  "from air.dialects.vector import broadcast, reduction, transfer_read, "
+                  "from air.dialects.vector import broadcast, fma, reduction, transfer_read, "
                   "transfer_write",
                   "from air.ir import AffineMapAttr, VectorType")
 
