@@ -74,10 +74,26 @@ def tone_of(e: Event) -> str:
     return "muted"
 
 
+#: Significant digits a gate figure starts at; more are shown only where needed.
+GATE_DIGITS = 4
+
+
+def gate_figures(value: float, threshold: float) -> tuple[str, str]:
+    """A gate's value and threshold as text, each in the fewest significant digits (from
+    GATE_DIGITS) at which a value that differs from its threshold also reads differently:
+    a within_frac of 0.99988 against 1 reads "0.99988 (needs >= 1)", never "1 (needs >= 1)",
+    which looks like a pass. Every surface that shows a gate value formats it here."""
+    for digits in range(GATE_DIGITS, 18):
+        shown = f"{value:.{digits}g}", f"{threshold:.{digits}g}"
+        if shown[0] != shown[1] or value == threshold:
+            return shown
+    return repr(float(value)), repr(float(threshold))   # 17 digits tell every double apart
+
+
 def check_text(c: dict[str, Any]) -> str:
     """One gate check: "L0 block output/cosine = 0.9812 (needs >= 0.99)"."""
-    return (f"{c['subject']}/{c['metric']} = {c['value']:.4g} "
-            f"(needs {c['comparison']} {c['threshold']:.4g})")
+    value, threshold = gate_figures(c["value"], c["threshold"])
+    return f"{c['subject']}/{c['metric']} = {value} (needs {c['comparison']} {threshold})"
 
 
 def failing_checks(checks: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ from typing import Any
 
 import click
 
-from npu_deploy.events.describe import check_text
+from npu_deploy.events.describe import check_text, gate_figures
 from npu_deploy.events.payloads import GateEvaluated, HumanDecision, PhaseExited
 from npu_deploy.kernels.specs import Decode, Prefill
 from npu_deploy.oracle import reference_of
@@ -140,9 +140,11 @@ def markdown(passed: bool, checks: list[dict[str, Any]], measured: bool = False)
         lines += ["## Failed", ""] + [f"- {check_text(c)} {c.get('message', '')}"
                                       for c in failed] + [""]
     lines += ["## Checks", "", "| subject | metric | value | needs | |", "|---|---|---|---|---|"]
-    lines += [f"| {c['subject']} | {c['metric']} | {c['value']:.4g} | {c['comparison']} "
-              f"{c['threshold']:.4g} | {'ok' if c['passed'] else 'FAIL'}"
-              f"{'' if c['gating'] else ' (lens)'} |" for c in checks]
+    for c in checks:
+        value, threshold = gate_figures(c["value"], c["threshold"])
+        lines.append(f"| {c['subject']} | {c['metric']} | {value} | {c['comparison']} "
+                     f"{threshold} | {'ok' if c['passed'] else 'FAIL'}"
+                     f"{'' if c['gating'] else ' (lens)'} |")
     return "\n".join(lines) + "\n"
 
 

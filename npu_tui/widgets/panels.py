@@ -19,7 +19,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
-from npu_deploy.events.describe import describe
+from npu_deploy.events.describe import describe, gate_figures
 
 from ..timeline import GateRow, gate_rows
 
@@ -36,14 +36,6 @@ def source_label(profile: dict[str, Any]) -> str:
         return label
     return (f"{label}: median of {len(runs)} runs, {min(runs) * 1e3:.2f}-"
             f"{max(runs) * 1e3:.2f} ms")
-
-
-def _num(x: float | None) -> str:
-    if x is None:
-        return "—"
-    if x == 0 or 1e-3 <= abs(x) < 1e5:
-        return f"{x:.4g}"
-    return f"{x:.3e}"
 
 
 #: A laid-out line, as segments: kept lines are not Strips, each of which carries seven
@@ -183,10 +175,12 @@ def gate_table(rows: list[GateRow]) -> Table:
         mark = Text("ok", style="green") if r.passed else Text("FAIL", style="bold red")
         if not r.gating:
             mark = Text("lens", style="dim")
-        trend = " → ".join(_num(v) for v in r.history) if len(r.history) > 1 else ""
+        trend = " → ".join("—" if v is None else gate_figures(v, r.threshold)[0]
+                           for v in r.history) if len(r.history) > 1 else ""
         style = "" if r.passed or not r.gating else "red"
-        cells: list[RenderableType] = [mark, r.subject, r.metric, _num(r.value),
-                                       f"{r.comparison} {_num(r.threshold)}"]
+        value, threshold = gate_figures(r.value, r.threshold)
+        cells: list[RenderableType] = [mark, r.subject, r.metric, value,
+                                       f"{r.comparison} {threshold}"]
         table.add_row(*cells, *([trend] if retried else []), style=style)
     return table
 

@@ -3,11 +3,14 @@ spans with roles (never markup), the aside and the detail lines the wide surface
 
 from __future__ import annotations
 
+import math
+
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from strategies import new_event
 
 from npu_deploy.events import GENESIS_HASH, NewEvent, describe
-from npu_deploy.events.describe import EventView, check_text, plain, view
+from npu_deploy.events.describe import EventView, check_text, gate_figures, plain, view
 from npu_deploy.store.writer import prepare
 
 CHECKS = [{"subject": "L0 block output", "metric": "cosine", "value": 0.9812, "threshold": 0.99,
@@ -32,6 +35,24 @@ def test_a_failed_gate_says_which_checks_failed_and_shows_them_under_it():
         "BAD L0 block output/cosine = 0.9812 (needs >= 0.99)",
         "BAD L0 block output/rel_l2 = 0.2 (needs <= 0.05)"]
     assert check_text(CHECKS[0]) == "L0 block output/cosine = 0.9812 (needs >= 0.99)"
+
+
+def test_a_gate_value_just_short_of_its_threshold_never_reads_as_the_threshold():
+    # issue 25: one element out of tolerance read "1 (needs >= 1)"; here 1 of 131072
+    near = {"subject": "flash_attention", "metric": "within_frac", "value": 1 - 1 / 131072,
+            "threshold": 1.0, "comparison": ">=", "passed": False}
+    assert check_text(near) == "flash_attention/within_frac = 0.99999 (needs >= 1)"
+    assert gate_figures(0.99996, 1.0) == ("0.99996", "1")
+    assert gate_figures(0.98996, 0.99) == ("0.98996", "0.99")
+    assert gate_figures(32, 32) == ("32", "32") and gate_figures(0.9812, 0.99)[0] == "0.9812"
+    assert gate_figures(1.0, 1.0 - 2 ** -52) != ("1", "1")
+
+
+@given(st.floats(allow_nan=False, width=64), st.floats(allow_nan=False, width=64))
+def test_gate_figures_differ_whenever_the_numbers_do(value, threshold):
+    shown, wanted = gate_figures(value, threshold)
+    assert shown != wanted or value == threshold
+    assert math.isclose(float(shown), value, rel_tol=1e-3) or not math.isfinite(value)
 
 
 def test_a_decision_keeps_a_persons_words_as_data_and_says_who_decided():
