@@ -14,6 +14,8 @@ data, whatever brackets it holds.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -85,7 +87,10 @@ def gate_figures(value: float, threshold: float) -> tuple[str, str]:
     which looks like a pass. Every surface that shows a gate value formats it here."""
     for digits in range(GATE_DIGITS, 18):
         shown = f"{value:.{digits}g}", f"{threshold:.{digits}g}"
-        if shown[0] != shown[1] or value == threshold:
+        # rounding up may pass the largest double: 1.7975e308 must not read as inf
+        overflows = any(math.isinf(float(t)) and math.isfinite(v)
+                        for t, v in zip(shown, (value, threshold), strict=True))
+        if not overflows and (shown[0] != shown[1] or value == threshold):
             return shown
     return repr(float(value)), repr(float(threshold))   # 17 digits tell every double apart
 

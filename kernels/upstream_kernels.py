@@ -49,11 +49,12 @@ class UpstreamParam:
 
 @dataclass(frozen=True)
 class Requirement:
-    """A condition the kernel's code relies on: `value` is a multiple of, or equal to, a
-    number."""
+    """A condition the kernel's code relies on: `value` is a multiple of, equal to, or one of
+    some numbers (a static_assert such as attn_npu2.cc's on dk_full)."""
     value: str
     multiple_of: int | None = None
     equals: int | None = None
+    one_of: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,9 @@ def unmet(kernel: UpstreamKernel, defines: Mapping[str, int],
             broken.append(f"{kernel.symbol}: {r.value} = {v} is not a multiple of {r.multiple_of}")
         if r.equals is not None and v != r.equals:
             broken.append(f"{kernel.symbol}: {r.value} = {v}, the code requires {r.equals}")
+        if r.one_of is not None and v not in r.one_of:
+            broken.append(f"{kernel.symbol}: {r.value} = {v}, the code compiles only "
+                          f"{', '.join(map(str, r.one_of))}")
     return broken
 
 
@@ -170,7 +174,8 @@ def _kernel(row: dict[str, Any]) -> UpstreamKernel:
         symbol=row["symbol"], file=row["file"], object=row["object"],
         defines=tuple(row["defines"].items()), suffix_define=row["suffix_define"],
         params=tuple(_param(p, blocks) for p in row["params"]),
-        requires=tuple(Requirement(**r) for r in row.get("requires", ())),
+        requires=tuple(Requirement(**{**r, "one_of": tuple(r["one_of"])} if "one_of" in r
+                                   else r) for r in row.get("requires", ())),
         mmul=tuple(layout["mmul"]) if "mmul" in layout else None,
         declared_by=tuple(row["declared_by"]), note=row["note"])
 

@@ -25,9 +25,10 @@ SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 TOKENIZER_VOCAB = 512
 
 # Sized for upstream's kernels, as a deployment on the (simulated) NPU runs them: ffn 192
-# (mv.cc sums the down GEMV's rows of K = ffn in 64-wide vectors) and head_dim 32 below
-# (rope_halfsplit.cc takes rows of a multiple of 32).
-_BASE = dict(hidden_size=64, num_hidden_layers=2, intermediate_size=192,
+# (mv.cc sums the down GEMV's rows of K = ffn in 64-wide vectors) and head_dim 64 (attn_npu2.cc
+# compiles its softmax scale for head_dim 64, 128, 256 or 512 only; rope_halfsplit.cc takes
+# rows of a multiple of 32).
+_BASE = dict(hidden_size=128, num_hidden_layers=2, intermediate_size=192,
              vocab_size=TOKENIZER_VOCAB, max_position_embeddings=4096, rms_norm_eps=1e-6,
              bos_token_id=0, eos_token_id=2, pad_token_id=0)
 
@@ -48,10 +49,10 @@ RANDOM_MODELS: dict[str, tuple[str, dict[str, Any], str]] = {
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
         "Qwen2.5-style: QKV bias"),
     "tiny-qwen3": ("Qwen3Config", dict(
-        _BASE, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+        _BASE, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
         tie_word_embeddings=True,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
-        "Qwen3-style: per-head QK RMSNorm, q_dim 128 != hidden 64"),
+        "Qwen3-style: per-head QK RMSNorm, q_dim 256 != hidden 64"),
     "tiny-qwen2-hd128": ("Qwen2Config", dict(
         _BASE, hidden_size=256, intermediate_size=320, num_attention_heads=2,
         num_key_value_heads=1, tie_word_embeddings=True,

@@ -82,7 +82,11 @@ FLASH_ATTENTION = KernelSpec(
 
 # --- checker rule -------------------------------------------------------------------------
 
+#: the head dims attn_npu2.cc's softmax scale is written for (static_assert on dk_full)
+SCALED_HEAD_DIMS = (64, 128, 256, 512)
+
 RULES = (
+    "unsupported: head_dim one of 64, 128, 256, 512 (attn_npu2.cc's static_assert on dk_full)",
     "herd: heads_per_unroll x q_tiles columns by cascade rows fit the array",
     "divisible: query heads over KV heads, heads by heads_per_unroll, q_tile into q_tiles",
     "causal mask: q blocks (q_tile / q_tiles) as long as the K chunks (k_tile)",
@@ -132,6 +136,11 @@ def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
     if dv_tile % 8:
         f.append(Finding("divisible", "error", f"dv_tile={dv_tile} is not a multiple of the "
                          "8-wide matmul", dv_tile, 8))
+    if hd not in SCALED_HEAD_DIMS:
+        f.append(Finding("unsupported", "error", f"head_dim={hd}: attn_npu2.cc compiles its "
+                         "softmax scale 1/sqrt(dk_full) only for dk_full "
+                         f"{', '.join(map(str, SCALED_HEAD_DIMS))} (a static_assert); run this "
+                         "attention on the CPU", hd, SCALED_HEAD_DIMS[0]))
     # L1 per tile: the program's buffers (l1_buffers, below), bf16, single buffers.
     l1 = l1_bytes(tq, k_tile, hd, dv_tile)
     rules.l1(f, l1, hw, f"Q {tq}x{hd} in {k_tile}-wide tiles, the K/Q relay {k_tile}x{k_tile}, "

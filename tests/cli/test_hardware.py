@@ -131,7 +131,7 @@ def test_the_kit_on_a_simulated_npu_reports_every_field(simulated, tiny_models):
                            "model", "seq_len", "repeats", "machine", "tools", "programs",
                            "kernels", "block", "failures", "digest"}
     assert report["runtime"] == "fake_npu:machine" and report["failures"] == []
-    assert report["model"]["spec"] == MODEL and report["model"]["args"]["head_dim"] == 32
+    assert report["model"]["spec"] == MODEL and report["model"]["args"]["head_dim"] == 64
     m = report["machine"]
     assert m["hostname"] == socket.gethostname() and m["kernel"] == platform.release()
     assert m["cpu"] and m["os"] and m["python"] == platform.python_version()

@@ -115,10 +115,11 @@ def test_decode_attention_without_a_valid_configuration_runs_on_the_host_with_th
     assert not any(s.op == "decode_attention" for s in short.host_steps)
 
 
-def test_a_head_dim_ropes_kernel_cannot_take_is_refused_with_the_reason(tiny_models):
-    """Upstream's rope (rope_halfsplit.cc) rotates rows of a multiple of 32: a model of
-    head_dim 16 cannot run on it, and its RoPE's selection says so (Phase 1 blocks on it)
-    while the model's other kernels are not blamed; the tiny models (head_dim 32) run."""
+def test_a_head_dim_the_kernels_cannot_take_is_refused_with_the_reason(tiny_models):
+    """Upstream's rope (rope_halfsplit.cc) rotates rows of a multiple of 32 and attn_npu2.cc
+    scales its softmax for head_dim 64, 128, 256 or 512: a model of head_dim 16 runs on
+    neither, and their selections say so (Phase 1 blocks on them) while the model's other
+    kernels are not blamed; the tiny models (head_dim 64) run."""
     def refused(args):
         plan = baseline_plan("m", args, Prefill(32))
         found = {}
@@ -128,10 +129,14 @@ def test_a_head_dim_ropes_kernel_cannot_take_is_refused_with_the_reason(tiny_mod
         return found
 
     args = tiny_models["tiny-qwen2"].args
-    assert args.head_dim == 32 and refused(args) == {}
+    assert args.head_dim == 64 and refused(args) == {}
     narrow = dataclasses.replace(args, n_heads=4, n_kv_heads=2, head_dim=16)
-    assert refused(narrow) == {"rope": "width=16 is not a multiple of 32: rope works on "
-                                       "16-lane vectors of each half of a row"}
+    assert refused(narrow) == {
+        "rope": "width=16 is not a multiple of 32: rope works on 16-lane vectors of each half "
+                "of a row",
+        "flash_attention": "head_dim=16: attn_npu2.cc compiles its softmax scale "
+                           "1/sqrt(dk_full) only for dk_full 64, 128, 256, 512 (a static_assert); "
+                           "run this attention on the CPU"}
 
 
 @pytest.mark.slow

@@ -138,11 +138,21 @@ def test_only_the_gemm_object_can_rename_its_symbols():
 
 def test_a_define_defaulting_to_another_follows_it():
     k = kernel("zero_fill_gp_bf16_all")
-    assert k.resolved() == {"lqp": 32, "dv": 64, "dv_full": 64}
+    assert k.resolved() == {"lqp": 32, "dv": 64, "dv_full": 64, "dk": 64, "dk_full": 64}
     assert k.resolved({"dv": 32})["dv_full"] == 32
     assert elements(k.param("base"), k.resolved({"dv": 64, "dv_full": 128}), {}) == 2 * 32 * 64
     with pytest.raises(ValueError, match="DIM_M"):
         k.resolved({"DIM_M": 64})
+
+
+def test_attention_compiles_its_softmax_scale_for_four_head_dims_only():
+    # attn_npu2.cc: static_assert(dk_full == 64 || 128 || 256 || 512), a file-wide define,
+    # so every symbol of the object carries it
+    for symbol in ("matmul_a_b_bf16", "exp_g_minus_u", "zero_fill_gp_bf16"):
+        k = kernel(symbol)
+        assert unmet(k, k.resolved({"dk_full": 128}), sample_ints(symbol)) == []
+        assert unmet(k, k.resolved({"dk_full": 32}), sample_ints(symbol)) == [
+            f"{symbol}: dk_full = 32, the code compiles only 64, 128, 256, 512"]
 
 
 def test_broken_requirements_are_named():

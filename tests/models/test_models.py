@@ -176,7 +176,7 @@ def test_missing_and_extra_tensors(model_dir):
     save_file(state, model_dir / "model.safetensors")
     with pytest.raises(BadConfig, match="no tensor model.layers.1.mlp.up_proj.weight"):
         load_model(str(model_dir))
-    state["model.layers.1.mlp.up_proj.weight"] = torch.zeros(192, 64)
+    state["model.layers.1.mlp.up_proj.weight"] = torch.zeros(192, 128)
     state["model.layers.1.mlp.extra.weight"] = torch.zeros(3)
     save_file(state, model_dir / "model.safetensors")
     with pytest.raises(BadConfig, match="does not use: model.layers.1.mlp.extra.weight"):
@@ -185,7 +185,7 @@ def test_missing_and_extra_tensors(model_dir):
 
 def test_config_that_disagrees_with_the_weights(model_dir):
     edit_config(model_dir, intermediate_size=128)
-    with pytest.raises(BadConfig, match=r"shape \(192, 64\) but config.json implies \(128, 64\)"):
+    with pytest.raises(BadConfig, match=r"shape \(192, 128\) but config.json implies \(128, 128\)"):
         load_model(str(model_dir))
 
 
