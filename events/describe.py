@@ -15,7 +15,6 @@ data, whatever brackets it holds.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
