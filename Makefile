@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench lint docs clean
+.PHONY: setup demo test test-fast test-matrix bench lint docs clean
 
 setup: $(STAMP)
 
@@ -39,6 +39,11 @@ test: setup
 
 # The fast core while developing (under two minutes on two cores): no slow, end-to-end
 # or TUI tests. `make test` runs them all.
+# every tiny model at 16, 100, 128 and 2048 tokens and the bundled one at 16, 100 and 128,
+# deployed end to end (about 25 minutes on 2 cores; `make test` deploys each model once)
+test-matrix: setup
+	PYTHONSAFEPATH=1 $(PY) -m pytest -q -m matrix tests/agents/test_defaults_pass.py
+
 test-fast: setup
 	PYTHONSAFEPATH=1 $(PY) -m pytest -q -m "not slow and not e2e and not tui"
 

@@ -30,25 +30,31 @@ def deploy_headless(cli, db, model: str, seq_len: int) -> dict[int, list[bool]]:
     return gates
 
 
+#: every tiny model once and every length once, in the default suite (~40 s a deployment on
+#: the 2-core machine); the whole model x length matrix is `make test-matrix`
+ONE_EACH = tuple(zip(sorted(RANDOM_MODELS), (16, 100, 128, 2048, 100), strict=True))
+
+
 @pytest.mark.e2e
-@pytest.mark.parametrize("seq_len", TINY_LENGTHS)
-@pytest.mark.parametrize("model", sorted(RANDOM_MODELS))
-def test_every_tiny_model_passes_every_gate_at_short_and_default_lengths(tmp_path, cli,
-                                                                         model, seq_len):
+@pytest.mark.slow
+@pytest.mark.parametrize(("model", "seq_len"), ONE_EACH)
+def test_each_tiny_model_passes_every_gate_at_one_of_the_lengths(tmp_path, cli, model,
+                                                                   seq_len):
     gates = deploy_headless(cli, tmp_path / "runs.db", model, seq_len)
     assert gates == {phase: [True] for phase in range(8)}
 
 
 @pytest.mark.e2e
-@pytest.mark.slow
+@pytest.mark.matrix
+@pytest.mark.parametrize("seq_len", (*TINY_LENGTHS, 2048))
 @pytest.mark.parametrize("model", sorted(RANDOM_MODELS))
-def test_every_tiny_model_passes_every_gate_at_the_longest_prompt(tmp_path, cli, model):
-    gates = deploy_headless(cli, tmp_path / "runs.db", model, 2048)
+def test_every_tiny_model_passes_every_gate_at_every_length(tmp_path, cli, model, seq_len):
+    gates = deploy_headless(cli, tmp_path / "runs.db", model, seq_len)
     assert gates == {phase: [True] for phase in range(8)}
 
 
 @pytest.mark.e2e
-@pytest.mark.slow
+@pytest.mark.matrix
 @pytest.mark.parametrize("seq_len", TINY_LENGTHS)
 def test_the_bundled_model_passes_every_gate(tmp_path, cli, smollm2, seq_len):
     gates = deploy_headless(cli, tmp_path / "runs.db", "smollm2-135m", seq_len)
