@@ -104,6 +104,15 @@ def failing_checks(checks: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return [c for c in checks if c.get("gating", True) and not c["passed"]]
 
 
+def time_split(wall: float, agent: float, backend: float, waiting: float, paused: float
+               ) -> str:
+    """Where a phase's time went, in one phrase for every surface: "wall 30.0 s: agent
+    0.3 s, backend 9.7 s, waiting 20.0 s, paused 0.0 s". The wall less a person's waiting
+    and the pauses is the phase's own time, the one its speed is judged by."""
+    return (f"wall {wall:.1f} s: agent {agent:.1f} s, backend {backend:.1f} s, "
+            f"waiting {waiting:.1f} s, paused {paused:.1f} s")
+
+
 # --- the summaries --------------------------------------------------------------------------
 
 def _gate(p: dict[str, Any]) -> Line:
@@ -177,8 +186,8 @@ def _aside(e: Event) -> str:
     if e.type in ("tool.completed", "model.called"):
         return f"{p['duration_s']:.2f} s"
     if e.type == "phase.exited":
-        return (f"wall {p.get('wall_s', 0.0):.1f} s, agent {p.get('agent_s', 0.0):.1f} s, "
-                f"backend {p.get('backend_s', 0.0):.1f} s")
+        return time_split(*(p.get(f"{part}_s", 0.0)
+                            for part in ("wall", "agent", "backend", "waiting", "paused")))
     if e.type == "human.decision":
         return f"by {p['author']}"
     if e.type == "phase.entered" and e.attempt and e.attempt > 1:

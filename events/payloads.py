@@ -127,15 +127,18 @@ class PhaseEntered(Payload):
     debug_direction: str | None = None   # the picked debug direction, if any
 
 
-@event_type("phase.exited", schema_version=2)
+@event_type("phase.exited", schema_version=3)
 @dataclass(frozen=True)
 class PhaseExited(Payload):
     outcome: Outcome
     reason: str = ""
-    # schema 2: where the attempt's time went (measured on the CPU of the conductor's host)
+    # schema 2: where the phase's time went so far (measured on the CPU of the conductor's
+    # host); schema 3: a person's waiting and the pauses, as the fold counts them
     wall_s: float = 0.0
     agent_s: float = 0.0
     backend_s: float = 0.0
+    waiting_s: float = 0.0
+    paused_s: float = 0.0
 
 
 # --- the agent -------------------------------------------------------------

@@ -16,7 +16,7 @@ from .envelope import GENESIS_HASH, Event, parse_ts
 from .phases import PHASE_NAMES
 
 #: Bumped whenever `apply` changes meaning; snapshots of another version are ignored.
-REDUCER_VERSION: Final = 2
+REDUCER_VERSION: Final = 3
 
 TERMINAL_RUN_STATUSES: Final = ("finished", "failed", "aborted")
 
@@ -50,13 +50,32 @@ class PhaseState:
     outcome: str | None = None
     exit_reason: str = ""
     entered_ts: str | None = None
+    exited_ts: str | None = None             # its last exit: a redirect's wait runs from here
+    # Where the phase's time went (first entry to last exit, the waits between attempts
+    # included): the agent's steps, the backend's, a person's turn, a pause; the rest is
+    # the harness's own work.
     wall_time_s: float = 0.0
     agent_time_s: float = 0.0
     backend_time_s: float = 0.0
+    waiting_time_s: float = 0.0
+    paused_time_s: float = 0.0
+    waiting_since: str | None = None         # a checkpoint, proposal or stop not yet answered
 
     @property
     def last_gate(self) -> GateSummary | None:
         return self.gates[-1] if self.gates else None
+
+    @property
+    def work_time_s(self) -> float:
+        """The phase's wall time less a person's waiting and pauses: the figure to judge
+        its speed by, so that a slow reader never makes a phase look slow."""
+        return max(0.0, self.wall_time_s - self.waiting_time_s - self.paused_time_s)
+
+    @property
+    def times(self) -> tuple[float, float, float, float, float]:
+        """Wall, agent, backend, waiting and paused seconds (describe.time_split's order)."""
+        return (self.wall_time_s, self.agent_time_s, self.backend_time_s,
+                self.waiting_time_s, self.paused_time_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +115,7 @@ class DeploymentState:
     forked_from: tuple[str, int] | None = None
     profiles: int = 0
     aborting: bool = False        # a person decided to abort; run.finished follows
+    paused_since: str | None = None   # a pause decision not yet followed by run.resumed
 
     @property
     def wall_time_s(self) -> float:
@@ -135,6 +155,47 @@ def _set_phase(state: DeploymentState, phase: int | None, **changes: Any) -> Dep
     return replace(state, phases=tuple(phases))
 
 
+def _seconds(start: str, end: str) -> float:
+    return (parse_ts(end) - parse_ts(start)).total_seconds()
+
+
+def _wait_from(s: DeploymentState, phase: int | None, ts: str) -> DeploymentState:
+    """A person's turn begins; a paused run's clock is the pause's, not the wait's."""
+    if phase is None or s.paused_since is not None:
+        return s
+    return _set_phase(s, phase, waiting_since=ts)
+
+
+def _wait_ends(s: DeploymentState, phase: int | None, ts: str) -> DeploymentState:
+    if phase is None or s.phases[phase].waiting_since is None:
+        return s
+    ph = s.phases[phase]
+    return _set_phase(s, phase, waiting_since=None, waiting_time_s=ph.waiting_time_s
+                      + _seconds(ph.waiting_since, ts))  # type: ignore[arg-type]
+
+
+def _waits_for_a_person(s: DeploymentState) -> bool:
+    k = s.current_phase
+    return k is not None and (stopped(s) or s.phases[k].pending_checkpoint is not None
+                              or s.phases[k].pending_proposal is not None)
+
+
+def _paused(s: DeploymentState, e: Event) -> DeploymentState:
+    """A pause stops a person's wait: its time is the pause's until the run resumes."""
+    return replace(_wait_ends(s, s.current_phase, e.ts), status="paused", paused_since=e.ts)
+
+
+def _unpaused(s: DeploymentState, e: Event) -> DeploymentState:
+    k, since = s.current_phase, s.paused_since
+    if since is None:
+        return s
+    s = replace(s, paused_since=None)
+    # a pause between phases (the last one exited, the next not entered) is no phase's time
+    if k is not None and (s.phases[k].entered_ts is not None or _waits_for_a_person(s)):
+        s = _set_phase(s, k, paused_time_s=s.phases[k].paused_time_s + _seconds(since, e.ts))
+    return _wait_from(s, k, e.ts) if _waits_for_a_person(s) else s
+
+
 def _on_run_started(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
     return replace(s, run_id=e.run_id, status="running", model=p["model"],
                    backend=p["backend"], agent=p["agent"], policy=p["policy"],
@@ -150,7 +211,7 @@ def _on_run_resumed(s: DeploymentState, e: Event, p: dict[str, Any]) -> Deployme
     # A paused or crashed run goes on; one whose phase stopped for a person still waits for
     # one, also when it was paused while it waited (the pause overwrote its status).
     status = "needs_human" if stopped(s) else "running"
-    return replace(s, status=status, resumes=s.resumes + 1)
+    return replace(_unpaused(s, e), status=status, resumes=s.resumes + 1)
 
 
 def _on_run_finished(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
@@ -163,26 +224,33 @@ def _on_phase_entered(s: DeploymentState, e: Event, p: dict[str, Any]) -> Deploy
         return s
     ph = s.phases[e.phase]
     s = replace(s, current_phase=e.phase, status="running")
+    # the time since its last exit (a person's turn after a stop) is the phase's too
+    gap = _seconds(ph.exited_ts, e.ts) if ph.exited_ts else 0.0
     return _set_phase(s, e.phase, status="working", attempts=e.attempt or ph.attempts + 1,
                       instruction=p["instruction"], debug_direction=p["debug_direction"],
                       pending_checkpoint=None, pending_proposal=None, pending_directions=(),
-                      decision=None, outcome=None, entered_ts=e.ts)
+                      decision=None, outcome=None, entered_ts=e.ts,
+                      wall_time_s=ph.wall_time_s + gap, waiting_since=None)
 
 
 def _on_phase_exited(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
     if e.phase is None:
         return s
     ph = s.phases[e.phase]
-    spent = (parse_ts(e.ts) - parse_ts(ph.entered_ts)).total_seconds() if ph.entered_ts else 0.0
+    since = ph.entered_ts or ph.exited_ts        # an override exits a stopped phase again
+    spent = _seconds(since, e.ts) if since else 0.0
     if p["outcome"] == "needs_human":
         s = replace(s, status="needs_human")
     elif p["outcome"] == "passed" and s.status == "needs_human":
         s = replace(s, status="running")      # a person overrode the gate of a stopped phase
-    return _set_phase(s, e.phase, status=f"exited:{p['outcome']}", outcome=p["outcome"],
-                      exit_reason=p.get("reason", ""), entered_ts=None,
-                      wall_time_s=ph.wall_time_s + spent,
-                      agent_time_s=ph.agent_time_s + p.get("agent_s", 0.0),
-                      backend_time_s=ph.backend_time_s + p.get("backend_s", 0.0))
+    # The agent's and backend's seconds are the phase's so far (the conductor sums the
+    # phase's events), not this attempt's: they replace, never add.
+    s = _set_phase(s, e.phase, status=f"exited:{p['outcome']}", outcome=p["outcome"],
+                   exit_reason=p.get("reason", ""), entered_ts=None, exited_ts=e.ts,
+                   wall_time_s=ph.wall_time_s + spent,
+                   agent_time_s=max(ph.agent_time_s, p.get("agent_s", 0.0)),
+                   backend_time_s=max(ph.backend_time_s, p.get("backend_s", 0.0)))
+    return _wait_from(s, e.phase, e.ts) if p["outcome"] == "needs_human" else s
 
 
 def _on_gate(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
@@ -195,18 +263,21 @@ def _on_gate(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState
 
 
 def _on_checkpoint(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
-    return _set_phase(s, e.phase, status="awaiting_human", pending_checkpoint=p["checkpoint_id"])
+    s = _set_phase(s, e.phase, status="awaiting_human", pending_checkpoint=p["checkpoint_id"])
+    return _wait_from(s, e.phase, e.ts)
 
 
 def _on_debug(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
-    return _set_phase(s, e.phase, status="debugging", pending_proposal=p["proposal_id"],
-                      pending_directions=tuple(p["directions"]))
+    s = _set_phase(s, e.phase, status="debugging", pending_proposal=p["proposal_id"],
+                   pending_directions=tuple(p["directions"]))
+    return _wait_from(s, e.phase, e.ts)
 
 
 def _on_decision(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
     decision, answers = p["decision"], answered(s, p, e.phase)
     if decision == "pause":
-        return replace(s, status="paused")
+        return _paused(s, e)
+    s = _wait_ends(s, e.phase if e.phase is not None else s.current_phase, e.ts)
     if decision == "abort":
         return replace(s, aborting=True)
     if answers == "stopped" and decision == "redirect" and e.phase is not None:

@@ -29,6 +29,11 @@ def _phase_exited_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
     return {"wall_s": 0.0, "agent_s": 0.0, "backend_s": 0.0, **payload}
 
 
+def _phase_exited_v2_to_v3(payload: dict[str, Any]) -> dict[str, Any]:
+    # Schema 2 did not tell a person's waiting or a pause from the phase's work.
+    return {"waiting_s": 0.0, "paused_s": 0.0, **payload}
+
+
 def _run_forked_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
     # Schema 1 forks carried no note and no config.
     return {"note": None, "config": {}, **payload}
@@ -57,6 +62,7 @@ UPCASTERS: dict[tuple[str, int], Upcaster] = {
     ("model.called", 1): _model_called_v1_to_v2,
     ("model.called", 2): _model_called_v2_to_v3,
     ("phase.exited", 1): _phase_exited_v1_to_v2,
+    ("phase.exited", 2): _phase_exited_v2_to_v3,
     ("run.forked", 1): _run_forked_v1_to_v2,
 }
 

@@ -543,10 +543,12 @@ class Conductor:
 
     def _exit(self, k: int, attempt: int, outcome: Outcome, reason: str) -> None:
         wall, agent, backend = self._phase_times(k)
+        ph = self.state.phases[k]     # a person's waiting and pauses, as the log folds them
         # An override may follow this attempt's needs_human exit: it is an exit of its own.
         what = "overridden" if reason == OVERRIDDEN else "exited"
         self._record(PhaseExited(outcome=outcome, reason=reason, wall_s=wall, agent_s=agent,
-                                 backend_s=backend),
+                                 backend_s=backend, waiting_s=ph.waiting_time_s,
+                                 paused_s=ph.paused_time_s),
                      phase=k, attempt=attempt, key=AttemptKey(k, attempt, what))
 
     def _phase_times(self, k: int) -> tuple[float, float, float]:

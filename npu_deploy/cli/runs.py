@@ -84,14 +84,17 @@ def show_cmd(run: str, last: int, as_json: bool) -> None:
                    f"{t.cache_write_tokens:,}   cost ${t.cost_usd:.4f} (list prices)   "
                    f"tool calls {t.tool_calls}   errors {t.errors}"))
     phases = Table(title="phases", title_justify="left")
-    for col in ("#", "phase", "status", "attempts", "last gate", "wall s"):
+    # "own s" is the wall less a person's waiting and the pauses: the phase's speed
+    for col in ("#", "phase", "status", "attempts", "last gate", "wall s", "own s",
+                "agent s", "backend s", "waiting s", "paused s"):
         phases.add_column(col)
     for p in state.phases:
         gate = p.last_gate
         phases.add_row(str(p.phase), PHASE_NAMES[p.phase], p.status, str(p.attempts),
                        "-" if gate is None else Text.assemble(
                            f"{gate.gate} ", ("PASS", "green") if gate.passed else ("FAIL", "red")),
-                       f"{p.wall_time_s:.1f}")
+                       *(f"{t:.1f}" for t in (p.wall_time_s, p.work_time_s,
+                                              *p.times[1:])))
     out.print(phases)
     listing = Table(title=f"newest {len(events)} events", title_justify="left")
     for col in ("v", "time (UTC)", "type", "phase", "actor", "summary"):

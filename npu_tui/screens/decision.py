@@ -16,6 +16,7 @@ from textual.widgets.option_list import Option
 
 from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
 from npu_deploy.events.decisions import naming, open_decisions, queued, waiting_on
+from npu_deploy.events.describe import check_text, failing_checks
 from npu_deploy.events.state import GateSummary
 
 from ..timeline import gate_rows
@@ -24,10 +25,36 @@ from ..widgets.panels import gate_table, plural
 if TYPE_CHECKING:
     from ..app import DeployApp
 
-#: A button for each decision about a phase (events/decisions.py CHOICES): label, variant.
-BUTTONS: dict[str, tuple[str, Any]] = {
-    "approve": ("Approve", "success"), "redirect": ("Redirect", "primary"),
-    "pick": ("Pick", "primary"), "override": ("Approve anyway…", "error")}
+#: A button for each decision (events/decisions.py CHOICES): label, variant, and its key,
+#: shown on the button so that every action is one key away.
+BUTTONS: dict[str, tuple[str, Any, str]] = {
+    "approve": ("Approve", "success", "a"), "redirect": ("Redirect", "primary", "r"),
+    "pick": ("Pick", "primary", "enter"), "override": ("Approve anyway…", "error", "o"),
+    "pause": ("Pause", "default", "p"), "abort": ("Abort", "error", "x")}
+
+#: A direction's fields the dialog lays out itself; any other field is evidence, shown as
+#: "name: value" so that what a debug skill adds to its proposals reaches the person.
+LAID_OUT = frozenset({"direction_id", "skill", "score", "title", "rationale"})
+
+
+def evidence_lines(direction: dict[str, Any]) -> list[str]:
+    """A direction's evidence in words: a mapping as "metric: value" lines, a list joined."""
+    def words(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:.6g}"
+        if isinstance(value, list | tuple):
+            return ", ".join(words(v) for v in value)
+        return str(value)
+
+    out: list[str] = []
+    for name, value in direction.items():
+        if name in LAID_OUT or value in (None, "", [], {}):
+            continue
+        if isinstance(value, dict):
+            out += [f"{k}: {words(v)}" for k, v in value.items()]
+        else:
+            out.append(f"{name.replace('_', ' ')}: {words(value)}")
+    return out
 
 
 class DecisionDialog(ModalScreen[str | None]):
@@ -35,7 +62,12 @@ class DecisionDialog(ModalScreen[str | None]):
     nothing. Dismisses with the id of the inbox command it left, or None."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "cancel", "Cancel", id="decision.cancel")]
+        Binding("escape", "cancel", "Cancel", id="decision.cancel"),
+        *(Binding(key, f"choose('{choice}')", BUTTONS[choice][0], show=False)
+          for choice in ("approve", "redirect", "override", "pause", "abort")
+          for key in (BUTTONS[choice][2],)),
+        *(Binding(str(n), f"pick_number({n})", f"Pick {n}", show=False)
+          for n in range(1, 10))]
 
     def __init__(self, run_id: str, state: DeploymentState, *, initial: str | None = None
                  ) -> None:
@@ -62,15 +94,25 @@ class DecisionDialog(ModalScreen[str | None]):
                         id="decision-title")
             yield from self._body(gate)
             yield Static(id="stale")
+            yield Static(Text(self.keys_text()), id="decision-keys")
             with Horizontal(id="decision-buttons"):
                 for choice in self.choices():
-                    label, variant = BUTTONS[choice]
-                    yield Button(label, id=choice, variant=variant)
-                yield Button("Cancel", id="cancel")
+                    label, variant, key = BUTTONS[choice]
+                    yield Button(Text(f"{label} [{key}]"), id=choice, variant=variant)
+                yield Button(Text("Cancel [esc]"), id="cancel")
 
     def choices(self) -> tuple[str, ...]:
-        """The buttons: the decisions about the phase that the run takes now."""
+        """The buttons: the decisions the run takes now."""
         return tuple(c for c in self.open.choices if c in BUTTONS)
+
+    def keys_text(self) -> str:
+        """Every action and its one key, on the dialog itself."""
+        keys = [f"{BUTTONS[c][2]} {c}" for c in self.choices() if c != "pick"]
+        if self.open.pick:
+            keys.insert(0, f"1-{min(9, len(self.ph.pending_directions))} pick a direction")
+        return "keys: " + " · ".join([*keys, "esc cancel"]) + (
+            "  (while typing an instruction, enter sends the redirect)"
+            if self.open.allows("redirect") else "")
 
     def _body(self, gate: GateSummary | None) -> ComposeResult:
         """What the person reads and types: it scrolls, so the buttons always show."""
@@ -86,6 +128,9 @@ class DecisionDialog(ModalScreen[str | None]):
                     ("PASS", "bold green") if gate.passed else ("FAIL", "bold red"), more),
                     id="decision-gate-head")
                 yield Static(gate_table(shown), id="decision-gate")
+                failing = failing_checks(gate.checks)
+                if failing:
+                    yield Static(self._failing_text(failing), id="decision-failing")
             if self.open.pick:
                 yield Label("Debug directions (from the debug skills that matched):")
                 yield OptionList(*(self._direction(i, d) for i, d in
@@ -107,10 +152,27 @@ class DecisionDialog(ModalScreen[str | None]):
         return f"Run {self.run_id} is {s.status}: nothing waits for a decision."
 
     @staticmethod
+    def _failing_text(failing: list[dict[str, Any]]) -> Text:
+        """The gate's failing checks, each with the checker's message: a gate's table shows
+        the figures, this says in words what failed."""
+        text = Text("Failing checks:", style="bold")
+        for c in failing:
+            text.append(f"\n  {check_text(c)}", style="red")
+            if c.get("message"):
+                text.append(f"\n    {c['message']}")
+        return text
+
+    @staticmethod
     def _direction(i: int, d: dict[str, Any]) -> Option:
-        return Option(Text.assemble((f"{i}. {d['title']}", "bold"),
-                                    f"  [{d['skill']}, score {d['score']:.2f}]\n   ",
-                                    (d["rationale"], "italic")), id=d["direction_id"])
+        """A direction in full: its title wraps, never cut; the rationale and evidence in
+        words. Text, not markup: a skill's words are data."""
+        text = Text.assemble((f"{i}. {d['title']}", "bold"),
+                             f"  [{d['skill']}, score {d['score']:.2f}]")
+        if d.get("rationale"):
+            text.append(f"\n   {d['rationale']}", style="italic")
+        for line in evidence_lines(d):
+            text.append(f"\n   {line}")
+        return Option(text, id=d["direction_id"])
 
     def on_mount(self) -> None:
         if self.kind == "stopped" or (self.initial == "redirect" and self.kind == "checkpoint"):
@@ -159,6 +221,8 @@ class DecisionDialog(ModalScreen[str | None]):
             self._pick()
         elif what == "override":
             self._override()
+        elif what in ("pause", "abort"):
+            self._leave_run(what)
 
     @on(Input.Submitted, "#instruction")
     def _submitted(self) -> None:
@@ -240,3 +304,38 @@ class DecisionDialog(ModalScreen[str | None]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+    def action_choose(self, choice: str) -> None:
+        """A key for a button: press it, if the run takes that decision now."""
+        buttons = self.query(f"#{choice}").results(Button)
+        button = next(buttons, None)
+        if button is None or button.disabled:
+            self.notify(f"{choice} is not open now", severity="warning", timeout=3)
+            return
+        if choice == "redirect" and not self.query_one("#instruction", Input).value.strip():
+            self.query_one("#instruction", Input).focus()     # type it, then enter sends it
+            return
+        button.press()
+
+    def action_pick_number(self, n: int) -> None:
+        if not self.open.pick or self.closed_by is not None:
+            return
+        options = self.query_one(OptionList)
+        if n > options.option_count:
+            self.notify(f"there are {options.option_count} directions", severity="warning")
+            return
+        options.highlighted = n - 1
+        self._pick()
+
+    def _leave_run(self, kind: str) -> None:
+        """Pause or abort: about the run, not what the dialog shows; refused if not open."""
+        if self.closed_by is not None:
+            return
+        store = self.deploy_app.store
+        why = open_decisions(store.fold(self.run_id)).refused.get(kind)
+        if why:
+            self._close_by(f"{kind} refused: run {self.run_id} {why}. Nothing was written.")
+            return
+        command_id = store.post_command(self.run_id, kind, {}, author=self.deploy_app.author)
+        self.notify(f"{kind} left for run {self.run_id}", timeout=4)
+        self.dismiss(command_id)

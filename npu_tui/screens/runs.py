@@ -18,6 +18,7 @@ from textual.widgets.data_table import CellDoesNotExist
 
 from npu_deploy.events import PHASE_NAMES
 from npu_deploy.events.decisions import waiting_text
+from npu_deploy.events.describe import time_split
 from npu_deploy.store import RunSummary
 
 from ..timeline import unfinished_step
@@ -133,7 +134,7 @@ class RunsScreen(Screen[None]):
                 gate = ph.last_gate
                 verdict = "" if gate is None else ("PASS" if gate.passed else "FAIL")
                 grid.add_row(f"phase {ph.phase}", f"{ph.status} a{ph.attempts} {verdict} "
-                             f"{ph.wall_time_s:.1f}s")
+                             f"{ph.work_time_s:.1f}s own ({time_split(*ph.times)})")
         waits = waiting_text(s)
         if waits:
             grid.add_row("waits", Text(waits, style="yellow"))

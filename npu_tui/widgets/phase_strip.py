@@ -1,4 +1,5 @@
-"""The phase strip: phases 0-7 with their state, attempts and wall time."""
+"""The phase strip: phases 0-7 with their state, attempts and own time (the wall less a
+person's waiting and pauses); its tooltip splits each phase's time."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from npu_deploy.events import PHASE_NAMES, DeploymentState
+from npu_deploy.events.describe import time_split
 
 SHORT = ("oracle", "kernels", "block", "model", "prefill", "decode", "finalize", "evaluator")
 STATE_GLYPH = {"pending": "·", "working": "…", "gating": "⊨", "passed": "✓?",
@@ -25,8 +27,8 @@ def phase_cells(state: DeploymentState) -> list[tuple[str, str, str]]:
                  "pending": "muted"}.get(ph.status, "active")
         if state.current_phase == ph.phase and style == "muted":
             style = "active"
-        wall = ph.wall_time_s
-        detail = f"{glyph} a{ph.attempts}" + (f" {wall:.1f}s" if wall else "")
+        own = ph.work_time_s          # a person's reading time never makes a phase look slow
+        detail = f"{glyph} a{ph.attempts}" + (f" {own:.1f}s" if own else "")
         out.append((f"{ph.phase} {SHORT[ph.phase]}", detail if ph.attempts else "·", style))
     return out
 
@@ -56,7 +58,10 @@ class PhaseStrip(Static):
                         for i, (label, _, s) in enumerate(cells)))
         table.add_row(*(Text(detail, style=styles[s]) for _, detail, s in cells))
         self.update(table, layout=False)     # two lines, always (app.tcss)
-        self.tooltip = " · ".join(f"{i} {n}" for i, n in enumerate(PHASE_NAMES))
+        self.tooltip = "\n".join(
+            f"{i} {n}" + (f" — {time_split(*state.phases[i].times)}"
+                          if state.phases[i].attempts else "")
+            for i, n in enumerate(PHASE_NAMES))
 
     COMPONENT_CLASSES = {"phase-strip--pass", "phase-strip--fail", "phase-strip--human",
                          "phase-strip--muted", "phase-strip--active"}

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from npu_deploy.events import PHASE_NAMES
+from npu_deploy.events import PHASE_NAMES, fold
 from npu_deploy.events.describe import check_text, failing_checks
 from npu_deploy.events.envelope import parse_ts
 from npu_deploy.kernels.figures import measured_figure
@@ -104,26 +104,26 @@ def _closest(checks: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 def phase_spans(events: list[Any]) -> list[PhaseSpan]:
     """Each phase's span of the run (first entry to last exit), from the log; the current
-    phase runs to the newest event."""
+    phase runs to the newest event. Where its time went is the fold's (events/state.py)."""
     if not events:
         return []
+    folded = fold(events).phases
     t0 = parse_ts(events[0].ts)
     spans: dict[int, dict[str, Any]] = {}
     for e in events:
         if e.phase is None:
             continue
         sp = spans.setdefault(e.phase, {"start": parse_ts(e.ts), "end": parse_ts(e.ts),
-                                        "agent": 0.0, "backend": 0.0, "attempts": 0,
-                                        "outcome": "running"})
+                                        "attempts": 0, "outcome": "running"})
         sp["end"] = parse_ts(e.ts)
         sp["attempts"] = max(sp["attempts"], e.attempt or 0)
         if e.type == "phase.exited":
-            sp["agent"] += e.payload["agent_s"]
-            sp["backend"] += e.payload["backend_s"]
             sp["outcome"] = e.payload["outcome"]
     return [PhaseSpan(k, PHASE_NAMES[k], (sp["start"] - t0).total_seconds(),
-                      (sp["end"] - sp["start"]).total_seconds(), sp["agent"], sp["backend"],
-                      sp["attempts"], sp["outcome"]) for k, sp in sorted(spans.items())]
+                      (sp["end"] - sp["start"]).total_seconds(), folded[k].agent_time_s,
+                      folded[k].backend_time_s, sp["attempts"], sp["outcome"],
+                      waiting_s=folded[k].waiting_time_s, paused_s=folded[k].paused_time_s)
+            for k, sp in sorted(spans.items())]
 
 
 def render_to_blobs(ws: Workspace, data: ReportData) -> dict[str, str]:

@@ -87,11 +87,19 @@ class PhaseSpan:
     backend_s: float
     attempts: int
     outcome: str                    # "passed", "needs_human", ...
+    waiting_s: float = 0.0          # for a person: a checkpoint, a proposal, a stop
+    paused_s: float = 0.0
 
     def __post_init__(self) -> None:
         where = f"phase {self.phase} ({self.name})"
-        for name in ("start_s", "wall_s", "agent_s", "backend_s", "attempts"):
+        for name in ("start_s", "wall_s", "agent_s", "backend_s", "waiting_s", "paused_s",
+                     "attempts"):
             _check_non_negative(where, name, getattr(self, name))
+
+    @property
+    def own_s(self) -> float:
+        """The wall less a person's waiting and the pauses: the phase's speed."""
+        return max(0.0, self.wall_s - self.waiting_s - self.paused_s)
 
     @property
     def label(self) -> str:
@@ -337,13 +345,17 @@ def _kernels(data: ReportData) -> list[str]:
 
 
 def _phases(data: ReportData) -> list[str]:
-    rows = [[p.label, format_time(p.start_s), format_time(p.wall_s), format_time(p.agent_s),
-             format_time(p.backend_s), p.attempts, p.outcome] for p in _phase_order(data.phases)]
-    header = ["phase", *(f"{c} (host CPU)" for c in ("start", "wall", "agent", "backend")),
-              "attempts", "outcome"]
-    return ["## Phases", "", f"Wall, agent and backend seconds are {HOST_LABEL}, from the "
-            "event log; they are not NPU times.", ""] + (
-        _table(header, rows, right=(1, 2, 3, 4, 5)) if rows else ["No phases were recorded."])
+    parts = ("start", "wall", "own", "agent", "backend", "waiting", "paused")
+    rows = [[p.label, *(format_time(getattr(p, f"{c}_s")) for c in parts), p.attempts,
+             p.outcome] for p in _phase_order(data.phases)]
+    header = ["phase", *(f"{c} (host CPU)" for c in parts), "attempts", "outcome"]
+    return ["## Phases", "", f"Seconds are {HOST_LABEL}, from the event log; they are not NPU "
+            "times. A phase's wall splits into the agent's steps, the backend's, waiting for a "
+            "person (a checkpoint, a proposal, a stop) and pauses; the rest is the harness. "
+            "Own is the wall less the waiting and the pauses: a phase's speed, never charged "
+            "with a person's reading time.", ""] + (
+        _table(header, rows, right=tuple(range(1, len(parts) + 2))) if rows
+        else ["No phases were recorded."])
 
 
 def _phase_order(phases: Iterable[PhaseSpan]) -> list[PhaseSpan]:
@@ -421,8 +433,8 @@ def roofline_figure(data: ReportData) -> Figure:
 
 
 def timeline_figure(data: ReportData) -> Figure:
-    """One bar per phase span from its start for its wall time, with the agent's and the
-    backend's shares stacked inside it; the rest is the harness (gates, checkpoints)."""
+    """One bar per phase span from its start for its wall time, with the agent's, the
+    backend's, a person's waiting and the pauses stacked inside it; the rest is the harness."""
     fig = Figure(figsize=TIMELINE_SIZE, layout="constrained")
     ax = fig.add_subplot()
     spans = _phase_order(data.phases)
@@ -434,6 +446,13 @@ def timeline_figure(data: ReportData) -> Figure:
             label="agent")
     ax.barh(ys, [p.backend_s for p in spans], left=[p.start_s + p.agent_s for p in spans],
             height=0.45, color="C1", label="backend")
+    # a person's turn and the pauses, stacked after the work (the log does not keep their order)
+    ends = [p.start_s + p.agent_s + p.backend_s for p in spans]
+    ax.barh(ys, [p.waiting_s for p in spans], left=ends, height=0.45, color="C2",
+            label="waiting for a person")
+    ax.barh(ys, [p.paused_s for p in spans], left=[e + p.waiting_s for e, p in
+                                                   zip(ends, spans, strict=True)],
+            height=0.45, color="C7", label="paused")
     ax.set_yticks(ys, [p.label for p in spans])
     ax.invert_yaxis()               # phase 0 on top, as the phases are read
     ax.set_xlabel(f"seconds ({HOST_LABEL})")

@@ -138,10 +138,12 @@ def test_phase_times_are_said_to_be_measured_on_this_hosts_cpu():
     text = report_markdown(make_data())
     phases = section(text, "Phases")
     assert "measured on the CPU of this host" in phases
-    assert "| wall (host CPU) | agent (host CPU) | backend (host CPU) |" in phases
+    assert ("| wall (host CPU) | own (host CPU) | agent (host CPU) | backend (host CPU) | "
+            "waiting (host CPU) | paused (host CPU) |") in phases
     rows = table_rows(phases)
     assert [r[0] for r in rows] == [f"{i} {n}" for i, n in enumerate(PHASE_NAMES)]
-    assert rows[1] == ["1 kernels", "10.00 s", "9.00 s", "4.00 s", "3.00 s", "1", "passed"]
+    assert rows[1] == ["1 kernels", "10.00 s", "9.00 s", "9.00 s", "4.00 s", "3.00 s", "0 s", "0 s",
+                       "1", "passed"]
 
 
 def test_speedups_are_baseline_over_deployed():
@@ -216,7 +218,8 @@ def test_the_timeline_has_a_bar_per_phase_on_the_host_clock():
     assert ax.get_xlabel() == "seconds (measured on the CPU of this host)"
     assert [t.get_text() for t in ax.get_yticklabels()] == [
         f"{i} {n}" for i, n in enumerate(PHASE_NAMES)]
-    wall, agent, backend = ax.containers
+    wall, agent, backend, waiting, paused = ax.containers
+    assert [b.get_x() for b in waiting] == [10.0 * i + 7.0 for i in range(8)]  # after the work
     assert [b.get_x() for b in wall] == [10.0 * i for i in range(8)]
     assert [b.get_width() for b in wall] == [9.0] * 8
     assert [b.get_x() for b in backend] == [10.0 * i + 4.0 for i in range(8)]  # after the agent

@@ -677,3 +677,75 @@ def test_a_measured_profile_says_its_runs_and_a_modeled_one_says_it_is_modeled()
     measured = {"source": "measured-npu", "total_s": 5e-3, "runs": [4.9e-3, 5e-3, 5.4e-3]}
     assert source_label(measured) == "MEASURED on the NPU: median of 3 runs, 4.90-5.40 ms"
     assert source_label({"source": "modeled", "total_s": 5e-3}).startswith("MODELED")
+
+
+LONG_TITLE = ("re-select the tile config of flash_attention with a smaller tile_n so that the "
+              "softmax accumulates over fewer elements per core, then rerun the kernel gate")
+
+
+def shown_text(widget) -> str:
+    """What a widget draws, line by line, as one string of words."""
+    lines = [widget.render_line(y).text for y in range(widget.size.height)]
+    return " ".join(" ".join(lines).replace("▊", " ").replace("▎", " ").split())
+
+
+async def test_the_dialog_shows_one_key_per_action_and_directions_in_full_at_80_columns(
+        store, db_path, fake, monkeypatch):
+    """Issue 25 point 6: a person reads the whole direction, the failing check with the
+    checker's message, and acts with one key each (1-9 picks)."""
+    from fake_pipeline import FakeMatcher
+
+    from npu_deploy.events.payloads import DebugDirection, GateCheck, GateEvaluated
+
+    monkeypatch.setattr(FakeMatcher, "propose", lambda self, run, gate: [
+        DebugDirection(direction_id="tile", skill="tile-divisibility", title=LONG_TITLE,
+                       rationale="two elements of 16384 miss the tolerance", score=0.9),
+        DebugDirection(direction_id="bo", skill="buffer-object-corruption",
+                       title="check buffer reuse", rationale="stale buffers", score=0.4)])
+    from fake_pipeline import FakeGate
+
+    monkeypatch.setattr(FakeGate, "evaluate", lambda self, run: GateEvaluated(
+        gate=f"fake-{run.phase}", passed=run.attempt > 1, checks=[GateCheck(
+            subject="flash_attention", metric="within_frac",
+            value=1.0 if run.attempt > 1 else 0.99988, threshold=1.0, comparison=">=",
+            passed=run.attempt > 1, message="2 of 16384 elements exceed atol + rtol*|ref|")]))
+    c = start(store, fake())
+    assert c.run(wait=False).reason == "awaiting_pick"
+    app = DeployApp(db_path, run_id="r1", live=True)
+    async with app.run_test(size=(80, 40)) as pilot:
+        await pilot.press("d")
+        dialog = app.screen
+        assert isinstance(dialog, DecisionDialog)
+        await pilot.pause(0.2)
+        keys = str(dialog.query_one("#decision-keys").render())
+        for key in ("1-2 pick a direction", "p pause", "x abort", "esc cancel"):
+            assert key in keys
+        assert "Pause [p]" in str(dialog.query_one("#pause").label)
+        assert LONG_TITLE in shown_text(dialog.query_one("#directions"))   # wrapped, whole
+        failing = shown_text(dialog.query_one("#decision-failing"))
+        assert "within_frac = 0.9999 (needs >= 1)" in failing
+        assert "2 of 16384 elements exceed atol + rtol*|ref|" in failing
+        await pilot.press("2")                                     # one key: the second
+        await until(pilot, lambda: tui_commands(store, "r1"))
+    [cmd] = tui_commands(store, "r1")
+    assert cmd["kind"] == "pick" and cmd["payload"]["direction_id"] == "bo"
+    c.close()
+
+
+async def test_one_key_approves_and_one_key_pauses(store, db_path, fake):
+    c = start(store, fake())
+    assert c.run(wait=False).reason == "awaiting_human"
+    app = DeployApp(db_path, run_id="r1", live=True)
+    async with app.run_test(size=(80, 40)) as pilot:
+        await pilot.press("d")
+        await pilot.press("a")
+        await until(pilot, lambda: tui_commands(store, "r1"))
+        [cmd] = tui_commands(store, "r1")
+        assert cmd["kind"] == "approve" and cmd["payload"] == {"checkpoint_id": "p0.a1"}
+        assert c.run(wait=False).reason == "awaiting_human"        # phase 1's checkpoint
+        await until(pilot, lambda: app.screen.head_state.current_phase == 1)
+        await pilot.press("d")
+        await pilot.press("p")
+        await until(pilot, lambda: tui_commands(store, "r1"))
+    assert c.run(wait=False).reason == "paused"
+    c.close()
