@@ -20,7 +20,7 @@ from paths import TESTS
 from npu_deploy.events import NewEvent
 from npu_deploy.store import EventStore, RunWriter, StoreError
 
-VOLATILE = {"duration_s", "wall_s", "agent_s", "backend_s", "command_id"}
+VOLATILE = {"duration_s", "wall_s", "agent_s", "backend_s", "waiting_s", "paused_s", "command_id"}
 
 
 def _env(**extra: str) -> dict[str, str]:
