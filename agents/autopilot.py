@@ -10,9 +10,15 @@ It never evaluates a gate: it hands each phase to the harness.
 `pipeline()` (the default of `npu-deploy deploy`) is the autopilot with the real gates and
 the catalog's trigger matcher.
 
-Seeded faults (drills, `deploy --seed-fault`): `gemm-tile` makes the first phase-1 attempt
-pick, for one GEMM, a tile_n x herd_n that does not divide N, the mistake NPU_FACTS says
-corrupts the output silently. The gate must catch it and the debug skill must repair it.
+Seeded faults (drills, `deploy --seed-fault`): `gemm-tile` makes phase 1 pick, for one GEMM,
+a tile_n x herd_n that does not divide N, the mistake NPU_FACTS says corrupts the output
+silently, until a retry changes that GEMM's configuration. The gate must catch it, and the
+debug direction's change (pipeline.retry_changes) must repair it.
+
+No blind retries: the gates are deterministic, so after a failed gate the autopilot retries
+only with the change the picked direction names (other kernel configurations, a transform
+undone), and says so answering the pick; with nothing left to change the conductor's policy
+stops for a person.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from npu_deploy.agents.instructions import Instruction, parse, tile_overrides
-from npu_deploy.events.payloads import ExperienceRecorded, LessonRecorded
+from npu_deploy.events.payloads import SKILL_LESS, ExperienceRecorded, LessonRecorded
 from npu_deploy.events.phases import PHASES
 from npu_deploy.kernels.optimize import DECODE_ORDER, PREFILL_ORDER
 from npu_deploy.kernels.specs import SPECS, Decode, Mode, Prefill
@@ -29,6 +35,7 @@ from npu_deploy.metrics.tokens import Greedy
 from npu_deploy.oracle.prompts import CAPITAL_QUESTION
 from npu_deploy.pipeline.gates import gates
 from npu_deploy.pipeline.report.write import write_report
+from npu_deploy.pipeline.retry_changes import retry_change
 from npu_deploy.pipeline.toolbox import SOURCE_WORDS, Toolbox, kernel_uses_cached, mode_text
 from npu_deploy.pipeline.workspace import Workspace
 from npu_deploy.skills.experience import transform_order
@@ -47,18 +54,16 @@ class Autopilot:
         if run.phase == 0:
             tb.load_skill("deploy-new-llm")
         tb.load_skill(PHASE_SKILLS[run.phase])
-        if run.debug_direction and run.debug_direction != "retry":
+        if run.debug_direction and run.debug_direction not in SKILL_LESS:
             tb.load_skill(run.debug_direction)
             run.say(f"retrying phase {run.phase} following {run.debug_direction}")
         self.instruction: Instruction | None = None
         if run.instruction:
             understood = parse(run.instruction, run.phase)
-            decision = run.decision()
             if isinstance(understood, Instruction):
                 self.instruction = understood
                 run.say(f"following the person's instruction {run.instruction!r}: "
-                        f"{understood.text()}",
-                        answering=decision.event_id if decision is not None else None)
+                        f"{understood.text()}", answering=_answered(run))
         getattr(self, f"phase{run.phase}")(run, tb)
 
     def refuses(self, phase: int, instruction: str) -> str | None:
@@ -79,10 +84,17 @@ class Autopilot:
     def phase1(self, run: Any, tb: Toolbox) -> None:
         tb.list_kernels()
         overrides = {}
-        if tb.ws.settings.fault == "gemm-tile" and run.debug_direction is None:
+        if tb.ws.settings.fault == "gemm-tile":
+            # the drill's wrong choice stays until a retry changes that kernel's configuration
             overrides = seeded_gemm_fault(tb.ws)
-        # silent-gemm-corruption (and any re-pick): the selection's configurations, which the
-        # checker has cleared of indivisible tiles
+        change = run.debug_change
+        if change and change["configs"]:
+            overrides = {**overrides, **change["configs"]}
+            run.say(f"retrying with other configurations, as the debug direction "
+                    f"{run.debug_direction} says: {change['text']}",
+                    answering=_answered(run))
+        # a retry: the configurations its direction names (the next valid ones in selection's
+        # ranking, which the checker has cleared of indivisible tiles)
         ins, seed = self.instruction, 0
         if ins is not None and ins.kind == "tile":
             told = tile_overrides(ins, kernel_uses_cached(tb.ws))
@@ -150,6 +162,13 @@ class Autopilot:
     def _optimize(self, run: Any, tb: Toolbox, mode: Mode, base: tuple[str, ...]) -> None:
         scope = "prefill" if isinstance(mode, Prefill) else "decode"
         order, why = transform_order(tb.ws.store, base, scope, exclude_run=tb.ws.run_id)
+        change = run.debug_change
+        if change and change["undo"]:
+            for name in change["undo"]:
+                tb.undo_transform(name, mode)
+            order = [t for t in order if t not in change["undo"]]
+            run.say(f"retrying as the debug direction {run.debug_direction} says: "
+                    f"{change['text']}", answering=_answered(run))
         ins = self.instruction
         if ins is not None and ins.kind == "skip" and ins.transform in order:
             order = [t for t in order if t != ins.transform]
@@ -222,6 +241,12 @@ def seeded_gemm_fault(ws: Workspace) -> dict[str, dict[str, Any]]:
                      "some herd width from 1 to 8")
 
 
+def _answered(run: Any) -> str | None:
+    """The id of the decision (a pick) this attempt follows, for its message's causation."""
+    decision = run.decision()
+    return decision.event_id if decision is not None else None
+
+
 def pipeline() -> Pipeline:
-    return Pipeline(Autopilot(), gates(), SkillMatcher())
+    return Pipeline(Autopilot(), gates(), SkillMatcher(changes=retry_change))
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .envelope import Event
+from .payloads import FailedMetric
 
 #: A piece of text and what it is: "" plain, "strong", "pass", "fail", "muted".
 Span = tuple[str, str]
@@ -113,6 +114,52 @@ def time_split(wall: float, agent: float, backend: float, waiting: float, paused
             f"waiting {waiting:.1f} s, paused {paused:.1f} s")
 
 
+#: How many failing subjects a proposal's evidence names per metric (it counts them all).
+NAMED_SUBJECTS = 8
+
+
+def failed_metrics(checks: Iterable[dict[str, Any]]) -> list[FailedMetric]:
+    """A failed gate's evidence: per gating metric that failed, its worst value against the
+    threshold, the subjects (kernel uses, layers, prompts) that failed it and how many, and
+    their messages (the elements outside tolerance, the checker's findings)."""
+    by_metric: dict[str, list[dict[str, Any]]] = {}
+    for c in failing_checks(checks):
+        by_metric.setdefault(c["metric"], []).append(c)
+    out = []
+    for metric, cs in by_metric.items():
+        # the worst: furthest on the failing side (a floor's lowest, a ceiling's highest)
+        worst = (min if cs[0]["comparison"] in (">=", ">") else max)(c["value"] for c in cs)
+        messages = [f"{c['subject']}: {c['message']}" for c in cs if c.get("message")]
+        out.append(FailedMetric(metric=metric, worst=worst, threshold=cs[0]["threshold"],
+                                comparison=cs[0]["comparison"],
+                                subjects=[c["subject"] for c in cs[:NAMED_SUBJECTS]],
+                                count=len(cs), detail="; ".join(messages[:3])))
+    return out
+
+
+def evidence_text(m: dict[str, Any]) -> str:
+    """One failed metric of a proposal's evidence: "within_frac = 0.99988 (needs >= 1) on 2
+    subjects: a, b; <detail>"."""
+    value, threshold = gate_figures(m["worst"], m["threshold"])
+    named = ", ".join(m["subjects"]) + (f" and {m['count'] - len(m['subjects'])} more"
+                                        if m["count"] > len(m["subjects"]) else "")
+    return (f"{m['metric']} = {value} (needs {m['comparison']} {threshold}) on "
+            f"{m['count']} subject{'s' if m['count'] != 1 else ''}: {named}"
+            + (f"; {m['detail']}" if m.get("detail") else ""))
+
+
+def direction_lines(d: dict[str, Any], deterministic: bool = False) -> list[str]:
+    """What a debug direction rests on and what its retry changes, as lines of text; of a
+    deterministic failure, a direction that changes nothing says so."""
+    lines = [f"matched: {why}" for why in d.get("evidence", ())]
+    change = d.get("change")
+    if change:
+        lines.append(f"changes: {change['text']}")
+    elif deterministic:
+        lines.append("changes nothing: the same attempt would fail the same way")
+    return lines
+
+
 # --- the summaries --------------------------------------------------------------------------
 
 def _gate(p: dict[str, Any]) -> Line:
@@ -201,9 +248,14 @@ def _details(e: Event) -> tuple[Line, ...]:
         return tuple((("ok ", "pass") if c["passed"] else ("BAD", "fail"), (" ", ""),
                       (check_text(c), "")) for c in p["checks"])
     if e.type == "debug.proposed":
-        return tuple(((f"{i}. ", ""), (d["title"], "strong"),
-                      (f" ({d['skill']}, score {d['score']:.2f})", ""))
-                     for i, d in enumerate(p["directions"], 1))
+        lines: list[Line] = [(("evidence: ", "muted"), (evidence_text(m), ""))
+                             for m in p.get("evidence", ())]
+        for i, d in enumerate(p["directions"], 1):
+            lines.append(((f"{i}. ", ""), (d["title"], "strong"),
+                          (f" ({d['skill']}, score {d['score']:.2f})", "")))
+            lines += [(("   ", ""), (text, "muted"))
+                      for text in direction_lines(d, p.get("deterministic", False))]
+        return tuple(lines)
     if e.type == "phase.entered":
         out: list[Line] = []
         if p.get("debug_direction"):

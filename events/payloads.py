@@ -299,26 +299,68 @@ class HumanDecision(Payload):
 
 
 @dataclass(frozen=True)
+class RetryChange:
+    """What a retry following a direction does differently from the attempt that failed.
+    The gates are deterministic (seeded inputs, the NPU's arithmetic), so a retry that
+    changes nothing fails again: the autopilot's policy picks only directions that carry
+    one."""
+
+    text: str                                       # in words: "L0.q_proj: tile_n 32 -> 64"
+    # phase 1: kernel use (config_key) -> the tunables its next attempt runs with
+    configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # phases 4 and 5: transforms taken out of the recipe and not tried again
+    undo: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class DebugDirection:
     direction_id: str
     skill: str
     title: str
     rationale: str
     score: float
+    # schema 2 of debug.proposed: the triggers that fired, in words, and the change
+    evidence: list[str] = field(default_factory=list)
+    change: RetryChange | None = None
 
 
-#: What a debug matcher proposes when no debug skill matches a failure.
+#: What a debug matcher proposes when no debug skill matches a failure and it knows nothing
+#: a retry could change: for a person, who may have changed something outside the run.
 RETRY_AS_IS = DebugDirection(direction_id="retry", skill="none",
                              title="retry the phase as it is",
                              rationale="no debug skill matched this failure", score=0.0)
 
 
-@event_type("debug.proposed")
+#: The direction a matcher proposes when no debug skill matched but a retry can change
+#: something (its `change`): it follows no skill.
+CHANGE_ONLY = "change"
+#: Direction ids that name no skill of the catalog.
+SKILL_LESS = (RETRY_AS_IS.direction_id, CHANGE_ONLY)
+
+
+@dataclass(frozen=True)
+class FailedMetric:
+    """One gating metric that failed, over every subject it failed on."""
+
+    metric: str
+    worst: float                 # the value furthest from the threshold
+    threshold: float
+    comparison: str
+    subjects: list[str]          # the failing kernel uses, layers or prompts (the first few)
+    count: int                   # how many subjects failed it
+    detail: str = ""             # the checks' messages, e.g. the elements out of tolerance
+
+
+@event_type("debug.proposed", schema_version=2)
 @dataclass(frozen=True)
 class DebugProposed(Payload):
     proposal_id: str
     symptom: str
     directions: list[DebugDirection]
+    # schema 2: the failed metrics, and whether the failure repeats on the same inputs
+    # (then a retry must change something; see RetryChange)
+    evidence: list[FailedMetric] = field(default_factory=list)
+    deterministic: bool = False
 
 
 # --- skills and learning ---------------------------------------------------

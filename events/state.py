@@ -43,8 +43,10 @@ class PhaseState:
     pending_checkpoint: str | None = None
     pending_proposal: str | None = None
     pending_directions: tuple[dict[str, Any], ...] = ()
+    pending_deterministic: bool = False      # a retry of the open proposal must change something
     instruction: str | None = None
     debug_direction: str | None = None
+    debug_change: dict[str, Any] | None = None   # the picked direction's RetryChange
     decision: str | None = None              # the last decision of this attempt
     budget_from: int = 0                     # attempts before a person's last restart
     outcome: str | None = None
@@ -228,6 +230,7 @@ def _on_phase_entered(s: DeploymentState, e: Event, p: dict[str, Any]) -> Deploy
     gap = _seconds(ph.exited_ts, e.ts) if ph.exited_ts else 0.0
     return _set_phase(s, e.phase, status="working", attempts=e.attempt or ph.attempts + 1,
                       instruction=p["instruction"], debug_direction=p["debug_direction"],
+                      debug_change=ph.debug_change if p["debug_direction"] else None,
                       pending_checkpoint=None, pending_proposal=None, pending_directions=(),
                       decision=None, outcome=None, entered_ts=e.ts,
                       wall_time_s=ph.wall_time_s + gap, waiting_since=None)
@@ -244,8 +247,10 @@ def _on_phase_exited(s: DeploymentState, e: Event, p: dict[str, Any]) -> Deploym
     elif p["outcome"] == "passed" and s.status == "needs_human":
         s = replace(s, status="running")      # a person overrode the gate of a stopped phase
     # The agent's and backend's seconds are the phase's so far (the conductor sums the
-    # phase's events), not this attempt's: they replace, never add.
+    # phase's events), not this attempt's: they replace, never add. A stop for a person
+    # closes an open proposal: a redirect or an override answers it now.
     s = _set_phase(s, e.phase, status=f"exited:{p['outcome']}", outcome=p["outcome"],
+                   pending_proposal=None, pending_directions=(),
                    exit_reason=p.get("reason", ""), entered_ts=None, exited_ts=e.ts,
                    wall_time_s=ph.wall_time_s + spent,
                    agent_time_s=max(ph.agent_time_s, p.get("agent_s", 0.0)),
@@ -269,7 +274,8 @@ def _on_checkpoint(s: DeploymentState, e: Event, p: dict[str, Any]) -> Deploymen
 
 def _on_debug(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentState:
     s = _set_phase(s, e.phase, status="debugging", pending_proposal=p["proposal_id"],
-                   pending_directions=tuple(p["directions"]))
+                   pending_directions=tuple(p["directions"]),
+                   pending_deterministic=p.get("deterministic", False))
     return _wait_from(s, e.phase, e.ts)
 
 
@@ -292,7 +298,11 @@ def _on_decision(s: DeploymentState, e: Event, p: dict[str, Any]) -> DeploymentS
         instruction = {"instruction": p["instruction"]} if decision == "redirect" else {}
         return _set_phase(s, e.phase, pending_checkpoint=None, decision=decision, **instruction)
     # a proposal: a debug direction picked, or its failed gate overridden
-    direction = {"debug_direction": p["direction_id"]} if decision == "pick" else {}
+    direction: dict[str, Any] = {}
+    if decision == "pick" and e.phase is not None:
+        picked = next((d for d in s.phases[e.phase].pending_directions
+                       if d["direction_id"] == p["direction_id"]), {})
+        direction = {"debug_direction": p["direction_id"], "debug_change": picked.get("change")}
     return _set_phase(s, e.phase, pending_proposal=None, pending_directions=(),
                       decision=decision, **direction)
 

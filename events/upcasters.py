@@ -55,7 +55,14 @@ def _human_decision_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
     return {"override": False, **payload}
 
 
+def _debug_proposed_v1_to_v2(payload: dict[str, Any]) -> dict[str, Any]:
+    # Schema 1 proposals carried no evidence and no change, and said nothing of determinism.
+    directions = [{"evidence": [], "change": None, **d} for d in payload["directions"]]
+    return {"evidence": [], "deterministic": False, **payload, "directions": directions}
+
+
 UPCASTERS: dict[tuple[str, int], Upcaster] = {
+    ("debug.proposed", 1): _debug_proposed_v1_to_v2,
     ("human.decision", 1): _human_decision_v1_to_v2,
     ("lesson.recorded", 1): _lesson_recorded_v1_to_v2,
     ("experience.recorded", 1): _experience_recorded_v1_to_v2,

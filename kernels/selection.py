@@ -141,6 +141,34 @@ def _select(name: str, shape_items: tuple[tuple[str, int], ...], hw: Hardware,
                   chosen.modeled_s)
 
 
+def ranked_configs(use: KernelUse, hw: Hardware) -> list[dict[str, Any]]:
+    """Every configuration of `use` the checker accepts, best first: the selection's own,
+    then the rest in selection's order (the higher precision tier, least padding, modeled
+    time). What a retry of a failed kernel moves down, one configuration at a time."""
+    spec = use.spec
+    if spec.where == "cpu":
+        return []
+    return [dict(c) for c in _ranked(spec.name, tuple(sorted(use.shape.items())), hw)]
+
+
+@functools.lru_cache(maxsize=256)
+def _ranked(name: str, shape_items: tuple[tuple[str, int], ...], hw: Hardware
+            ) -> tuple[dict[str, Any], ...]:
+    spec, shape = SPECS[name], dict(shape_items)
+    chosen = _select(name, shape_items, hw, True)
+    valid = []
+    for rank, candidate in enumerate(_candidates(spec, shape, hw)):
+        config = {**spec.tunables, **candidate}
+        findings = check_with_usage(spec, shape, config, hw)[0]
+        if blocking(findings) or config == chosen.config:
+            continue
+        valid.append(((_tier(name, config), round(_waste(findings), 4),
+                       modeled_seconds(spec, shape, config), rank), config))
+    valid.sort(key=lambda kc: kc[0])
+    first = () if blocking(chosen.findings) else (chosen.config,)
+    return first + tuple(config for _, config in valid)
+
+
 def _tier(name: str, config: dict[str, Any]) -> int:
     """0 for the high-precision tier (or a kernel without tiers), 1 for the low one."""
     tiers = family(name).low_precision

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from npu_deploy.events import DeploymentState, Event, NewEvent, PhaseState
 from npu_deploy.events.decisions import refusal
-from npu_deploy.events.describe import check_text, failing_checks
+from npu_deploy.events.describe import check_text, evidence_text, failed_metrics, failing_checks
 from npu_deploy.events.keys import FACT, MESSAGE, MODEL_CALL, RUN_FINISHED, STEP, AttemptKey
 from npu_deploy.events.payloads import (
     RETRY_AS_IS,
@@ -59,6 +59,10 @@ from .machine import DEFAULT_BUDGET, PHASES, DeploymentMachine, state_of, trigge
 
 POLL_S = 0.2                # how often a waiting conductor looks at the inbox
 OVERRIDDEN = "a person overrode the failed gate"   # the phase.exited reason; the evaluator fails it
+#: The phase.exited reason of a deterministic failure no direction can change (the evidence
+#: follows): a person redirects (e.g. "use tile_n 64 for q_proj") or overrides.
+NOTHING_TO_CHANGE = ("the gate fails the same way on every unchanged retry and no direction "
+                     "changes anything left to try; a person decides: ")
 #: What `PhaseRun.record` takes: facts, never moves of the machine.
 AGENT_FACTS = (ProfileRecorded, SkillLoaded, LessonRecorded, ExperienceRecorded)
 
@@ -157,6 +161,8 @@ class PhaseRun:
         ph = conductor.state.phases[phase]
         self.instruction: str | None = ph.instruction
         self.debug_direction: str | None = ph.debug_direction
+        # what the picked direction's retry changes (a RetryChange as JSON), if it says
+        self.debug_change: dict[str, Any] | None = ph.debug_change
         self._n = 0
 
     @property
@@ -440,7 +446,15 @@ class Conductor:
         if self._act_on_decision("debugging", k, ph):
             return None
         if self.policy.auto_approve:
-            best = max(ph.pending_directions, key=lambda d: d["score"])
+            # A deterministic failure repeats unchanged: the policy picks only a direction
+            # whose retry changes something, and with none stops for a person.
+            choices = [d for d in ph.pending_directions
+                       if d.get("change") or not ph.pending_deterministic]
+            if not choices:
+                self._exit(k, ph.attempts, "needs_human", NOTHING_TO_CHANGE +
+                           self._evidence_words(k, ph.attempts))
+                return None
+            best = max(choices, key=lambda d: d["score"])
             self._policy_decision(k, ph.attempts, "pick", proposal_id=ph.pending_proposal,
                                   direction_id=best["direction_id"])
             return None
@@ -532,8 +546,18 @@ class Conductor:
             return
         # A matcher answers with JSON objects (DebugMatcher): checked as the value is built.
         self._record(DebugProposed(proposal_id=str(AttemptKey(k, attempt)), symptom=symptom,
-                                   directions=list(directions)),
+                                   directions=list(directions),
+                                   evidence=failed_metrics(failing),
+                                   deterministic=bool(getattr(self.pipeline.matcher,
+                                                              "deterministic", False))),
                      phase=k, attempt=attempt, key=AttemptKey(k, attempt, "debug"))
+
+    def _evidence_words(self, k: int, attempt: int) -> str:
+        """The evidence of phase k's proposal at `attempt`, as one line."""
+        for e in self.store.events(self.run_id, phase=k, types=("debug.proposed",)):
+            if e.attempt == attempt:
+                return "; ".join(evidence_text(m) for m in e.payload.get("evidence", ()))
+        return ""
 
     def _policy_decision(self, k: int, attempt: int, decision: Decision, **fields: Any) -> None:
         key = AttemptKey(k, attempt).child("policy", decision)

@@ -70,6 +70,7 @@ PHASE_TABLE: Final = (
     ("exit", "debugging", "done", ("approved",)),
     ("exit", "@needs_human", "done", ("approved",)),
     ("exit", "failed", "@needs_human", ("budget_exhausted",)),
+    ("exit", "debugging", "@needs_human", ("nothing_to_change",)),
     ("exit", "working", "@needs_human", ("interrupted",)),
     ("exit", "gating", "@needs_human", ("interrupted",)),
 )
@@ -193,6 +194,9 @@ GUARDS: dict[str, Callable[[Facts], bool]] = {
     "budget_exhausted": lambda f: (_attempts_in_budget(f) >= f.budget
                                    and f.payload["outcome"] == "needs_human"),
     "interrupted": lambda f: f.payload["outcome"] == "needs_human",
+    # a deterministic failure whose directions change nothing: the policy stops for a person
+    "nothing_to_change": lambda f: (f.payload["outcome"] == "needs_human"
+                                    and _phase(f).pending_deterministic),
     "retry_decided": lambda f: _phase(f).decision in ("redirect", "pick"),
     "decision_open": lambda f: refusal(f.pre, f.payload, f.phase) is None,
     # The decisions: which are legal is events/decisions.py's rule; each guard names the

@@ -47,6 +47,14 @@ class Recipe:
             return replace(self, prefill_transforms=(*self.prefill_transforms, name))
         return replace(self, decode_transforms=(*self.decode_transforms, name))
 
+    def without_transform(self, mode: Mode, name: str) -> Recipe:
+        """The recipe with `name` taken out of its `mode` plan's transforms (a retry's undo)."""
+        if isinstance(mode, Prefill):
+            return replace(self, prefill_transforms=tuple(
+                t for t in self.prefill_transforms if t != name))
+        return replace(self, decode_transforms=tuple(
+            t for t in self.decode_transforms if t != name))
+
     def baseline(self, model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2
                  ) -> DispatchPlan:
         """The baseline plan with this recipe's configurations and datapath. Decode runs

@@ -5,8 +5,8 @@ JSON; tensors, tables and plans go to content-addressed blobs named in the resul
 
 Operations (their names are what the skill files say): build_oracle, list_kernels,
 select_tiles, validate_kernel, run_block, run_model, choose_datapath, propose_transform,
-apply_transform, profile, generate, emit_programs, load_skill, record_lesson,
-record_experience.
+apply_transform, undo_transform, profile, generate, emit_programs, load_skill,
+record_lesson, record_experience.
 """
 
 from __future__ import annotations
@@ -404,6 +404,18 @@ class Toolbox:
                     "phase-3 check passes", "recipe": ws.put_recipe(candidate)}
         return self.run.step("apply_transform", {"transform": name, "mode": mode_text(mode)},
                              work, backend=True)
+
+    def undo_transform(self, name: str, mode: Mode) -> dict[str, Any]:
+        """Take transform `name` out of the recipe's `mode` plan (a retry's change after a
+        failed optimization gate)."""
+        def work() -> dict[str, Any]:
+            recipe = self.ws.recipe()
+            if name not in recipe.transforms(mode):
+                return {"transform": name, "undone": False}
+            return {"transform": name, "undone": True,
+                    "recipe": self.ws.put_recipe(recipe.without_transform(mode, name))}
+        return self.run.step("undo_transform", {"transform": name, "mode": mode_text(mode)},
+                             work)
 
     # --- phase 6 ---------------------------------------------------------------------
 

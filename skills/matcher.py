@@ -8,10 +8,11 @@ whose triggers fired, and `SkillMatcher` is the conductor's debug matcher built 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from npu_deploy.events.payloads import RETRY_AS_IS, DebugDirection
+from npu_deploy.events.payloads import CHANGE_ONLY, RETRY_AS_IS, DebugDirection, RetryChange
 from npu_deploy.skills.catalog import Catalog, Skill, Trigger, load_catalog, overlay_dir
 
 
@@ -26,9 +27,16 @@ class Symptoms:
 
 
 def _fires(t: Trigger, s: Symptoms) -> bool:
+    return _why_fired(t, s) is not None
+
+
+def _why_fired(t: Trigger, s: Symptoms) -> str | None:
+    """What made trigger `t` fire on `s`, in words (the rule and the fact that met it);
+    None when it does not fire."""
     if t.kind == "error_text":
         rx = re.compile(t.pattern or "", re.IGNORECASE)
-        return any(rx.search(text) for text in s.errors)
+        hit = next((text for text in s.errors if rx.search(text)), None)
+        return None if hit is None else f"the text {t.pattern!r} appears in: {hit.strip()}"
     if t.kind == "gate_metric":
         for c in s.checks:
             if c.get("metric") != t.metric:
@@ -44,15 +52,27 @@ def _fires(t: Trigger, s: Symptoms) -> bool:
                                   if o.get("subject") != c.get("subject")
                                   and o.get("gating", True)):
                 continue
-            return True
-        return False
+            bound = (f"below {t.below:g}" if t.below is not None else
+                     f"above {t.above:g}" if t.above is not None else "any value")
+            where = f" of a subject matching {t.subject!r}" if t.subject else ""
+            alone = ", while no other subject fails" if t.isolated else ""
+            return f"{t.metric}{where} {bound}{alone}: {c.get('subject')} at {value:.6g}"
+        return None
     fact = s.context.get(t.key or "")
     if fact is None:
-        return False
+        return None
     if t.equals is not None:
-        return bool(fact == t.equals)
-    return ((t.at_least is None or float(fact) >= t.at_least)
-            and (t.at_most is None or float(fact) <= t.at_most))
+        return f"{t.key} is {t.equals}" if fact == t.equals else None
+    if (t.at_least is None or float(fact) >= t.at_least) and \
+            (t.at_most is None or float(fact) <= t.at_most):
+        return f"{t.key} {fact} within [{t.at_least}, {t.at_most}]"
+    return None
+
+
+def explain(skill: Skill, symptoms: Symptoms) -> list[str]:
+    """Why `skill` matched `symptoms`: each trigger that fired, in words, with its id."""
+    return [f"{why} (trigger {t.id})" for t in skill.triggers
+            if (why := _why_fired(t, symptoms)) is not None]
 
 
 def match(catalog: Catalog, symptoms: Symptoms, kind: str = "debug"
@@ -72,12 +92,23 @@ def match(catalog: Catalog, symptoms: Symptoms, kind: str = "debug"
 
 
 class SkillMatcher:
-    """The conductor's DebugMatcher: debug skills ranked by their triggers."""
+    """The conductor's DebugMatcher: debug skills ranked by their triggers, each with the
+    triggers that fired in words. With `changes` (what a retry can change after the failed
+    checks: `pipeline.retry_changes.retry_change`), the failure counts as deterministic: every
+    direction carries the change its retry makes, and with nothing left to change the
+    conductor's policy stops for a person instead of retrying."""
 
     def __init__(self, catalog: Catalog | None = None,
-                 context: dict[str, Any] | None = None) -> None:
+                 context: dict[str, Any] | None = None,
+                 changes: Callable[[Any, list[dict[str, Any]]], RetryChange | None] | None
+                 = None) -> None:
         self._catalog = catalog
         self.context = dict(context or {})
+        self.changes = changes
+
+    @property
+    def deterministic(self) -> bool:
+        return self.changes is not None
 
     @property
     def catalog(self) -> Catalog:
@@ -95,9 +126,19 @@ class SkillMatcher:
                        for c in failing) + tuple(gate.get("errors", ()))
         symptoms = Symptoms(tuple(gate.get("checks", [])), errors,
                             {**self.context, "phase": getattr(run, "phase", None)})
+        change = self.changes(run, [c for c in failing if c.get("gating", True)]) \
+            if self.changes is not None else None
         directions = [DebugDirection(direction_id=skill.name, skill=skill.name,
                                      title=skill.description.split(". ")[0][:120],
                                      rationale="triggers: " + ", ".join(ids),
-                                     score=round(score, 3))
+                                     score=round(score, 3),
+                                     evidence=explain(skill, symptoms), change=change)
                       for skill, score, ids in match(self.catalog, symptoms)]
+        if change is not None and not directions:
+            directions = [DebugDirection(
+                direction_id=CHANGE_ONLY, skill="none",
+                title="retry with what the failed attempt ran changed",
+                rationale="no debug skill matched this failure, and the same attempt would "
+                "fail the same way: the retry changes what it ran",
+                score=0.0, change=change)]
         return directions or [RETRY_AS_IS]

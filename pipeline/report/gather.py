@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from npu_deploy.events import PHASE_NAMES, fold
-from npu_deploy.events.describe import check_text, failing_checks
+from npu_deploy.events.describe import check_text, evidence_text, failing_checks
 from npu_deploy.events.envelope import parse_ts
 from npu_deploy.kernels.figures import measured_figure
 from npu_deploy.kernels.perf import DDR_ROOF, estimate
@@ -67,6 +67,7 @@ def report_data(ws: Workspace, measured: dict[str, float] | None = None) -> Repo
                 None if upstream is None else upstream.source))
     transforms, gates, answers = [], [], []
     events = list(store.events(run_id))
+    retries = retry_rows(events)
     for e in events:
         p = e.payload
         if e.type == "tool.completed" and p["tool"] == "apply_transform":
@@ -90,7 +91,31 @@ def report_data(ws: Workspace, measured: dict[str, float] | None = None) -> Repo
         decode={"baseline_s": dec_base, "deployed_s": dec_deployed,
                 "tokens_per_s": 1.0 / dec_deployed},
         transforms=transforms, gates=gates, kernels=kernels, phases=phase_spans(events),
-        answers=answers)
+        answers=answers, retries=retries)
+
+
+def retry_rows(events: list[Any]) -> list[dict[str, Any]]:
+    """Each failed gate's proposal: its evidence, the direction picked, and what the retry
+    changed (or that it stopped for a person)."""
+    rows: dict[tuple[int | None, int | None], dict[str, Any]] = {}
+    for e in events:
+        p = e.payload
+        if e.type == "debug.proposed":
+            rows[(e.phase, e.attempt)] = {
+                "phase": e.phase, "attempt": e.attempt,
+                "evidence": "; ".join(evidence_text(m) for m in p.get("evidence", ())),
+                "directions": {d["direction_id"]: d for d in p["directions"]}, "next": ""}
+        elif e.type == "human.decision" and p["decision"] == "pick" \
+                and (e.phase, e.attempt) in rows:
+            row = rows[(e.phase, e.attempt)]
+            d = row["directions"].get(p["direction_id"], {})
+            change = d.get("change")
+            row["next"] = (f"{p['direction_id']}: " +
+                           (change["text"] if change else "no change named"))
+        elif e.type == "phase.exited" and p["outcome"] == "needs_human" \
+                and (e.phase, e.attempt) in rows and not rows[(e.phase, e.attempt)]["next"]:
+            rows[(e.phase, e.attempt)]["next"] = "stopped for a person"
+    return [{k: v for k, v in r.items() if k != "directions"} for r in rows.values()]
 
 
 def _closest(checks: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -123,6 +123,8 @@ class ReportData:
     kernels: list[KernelPoint]
     phases: list[PhaseSpan]
     answers: list[dict[str, str]] = field(default_factory=list)
+    # each failed gate's evidence and what its retry changed (gather.retry_rows)
+    retries: list[dict[str, object]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         _check_source("time_source", self.time_source, TIME_SOURCES)
@@ -277,6 +279,17 @@ def _gates(data: ReportData) -> list[str]:
                                       rows, right=(0, 3)) if rows else ["No gate results."])
 
 
+def _retries(data: ReportData) -> list[str]:
+    """Each failed gate's evidence and what the retry changed; nothing when no gate failed."""
+    if not data.retries:
+        return []
+    rows = [[r["phase"], r["attempt"], r["evidence"] or "-", r["next"] or "-"]
+            for r in data.retries]
+    return ["## Retries", "", "A retry of a deterministic gate changes something; each "
+            "failed attempt's evidence and the change that followed:", "",
+            *_table(["phase", "attempt", "evidence", "then"], rows, right=(0, 1))]
+
+
 def _transforms(data: ReportData) -> list[str]:
     src = data.source_label
     rows = []
@@ -377,8 +390,8 @@ def report_markdown(data: ReportData) -> str:
     sections = [
         [f"# Performance report: {data.model}, run {data.run_id}", "",
          f"Backend: {data.backend}.", "", _source_line(data)],
-        _summary(data), _gates(data), _transforms(data), _kernels(data), _phases(data),
-        _answers(data),
+        _summary(data), _gates(data), _retries(data), _transforms(data), _kernels(data),
+        _phases(data), _answers(data),
         ["## Plots", "", f"Roofline of the deployed prefill plan's launches "
          f"({SOURCE_LABELS[_kernel_source(data)]}):", "", "![roofline](roofline.png)", "",
          f"Phases of the run ({HOST_LABEL}):", "", "![timeline](timeline.png)"],
