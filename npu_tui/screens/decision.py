@@ -31,6 +31,9 @@ BUTTONS: dict[str, tuple[str, Any, str]] = {
     "approve": ("Approve", "success", "a"), "redirect": ("Redirect", "primary", "r"),
     "pick": ("Pick", "primary", "enter"), "override": ("Approve anyway…", "error", "o"),
     "pause": ("Pause", "default", "p"), "abort": ("Abort", "error", "x")}
+#: Actions the dialog offers by key alone (on its keys line), so that the buttons of the
+#: decision itself fit one row of an 80-column terminal
+KEY_ONLY = frozenset({"pause", "abort"})
 
 #: A direction's fields the dialog lays out itself; any other field is evidence, shown as
 #: "name: value" so that what a debug skill adds to its proposals reaches the person.
@@ -97,6 +100,8 @@ class DecisionDialog(ModalScreen[str | None]):
             yield Static(Text(self.keys_text()), id="decision-keys")
             with Horizontal(id="decision-buttons"):
                 for choice in self.choices():
+                    if choice in KEY_ONLY:
+                        continue
                     label, variant, key = BUTTONS[choice]
                     yield Button(Text(f"{label} [{key}]"), id=choice, variant=variant)
                 yield Button(Text("Cancel [esc]"), id="cancel")
@@ -111,8 +116,7 @@ class DecisionDialog(ModalScreen[str | None]):
         if self.open.pick:
             keys.insert(0, f"1-{min(9, len(self.ph.pending_directions))} pick a direction")
         return "keys: " + " · ".join([*keys, "esc cancel"]) + (
-            "  (while typing an instruction, enter sends the redirect)"
-            if self.open.allows("redirect") else "")
+            " (enter in the instruction sends it)" if self.open.allows("redirect") else "")
 
     def _body(self, gate: GateSummary | None) -> ComposeResult:
         """What the person reads and types: it scrolls, so the buttons always show."""
@@ -306,7 +310,14 @@ class DecisionDialog(ModalScreen[str | None]):
         self.dismiss(None)
 
     def action_choose(self, choice: str) -> None:
-        """A key for a button: press it, if the run takes that decision now."""
+        """A key for a button: press it, if the run takes that decision now. Pause and abort
+        have keys only (KEY_ONLY)."""
+        if choice in KEY_ONLY:
+            if choice in self.choices():
+                self._leave_run(choice)
+            else:
+                self.notify(f"{choice} is not open now", severity="warning", timeout=3)
+            return
         buttons = self.query(f"#{choice}").results(Button)
         button = next(buttons, None)
         if button is None or button.disabled:
