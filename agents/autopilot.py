@@ -87,14 +87,9 @@ class Autopilot:
         if tb.ws.settings.fault == "gemm-tile":
             # the drill's wrong choice stays until a retry changes that kernel's configuration
             overrides = seeded_gemm_fault(tb.ws)
-        change = run.debug_change
-        if change and change["configs"]:
-            overrides = {**overrides, **change["configs"]}
-            run.say(f"retrying with other configurations, as the debug direction "
-                    f"{run.debug_direction} says: {change['text']}",
-                    answering=_answered(run))
-        # a retry: the configurations its direction names (the next valid ones in selection's
-        # ranking, which the checker has cleared of indivisible tiles)
+        # a person's tile instruction first; a debug direction picked after it changes the
+        # kernel uses it names on top (the later decision wins: the instruction's setting for
+        # them may be what failed, and a retry must change what failed)
         ins, seed = self.instruction, 0
         if ins is not None and ins.kind == "tile":
             told = tile_overrides(ins, kernel_uses_cached(tb.ws))
@@ -106,6 +101,14 @@ class Autopilot:
                     f"{ins.tunable} = {ins.value}")
         elif ins is not None and ins.kind == "seed":
             seed = ins.seed
+        change = run.debug_change
+        if change and change["configs"]:
+            # the retry's configurations: the next valid ones in selection's ranking, which
+            # the checker has cleared of indivisible tiles
+            overrides = {**overrides, **change["configs"]}
+            run.say(f"retrying with other configurations, as the debug direction "
+                    f"{run.debug_direction} says: {change['text']}",
+                    answering=_answered(run))
         sel = tb.select_tiles(overrides)
         bad = []
         for key in sorted(kernel_uses_cached(tb.ws)):
