@@ -539,17 +539,19 @@ class Conductor:
             return
         payload = {"gate": gate.gate if gate else "", "passed": False,
                    "checks": list(gate.checks if gate else ())}
+        run = PhaseRun(self, k, attempt, role="debug")
         try:
-            directions = self.pipeline.matcher.propose(
-                PhaseRun(self, k, attempt, role="debug"), payload)
+            directions = self.pipeline.matcher.propose(run, payload)
         except _Stop:
             return
+        # a matcher says whether this failure repeats unchanged (a method of the run, or a flag)
+        said = getattr(self.pipeline.matcher, "deterministic", False)
+        deterministic = bool(said(run) if callable(said) else said)
         # A matcher answers with JSON objects (DebugMatcher): checked as the value is built.
         self._record(DebugProposed(proposal_id=str(AttemptKey(k, attempt)), symptom=symptom,
                                    directions=list(directions),
                                    evidence=failed_metrics(failing),
-                                   deterministic=bool(getattr(self.pipeline.matcher,
-                                                              "deterministic", False))),
+                                   deterministic=deterministic),
                      phase=k, attempt=attempt, key=AttemptKey(k, attempt, "debug"))
 
     def _evidence_words(self, k: int, attempt: int) -> str:
