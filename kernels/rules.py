@@ -97,6 +97,14 @@ def align(findings: list[Finding], name: str, elems: int, elem_bytes: int, hw: H
             elems * elem_bytes, hw.transfer_align))
 
 
+def divisible(findings: list[Finding], name: str, value: int, step: int, why: str) -> None:
+    """`value` must be a whole multiple of `step` (a kernel's vector width, a tile): `why`
+    says what breaks otherwise."""
+    if value % step:
+        findings.append(Finding("divisible", "error", f"{name}={value} is not a multiple of "
+                                f"{step}: {why}", value, step))
+
+
 def pad(findings: list[Finding], dim: str, size: int, step: int) -> int:
     """Record the padding a dim needs to a multiple of `step`; returns the padded size."""
     padded = math.ceil(size / step) * step

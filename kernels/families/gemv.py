@@ -120,10 +120,8 @@ def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
     rules.shim(f, hm, 2, 1, hw)
     rows = math.ceil(M / parts)
     Mp = rules.pad(f, "M per partition", rows, tm * hm)
-    if K % MV_VECTOR:
-        f.append(Finding("divisible", "error", f"K={K} is not a multiple of {MV_VECTOR}: mv.cc "
-                         f"sums a row in {MV_VECTOR}-wide vectors and has no tail", K,
-                         MV_VECTOR))
+    rules.divisible(f, "K", K, MV_VECTOR, f"mv.cc sums a row in {MV_VECTOR}-wide vectors and "
+                    "has no tail")
     if tm % mi:
         f.append(Finding("divisible", "error", f"tile_m={tm} is not a multiple of m_input="
                          f"{mi}: each call fills m_input of the tile's rows", tm, mi))
@@ -153,13 +151,10 @@ def _check_mv_bf16(s: Shape, c: dict[str, Any], hw: Hardware,
     if int(c.get("partitions", 1)) != 1:
         f.append(Finding("divisible", "error", "mv_bf16 runs one launch over M: partitions "
                          "must be 1", int(c["partitions"]), 1))
-    for what, value, step, why in (
-            ("K", K, k, "the kernel takes K in k_chunk blocks (DIM_K) and has no tail"),
-            ("k_chunk", k, MV_BF16_VECTOR, "mv_bf16.cc sums a block in 32-wide vectors"),
-            ("M", M, MV_BF16_M * hm, "each of herd_m columns writes 8 rows (DIM_M) a call")):
-        if value % step:
-            f.append(Finding("divisible", "error", f"{what}={value} is not a multiple of "
-                             f"{step}: {why}", value, step))
+    rules.divisible(f, "K", K, k, "the kernel takes K in k_chunk blocks (DIM_K) and has no tail")
+    rules.divisible(f, "k_chunk", k, MV_BF16_VECTOR, "mv_bf16.cc sums a block in 32-wide vectors")
+    rules.divisible(f, "M", M, MV_BF16_M * hm, "each of herd_m columns writes 8 rows (DIM_M) a "
+                    "call")
     rules.repeat(f, "x's stream (once per call)", K // max(k, 1) - 1, hw,
                  "use a larger k_chunk")
     rules.stride(f, "W (row stride K)", K, hw)
