@@ -26,7 +26,12 @@ from __future__ import annotations
 from typing import Any
 
 from npu_deploy.agents.instructions import Instruction, parse, tile_overrides
-from npu_deploy.events.payloads import SKILL_LESS, ExperienceRecorded, LessonRecorded
+from npu_deploy.events.payloads import (
+    CHANGE_ONLY,
+    SKILL_LESS,
+    ExperienceRecorded,
+    LessonRecorded,
+)
 from npu_deploy.events.phases import PHASES
 from npu_deploy.kernels.optimize import DECODE_ORDER, PREFILL_ORDER
 from npu_deploy.kernels.specs import SPECS, Decode, Mode, Prefill
@@ -106,9 +111,8 @@ class Autopilot:
             # the retry's configurations: the next valid ones in selection's ranking, which
             # the checker has cleared of indivisible tiles
             overrides = {**overrides, **change["configs"]}
-            run.say(f"retrying with other configurations, as the debug direction "
-                    f"{run.debug_direction} says: {change['text']}",
-                    answering=_answered(run))
+            run.say(f"retrying with other configurations, {_as_picked(run)}: "
+                    f"{change['text']}", answering=_answered(run))
         sel = tb.select_tiles(overrides)
         bad = []
         for key in sorted(kernel_uses_cached(tb.ws)):
@@ -170,8 +174,8 @@ class Autopilot:
             for name in change["undo"]:
                 tb.undo_transform(name, mode)
             order = [t for t in order if t not in change["undo"]]
-            run.say(f"retrying as the debug direction {run.debug_direction} says: "
-                    f"{change['text']}", answering=_answered(run))
+            run.say(f"retrying {_as_picked(run)}: {change['text']}",
+                    answering=_answered(run))
         ins = self.instruction
         if ins is not None and ins.kind == "skip" and ins.transform in order:
             order = [t for t in order if t != ins.transform]
@@ -242,6 +246,14 @@ def seeded_gemm_fault(ws: Workspace) -> dict[str, dict[str, Any]]:
                 return {key: {"tile_n": 32, "herd_n": herd}}
     raise ValueError("the gemm-tile drill needs a GEMM whose N is not a multiple of 32 x "
                      "some herd width from 1 to 8")
+
+
+def _as_picked(run: Any) -> str:
+    """Whose word a retry's change follows: the picked debug direction's, or, when no debug
+    skill matched, the proposal's own change."""
+    if run.debug_direction == CHANGE_ONLY:
+        return "as the proposal says (no debug skill matched the failure)"
+    return f"as the debug direction {run.debug_direction} says"
 
 
 def _answered(run: Any) -> str | None:

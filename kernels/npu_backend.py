@@ -115,6 +115,11 @@ class NpuBackend:
             self.runner = XrtRunner()
         return self.runner
 
+    def clock(self) -> float:
+        """The time the measurements read: the XRT runner's clock (the host's perf_counter;
+        a simulated device may keep its own), for the plan's host steps too."""
+        return self._runner().clock()
+
     def _hold(self) -> None:
         """Take the NPU lock once, for as long as this backend holds the device."""
         if self._lock is None:

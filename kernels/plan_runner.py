@@ -42,7 +42,8 @@ class PlanResult:
 
 @dataclass(frozen=True)
 class StepTime:
-    """One step of a plan run: its wall on the host (perf_counter around the call)."""
+    """One step of a plan run: its wall on the host (the backend's clock around the call:
+    the host's perf_counter but on a simulated device that keeps its own)."""
 
     name: str
     where: str                     # npu (a dispatch) | cpu (a host step)
@@ -102,8 +103,9 @@ class PlanRunner:
         prepare = getattr(self.backend, "prepare", None)
         if prepare is not None:
             prepare(plan)       # a device backend sizes the plan's buffers once (padding)
+        clock = getattr(self.backend, "clock", time.perf_counter)
         for step in plan.steps:
-            t0 = time.perf_counter()
+            t0 = clock()
             if isinstance(step, Dispatch):
                 if whole is not None:
                     whole(step, [self._operands(ln, tensors) for ln in step.launches],
@@ -118,7 +120,7 @@ class PlanRunner:
                 self.trace.append(StepTime(step.name if isinstance(step, Dispatch)
                                            else step.label,
                                            "npu" if isinstance(step, Dispatch) else "cpu",
-                                           time.perf_counter() - t0))
+                                           clock() - t0))
         new_cache = {k: v for k, v in tensors.items() if k.endswith(("k_cache", "v_cache"))}
         logits = tensors["logits"]
         if logits.dim() == 1:

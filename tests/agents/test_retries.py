@@ -160,3 +160,62 @@ def test_a_proposal_stored_before_evidence_reads_as_one_that_changes_nothing():
     assert validate_payload("debug.proposed", now) == now
     assert (now["evidence"], now["deterministic"]) == ([], False)
     assert now["directions"][0]["change"] is None and now["directions"][0]["evidence"] == []
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_a_failed_optimization_gate_is_retried_without_the_last_transform(tmp_path,
+                                                                            monkeypatch):
+    """Phases 4 and 5's retry change: on a simulated NPU that heats up during phase 4's
+    first gate, the gate measures the deployed prefill plan slower than the plan without
+    transforms, though each transform was kept on measurements of a cool device. The
+    proposal names the change (undo the last transform kept), the retry takes it out of the
+    recipe and says so, does not try it again, and the second gate passes."""
+    import os
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        p for p in (str(TESTS), os.environ.get("PYTHONPATH")) if p))
+    (tmp_path / "objects").mkdir()
+    config = {"seq_len": 32, "steps": 6, "backend": "xrt",
+              "npu_runtime": "fake_npu:heating_runtime", "npu_repeats": 3,
+              "air_objects": str(tmp_path / "objects"), "air_cache": str(tmp_path / "cache")}
+    pipe = Pipeline(Autopilot(), gates(), SkillMatcher(changes=retry_change))
+    with EventStore.open(tmp_path / "runs.db") as store:
+        c = Conductor.start(store, pipe, Policy(auto_approve=True, pause_at=frozenset({4})),
+                            model="tiny-qwen2", config=config, run_id="r1")
+        halt = c.run(wait=False)
+        c.close()
+        events = [e for e in store.events("r1") if e.phase == 4]
+    assert halt.reason == "awaiting_human", halt            # phase 4 passed, at its checkpoint
+    gates_ = [e.payload for e in events if e.type == "gate.evaluated"]
+    assert [g["passed"] for g in gates_] == [False, True]
+    (slow,) = [c for c in gates_[0]["checks"] if not c["passed"]]
+    assert slow["metric"] == "prefill_measured_slowest_s" and "slowest of 3 runs" in slow["message"]
+
+    kept = [e.payload["result"]["transform"] for e in events
+            if e.type == "tool.completed" and e.payload["tool"] == "apply_transform"
+            and e.attempt == 1 and e.payload["result"].get("kept")]
+    assert kept, "the first attempt kept no transform: nothing to undo"
+    (proposal,) = [e.payload for e in events if e.type == "debug.proposed"]
+    assert not proposal["deterministic"]           # measured: a re-measure may differ
+    changes = {d["direction_id"]: d["change"] for d in proposal["directions"]}
+    assert all(ch == changes[next(iter(changes))] for ch in changes.values())
+    change = next(iter(changes.values()))
+    assert change["undo"] == [kept[-1]]
+    assert change["text"] == (f"undo the prefill transform {kept[-1]} (the last one this "
+                              "phase kept) and do not try it again")
+
+    retry = [e for e in events if e.attempt == 2]
+    (undo,) = [e.payload["result"] for e in retry if e.type == "tool.completed"
+               and e.payload["tool"] == "undo_transform"]
+    assert undo["transform"] == kept[-1] and undo["undone"]
+    said = [e for e in retry if e.type == "agent.message"]
+    (answer,) = [e for e in said if e.payload["text"].startswith("retrying as ")]
+    assert change["text"] in answer.payload["text"]
+    (pick,) = [e for e in events if e.type == "human.decision" and e.attempt == 1]
+    assert answer.causation_id == pick.event_id
+    tried = [e.payload["arguments"]["transform"] for e in retry if e.type == "tool.requested"
+             and e.payload["tool"] == "apply_transform"]
+    assert kept[-1] not in tried
+    final = [c for c in gates_[1]["checks"] if c["metric"] == "prefill_measured_slowest_s"]
+    assert final[0]["passed"] and kept[-1] not in final[0]["subject"]
