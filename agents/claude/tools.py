@@ -11,8 +11,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import regex
+
 from npu_deploy.agents.claude.config import ClaudeConfig, scrub
-from npu_deploy.agents.claude.sandbox import READ_CHARS, RESULT_CHARS, Files, run_command
+from npu_deploy.agents.claude.sandbox import (
+    READ_CHARS,
+    RESULT_CHARS,
+    Files,
+    hidden_paths,
+    run_command,
+)
 from npu_deploy.kernels.specs import Decode, Mode, Prefill
 from npu_deploy.kernels.transforms import IllegalTransform
 from npu_deploy.machine import NeedsHuman, ToolFailed
@@ -23,7 +31,8 @@ from npu_deploy.skills.catalog import load_catalog
 
 #: What a tool may raise for a bad request: recorded as a failed step, told to the model.
 TOOL_ERRORS: tuple[type[Exception], ...] = (
-    KeyError, ValueError, LookupError, TypeError, OSError, IllegalTransform, re.error)
+    KeyError, ValueError, LookupError, TypeError, OSError, IllegalTransform, re.error,
+    regex.error)
 
 
 @dataclass(frozen=True)
@@ -181,13 +190,15 @@ TOOLS: dict[str, Tool] = {
                       {"path": STR, "old": STR, "new": STR}, ("path", "old", "new"),
                       lambda c, a: c.step("edit_file", a, lambda: c.files.edit(
                           str(a["path"]), str(a["old"]), str(a["new"])), idempotent=False)),
-    "run_command": Tool("Run a shell command in the workspace (minimal environment, killed "
-                        "at the timeout).",
+    "run_command": Tool("Run a shell command in the workspace, in a sandbox: only the "
+                        "workspace is writable (not oracle/ or gates/), no network, a "
+                        "minimal environment; killed at the timeout or past 1 MB of output.",
                         {"command": STR, "timeout_s": {"type": "number"}}, ("command",),
                         lambda c, a: c.step("run_command", a, lambda: run_command(
                             str(a["command"]), c.files.root,
                             min(float(a.get("timeout_s", c.config.command_timeout_s)),
-                                c.config.command_timeout_s)), idempotent=False)),
+                                c.config.command_timeout_s),
+                            hidden=hidden_paths(c.tb.ws.store.path)), idempotent=False)),
     "propose_debug_directions": Tool(
         "When you expect the gate to fail and know why: directions a person can pick for "
         "the next attempt, each a title and a rationale (and a skill, if one applies).",

