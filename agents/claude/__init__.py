@@ -21,10 +21,11 @@ The API key comes from ANTHROPIC_API_KEY and goes nowhere else: not into an even
 or an error message (`scrub`).
 
 One module per concern: `prices` (what a turn costs), `budget` (when an attempt stops),
-`config` (the settings and the key), `sandbox` (the agent's files and commands), `tools`
-(what the model may call), `prompts` (what it reads), `conversation` (the messages as
-sent), `transport` (the Messages API), `loop` (one attempt, turn by turn) and
-`directions` (debug directions after a failed gate).
+`config` (the settings and the key), `sandbox` (the agent's files and commands),
+`bubblewrap` (the confined process a command runs in), `tools` (what the model may call),
+`prompts` (what it reads), `conversation` (the messages as sent), `transport` (the
+Messages API), `loop` (one attempt, turn by turn) and `directions` (debug directions
+after a failed gate).
 """
 
 from __future__ import annotations
