@@ -25,12 +25,28 @@ from npu_deploy.store import EventStore  # noqa: E402
 
 ERROR_PREFIX = "npu-deploy: error:"
 TUI_TESTS = Path(__file__).resolve().parent / "tui"
+#: issue 26's red team: every test there names its case (a conftest.py of its own would be
+#: imported as `conftest` too, and hide this one from `from conftest import ...`)
+REDTEAM_TESTS = Path(__file__).resolve().parent / "redteam"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if TUI_TESTS in Path(str(item.fspath)).parents:
+        parents = Path(str(item.fspath)).parents
+        if TUI_TESTS in parents:
             item.add_marker(pytest.mark.tui)
+        if REDTEAM_TESTS in parents:
+            _check_redteam(item)
+
+
+def _check_redteam(item: pytest.Item) -> None:
+    mark = item.get_closest_marker("redteam")
+    if mark is None:
+        raise pytest.UsageError(f"{item.nodeid}: every red-team test names its case with "
+                                "@pytest.mark.redteam(area=..., case=..., before=...)")
+    missing = {"area", "case", "before"} - set(mark.kwargs)
+    if missing:
+        raise pytest.UsageError(f"{item.nodeid}: redteam marker lacks {sorted(missing)}")
 
 STARTED = {"model": "tiny-llama", "backend": "emulator", "agent": "autopilot",
            "code_version": "test"}
