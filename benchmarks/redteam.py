@@ -26,7 +26,10 @@ class Table:
         for item in items:
             mark = item.get_closest_marker("redteam")
             if mark is not None:
-                self.rows[item.nodeid] = {**mark.kwargs, "after": "not run"}
+                row = {**mark.kwargs, "after": "not run"}
+                if "[" in item.nodeid:          # one case, run once per parameter
+                    row["case"] += f" [{item.nodeid.split('[', 1)[1]}"
+                self.rows[item.nodeid] = row
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         row = self.rows.get(report.nodeid)
