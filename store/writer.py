@@ -6,8 +6,8 @@ head and folded state in memory and moves them only after a commit.
 
 An append is on the agent's critical path, once per message, tool call and
 gate, so its cost is kept close to a bare SQLite insert: the run's head in
-`runs` is advanced by a trigger inside SQLite, and an event that changes
-nothing but the head is one autocommit INSERT, atomic and fsync'd.
+`runs` is advanced by a trigger inside SQLite, and the writer adds the head's
+MAC (store/anchor.py) in the same transaction, one fsync per append.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from npu_deploy.events.keys import RUN_START
 from npu_deploy.events.payloads import RunForked, RunStarted
 from npu_deploy.events.state import reduce_body
 
+from .anchor import anchor_head, signing_key
 from .errors import (
     CommandAlreadyConsumed,
     IdempotencyConflict,
@@ -127,6 +128,7 @@ class RunWriter:
         self._store = EventStore.open(store.path)
         self._conn = self._store.conn
         self._conn.isolation_level = None
+        self._key = signing_key()
         # Never extend a chain that does not verify: the new links would vouch for it.
         report = self._store.verify(run_id)
         if not report.ok or report.state is None:
@@ -177,6 +179,7 @@ class RunWriter:
                                      "choose another run id")
                 insert_run_row(conn, first)
                 update_run_summary(conn, apply(DeploymentState(), insert_row(conn, first)))
+                anchor_head(conn, signing_key(), run_id)
             return cls(store, run_id, lock)
         except BaseException:
             lock.release()
@@ -212,9 +215,11 @@ class RunWriter:
         folded = reduce_body(self._folded, event)
         if folded is not self._folded and run_summary(folded) != run_summary(self._folded):
             return self._commit([event], None)[0]
-        # The run's listing columns stay as they are: one autocommit INSERT does it
-        # (the trigger advances the head).
-        event = insert_row(self._conn, event)
+        # The run's listing columns stay as they are: the INSERT (whose trigger advances the
+        # head) and the head's new MAC.
+        with transaction(self._store.db) as conn:
+            event = insert_row(conn, event)
+            anchor_head(conn, self._key, self.run_id)
         self._folded = folded
         self._advanced(event, 1)
         return event
@@ -258,6 +263,7 @@ class RunWriter:
                 stored.append(event)
             if folded is not self._folded and run_summary(folded) != run_summary(self._folded):
                 update_run_summary(conn, folded)
+            anchor_head(conn, self._key, self.run_id)
         # Commit, then apply: the in-memory head moves only after the commit.
         self._folded = folded
         self._advanced(stored[-1], len(stored))

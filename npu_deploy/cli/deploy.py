@@ -19,9 +19,8 @@ from .options import db_option, db_path
 from .output import EXIT_FAILED, EXIT_USAGE, console, fail
 from .render import progress
 
+#: As machine.conductor registers them (named here too: the CLI imports the machine lazily).
 DEFAULT_PIPELINE = "npu_deploy.agents.autopilot:pipeline"
-
-
 CLAUDE_PIPELINE = "npu_deploy.agents.claude:pipeline"
 
 
@@ -248,13 +247,17 @@ def _deploy_in_tui(model: str, policy: Any, pipeline_spec: str, config: dict[str
 @click.option("--no-wait", is_flag=True, help="Stop instead of waiting for a person.")
 def resume_cmd(run: str, pipeline_spec: str | None, no_wait: bool) -> None:
     """Go on with a run that crashed, was paused, or stopped for a person."""
-    from npu_deploy.machine import RunEnded, resume
+    from npu_deploy.machine import PipelineRefused, RunEnded, resume, stored_pipeline
     from npu_deploy.machine.conductor import canonical_pipeline, run_config
 
     store = EventStore.open(db_path())
     run_id = store.resolve_run(run)
-    spec = canonical_pipeline(pipeline_spec or run_config(store, run_id).get("pipeline")
-                              or DEFAULT_PIPELINE)
+    try:
+        # The run's own pipeline only if registered: its name may come from an export file.
+        spec = (canonical_pipeline(pipeline_spec) if pipeline_spec
+                else stored_pipeline(store, run_id))
+    except PipelineRefused as e:
+        fail(str(e))
     config = run_config(store, run_id)
     if spec == CLAUDE_PIPELINE:
         _needs_key(f"run {run_id} is worked by Claude: resuming it")
