@@ -60,7 +60,9 @@ def recipes_at_gates(ws: Workspace) -> dict[int, Recipe]:
 def log_checks(ws: Workspace) -> list[dict[str, Any]]:
     report = ws.store.verify(ws.run_id)
     checks = [check("log", "hash_chain_intact", 1 if report.ok else 0, 1, ">=",
-                    message=report.problem or "")]
+                    message=report.problem or ""),
+              check("log", "anchored_by_this_users_key", 1 if report.trusted else 0, 1, ">=",
+                    message=report.unanchored or "")]
     gate_ok: set[tuple[int, int]] = set()
     approved: set[tuple[int, int]] = set()
     for e in ws.store.events(ws.run_id):

@@ -349,8 +349,12 @@ class EventStore:
         from the stored columns (the payload as its exact stored text, so no
         re-encoding is needed), no field holding the preimage separator, the
         first event a run start, and the run's recorded head equal to its last
-        event (which catches deleted tail events). Folds the run on the way
-        when asked, decoding only the events that change the state.
+        event (which catches deleted tail events); then every blob a payload
+        references (present, its bytes hashing to its digest), every snapshot
+        whose MAC this user's key made, and last the head MAC over the runs row
+        (store/anchor.py), which alone tells a rewritten chain from the original.
+        Folds the run on the way when asked, decoding only the events that change
+        the state.
         """
         head_row = self.conn.execute(f"SELECT {', '.join(HEAD_FIELDS)}, head_mac FROM runs "
                                      "WHERE run_id = ?", (run_id,)).fetchone()
@@ -417,13 +421,14 @@ class EventStore:
     def _blob_problem(self, blobs: dict[str, int]) -> str | None:
         """The first referenced blob that is missing, or whose bytes are not its digest."""
         for digest, version in blobs.items():
-            row = self.conn.execute("SELECT codec, data FROM blobs WHERE sha256 = ?",
+            row = self.conn.execute("SELECT codec, data, size FROM blobs WHERE sha256 = ?",
                                     (digest,)).fetchone()
             what = f"blob sha256:{digest[:16]}... (referenced by v{version})"
             if row is None:
                 return f"{what} is missing from the store"
-            try:
-                data = zlib.decompress(row[1]) if row[0] == "zlib" else row[1]
+            try:   # never more than the size recorded, plus one byte to see a longer one
+                data = (zlib.decompressobj().decompress(row[1], (row[2] or 0) + 1)
+                        if row[0] == "zlib" else row[1])
             except zlib.error:
                 data = b""
             if row[0] not in ("zlib", "raw") or sha256_hex(data) != digest:
