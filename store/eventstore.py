@@ -350,7 +350,7 @@ class EventStore:
         re-encoding is needed), no field holding the preimage separator, the
         first event a run start, and the run's recorded head equal to its last
         event (which catches deleted tail events); then every blob a payload
-        references (present, its bytes hashing to its digest), every snapshot
+        references that the store holds (its bytes hashing to its digest), every snapshot
         whose MAC this user's key made, and last the head MAC over the runs row
         (store/anchor.py), which alone tells a rewritten chain from the original.
         Folds the run on the way when asked, decoding only the events that change
@@ -385,7 +385,7 @@ class EventStore:
                     if fold and type_ in REDUCED_TYPES:
                         state = reduce_body(state, event_from_row(row))
                     if "sha256:" in row[13]:
-                        for ref in referenced_blobs(type_, json.loads(row[13])):
+                        for ref in blob_refs(json.loads(row[13])):
                             blobs.setdefault(ref.removeprefix("sha256:"), row[3])
         except sqlite3.DatabaseError as e:
             raise StoreCorrupt(f"{self.path} is damaged while reading run {run_id} ({e}); "
@@ -419,13 +419,15 @@ class EventStore:
                             unanchored=None if anchor == "ok" else _unanchored(anchor, key))
 
     def _blob_problem(self, blobs: dict[str, int]) -> str | None:
-        """The first referenced blob that is missing, or whose bytes are not its digest."""
+        """The first referenced blob whose stored bytes are not its digest. An absent one
+        is not counted here: a payload's "sha256:..." may name something that is no blob
+        (a skill file's digest), and reading an absent blob fails with its own error."""
         for digest, version in blobs.items():
             row = self.conn.execute("SELECT codec, data, size FROM blobs WHERE sha256 = ?",
                                     (digest,)).fetchone()
             what = f"blob sha256:{digest[:16]}... (referenced by v{version})"
             if row is None:
-                return f"{what} is missing from the store"
+                continue
             try:   # never more than the size recorded, plus one byte to see a longer one
                 data = (zlib.decompressobj().decompress(row[1], (row[2] or 0) + 1)
                         if row[0] == "zlib" else row[1])
@@ -542,12 +544,6 @@ def _problem(row: tuple[Any, ...], version: int, expected_prev: str, last_seq: i
     if sha256(preimage.encode()).hexdigest() != stored_hash:
         return "hash mismatch: the stored row differs from what was written"
     return f"unknown event type {type_!r}"
-
-
-def referenced_blobs(type_: str, payload: Any) -> set[str]:
-    """The blob references of a stored payload. A `skill.loaded` digest names a skill
-    file's content, not a stored blob."""
-    return set() if type_ == "skill.loaded" else blob_refs(payload)
 
 
 def _unanchored(anchor: str, key: bytes | None) -> str:
