@@ -676,13 +676,14 @@ def policy_of(config: dict[str, Any]) -> Policy:
 
 
 def resume(store: EventStore, run_id: str, pipeline: Pipeline, *,
-           on_event: Callable[[Event], None] | None = None) -> Conductor:
+           on_event: Callable[[Event], None] | None = None, adopt: bool = False) -> Conductor:
     """Take the run's lock, fold its log (from the newest valid snapshot), rebuild the
     machine where the run stopped, and record `run.resumed`. The returned conductor goes on
     with `run()`: it consumes the pending inbox commands first, re-runs an unfinished
     idempotent step under its idempotency key, and stops for a person at a step that was
-    started and cannot be repeated."""
-    writer = RunWriter.attach(store, run_id)
+    started and cannot be repeated. A run this user's key did not anchor (an import from
+    another key's store) is refused unless `adopt`."""
+    writer = RunWriter.attach(store, run_id, adopt=adopt)
     try:
         s = writer.state
         if s.terminal:

@@ -45,6 +45,7 @@ from .errors import (
     RunLocked,
     StoreCorrupt,
     StoreError,
+    Unanchored,
     UnknownRun,
 )
 from .eventstore import EVENT_COLUMNS, EventStore, event_from_row, validate_run_id
@@ -119,7 +120,8 @@ def take_run_lock(store: EventStore, run_id: str) -> FileLock:
 
 
 class RunWriter:
-    def __init__(self, store: EventStore, run_id: str, lock: FileLock) -> None:
+    def __init__(self, store: EventStore, run_id: str, lock: FileLock, *,
+                 adopt: bool = False) -> None:
         self.store = store
         self.run_id = run_id
         self._lock = lock
@@ -135,6 +137,14 @@ class RunWriter:
             self._store.close()
             raise StoreCorrupt(f"run {run_id} fails verification, refusing to append: "
                                f"{report.problem}")
+        # Nor one this key did not anchor, unless asked: the next head MAC would make this
+        # key vouch for whatever the chain holds now (an import from another key, or a chain
+        # rewritten and stripped of its anchor).
+        if not report.anchored and not adopt:
+            self._store.close()
+            raise Unanchored(f"run {run_id} is not anchored by your key: {report.unanchored}; "
+                             "appending would make your key vouch for it. Resume it with "
+                             "--adopt if you trust where it came from")
         # `_folded` has every reducer applied; its head may lag `_version/_hash`,
         # which move with every append (`state` joins the two when asked).
         self._folded: DeploymentState = report.state
@@ -146,14 +156,16 @@ class RunWriter:
     # --- opening ------------------------------------------------------------------
 
     @classmethod
-    def attach(cls, store: EventStore, run_id: str) -> RunWriter:
+    def attach(cls, store: EventStore, run_id: str, *, adopt: bool = False) -> RunWriter:
+        """The writer of an existing run; `adopt` lets this user's key anchor a run that
+        verifies but is not anchored by it (store/anchor.py)."""
         if store.readonly:
             raise StoreError(f"{store.path} was opened read-only; open it writable to append")
         if store.conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
             raise UnknownRun(f"no run {run_id!r} in {store.path}; `npu-deploy runs` lists them")
         lock = take_run_lock(store, run_id)
         try:
-            return cls(store, run_id, lock)
+            return cls(store, run_id, lock, adopt=adopt)
         except BaseException:
             lock.release()
             raise

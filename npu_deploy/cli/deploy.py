@@ -12,7 +12,7 @@ from rich.text import Text
 
 from npu_deploy.events import PHASE_NAMES, Event
 from npu_deploy.events.decisions import naming, open_decisions, waiting_on
-from npu_deploy.store import EventStore, RunLocked
+from npu_deploy.store import EventStore, RunLocked, Unanchored
 
 from .group import code_version
 from .options import db_option, db_path
@@ -245,7 +245,10 @@ def _deploy_in_tui(model: str, policy: Any, pipeline_spec: str, config: dict[str
 @click.option("--pipeline", "pipeline_spec", default=None,
               help="module:function (default: the one the run was started with).")
 @click.option("--no-wait", is_flag=True, help="Stop instead of waiting for a person.")
-def resume_cmd(run: str, pipeline_spec: str | None, no_wait: bool) -> None:
+@click.option("--adopt", is_flag=True,
+              help="Go on with a run your key did not anchor (imported from another key's "
+                   "store): your key vouches for it from then on.")
+def resume_cmd(run: str, pipeline_spec: str | None, no_wait: bool, adopt: bool) -> None:
     """Go on with a run that crashed, was paused, or stopped for a person."""
     from npu_deploy.machine import PipelineRefused, RunEnded, resume, stored_pipeline
     from npu_deploy.machine.conductor import canonical_pipeline, run_config
@@ -266,8 +269,8 @@ def resume_cmd(run: str, pipeline_spec: str | None, no_wait: bool) -> None:
     pipeline = load_pipeline_or_fail(spec)
     out = console()
     try:
-        conductor = resume(store, run_id, pipeline, on_event=_progress(out))
-    except RunLocked as e:
+        conductor = resume(store, run_id, pipeline, on_event=_progress(out), adopt=adopt)
+    except (RunLocked, Unanchored) as e:
         fail(str(e))
     except RunEnded as e:
         fail(str(e))

@@ -19,26 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import STARTED, assert_one_error
 
 from npu_deploy.events import NewEvent, canonical_json
 from npu_deploy.events.envelope import hash_preimage
 from npu_deploy.store import EventStore, export_run, import_run
 
 TESTS = Path(__file__).resolve().parent.parent
-STARTED = {"model": "tiny-llama", "backend": "emulator", "agent": "autopilot",
-           "code_version": "test"}
-
-
-def assert_one_error(result: Any, *needles: str) -> str:
-    """tests/conftest.py's check (this folder's conftest.py shadows that module's name)."""
-    assert result.exit_code != 0, result.stdout
-    assert isinstance(result.exception, SystemExit)
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, f"expected one line on stderr, got: {result.stderr!r}"
-    assert lines[0].startswith("npu-deploy: error:"), lines[0]
-    for needle in needles:
-        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
-    return lines[0]
 COLUMNS = ("event_id", "run_id", "run_version", "type", "schema_version", "phase", "attempt",
            "actor", "ts", "causation_id", "correlation_id", "idempotency_key", "payload",
            "prev_hash", "hash")
@@ -402,3 +389,28 @@ def test_resume_runs_no_pipeline_an_imported_file_names(tmp_path, monkeypatch, c
     assert sha256(ours.read_bytes()).hexdigest() == before
     # a person may still name one on the command line: their choice, not the file's
     assert os.environ.get("NPU_DEPLOY_PIPELINES") == "fake_pipeline:make"
+
+
+@pytest.mark.redteam(area="tamper", case="rewritten chain stripped of its anchor, then resumed",
+                     before="`resume` extended the rewritten chain, and `verify` said OK "
+                            "afterwards: the next append vouched for the forgery")
+def test_a_writer_extends_an_unanchored_run_only_when_told_to(tmp_path, cli, fake):
+    db = tmp_path / "runs.db"
+    run_id = awaiting_approval(db, fake)
+
+    def edit(rows: Rows) -> Rows:
+        said = next(r for r in rows if r["type"] == "agent.message")
+        said["payload"] = canonical_json({"role": "assistant", "text": "rewritten"})
+        return rows
+
+    rewrite(db, run_id, edit)
+    raw(db).execute("UPDATE runs SET head_mac = NULL WHERE run_id = ?", (run_id,))
+    assert verify(db, run_id).status == "unanchored"
+    before = sha256(db.read_bytes()).hexdigest()
+    assert_one_error(cli("--db", db, "resume", run_id, "--no-wait"), run_id,
+                     "not anchored by your key", "--adopt")
+    assert sha256(db.read_bytes()).hexdigest() == before
+    # a person who trusts it says so, and from then on their key vouches for it
+    result = cli("--db", db, "resume", run_id, "--no-wait", "--adopt")
+    assert "resumed" in result.output, result.output
+    assert verify(db, run_id).status == "ok"
