@@ -365,10 +365,15 @@ def make():
 '''
 
 
-@pytest.mark.redteam(area="import", case="imported run names a pipeline to execute",
-                     before="`resume` imported the module named by the file's config.pipeline "
-                            "and called it: the marker file was written")
-@pytest.mark.parametrize("spec", ["redteam_payload:make", "os:system"])
+@pytest.mark.parametrize("spec", [
+    pytest.param("redteam_payload:make", id="module", marks=pytest.mark.redteam(
+        area="import", case="imported run names a module's pipeline",
+        before="`resume` imported the module named by the file's config.pipeline and called "
+               "it: the marker file was written")),
+    pytest.param("os:system", id="os.system", marks=pytest.mark.redteam(
+        area="import", case="imported run names os:system",
+        before="`resume` called os.system(): a TypeError traceback (missing 'command'), one "
+               "argument short of running a shell command"))])
 def test_resume_runs_no_pipeline_an_imported_file_names(tmp_path, monkeypatch, cli, spec):
     (tmp_path / "redteam_payload.py").write_text(PAYLOAD)
     marker = tmp_path / "marker"
