@@ -10,18 +10,21 @@ from .conductor import (
     NeedsHuman,
     PhaseRun,
     Pipeline,
+    PipelineRefused,
     Policy,
     RunEnded,
     ToolFailed,
     fork,
     load_pipeline,
+    register_pipeline,
     resume,
+    stored_pipeline,
 )
 from .machine import DeploymentMachine, IllegalTransition, mermaid, state_of, trigger_for
 
 __all__ = [
     "Agent", "Conductor", "DebugMatcher", "DeploymentMachine", "Gate", "Halt",
-    "IllegalTransition", "NeedsHuman", "PhaseRun", "Pipeline", "Policy", "RunEnded",
-    "ToolFailed", "fork",
-    "load_pipeline", "mermaid", "resume", "state_of", "trigger_for",
+    "IllegalTransition", "NeedsHuman", "PhaseRun", "Pipeline", "PipelineRefused", "Policy",
+    "RunEnded", "ToolFailed", "fork", "load_pipeline", "mermaid", "register_pipeline",
+    "resume", "stored_pipeline", "state_of", "trigger_for",
 ]

@@ -15,6 +15,7 @@ them with the real phases.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -344,9 +345,19 @@ class Conductor:
             if only is not None and cmd["kind"] not in only:
                 continue
             s = self.writer.state
+            phase = s.current_phase
+            attempt = s.phases[phase].attempts if phase is not None else None
+            if not self.store.command_is_authentic(cmd):
+                # Written into the store by something without this user's key (store/anchor.py):
+                # not a person's decision, whatever its author field says.
+                self._record(ErrorRaised(kind="command_refused", recoverable=True,
+                                         message=f"{cmd['kind']} refused: its MAC does not "
+                                         "check with this user's key, so no person's "
+                                         "npu-deploy (decide, the TUI) wrote it"),
+                             phase=phase, attempt=attempt, consumes=cmd["command_id"])
+                continue
             if s.status == "paused" and cmd["kind"] not in ("pause", "abort"):
                 continue      # a paused run takes it after run.resumed (events/decisions.py)
-            phase = s.current_phase
             fields = {**cmd["payload"], "decision": cmd["kind"],
                       "command_id": cmd["command_id"], "author": cmd["author"]}
             if cmd["kind"] == "approve" and phase is not None:
@@ -356,7 +367,6 @@ class Conductor:
             decision = HumanDecision.from_dict(fields)
             payload = decision.to_dict()
             trigger = trigger_for("human.decision", payload, phase)
-            attempt = s.phases[phase].attempts if phase is not None else None
             allowed = trigger is not None and self.machine.allows(trigger, s, payload, phase)
             refuses = getattr(self.pipeline.agent, "refuses", None)
             why_not = (refuses(phase, decision.instruction) if allowed and refuses is not None
@@ -666,13 +676,14 @@ def policy_of(config: dict[str, Any]) -> Policy:
 
 
 def resume(store: EventStore, run_id: str, pipeline: Pipeline, *,
-           on_event: Callable[[Event], None] | None = None) -> Conductor:
+           on_event: Callable[[Event], None] | None = None, adopt: bool = False) -> Conductor:
     """Take the run's lock, fold its log (from the newest valid snapshot), rebuild the
     machine where the run stopped, and record `run.resumed`. The returned conductor goes on
     with `run()`: it consumes the pending inbox commands first, re-runs an unfinished
     idempotent step under its idempotency key, and stops for a person at a step that was
-    started and cannot be repeated."""
-    writer = RunWriter.attach(store, run_id)
+    started and cannot be repeated. A run this user's key did not anchor (an import from
+    another key's store) is refused unless `adopt`."""
+    writer = RunWriter.attach(store, run_id, adopt=adopt)
     try:
         s = writer.state
         if s.terminal:
@@ -704,7 +715,11 @@ def _unfinished_step(store: EventStore, run_id: str) -> str | None:
 def fork(store: EventStore, run_id: str, at_version: int, note: str | None = None,
          *, new_run_id: str | None = None) -> str:
     """A new run whose history is `run_id`'s first `at_version` events (the source is only
-    read), starting with `run.forked`. Resume it to go on from that state."""
+    read), starting with `run.forked`. Resume it to go on from that state. The source must
+    verify, anchored by this user's key: a fork's new chain would vouch for what it copies."""
+    report = store.verify(run_id, fold=False)
+    if not report.trusted:
+        raise ValueError(f"run {run_id} does not verify, fork refused: {report.line()}")
     events = list(store.events(run_id, upto_version=at_version))
     if not events or events[-1].run_version != at_version:
         last = store.fold(run_id).version
@@ -722,6 +737,45 @@ def fork(store: EventStore, run_id: str, at_version: int, note: str | None = Non
                                  idempotency_key=e.idempotency_key)
                         for e in events[1:]])
         return w.run_id
+
+
+DEFAULT_PIPELINE = "npu_deploy.agents.autopilot:pipeline"
+CLAUDE_PIPELINE = "npu_deploy.agents.claude:pipeline"
+
+#: The pipelines a run's stored configuration may name: a resume loads (imports and calls)
+#: the one its run names, so the name is code, and a run can come from anyone's export file.
+#: Others are registered by the code that brings them (`register_pipeline`), or by the
+#: person in NPU_DEPLOY_PIPELINES (comma-separated); `--pipeline` on the command line is
+#: the person's own choice and needs no registration.
+REGISTERED_PIPELINES: set[str] = {DEFAULT_PIPELINE, CLAUDE_PIPELINE}
+PIPELINES_ENV = "NPU_DEPLOY_PIPELINES"
+
+
+class PipelineRefused(ValueError):
+    """A run names a pipeline that is not registered: it is not loaded."""
+
+
+def register_pipeline(spec: str) -> None:
+    REGISTERED_PIPELINES.add(canonical_pipeline(spec))
+
+
+def is_registered(spec: str) -> bool:
+    env = {canonical_pipeline(s.strip())
+           for s in os.environ.get(PIPELINES_ENV, "").split(",") if s.strip()}
+    return canonical_pipeline(spec) in REGISTERED_PIPELINES | env
+
+
+def stored_pipeline(store: EventStore, run_id: str) -> str:
+    """The registered pipeline a run names in its configuration (the autopilot's when it
+    names none); a name nobody registered is refused, and nothing of it is imported."""
+    named = run_config(store, run_id).get("pipeline") or DEFAULT_PIPELINE
+    spec = canonical_pipeline(str(named))
+    if not is_registered(spec):
+        raise PipelineRefused(
+            f"run {run_id} names pipeline {spec!r}, which is not a registered pipeline, so "
+            "nothing of it was run; pass --pipeline MODULE:FUNCTION to choose one yourself, "
+            f"or add it to {PIPELINES_ENV} if you trust it")
+    return spec
 
 
 #: Pipelines under the names their modules had before the project moved under one installed

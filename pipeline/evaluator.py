@@ -1,8 +1,10 @@
 """Phase 7: the independent evaluator. A fresh process that opens the store read-only and
 trusts nothing the run says about itself:
 
-* the log: the hash chain verifies, and every phase that exited as passed did so after a
-  passing gate and an approving decision of the same attempt;
+* the log: it verifies, anchored by this user's key (the chain, every blob it references,
+  its snapshots and its runs row: `EventStore.verify`), or nothing is evaluated; and every
+  phase that exited as passed did so after a passing gate and an approving decision of the
+  same attempt;
 * its own oracle: the FP32 reference's golden tensors and greedy runs computed again and
   compared with what phase 0 stored;
 * every gate of phases 0-6 re-run on the recipe the phase passed with, against its own
@@ -38,7 +40,7 @@ from npu_deploy.pipeline.gates.runner import report_check
 from npu_deploy.pipeline.gates.speed import speed_check
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.workspace import Workspace, read_json
-from npu_deploy.store import EventStore
+from npu_deploy.store import EventStore, StoreError
 
 
 def recipes_at_gates(ws: Workspace) -> dict[int, Recipe]:
@@ -58,7 +60,9 @@ def recipes_at_gates(ws: Workspace) -> dict[int, Recipe]:
 def log_checks(ws: Workspace) -> list[dict[str, Any]]:
     report = ws.store.verify(ws.run_id)
     checks = [check("log", "hash_chain_intact", 1 if report.ok else 0, 1, ">=",
-                    message=report.problem or "")]
+                    message=report.problem or ""),
+              check("log", "anchored_by_this_users_key", 1 if report.trusted else 0, 1, ">=",
+                    message=report.unanchored or "")]
     gate_ok: set[tuple[int, int]] = set()
     approved: set[tuple[int, int]] = set()
     for e in ws.store.events(ws.run_id):
@@ -156,10 +160,19 @@ def main(store_path: str, run_id: str, as_json: bool) -> None:
     try:
         store = EventStore.open(store_path, readonly=True)
         ws = Workspace(store, store.resolve_run(run_id))
+        # Nothing of the run is trusted before its chain, blobs and snapshots verify,
+        # anchored by this user's key: a forged decision or an edited recipe ends here.
+        report = store.verify(ws.run_id, fold=False)
+        if not report.trusted:
+            raise StoreError(f"the run is not evaluated: {report.line()}")
     except Exception as e:  # noqa: BLE001 - one line, whatever broke
         click.echo(f"error: cannot evaluate {run_id} in {store_path}: {e}", err=True)
         sys.exit(2)
-    result = evaluate(ws)
+    try:
+        result = evaluate(ws)
+    except StoreError as e:   # a blob unreadable since the check: still one line
+        click.echo(f"error: cannot evaluate {run_id} in {store_path}: {e}", err=True)
+        sys.exit(2)
     click.echo(json.dumps(result) if as_json else result["markdown"])
     sys.exit(0 if result["verdict"] == "PASS" else 1)
 

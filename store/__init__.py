@@ -12,6 +12,7 @@ from .errors import (
     StoreCorrupt,
     StoreError,
     StoreUnreadable,
+    Unanchored,
     UnknownRun,
 )
 from .eventstore import EventStore, RunSummary, VerifyReport, default_db_path
@@ -22,6 +23,6 @@ from .writer import RunWriter
 __all__ = [
     "SCHEMA_VERSION", "CommandAlreadyConsumed", "EventStore", "IdempotencyConflict",
     "ImportRefused", "NewerSchema", "NotAStore", "RunLocked", "RunSummary", "RunWriter",
-    "StoreCorrupt", "StoreError", "StoreUnreadable", "UnknownRun", "VerifyReport",
+    "StoreCorrupt", "StoreError", "StoreUnreadable", "Unanchored", "UnknownRun", "VerifyReport",
     "ExportedRun", "default_db_path", "export_run", "import_run", "read_export",
 ]

@@ -31,6 +31,10 @@ class RunLocked(StoreError):
     """Another process holds the writer lock of that run."""
 
 
+class Unanchored(StoreError):
+    """A run verifies but is not anchored by this user's key: not extended unless adopted."""
+
+
 class IdempotencyConflict(StoreError):
     """An idempotency key was reused for a different event."""
 

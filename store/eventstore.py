@@ -26,6 +26,7 @@ from npu_deploy.events import (
     DeploymentState,
     Event,
     InvalidEvent,
+    blob_refs,
     canonical_json,
     sha256_hex,
     upcast,
@@ -44,6 +45,17 @@ from npu_deploy.events.envelope import (
 )
 from npu_deploy.events.state import REDUCED_TYPES, reduce_body
 
+from .anchor import (
+    HEAD_FIELDS,
+    check,
+    command_fields,
+    key_id,
+    key_path,
+    mac,
+    signing_key,
+    snapshot_fields,
+    user_key,
+)
 from .errors import StoreCorrupt, StoreError, UnknownRun
 from .schema import connect, release
 from .transaction import transaction
@@ -105,11 +117,29 @@ class VerifyReport:
     bad_version: int | None = None
     bad_seq: int | None = None
     state: DeploymentState | None = None
+    #: The head's MAC checked with this user's key (store/anchor.py); `ok` alone says the
+    #: chain, blobs and snapshots hold together, which anyone able to write the file can fake.
+    anchored: bool = False
+    unanchored: str | None = None    # why not, when the chain is intact but not anchored
+
+    @property
+    def status(self) -> str:
+        """ok (intact and anchored), unanchored (intact, nothing more proven), broken."""
+        return "broken" if not self.ok else "ok" if self.anchored else "unanchored"
+
+    @property
+    def trusted(self) -> bool:
+        return self.ok and self.anchored
 
     def line(self) -> str:
-        if self.ok:
-            return f"{self.run_id}: OK, {self.events} events, head {self.head_hash[:16]}"
-        return f"{self.run_id}: BROKEN: {self.problem}"
+        if not self.ok:
+            return f"{self.run_id}: BROKEN: {self.problem}"
+        if not self.anchored:
+            return (f"{self.run_id}: UNANCHORED: chain intact ({self.events} events, head "
+                    f"{self.head_hash[:16]}), but {self.unanchored}: without the key that wrote "
+                    "it, a rewritten chain cannot be told from the original")
+        return (f"{self.run_id}: OK, {self.events} events, head {self.head_hash[:16]}, "
+                "anchored by this user's key")
 
 
 class EventStore:
@@ -277,28 +307,37 @@ class EventStore:
         """Cache a folded state. Deleting snapshots changes nothing but speed."""
         if self.readonly or not state.run_id:
             return
+        fields = snapshot_fields(state.run_id, state.version, REDUCER_VERSION, state.last_hash,
+                                 canonical_json(state.to_dict()))
         with transaction(self.db):
             self.conn.execute(
-                "INSERT OR REPLACE INTO snapshots VALUES (?, ?, ?, ?, ?, ?)",
-                (state.run_id, state.version, REDUCER_VERSION, state.last_hash,
-                 canonical_json(state.to_dict()), utc_now()))
+                "INSERT OR REPLACE INTO snapshots (run_id, run_version, reducer_version, hash, "
+                "state, created_ts, mac) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (*fields, utc_now(), mac(signing_key(), "snapshot", fields)))
 
     def load_snapshot(self, run_id: str, upto_version: int | None = None
                       ) -> DeploymentState | None:
-        """The newest usable snapshot: same reducer, and its hash still on the chain."""
-        row = self.conn.execute(
-            "SELECT s.state FROM snapshots s JOIN events e ON e.run_id = s.run_id "
-            "AND e.run_version = s.run_version AND e.hash = s.hash "
-            "WHERE s.run_id = ? AND s.reducer_version = ? AND s.run_version <= ? "
-            "ORDER BY s.run_version DESC LIMIT 1",
-            (run_id, REDUCER_VERSION, upto_version if upto_version is not None else 2**62),
-        ).fetchone()
-        if row is None:
+        """The newest usable snapshot: same reducer, its hash still on the chain, and its MAC
+        made by this user's key (an edited or foreign snapshot is passed over: the fold then
+        starts from an older one, or from the first event)."""
+        key = user_key(create=False)
+        if key is None:
             return None
-        try:
-            return DeploymentState.from_dict(json.loads(row[0]))
-        except (ValueError, TypeError, KeyError):
-            return None   # a damaged cache entry is ignored, never trusted
+        rows = self.conn.execute(
+            "SELECT s.run_version, s.hash, s.state, s.mac FROM snapshots s JOIN events e "
+            "ON e.run_id = s.run_id AND e.run_version = s.run_version AND e.hash = s.hash "
+            "WHERE s.run_id = ? AND s.reducer_version = ? AND s.run_version <= ? "
+            "ORDER BY s.run_version DESC",
+            (run_id, REDUCER_VERSION, upto_version if upto_version is not None else 2**62))
+        for version, hash_, text, stored_mac in rows:
+            fields = snapshot_fields(run_id, version, REDUCER_VERSION, hash_, text)
+            if check(key, stored_mac, "snapshot", fields) != "ok":
+                continue
+            try:
+                return DeploymentState.from_dict(json.loads(text))
+            except (ValueError, TypeError, KeyError):
+                continue   # a damaged cache entry is ignored, never trusted
+        return None
 
     # --- verification -------------------------------------------------------------
 
@@ -310,15 +349,20 @@ class EventStore:
         from the stored columns (the payload as its exact stored text, so no
         re-encoding is needed), no field holding the preimage separator, the
         first event a run start, and the run's recorded head equal to its last
-        event (which catches deleted tail events). Folds the run on the way
-        when asked, decoding only the events that change the state.
+        event (which catches deleted tail events); then every blob a payload
+        references that the store holds (its bytes hashing to its digest), every snapshot
+        whose MAC this user's key made, and last the head MAC over the runs row
+        (store/anchor.py), which alone tells a rewritten chain from the original.
+        Folds the run on the way when asked, decoding only the events that change
+        the state.
         """
-        head_row = self.conn.execute("SELECT head_version, head_hash FROM runs WHERE run_id = ?",
-                                     (run_id,)).fetchone()
+        head_row = self.conn.execute(f"SELECT {', '.join(HEAD_FIELDS)}, head_mac FROM runs "
+                                     "WHERE run_id = ?", (run_id,)).fetchone()
         if head_row is None:
             raise UnknownRun(f"no run {run_id!r} in {self.path}; `npu-deploy runs` lists them")
         expected_prev, version, last_seq = GENESIS_HASH, 0, 0
         state, last = DeploymentState(), None
+        blobs: dict[str, int] = {}   # every blob a payload references -> the first version
         try:
             cur = self.conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ? "
                                     "ORDER BY run_version", (run_id,))
@@ -340,6 +384,9 @@ class EventStore:
                     # change the state need decoding (see events.state.fold).
                     if fold and type_ in REDUCED_TYPES:
                         state = reduce_body(state, event_from_row(row))
+                    if "sha256:" in row[13]:
+                        for ref in blob_refs(json.loads(row[13])):
+                            blobs.setdefault(ref.removeprefix("sha256:"), row[3])
         except sqlite3.DatabaseError as e:
             raise StoreCorrupt(f"{self.path} is damaged while reading run {run_id} ({e}); "
                                "restore it from a copy or an export") from None
@@ -347,7 +394,7 @@ class EventStore:
             raise StoreCorrupt(f"run {run_id}: event v{version + 1} has a payload that is not "
                                "JSON yet matches its hash: it was written by something other "
                                "than npu-deploy") from None
-        head_version, head_hash = head_row
+        head_version, head_hash = head_row[7:9]
         if version != head_version or expected_prev != head_hash:
             return VerifyReport(
                 run_id, False, version, expected_prev,
@@ -356,9 +403,51 @@ class EventStore:
                    else "the run's head record was altered"), bad_version=version + 1)
         if last is None:
             return VerifyReport(run_id, False, 0, GENESIS_HASH, "the run has no events")
+        damage = self._blob_problem(blobs) or self._snapshot_problem(run_id)
+        key = user_key(create=False)
+        anchor = check(key, head_row[-1], "head", head_row[:-1])
+        if anchor == "bad":
+            damage = ("its head MAC, made by this user's key, does not match the run as stored: "
+                       "events or the runs row were rewritten since (an edit, a cut, an "
+                       "insertion or a recomputed chain)")
+        if damage:
+            return VerifyReport(run_id, False, version, expected_prev, damage)
         if fold:
             state = with_head(state, event_from_row(last))
-        return VerifyReport(run_id, True, version, expected_prev, state=state if fold else None)
+        return VerifyReport(run_id, True, version, expected_prev, state=state if fold else None,
+                            anchored=anchor == "ok",
+                            unanchored=None if anchor == "ok" else _unanchored(anchor, key))
+
+    def _blob_problem(self, blobs: dict[str, int]) -> str | None:
+        """The first referenced blob whose stored bytes are not its digest. An absent one
+        is not counted here: a payload's "sha256:..." may name something that is no blob
+        (a skill file's digest), and reading an absent blob fails with its own error."""
+        for digest, version in blobs.items():
+            row = self.conn.execute("SELECT codec, data, size FROM blobs WHERE sha256 = ?",
+                                    (digest,)).fetchone()
+            what = f"blob sha256:{digest[:16]}... (referenced by v{version})"
+            if row is None:
+                continue
+            try:   # never more than the size recorded, plus one byte to see a longer one
+                data = (zlib.decompressobj().decompress(row[1], (row[2] or 0) + 1)
+                        if row[0] == "zlib" else row[1])
+            except zlib.error:
+                data = b""
+            if row[0] not in ("zlib", "raw") or sha256_hex(data) != digest:
+                return f"{what} does not match its digest: its stored bytes were changed"
+        return None
+
+    def _snapshot_problem(self, run_id: str) -> str | None:
+        """A snapshot whose MAC, made by this user's key, no longer matches it. (A snapshot
+        without a MAC of this key is never used, so it proves nothing and breaks nothing.)"""
+        key = user_key(create=False)
+        rows = self.conn.execute("SELECT run_version, reducer_version, hash, state, mac "
+                                 "FROM snapshots WHERE run_id = ?", (run_id,))
+        for version, reducer, hash_, text, stored in rows:
+            fields = snapshot_fields(run_id, version, reducer, hash_, text)
+            if check(key, stored, "snapshot", fields) == "bad":
+                return f"the snapshot at v{version} was altered after it was written"
+        return None
 
     def integrity_problem(self) -> str | None:
         """SQLite's own structural check of the whole file (B-trees, pages)."""
@@ -411,12 +500,23 @@ class EventStore:
         validate_payload("human.decision", {**(payload or {}), "decision": kind,
                                             "command_id": command_id, "author": author})
         run_id = self.resolve_run(run_id)
+        # The MAC tells the conductor a person's tool wrote it (store/anchor.py): a process
+        # that can write the store but not read the key cannot pass as a person.
+        fields = command_fields(run_id, command_id, kind, canonical_json(payload or {}), author)
         with transaction(self.db):
             self.conn.execute(
-                "INSERT INTO inbox (command_id, run_id, kind, payload, author, created_ts) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (command_id, run_id, kind, canonical_json(payload or {}), author, utc_now()))
+                "INSERT INTO inbox (run_id, command_id, kind, payload, author, created_ts, mac) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (*fields, utc_now(), mac(signing_key(), "command", fields)))
         return command_id
+
+    @staticmethod
+    def command_is_authentic(command: dict[str, Any]) -> bool:
+        """Whether a pending command (as `pending_commands` gives it) carries a MAC made by
+        this user's key over what it says."""
+        fields = command_fields(command["run_id"], command["command_id"], command["kind"],
+                                canonical_json(command["payload"]), command["author"])
+        return check(user_key(create=False), command.get("mac"), "command", fields) == "ok"
 
     def pending_commands(self, run_id: str) -> list[dict[str, Any]]:
         """Commands not yet recorded as events, oldest first."""
@@ -444,6 +544,15 @@ def _problem(row: tuple[Any, ...], version: int, expected_prev: str, last_seq: i
     if sha256(preimage.encode()).hexdigest() != stored_hash:
         return "hash mismatch: the stored row differs from what was written"
     return f"unknown event type {type_!r}"
+
+
+def _unanchored(anchor: str, key: bytes | None) -> str:
+    if anchor == "absent":
+        return ("it carries no anchor (imported from a store anchored by another key, or "
+                "written before anchoring)")
+    if key is None:
+        return f"there is no key at {key_path()} to check its anchor"
+    return f"its anchor was made by another key than this user's (key id {key_id(key)})"
 
 
 def validate_run_id(run_id: str) -> str:

@@ -85,8 +85,16 @@ _TRIGGERS = [
 ]
 
 
+def _v2(db: Database) -> None:
+    """The anchor (store/anchor.py): a MAC of each run's head, of each snapshot and of each
+    person's command. Rows from before hold none: their runs read as unanchored."""
+    db.table("runs").add_column("head_mac", str)
+    db.table("snapshots").add_column("mac", str)
+    db.table("inbox").add_column("mac", str)
+
+
 #: MIGRATIONS[i] takes a store from schema i to i + 1.
-MIGRATIONS: list[Callable[[Database], None]] = [_v1]
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hmac
 import json
 import os
 import tempfile
@@ -35,6 +36,7 @@ from npu_deploy.events import (
     validate_payload,
 )
 
+from .anchor import anchor_head, user_key
 from .errors import ImportRefused, StoreError
 from .eventstore import EventStore, validate_run_id
 from .schema import SCHEMA_VERSION
@@ -57,7 +59,10 @@ def export_run(store: EventStore, run_ref: str, path: str | os.PathLike[str]) ->
         raise StoreError(f"run {run_id} fails verification, export refused: {report.problem}")
     refs: set[str] = set()
     header = {"format": FORMAT, "format_version": FORMAT_VERSION, "store_schema": SCHEMA_VERSION,
-              "run_id": run_id, "events": report.events, "head_hash": report.head_hash}
+              "run_id": run_id, "events": report.events, "head_hash": report.head_hash,
+              # The importer keeps it only if its own key makes the same (store/anchor.py).
+              "head_mac": store.conn.execute("SELECT head_mac FROM runs WHERE run_id = ?",
+                                             (run_id,)).fetchone()[0]}
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path("."))
     try:
@@ -97,11 +102,27 @@ class ExportedRun:
 
     events: list[Event]
     blobs: dict[str, tuple[str, bytes, int]]   # sha256 hex -> (codec, stored bytes, size)
+    head_mac: str | None = None    # the anchor of the run in the store it came from
 
 
 def read_export(path: str | os.PathLike[str]) -> ExportedRun:
     """Parse and check a whole export file without touching any store."""
     return ExportedRun(*_read_export(Path(path)))
+
+
+def _anchor_imported(conn: Any, run_id: str, carried: str | None) -> bool:
+    """Keep the anchor the export carries when this user's key makes the very same one over
+    the imported row (the run comes from a store of this key, unchanged); otherwise the run
+    stays unanchored here, and `verify` says so."""
+    key = user_key(create=False)
+    if key is None or carried is None:
+        return False
+    anchor_head(conn, key, run_id)
+    ours = conn.execute("SELECT head_mac FROM runs WHERE run_id = ?", (run_id,)).fetchone()[0]
+    if hmac.compare_digest(ours, carried):
+        return True
+    conn.execute("UPDATE runs SET head_mac = NULL WHERE run_id = ?", (run_id,))
+    return False
 
 
 def import_run(store: EventStore, source: str | os.PathLike[str] | ExportedRun) -> ImportResult:
@@ -125,6 +146,7 @@ def import_run(store: EventStore, source: str | os.PathLike[str] | ExportedRun) 
             for event in events:
                 state = apply(state, insert_row(conn, event))
             update_run_summary(conn, state)
+            _anchor_imported(conn, run_id, exported.head_mac)
             now = utc_now()
             for digest, (codec, data, size) in blobs.items():
                 conn.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?, ?, ?, ?)",
@@ -134,7 +156,8 @@ def import_run(store: EventStore, source: str | os.PathLike[str] | ExportedRun) 
     return ImportResult(run_id, len(events), len(blobs), already_present=False)
 
 
-def _read_export(path: Path) -> tuple[list[Event], dict[str, tuple[str, bytes, int]]]:
+def _read_export(path: Path
+                 ) -> tuple[list[Event], dict[str, tuple[str, bytes, int]], str | None]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -193,7 +216,8 @@ def _read_export(path: Path) -> tuple[list[Event], dict[str, tuple[str, bytes, i
     missing -= {f"sha256:{d}" for d in blobs}
     if missing:
         raise ImportRefused(f"{path} lacks blob {sorted(missing)[0]} that its events reference")
-    return events, blobs
+    head_mac = header.get("head_mac")
+    return events, blobs, head_mac if isinstance(head_mac, str) else None
 
 
 def _event_from_record(record: Any, where: str) -> Event:

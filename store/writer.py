@@ -6,8 +6,8 @@ head and folded state in memory and moves them only after a commit.
 
 An append is on the agent's critical path, once per message, tool call and
 gate, so its cost is kept close to a bare SQLite insert: the run's head in
-`runs` is advanced by a trigger inside SQLite, and an event that changes
-nothing but the head is one autocommit INSERT, atomic and fsync'd.
+`runs` is advanced by a trigger inside SQLite, and the writer adds the head's
+MAC (store/anchor.py) in the same transaction, one fsync per append.
 """
 
 from __future__ import annotations
@@ -38,12 +38,14 @@ from npu_deploy.events.keys import RUN_START
 from npu_deploy.events.payloads import RunForked, RunStarted
 from npu_deploy.events.state import reduce_body
 
+from .anchor import anchor_head, signing_key
 from .errors import (
     CommandAlreadyConsumed,
     IdempotencyConflict,
     RunLocked,
     StoreCorrupt,
     StoreError,
+    Unanchored,
     UnknownRun,
 )
 from .eventstore import EVENT_COLUMNS, EventStore, event_from_row, validate_run_id
@@ -118,7 +120,8 @@ def take_run_lock(store: EventStore, run_id: str) -> FileLock:
 
 
 class RunWriter:
-    def __init__(self, store: EventStore, run_id: str, lock: FileLock) -> None:
+    def __init__(self, store: EventStore, run_id: str, lock: FileLock, *,
+                 adopt: bool = False) -> None:
         self.store = store
         self.run_id = run_id
         self._lock = lock
@@ -127,12 +130,21 @@ class RunWriter:
         self._store = EventStore.open(store.path)
         self._conn = self._store.conn
         self._conn.isolation_level = None
+        self._key = signing_key()
         # Never extend a chain that does not verify: the new links would vouch for it.
         report = self._store.verify(run_id)
         if not report.ok or report.state is None:
             self._store.close()
             raise StoreCorrupt(f"run {run_id} fails verification, refusing to append: "
                                f"{report.problem}")
+        # Nor one this key did not anchor, unless asked: the next head MAC would make this
+        # key vouch for whatever the chain holds now (an import from another key, or a chain
+        # rewritten and stripped of its anchor).
+        if not report.anchored and not adopt:
+            self._store.close()
+            raise Unanchored(f"run {run_id} is not anchored by your key: {report.unanchored}; "
+                             "appending would make your key vouch for it. Resume it with "
+                             "--adopt if you trust where it came from")
         # `_folded` has every reducer applied; its head may lag `_version/_hash`,
         # which move with every append (`state` joins the two when asked).
         self._folded: DeploymentState = report.state
@@ -144,14 +156,16 @@ class RunWriter:
     # --- opening ------------------------------------------------------------------
 
     @classmethod
-    def attach(cls, store: EventStore, run_id: str) -> RunWriter:
+    def attach(cls, store: EventStore, run_id: str, *, adopt: bool = False) -> RunWriter:
+        """The writer of an existing run; `adopt` lets this user's key anchor a run that
+        verifies but is not anchored by it (store/anchor.py)."""
         if store.readonly:
             raise StoreError(f"{store.path} was opened read-only; open it writable to append")
         if store.conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
             raise UnknownRun(f"no run {run_id!r} in {store.path}; `npu-deploy runs` lists them")
         lock = take_run_lock(store, run_id)
         try:
-            return cls(store, run_id, lock)
+            return cls(store, run_id, lock, adopt=adopt)
         except BaseException:
             lock.release()
             raise
@@ -177,6 +191,7 @@ class RunWriter:
                                      "choose another run id")
                 insert_run_row(conn, first)
                 update_run_summary(conn, apply(DeploymentState(), insert_row(conn, first)))
+                anchor_head(conn, signing_key(), run_id)
             return cls(store, run_id, lock)
         except BaseException:
             lock.release()
@@ -212,9 +227,11 @@ class RunWriter:
         folded = reduce_body(self._folded, event)
         if folded is not self._folded and run_summary(folded) != run_summary(self._folded):
             return self._commit([event], None)[0]
-        # The run's listing columns stay as they are: one autocommit INSERT does it
-        # (the trigger advances the head).
-        event = insert_row(self._conn, event)
+        # The run's listing columns stay as they are: the INSERT (whose trigger advances the
+        # head) and the head's new MAC.
+        with transaction(self._store.db) as conn:
+            event = insert_row(conn, event)
+            anchor_head(conn, self._key, self.run_id)
         self._folded = folded
         self._advanced(event, 1)
         return event
@@ -258,6 +275,7 @@ class RunWriter:
                 stored.append(event)
             if folded is not self._folded and run_summary(folded) != run_summary(self._folded):
                 update_run_summary(conn, folded)
+            anchor_head(conn, self._key, self.run_id)
         # Commit, then apply: the in-memory head moves only after the commit.
         self._folded = folded
         self._advanced(stored[-1], len(stored))

@@ -84,6 +84,18 @@ def measured_here(tmp_path_factory: pytest.TempPathFactory):
         yield path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def anchor_key(tmp_path_factory: pytest.TempPathFactory):
+    """The key that anchors runs and signs decisions (store/anchor.py) is the session's,
+    created on first use in a temporary directory, never the user's; and the fake pipeline
+    is registered, so that runs naming it resume in this process and in those it starts."""
+    path = tmp_path_factory.mktemp("anchor-key") / "key"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("NPU_DEPLOY_KEY_FILE", str(path))
+        env.setenv("NPU_DEPLOY_PIPELINES", "fake_pipeline:make")
+        yield path
+
+
 @pytest.fixture(scope="session")
 def tiny_models(model_cache: Path):
     """The four random test models, loaded once per session."""

@@ -12,16 +12,15 @@ from rich.text import Text
 
 from npu_deploy.events import PHASE_NAMES, Event
 from npu_deploy.events.decisions import naming, open_decisions, waiting_on
-from npu_deploy.store import EventStore, RunLocked
+from npu_deploy.store import EventStore, RunLocked, Unanchored
 
 from .group import code_version
 from .options import db_option, db_path
 from .output import EXIT_FAILED, EXIT_USAGE, console, fail
 from .render import progress
 
+#: As machine.conductor registers them (named here too: the CLI imports the machine lazily).
 DEFAULT_PIPELINE = "npu_deploy.agents.autopilot:pipeline"
-
-
 CLAUDE_PIPELINE = "npu_deploy.agents.claude:pipeline"
 
 
@@ -246,15 +245,22 @@ def _deploy_in_tui(model: str, policy: Any, pipeline_spec: str, config: dict[str
 @click.option("--pipeline", "pipeline_spec", default=None,
               help="module:function (default: the one the run was started with).")
 @click.option("--no-wait", is_flag=True, help="Stop instead of waiting for a person.")
-def resume_cmd(run: str, pipeline_spec: str | None, no_wait: bool) -> None:
+@click.option("--adopt", is_flag=True,
+              help="Go on with a run your key did not anchor (imported from another key's "
+                   "store): your key vouches for it from then on.")
+def resume_cmd(run: str, pipeline_spec: str | None, no_wait: bool, adopt: bool) -> None:
     """Go on with a run that crashed, was paused, or stopped for a person."""
-    from npu_deploy.machine import RunEnded, resume
+    from npu_deploy.machine import PipelineRefused, RunEnded, resume, stored_pipeline
     from npu_deploy.machine.conductor import canonical_pipeline, run_config
 
     store = EventStore.open(db_path())
     run_id = store.resolve_run(run)
-    spec = canonical_pipeline(pipeline_spec or run_config(store, run_id).get("pipeline")
-                              or DEFAULT_PIPELINE)
+    try:
+        # The run's own pipeline only if registered: its name may come from an export file.
+        spec = (canonical_pipeline(pipeline_spec) if pipeline_spec
+                else stored_pipeline(store, run_id))
+    except PipelineRefused as e:
+        fail(str(e))
     config = run_config(store, run_id)
     if spec == CLAUDE_PIPELINE:
         _needs_key(f"run {run_id} is worked by Claude: resuming it")
@@ -263,8 +269,8 @@ def resume_cmd(run: str, pipeline_spec: str | None, no_wait: bool) -> None:
     pipeline = load_pipeline_or_fail(spec)
     out = console()
     try:
-        conductor = resume(store, run_id, pipeline, on_event=_progress(out))
-    except RunLocked as e:
+        conductor = resume(store, run_id, pipeline, on_event=_progress(out), adopt=adopt)
+    except (RunLocked, Unanchored) as e:
         fail(str(e))
     except RunEnded as e:
         fail(str(e))

@@ -12,6 +12,7 @@ from rich.console import Console
 
 EXIT_FAILED = 1   # the command ran and found a problem (bad input, broken chain)
 EXIT_USAGE = 2    # a wrong flag or argument
+EXIT_UNANCHORED = 4   # verify: intact, but not anchored by this user's key: nothing more proven
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:

@@ -14,7 +14,7 @@ from npu_deploy.events.describe import view
 from npu_deploy.store import EventStore, StoreError, export_run, import_run, read_export
 
 from .options import db_option, db_path, json_option, open_readonly
-from .output import EXIT_FAILED, console, emit_json, fail
+from .output import EXIT_FAILED, EXIT_UNANCHORED, console, emit_json, fail
 from .render import summary
 
 
@@ -68,7 +68,8 @@ def show_cmd(run: str, last: int, as_json: bool) -> None:
     if as_json:
         emit_json({"state": {**state.to_dict(), "wall_time_s": state.wall_time_s,
                              "live_status": status},
-                   "verified": report.ok, "events": [e.to_dict() for e in events]})
+                   "verified": report.trusted, "verify_status": report.status,
+                   "events": [e.to_dict() for e in events]})
         if not report.ok:
             fail(f"{report.line()}; what is shown is not to be trusted")
         return
@@ -105,6 +106,8 @@ def show_cmd(run: str, last: int, as_json: bool) -> None:
     out.print(listing)
     if not report.ok:
         fail(f"{report.line()}; what is shown above is not to be trusted")
+    if not report.anchored:
+        click.echo(report.line(), err=True)
 
 
 @click.command("verify")
@@ -113,7 +116,10 @@ def show_cmd(run: str, last: int, as_json: bool) -> None:
 @click.option("--all", "all_runs", is_flag=True, help="Verify every run in the store.")
 @json_option("Print the reports as JSON.")
 def verify_cmd(run: str | None, all_runs: bool, as_json: bool) -> None:
-    """Prove a run's hash chain untouched; name the first bad event if not."""
+    """Check a run: its hash chain, the blobs and snapshots it uses, its runs row, and the
+    anchor your key made over them (docs/event-log.md). OK only when anchored by your key;
+    UNANCHORED (exit 4) when intact but the key that wrote it is not here; BROKEN (exit 1)
+    names what was changed."""
     if bool(run) == all_runs:
         raise click.UsageError("give a RUN id or --all")
     path = db_path()
@@ -128,7 +134,8 @@ def verify_cmd(run: str | None, all_runs: bool, as_json: bool) -> None:
         run_ids = store.run_ids() if all_runs else [store.resolve_run(run or "")]
         reports = [store.verify(r, fold=False) for r in run_ids]
     if as_json:
-        emit_json([{k: v for k, v in r.__dict__.items() if k != "state"} for r in reports])
+        emit_json([{**{k: v for k, v in r.__dict__.items() if k != "state"},
+                    "status": r.status} for r in reports])
     else:
         if not reports:
             click.echo(f"no runs in {path}")
@@ -136,6 +143,8 @@ def verify_cmd(run: str | None, all_runs: bool, as_json: bool) -> None:
             click.echo(r.line(), err=not r.ok)
     if not all(r.ok for r in reports):
         sys.exit(EXIT_FAILED)
+    if not all(r.anchored for r in reports):
+        sys.exit(EXIT_UNANCHORED)
 
 
 @click.command("export")

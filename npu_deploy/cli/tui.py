@@ -45,14 +45,13 @@ class ConductorDriver:
             store.close()
 
     def resume(self, run_id: str) -> str:
-        from npu_deploy.machine import resume
-        from npu_deploy.machine.conductor import run_config
+        from npu_deploy.machine import resume, stored_pipeline
 
-        from .deploy import DEFAULT_PIPELINE, load_pipeline_or_fail
+        from .deploy import load_pipeline_or_fail
 
         store = EventStore.open(self.store_path)
         try:
-            spec = run_config(store, run_id).get("pipeline") or DEFAULT_PIPELINE
+            spec = stored_pipeline(store, run_id)    # refused unless registered
             return self._drive(resume(store, run_id, load_pipeline_or_fail(spec)))
         finally:
             store.close()

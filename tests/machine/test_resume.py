@@ -321,8 +321,15 @@ def test_a_snapshot_of_another_reducer_is_ignored_and_rebuilt(tmp_path):
     with EventStore.open(tmp_path / "runs.db") as store:
         run_id = _big_run(store, 3000)
         good = store.fold(run_id, use_snapshots=False)
-        store.conn.execute("UPDATE snapshots SET reducer_version = ?, state = ? WHERE run_id = ?",
-                           (REDUCER_VERSION - 1, '{"not": "a state"}', run_id))
+        # as an older npu-deploy wrote it, with this user's key (store/anchor.py)
+        from npu_deploy.store.anchor import mac, signing_key, snapshot_fields
+        version, hash_ = store.conn.execute("SELECT run_version, hash FROM snapshots WHERE "
+                                            "run_id = ?", (run_id,)).fetchone()
+        fields = snapshot_fields(run_id, version, REDUCER_VERSION - 1, hash_,
+                                 '{"not": "a state"}')
+        store.conn.execute("UPDATE snapshots SET reducer_version = ?, state = ?, mac = ? "
+                           "WHERE run_id = ?", (REDUCER_VERSION - 1, fields[-1],
+                                                mac(signing_key(), "snapshot", fields), run_id))
         store.conn.commit()
         assert store.load_snapshot(run_id) is None
         assert store.fold(run_id) == good

@@ -214,6 +214,8 @@ def test_stored_older_schema_events_are_upcast_on_read_and_still_verify(store, d
     insert_row(conn, old)
     conn.execute("UPDATE runs SET head_version = 2, head_hash = ? WHERE run_id = ?",
                  (old.hash, run_id))
+    from npu_deploy.store.anchor import anchor_head, signing_key
+    anchor_head(conn, signing_key(), run_id)      # as npu-deploy's writer did then
     conn.execute("COMMIT")
     event = store.event_at(run_id, 2)
     assert event.schema_version == 1 and event.payload["cache_read_tokens"] == 0
@@ -387,17 +389,18 @@ def test_a_store_migrates_forward_once_and_keeps_its_runs(db_path, monkeypatch):
     def v2(db):   # a later schema adds a column; old rows keep their bytes
         db.conn.execute("ALTER TABLE runs ADD COLUMN note TEXT")
 
+    later = schema.SCHEMA_VERSION + 1
     monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, v2])
-    monkeypatch.setattr(schema, "SCHEMA_VERSION", 2)
-    with pytest.raises(Exception, match="schema 1; run any writing command"):
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", later)
+    with pytest.raises(Exception, match=f"schema {later - 1}; run any writing command"):
         EventStore.open(db_path, readonly=True)   # readers never migrate
     with EventStore.open(db_path) as s:
-        assert s.conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert s.conn.execute("PRAGMA user_version").fetchone()[0] == later
         report = s.verify(run_id)
         assert report.ok and report.head_hash == head
         assert "note" in {c.name for c in s.db.table("runs").columns}
     with EventStore.open(db_path) as s:   # a second open finds nothing to do
-        assert s.conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert s.conn.execute("PRAGMA user_version").fetchone()[0] == later
 
 
 def test_the_run_listing_follows_the_folded_state(store):

@@ -1,0 +1,148 @@
+"""The anchor: a per-user secret outside the database, and the MACs made with it.
+
+A SHA-256 chain alone proves only that the events link up: whoever can write the file can
+edit an event and compute every later hash again. The key is what such a writer lacks. It
+lives in a file of its own (`key_path`: `NPU_DEPLOY_KEY_FILE`, else `key` in the user's
+config dir, ~/.config/npu-deploy/key), 32 random bytes created on first use with mode 0600,
+and it keys three MACs (HMAC-SHA256, RFC 2104):
+
+* the head of each run: the whole `runs` row (head version and hash, the listing columns,
+  where it came from), rewritten in the same transaction as every append;
+* each cached snapshot of a folded state;
+* each command a person leaves in the inbox (`decide`, the TUI's dialogs).
+
+A stored MAC is "<key id>:<hex>": the key id (a digest of the key, which reveals nothing of
+it) says which key made it, so a MAC from another user's key reads as *unanchored here*,
+not as tampering, and one from this key that does not match is tampering.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import sqlite3
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from platformdirs import user_config_path
+
+from npu_deploy.events import canonical_json
+
+from .errors import StoreError
+
+KEY_ENV = "NPU_DEPLOY_KEY_FILE"
+KEY_BYTES = 32
+
+#: The columns of a `runs` row the head MAC covers: all but `head_seq` (a position in this
+#: file, like an event's seq: an imported run has others) and the MAC itself.
+HEAD_FIELDS = ("run_id", "created_ts", "model", "backend", "agent", "parent_run_id",
+               "parent_version", "head_version", "head_hash", "head_type", "head_ts",
+               "status", "current_phase", "phase_reached", "verdict", "input_tokens",
+               "output_tokens", "cost_usd")
+
+Check = Literal["ok", "absent", "foreign", "bad"]
+
+
+class KeyUnusable(StoreError):
+    """The key file exists but cannot be used as it is."""
+
+
+def key_path() -> Path:
+    """`NPU_DEPLOY_KEY_FILE`, else `key` in the user's config dir (~/.config/npu-deploy)."""
+    env = os.environ.get(KEY_ENV)
+    return Path(env) if env else user_config_path("npu-deploy") / "key"
+
+
+def user_key(*, create: bool) -> bytes | None:
+    """This user's key; created (mode 0600) when missing and `create`, else None."""
+    path = key_path()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return _create(path) if create else None
+    except OSError as e:
+        raise KeyUnusable(f"cannot read the key {path} ({e.strerror}); fix its permissions "
+                          f"or point {KEY_ENV} at another file") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise KeyUnusable(f"the key {path} is not a regular file; remove it or point "
+                              f"{KEY_ENV} at another file")
+        if info.st_mode & 0o077:
+            raise KeyUnusable(f"the key {path} can be read by others (mode "
+                              f"{stat.S_IMODE(info.st_mode):o}); `chmod 600 {path}`")
+        key = f.read(KEY_BYTES + 1)
+    if len(key) != KEY_BYTES:
+        raise KeyUnusable(f"the key {path} holds {len(key)} bytes, not {KEY_BYTES}: it is not "
+                          f"an npu-deploy key; restore it, or point {KEY_ENV} at another file")
+    return key
+
+
+def signing_key() -> bytes:
+    """This user's key, created on first use: what every writer of a MAC holds."""
+    key = user_key(create=True)
+    assert key is not None
+    return key
+
+
+def _create(path: Path) -> bytes:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:     # another process created it first: use theirs
+        return signing_key()
+    except OSError as e:
+        raise KeyUnusable(f"cannot create the key {path} ({e.strerror}); point {KEY_ENV} "
+                          "at a writable place") from None
+    key = secrets.token_bytes(KEY_BYTES)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key)
+        f.flush()
+        os.fsync(f.fileno())
+    return key
+
+
+def key_id(key: bytes) -> str:
+    """Which key made a MAC: 16 hex digits of a digest of the key."""
+    return hashlib.sha256(b"npu-deploy key id\x00" + key).hexdigest()[:16]
+
+
+def mac(key: bytes, domain: str, fields: Sequence[Any]) -> str:
+    """The MAC of `fields` (JSON values) for one use (`domain`), as "<key id>:<hex>"."""
+    text = canonical_json([domain, *fields]).encode()
+    return f"{key_id(key)}:{hmac.new(key, text, hashlib.sha256).hexdigest()}"
+
+
+def check(key: bytes | None, stored: str | None, domain: str, fields: Sequence[Any]) -> Check:
+    """ok: made by `key` over these fields. absent: no MAC. foreign: made by another key
+    (or no key here to tell). bad: made by `key` over something else: tampered."""
+    if not stored:
+        return "absent"
+    if key is None or not stored.startswith(key_id(key) + ":"):
+        return "foreign"
+    return "ok" if hmac.compare_digest(stored, mac(key, domain, fields)) else "bad"
+
+
+_HEAD_ROW = f"SELECT {', '.join(HEAD_FIELDS)}, head_mac FROM runs WHERE run_id = ?"
+
+
+def anchor_head(conn: sqlite3.Connection, key: bytes, run_id: str) -> None:
+    """MAC the run's row as it now stands: call it inside the transaction that changed it."""
+    row = conn.execute(_HEAD_ROW, (run_id,)).fetchone()
+    conn.execute("UPDATE runs SET head_mac = ? WHERE run_id = ?",
+                 (mac(key, "head", row[:-1]), run_id))
+
+
+def command_fields(run_id: str, command_id: str, kind: str, payload_json: str,
+                   author: str | None) -> list[Any]:
+    """What a person's command MAC covers: everything the conductor records from it."""
+    return [run_id, command_id, kind, payload_json, author]
+
+
+def snapshot_fields(run_id: str, run_version: int, reducer_version: int, hash_: str,
+                    state_json: str) -> list[Any]:
+    return [run_id, run_version, reducer_version, hash_, state_json]
