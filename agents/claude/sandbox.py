@@ -26,6 +26,7 @@ from platformdirs import user_config_path
 
 from npu_deploy.agents.claude import bubblewrap
 from npu_deploy.pipeline.workspace import Workspace
+from npu_deploy.store.anchor import key_path
 
 RESULT_CHARS = 20_000        # a tool result longer than this reaches the model cut
 READ_CHARS = 60_000          # read_file returns at most this much at once
@@ -289,8 +290,9 @@ def _regular_bytes(name: str, dir_fd: int) -> bytes | None:
 
 
 def hidden_paths(store_file: Path | None) -> list[Path]:
-    """What a command must never see: the store's folder and the per-user key's."""
-    paths = [user_config_path("npu-deploy")]
+    """What a command must never see: the store's folder and the per-user key's (its
+    default folder, and the one NPU_DEPLOY_KEY_FILE names)."""
+    paths = list(dict.fromkeys([user_config_path("npu-deploy"), key_path().parent]))
     if store_file is not None:
         paths.append(store_file.resolve().parent)
     return paths

@@ -19,6 +19,7 @@ from npu_deploy.agents.claude.sandbox import Files, Refused, hidden_paths, prepa
 from npu_deploy.machine import Conductor, Policy
 from npu_deploy.pipeline.workspace import workspace_dir
 from npu_deploy.store import EventStore
+from npu_deploy.store.anchor import key_path, user_key
 
 KEY = "sk-ant-api03-redteam-planted-key-0123456789"
 SECRET = "SECRET-OUTSIDE-THE-WORKSPACE"
@@ -176,9 +177,11 @@ def test_a_command_cannot_change_the_protected_copies(ws):
 @needs_bwrap
 @case("read the store", "`cat ../../runs.db` printed the store's bytes, exit 0")
 def test_a_command_cannot_see_the_store_or_the_key_folder(ws, tmp_path):
+    key = key_path()
+    user_key(create=True)       # the suite's key (tests/conftest.py), which signs decisions
     r = command(ws, f"cat ../../runs.db; cat {tmp_path}/runs.db; ls -a ~/.config; "
-                    "ls / /tmp; cat /etc/shadow")
-    assert r["exit_code"] != 0
+                    f"ls / /tmp; cat /etc/shadow; od -c {key}")
+    assert r["exit_code"] != 0 and key.name not in r["output"].replace(str(key), "")
     assert STORE not in r["output"] and SECRET not in r["output"]
     assert "npu-deploy" not in r["output"]
 
