@@ -46,7 +46,7 @@ from npu_deploy.events.state import REDUCED_TYPES, reduce_body
 
 from .errors import StoreCorrupt, StoreError, UnknownRun
 from .schema import connect, release
-from .transaction import transaction
+from .transaction import read_snapshot, transaction
 
 if TYPE_CHECKING:
     from npu_deploy.events.payloads import RunStarted
@@ -311,8 +311,14 @@ class EventStore:
         re-encoding is needed), no field holding the preimage separator, the
         first event a run start, and the run's recorded head equal to its last
         event (which catches deleted tail events). Folds the run on the way
-        when asked, decoding only the events that change the state.
+        when asked, decoding only the events that change the state. The head and the
+        events are read in one read transaction, so a writer appending meanwhile is not
+        taken for a cut or altered chain.
         """
+        with read_snapshot(self.db):
+            return self._verify(run_id, fold=fold)
+
+    def _verify(self, run_id: str, *, fold: bool) -> VerifyReport:
         head_row = self.conn.execute("SELECT head_version, head_hash FROM runs WHERE run_id = ?",
                                      (run_id,)).fetchone()
         if head_row is None:
