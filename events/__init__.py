@@ -26,6 +26,7 @@ from .payloads import (
     Payload,
     blob_refs,
     current_schema_version,
+    declared_blob_refs,
     validate_payload,
 )
 from .phases import PHASE_NAMES, PHASES, Phase, Threshold, threshold, thresholds_in_force
@@ -47,7 +48,7 @@ __all__ = [
     "DeploymentState", "Event", "EventView", "GateSummary", "InvalidEvent", "NewEvent",
     "OpenDecisions", "Payload", "Phase", "PhaseState", "RunTotals", "Threshold", "Waiting",
     "apply", "blob_refs", "canonical_json", "check_envelope", "current_schema_version",
-    "describe", "fold", "new_run_id", "open_decisions", "refusal", "seal", "sha256_hex",
-    "threshold", "thresholds_in_force", "upcast", "utc_now", "uuid7", "validate_payload",
-    "view", "waiting_on", "with_head",
+    "declared_blob_refs", "describe", "fold", "new_run_id", "open_decisions", "refusal",
+    "seal", "sha256_hex", "threshold", "thresholds_in_force", "upcast", "utc_now", "uuid7",
+    "validate_payload", "view", "waiting_on", "with_head",
 ]

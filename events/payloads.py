@@ -634,8 +634,74 @@ def _check_json(value: Any, path: str) -> Any:
     raise InvalidEvent(f"{path}: {type(value).__name__} is not JSON")
 
 
+def declared_blob_refs(type_name: str, payload: Any) -> set[str]:
+    """The blob references a payload's schema declares (its `BlobRef` fields): the blobs
+    the run cannot be read without, which an export must carry. A string elsewhere that
+    merely looks like one (a skill's digest in `skill.loaded`) is not a reference."""
+    finder = _ref_finders.get(payload_class(type_name))
+    if finder is None:
+        finder = _ref_finders[payload_class(type_name)] = _ref_finder(payload_class(type_name))
+    found: set[str] = set()
+    finder(payload, found)
+    return found
+
+
+RefFinder = Callable[[Any, set[str]], None]
+_ref_finders: dict[type, RefFinder] = {}
+
+
+def _nothing(_value: Any, _found: set[str]) -> None:
+    return None
+
+
+def _ref_finder(tp: Any) -> RefFinder:  # noqa: C901 - one branch per kind of type
+    """A function adding the declared blob references in a value of type `tp` to a set;
+    values of the wrong shape are passed over (validation is not its job)."""
+    origin = get_origin(tp)
+    if origin is Annotated:
+        base, *meta = get_args(tp)
+        if "blob" in meta:
+            def blob(value: Any, found: set[str]) -> None:
+                if isinstance(value, str) and BLOB_REF_RE.match(value):
+                    found.add(value)
+            return blob
+        return _ref_finder(base)
+    if origin in (Union, types.UnionType):
+        inners = [_ref_finder(o) for o in get_args(tp) if o is not type(None)]
+
+        def either(value: Any, found: set[str]) -> None:
+            for inner in inners:
+                inner(value, found)
+        return either
+    if origin in (list, dict):
+        item = _ref_finder(get_args(tp)[-1])
+        if item is _nothing:
+            return _nothing
+
+        def each(value: Any, found: set[str]) -> None:
+            items = value.values() if isinstance(value, dict) else value
+            for v in items if isinstance(value, list | dict) else ():
+                item(v, found)
+        return each
+    if is_dataclass(tp) and isinstance(tp, type):
+        hints = typing.get_type_hints(tp, include_extras=True)
+        parts = [(f.name, finder) for f in fields(tp)
+                 if (finder := _ref_finder(hints[f.name])) is not _nothing]
+        if not parts:
+            return _nothing
+
+        def record(value: Any, found: set[str]) -> None:
+            if isinstance(value, dict):
+                for name, finder in parts:
+                    finder(value.get(name), found)
+        return record
+    return _nothing
+
+
 def blob_refs(value: Any) -> set[str]:
-    """Every blob reference anywhere in a payload (what export must carry along)."""
+    """Every string anywhere in a payload shaped like a blob reference: the blobs an export
+    carries along when the store holds them (a tool's free-form result may name one).
+    `declared_blob_refs` is what must be there."""
     found: set[str] = set()
     stack = [value]
     while stack:

@@ -800,7 +800,15 @@ def load_pipeline(spec: str) -> Pipeline:
         factory = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as e:
         raise ValueError(f"pipeline {spec!r} cannot be loaded: {e}") from None
-    pipeline = factory()
+    if not callable(factory):
+        raise ValueError(f"pipeline {spec!r} names a {type(factory).__name__}, not a function "
+                         "returning a Pipeline")
+    try:
+        pipeline = factory()
+    except Exception as e:   # code the user named: whatever it raises is their error
+        raise ValueError(f"pipeline {spec!r} failed when called with no arguments "
+                         f"({type(e).__name__}: {e}); name a function that returns a "
+                         "Pipeline") from None
     if not isinstance(pipeline, Pipeline):
         raise ValueError(f"pipeline {spec!r} returned {type(pipeline).__name__}, not a Pipeline")
     return pipeline

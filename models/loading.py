@@ -48,10 +48,23 @@ def load_model(spec: str | ModelSource, *, cache: Path | None = None,
     return LoadedModel(source, args, weights, tokenizer)
 
 
-def read_safetensors(directory: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of the checkpoint, each file checked as it is opened."""
+def check_safetensors(directory: Path) -> None:
+    """Refuse a checkpoint whose files cannot be read whole, without loading a tensor:
+    opening a safetensors file parses its header and checks that the data it lists covers
+    the file exactly, so a damaged header or a cut file is found here, before a run."""
     from safetensors import SafetensorError, safe_open
 
+    for path in _safetensors_files(directory):
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                f.keys()
+        except (SafetensorError, OSError, RuntimeError) as e:
+            raise ModelCorrupt(f"{path} is not a valid safetensors file ({e}); re-download "
+                               "or re-convert the model") from None
+
+
+def _safetensors_files(directory: Path) -> list[Path]:
+    """The checkpoint's weight files (from its index when it has one), each present."""
     index = directory / "model.safetensors.index.json"
     if index.is_file():
         try:
@@ -65,11 +78,19 @@ def read_safetensors(directory: Path) -> dict[str, torch.Tensor]:
         hint = (f" (it has {bins[0]}: convert it to safetensors, npu-deploy does not unpickle "
                 "weights)") if bins else ""
         raise ModelNotFound(f"{directory} has no *.safetensors weights{hint}")
-    state: dict[str, torch.Tensor] = {}
     for name in files:
-        path = directory / name
-        if not path.is_file():
-            raise ModelNotFound(f"{path} is listed in the safetensors index but missing")
+        if not (directory / name).is_file():
+            raise ModelNotFound(f"{directory / name} is listed in the safetensors index but "
+                                "missing")
+    return [directory / name for name in files]
+
+
+def read_safetensors(directory: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of the checkpoint, each file checked as it is opened."""
+    from safetensors import SafetensorError, safe_open
+
+    state: dict[str, torch.Tensor] = {}
+    for path in _safetensors_files(directory):
         try:
             with safe_open(str(path), framework="pt") as f:
                 for key in f.keys():  # noqa: SIM118 (safe_open is not a dict)

@@ -28,6 +28,7 @@ from npu_deploy.events import (
     InvalidEvent,
     blob_refs,
     canonical_json,
+    declared_blob_refs,
     sha256_hex,
     upcast,
     utc_now,
@@ -58,7 +59,7 @@ from .anchor import (
 )
 from .errors import StoreCorrupt, StoreError, UnknownRun
 from .schema import connect, release
-from .transaction import transaction
+from .transaction import read_snapshot, transaction
 
 if TYPE_CHECKING:
     from npu_deploy.events.payloads import RunStarted
@@ -354,8 +355,14 @@ class EventStore:
         whose MAC this user's key made, and last the head MAC over the runs row
         (store/anchor.py), which alone tells a rewritten chain from the original.
         Folds the run on the way when asked, decoding only the events that change
-        the state.
+        the state. The runs row, the events, the blobs and the snapshots are read in one
+        read transaction, so a writer appending meanwhile is not taken for a cut or
+        altered chain.
         """
+        with read_snapshot(self.db):
+            return self._verify(run_id, fold=fold)
+
+    def _verify(self, run_id: str, *, fold: bool) -> VerifyReport:
         head_row = self.conn.execute(f"SELECT {', '.join(HEAD_FIELDS)}, head_mac FROM runs "
                                      "WHERE run_id = ?", (run_id,)).fetchone()
         if head_row is None:
@@ -363,6 +370,7 @@ class EventStore:
         expected_prev, version, last_seq = GENESIS_HASH, 0, 0
         state, last = DeploymentState(), None
         blobs: dict[str, int] = {}   # every blob a payload references -> the first version
+        needed: set[str] = set()      # those its schema declares (BlobRef): must be here
         try:
             cur = self.conn.execute(f"SELECT {EVENT_COLUMNS} FROM events WHERE run_id = ? "
                                     "ORDER BY run_version", (run_id,))
@@ -387,6 +395,8 @@ class EventStore:
                     if "sha256:" in row[13]:
                         for ref in blob_refs(json.loads(row[13])):
                             blobs.setdefault(ref.removeprefix("sha256:"), row[3])
+                        needed.update(r.removeprefix("sha256:") for r in declared_blob_refs(
+                            type_, event_from_row(row).payload))
         except sqlite3.DatabaseError as e:
             raise StoreCorrupt(f"{self.path} is damaged while reading run {run_id} ({e}); "
                                "restore it from a copy or an export") from None
@@ -403,7 +413,7 @@ class EventStore:
                    else "the run's head record was altered"), bad_version=version + 1)
         if last is None:
             return VerifyReport(run_id, False, 0, GENESIS_HASH, "the run has no events")
-        damage = self._blob_problem(blobs) or self._snapshot_problem(run_id)
+        damage = self._blob_problem(blobs, needed) or self._snapshot_problem(run_id)
         key = user_key(create=False)
         anchor = check(key, head_row[-1], "head", head_row[:-1])
         if anchor == "bad":
@@ -418,15 +428,17 @@ class EventStore:
                             anchored=anchor == "ok",
                             unanchored=None if anchor == "ok" else _unanchored(anchor, key))
 
-    def _blob_problem(self, blobs: dict[str, int]) -> str | None:
-        """The first referenced blob whose stored bytes are not its digest. An absent one
-        is not counted here: a payload's "sha256:..." may name something that is no blob
-        (a skill file's digest), and reading an absent blob fails with its own error."""
+    def _blob_problem(self, blobs: dict[str, int], needed: set[str]) -> str | None:
+        """The first referenced blob whose stored bytes are not its digest, or that its
+        payload's schema declares (`needed`) and the store lacks. Another string that only
+        looks like a reference (a skill file's digest in `skill.loaded`) may name no blob."""
         for digest, version in blobs.items():
             row = self.conn.execute("SELECT codec, data, size FROM blobs WHERE sha256 = ?",
                                     (digest,)).fetchone()
             what = f"blob sha256:{digest[:16]}... (referenced by v{version})"
             if row is None:
+                if digest in needed:
+                    return f"{what} is missing from the store: it was deleted"
                 continue
             try:   # never more than the size recorded, plus one byte to see a longer one
                 data = (zlib.decompressobj().decompress(row[1], (row[2] or 0) + 1)

@@ -16,10 +16,10 @@ from pathlib import Path
 from sqlite_utils import Database
 
 from .errors import NewerSchema, NotAStore, StoreCorrupt, StoreUnreadable
+from .files import regular_or_missing
 from .transaction import transaction
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-OUR_TABLES = {"runs", "events", "blobs", "snapshots", "inbox"}
 
 
 def _v1(db: Database) -> None:
@@ -100,8 +100,6 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 def _check_file(path: Path) -> None:
     """Recognise the file before SQLite touches it."""
-    if path.is_dir():
-        raise StoreUnreadable(f"{path} is a directory, not a store file; pass a file path to --db")
     try:
         size = path.stat().st_size
         with path.open("rb") as f:
@@ -152,35 +150,25 @@ def connect(path: Path, *, readonly: bool) -> Database:
 
 
 def _connect(path: Path, *, readonly: bool) -> Database:
-    if path.exists() and (path.is_dir() or path.resolve() not in _OPEN_HERE):
+    exists = regular_or_missing(path, what="a store file",
+                                fix="pass the path of an npu-deploy store (or of a new one) "
+                                    "to --db")
+    if exists and path.resolve() not in _OPEN_HERE:
         _check_file(path)
-    if not path.exists() and readonly:
+        if not readonly:
+            # Recognised through a read-only connection first: opening it for writing
+            # would switch a foreign file to WAL before it could be refused.
+            _recognise(path, _open(path, readonly=True))
+    if not exists and readonly:
         raise StoreUnreadable(f"no store at {path}; run a deployment first, or pass --db "
                               "(or NPU_DEPLOY_DB) with the path of an existing store")
-    if not path.exists():
+    if not exists:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise StoreUnreadable(f"cannot create {path.parent}: {e.strerror}") from None
-    try:
-        if readonly:
-            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
-                                   check_same_thread=False)
-        else:
-            conn = sqlite3.connect(path, check_same_thread=False)
-        conn.execute("PRAGMA busy_timeout = 10000")
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    except sqlite3.DatabaseError as e:
-        raise _classify(path, e) from None
-    if version > SCHEMA_VERSION:
-        conn.close()
-        raise NewerSchema(f"{path} has store schema {version}, newer than this npu-deploy "
-                          f"understands ({SCHEMA_VERSION}); upgrade npu-deploy to open it")
-    if version == 0 and tables and not tables <= OUR_TABLES | {"sqlite_sequence"}:
-        conn.close()
-        raise NotAStore(f"{path} is an SQLite database but not an npu-deploy store "
-                        f"(tables: {', '.join(sorted(tables)[:5])}); pass another --db")
+    conn = _open(path, readonly=readonly)
+    version = _recognise(path, conn, keep_open=True)
     db = Database(conn)
     if readonly:
         if version < SCHEMA_VERSION:
@@ -199,6 +187,83 @@ def _connect(path: Path, *, readonly: bool) -> Database:
         db.close()
         raise _classify(path, e) from None
     return db
+
+
+def _open(path: Path, *, readonly: bool) -> sqlite3.Connection:
+    try:
+        if readonly:
+            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
+                                   check_same_thread=False)
+        else:
+            conn = sqlite3.connect(path, check_same_thread=False)
+        conn.execute("PRAGMA busy_timeout = 10000")
+    except sqlite3.DatabaseError as e:
+        raise _classify(path, e) from None
+    return conn
+
+
+def _recognise(path: Path, conn: sqlite3.Connection, *, keep_open: bool = False) -> int:
+    """The store schema of an open file, after checking that it is one npu-deploy wrote:
+    an empty database, or one whose user_version is a schema we know and whose tables have
+    every column that schema gave them. Closes `conn` when it refuses (and always unless
+    `keep_open`)."""
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        columns: dict[str, set[str]] = {}
+        for (table,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"):
+            columns[table] = {r[1] for r in conn.execute(
+                "SELECT * FROM pragma_table_info(?)", (table,))}
+        problem = _schema_problem(path, version, columns)
+    except sqlite3.DatabaseError as e:
+        conn.close()
+        raise _classify(path, e) from None
+    if problem is not None or not keep_open:
+        conn.close()
+    if problem is not None:
+        raise problem
+    return int(version)
+
+
+def _schema_problem(path: Path, version: int, columns: dict[str, set[str]]
+                    ) -> Exception | None:
+    if version > SCHEMA_VERSION:
+        return NewerSchema(f"{path} has store schema {version}, newer than this npu-deploy "
+                           f"understands ({SCHEMA_VERSION}); upgrade npu-deploy to open it")
+    tables = set(columns) - {"sqlite_sequence"}
+    if version == 0:
+        # A store's tables and its user_version are written in one transaction
+        # (_migrate): tables without a version were made by something else.
+        if tables:
+            return NotAStore(f"{path} is an SQLite database but not an npu-deploy store "
+                             f"(tables: {', '.join(sorted(tables)[:5])}); pass another --db")
+        return None
+    for table, wanted in expected_columns(version).items():
+        if table not in columns:
+            return StoreCorrupt(f"{path} has no table {table}: it is not a store this "
+                                "npu-deploy wrote, or it was damaged; restore it from a copy "
+                                "or an export")
+        lacking = sorted(wanted - columns[table])
+        if lacking:
+            return StoreCorrupt(f"the store's table {table} lacks column {lacking[0]}: "
+                                f"{path} is not a store this npu-deploy wrote, or it was "
+                                "damaged; restore it from a copy or an export")
+    return None
+
+
+_EXPECTED: dict[tuple[Callable[[Database], None], ...], dict[str, set[str]]] = {}
+
+
+def expected_columns(version: int) -> dict[str, set[str]]:
+    """Each table's columns in a store of schema `version`, as the migrations make them
+    (in an in-memory database, once)."""
+    steps = tuple(MIGRATIONS[:version])
+    if steps not in _EXPECTED:
+        db = Database(memory=True)
+        for step in steps:
+            step(db)
+        _EXPECTED[steps] = {t.name: {c.name for c in t.columns} for t in db.tables}
+        db.close()
+    return _EXPECTED[steps]
 
 
 def _migrate(db: Database, version: int) -> None:

@@ -44,3 +44,23 @@ def transaction(db: Database, *, immediate: bool = True) -> Iterator[sqlite3.Con
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+@contextmanager
+def read_snapshot(db: Database) -> Iterator[sqlite3.Connection]:
+    """Run the block's reads in one read transaction: every query sees the store as it was
+    at the block's first read, whatever other processes commit meanwhile (in WAL mode a
+    reader keeps its snapshot, sqlite.org/wal.html#concurrency). Inside an open transaction
+    the block joins it: that one is already a single snapshot."""
+    conn = db.conn
+    if conn.in_transaction:
+        yield conn
+        return
+    conn.execute("BEGIN")
+    try:
+        # A deferred BEGIN takes its snapshot at the first read: take it now.
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        yield conn
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")   # nothing was written; ends the read transaction

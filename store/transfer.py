@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import hmac
 import json
 import os
-import tempfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from npu_deploy.events import (
     blob_refs,
     canonical_json,
     check_envelope,
-    sha256_hex,
+    declared_blob_refs,
     upcast,
     utc_now,
     validate_payload,
@@ -39,8 +40,9 @@ from npu_deploy.events import (
 from .anchor import anchor_head, user_key
 from .errors import ImportRefused, StoreError
 from .eventstore import EventStore, validate_run_id
+from .files import atomic_file, check_writable_target, regular_or_missing
 from .schema import SCHEMA_VERSION
-from .transaction import transaction
+from .transaction import read_snapshot, transaction
 from .writer import insert_row, insert_run_row, take_run_lock, update_run_summary
 
 FORMAT = "npu-deploy-run"
@@ -52,40 +54,46 @@ _ENVELOPE = ("event_id", "run_id", "run_version", "type", "schema_version", "pha
 
 
 def export_run(store: EventStore, run_ref: str, path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Write a verified run and its blobs to `path` (atomically); returns the header."""
-    run_id = store.resolve_run(run_ref)
-    report = store.verify(run_id, fold=False)
-    if not report.ok:
-        raise StoreError(f"run {run_id} fails verification, export refused: {report.problem}")
-    refs: set[str] = set()
-    header = {"format": FORMAT, "format_version": FORMAT_VERSION, "store_schema": SCHEMA_VERSION,
-              "run_id": run_id, "events": report.events, "head_hash": report.head_hash,
-              # The importer keeps it only if its own key makes the same (store/anchor.py).
-              "head_mac": store.conn.execute("SELECT head_mac FROM runs WHERE run_id = ?",
-                                             (run_id,)).fetchone()[0]}
+    """Write a verified run and its blobs to `path` (atomically); returns the header.
+
+    Everything is read in one read transaction (the runs row, the events, the blobs), so a
+    run another process is appending to exports as it was at one instant, and imports."""
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path("."))
-    try:
-        with os.fdopen(fd, "w", encoding="ascii") as out:
+    check_writable_target(target, what="export file")
+    with read_snapshot(store.db):
+        run_id = store.resolve_run(run_ref)
+        report = store.verify(run_id, fold=False)
+        if not report.ok:
+            raise StoreError(f"run {run_id} fails verification, export refused: "
+                             f"{report.problem}")
+        header = {"format": FORMAT, "format_version": FORMAT_VERSION,
+                  "store_schema": SCHEMA_VERSION, "run_id": run_id, "events": report.events,
+                  "head_hash": report.head_hash,
+                  # The importer keeps it only if its own key makes the same (store/anchor.py).
+                  "head_mac": store.conn.execute("SELECT head_mac FROM runs WHERE run_id = ?",
+                                                 (run_id,)).fetchone()[0]}
+        with atomic_file(target) as out:
             out.write(canonical_json(header) + "\n")
-            for event in store.events(run_id):
+            needed: set[str] = set()
+            maybe: set[str] = set()
+            for event in store.events(run_id, upto_version=report.events):
                 stored = json.loads(event.payload_json)   # as written, not upcast
-                refs |= blob_refs(stored)
-                out.write(canonical_json({"event": {**event.to_dict(), "payload": stored}}) + "\n")
-            for ref in sorted(refs):
+                needed |= declared_blob_refs(event.type, event.payload)
+                maybe |= blob_refs(stored)
+                out.write(canonical_json({"event": {**event.to_dict(), "payload": stored}})
+                          + "\n")
+            written = 0
+            for ref in sorted(needed | maybe):
                 row = store.blob_row(ref.removeprefix("sha256:"))
-                if row is None:
+                if row is None and ref in needed:
                     raise StoreError(f"run {run_id} references blob {ref}, which is missing "
                                      f"from {store.path}; export refused")
-                out.write(canonical_json({"blob": ref, "codec": row[0],
-                                          "data": base64.b64encode(row[1]).decode()}) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return {**header, "blobs": len(refs)}
+                if row is not None:   # a digest that is not one of our blobs stays a string
+                    out.write(canonical_json({"blob": ref, "codec": row[0],
+                                              "data": base64.b64encode(row[1]).decode()})
+                              + "\n")
+                    written += 1
+    return {**header, "blobs": written}
 
 
 @dataclass(frozen=True)
@@ -156,8 +164,22 @@ def import_run(store: EventStore, source: str | os.PathLike[str] | ExportedRun) 
     return ImportResult(run_id, len(events), len(blobs), already_present=False)
 
 
+#: The largest blob an import expands (decompressed bytes). A run's blobs are plans,
+#: reports, programs and activations of a few MB; a record that inflates past this is a
+#: damaged or hostile file (a zlib "bomb" grows about 1000-fold), refused before it fills
+#: memory.
+MAX_BLOB_BYTES = 256 * 2**20
+
+#: The deepest nesting of arrays and objects an imported event may hold. Payloads nest a
+#: few levels; Python's JSON parser recurses per level and would fail past ~1000.
+MAX_JSON_DEPTH = 64
+_TOO_DEEP = object()
+
+
 def _read_export(path: Path
                  ) -> tuple[list[Event], dict[str, tuple[str, bytes, int]], str | None]:
+    regular_or_missing(path, what="an export file", error=ImportRefused,
+                       fix="pass the path of a file `npu-deploy export` wrote")
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -170,10 +192,16 @@ def _read_export(path: Path
     records = []
     for n, line in enumerate(lines, 1):
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except ValueError:
             raise ImportRefused(f"{path} line {n} is not JSON: the file is not an "
                                 "npu-deploy export, or it was cut or edited") from None
+        except RecursionError:   # the parser recursed once per level
+            record = _TOO_DEEP
+        if record is _TOO_DEEP or _too_deep(record):
+            raise ImportRefused(f"{path} line {n} nests deeper than {MAX_JSON_DEPTH} levels, "
+                                "which no npu-deploy export does: the file was edited")
+        records.append(record)
     header = records[0]
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise ImportRefused(f"{path} is not an npu-deploy run export (no header on line 1)")
@@ -212,7 +240,7 @@ def _read_export(path: Path
     if len(events) != header.get("events") or prev != header.get("head_hash"):
         raise ImportRefused(f"{path} holds {len(events)} events but its header says "
                             f"{header.get('events')}: the file was cut or edited")
-    missing = set().union(*(blob_refs(json.loads(e.payload_json)) for e in events))
+    missing = set().union(*(declared_blob_refs(e.type, e.payload) for e in events))
     missing -= {f"sha256:{d}" for d in blobs}
     if missing:
         raise ImportRefused(f"{path} lacks blob {sorted(missing)[0]} that its events reference")
@@ -260,10 +288,50 @@ def _blob_from_record(record: dict[str, Any], where: str) -> tuple[str, tuple[st
         raise ImportRefused(f"{where}: malformed blob record")
     try:
         stored = base64.b64decode(record["data"], validate=True)
-        data = zlib.decompress(stored) if codec == "zlib" else stored
+        size, digest = _inflate(stored, codec, where, ref)
     except (KeyError, binascii.Error, zlib.error, TypeError):
         raise ImportRefused(f"{where}: blob {ref} data is damaged") from None
-    digest = ref.removeprefix("sha256:")
-    if sha256_hex(data) != digest:
+    if digest != ref.removeprefix("sha256:"):
         raise ImportRefused(f"{where}: blob {ref} does not match its hash")
-    return digest, (codec, stored, len(data))
+    return digest, (codec, stored, size)
+
+
+def _inflate(stored: bytes, codec: str, where: str, ref: str) -> tuple[int, str]:
+    """The size and sha256 of a blob's bytes, decompressed a chunk at a time, so memory
+    stays bounded; refused past MAX_BLOB_BYTES."""
+    h, size = hashlib.sha256(), 0
+    if codec == "raw":
+        chunks: Iterator[bytes] = iter([stored])
+    else:
+        chunks = _zlib_chunks(stored)
+    for chunk in chunks:
+        size += len(chunk)
+        if size > MAX_BLOB_BYTES:
+            raise ImportRefused(f"{where}: blob {ref} expands past {MAX_BLOB_BYTES >> 20} MiB, "
+                                "the most an import accepts: the file is damaged or hostile")
+        h.update(chunk)
+    return size, h.hexdigest()
+
+
+def _zlib_chunks(stored: bytes, chunk: int = 1 << 20) -> Iterator[bytes]:
+    inflater = zlib.decompressobj()
+    data = stored
+    while data and not inflater.eof:
+        yield inflater.decompress(data, chunk)
+        data = inflater.unconsumed_tail
+    yield inflater.flush()
+    if not inflater.eof:
+        raise zlib.error("truncated zlib stream")
+
+
+def _too_deep(value: Any) -> bool:
+    """Whether a parsed JSON value nests deeper than MAX_JSON_DEPTH (walked without
+    recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                return True
+            stack.extend((c, depth + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return False

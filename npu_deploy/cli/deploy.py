@@ -74,13 +74,17 @@ def load_pipeline_or_fail(spec: str) -> Any:
 
 
 def _check_model(spec: str) -> None:
-    """Refuse a model the autopilot cannot deploy before the run is created."""
+    """Refuse a model the autopilot cannot deploy before the run is created: its config and
+    its weight files are read (the weights' headers, not their tensors), so a damaged
+    checkpoint is a one-line error and no run, not a run that dies in phase 0."""
     from npu_deploy.models import OracleError, model_args, resolve
     from npu_deploy.models.config import read_config
+    from npu_deploy.models.loading import check_safetensors
 
     try:
         source = resolve(spec)
         model_args(read_config(source.directory / "config.json"), spec)
+        check_safetensors(source.directory)
     except OracleError as e:
         fail(str(e))
 

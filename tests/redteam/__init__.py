@@ -1,2 +1,3 @@
-"""Issue 26's red-team cases (a package, so that this folder's conftest.py does not take the
-name `conftest` from tests/conftest.py, which the other test modules import)."""
+"""Issue 26's red-team cases: what an attacker or a careless user tried, one test each,
+marked redteam(area, case, before) (checked in tests/conftest.py; benchmarks/redteam.py
+prints the table)."""

@@ -99,14 +99,29 @@ def edit_runs_row(db: Path, run_id: str) -> None:
 
 
 def make_run(db: Path) -> tuple[str, str]:
-    """A run of eight events, one of which references a blob; closed (so snapshotted)."""
+    """A run of nine events, one of which references a blob in a tool's result, and the
+    last a gate's inputs, which its schema declares a blob (a BlobRef); closed (so
+    snapshotted)."""
     with EventStore.open(db) as store, store.create_run(STARTED) as w:
         ref = store.put_blob(b"a dispatch plan")
         w.append_batch([msg(f"step {i}") for i in range(5)])
         w.append(NewEvent("tool.completed", {"call_id": "c1", "tool": "plan", "ok": True,
                                              "result": {"plan": ref}}, actor="harness"))
         w.append(msg("done"))
+        w.append(NewEvent("gate.evaluated", {"gate": "g", "passed": True, "checks": [
+            {"subject": "s", "metric": "m", "value": 1.0, "threshold": 1.0,
+             "comparison": ">=", "passed": True}],
+                                             "inputs": store.put_blob(b"the gate's inputs")},
+                          actor="harness"))
         return w.run_id, ref
+
+
+def delete_inputs(db: Path, run_id: str) -> None:
+    conn = raw(db)
+    payload = conn.execute("SELECT payload FROM events WHERE run_id = ? AND type = "
+                           "'gate.evaluated'", (run_id,)).fetchone()[0]
+    digest = json.loads(payload)["inputs"].removeprefix("sha256:")
+    conn.execute("DELETE FROM blobs WHERE sha256 = ?", (digest,))
 
 
 TAMPERS: dict[str, Callable[[Path, str, str], None]] = {
@@ -115,6 +130,7 @@ TAMPERS: dict[str, Callable[[Path, str, str], None]] = {
     "tail truncated, head fixed": lambda db, run, ref: rewrite(db, run, lambda r: r[:-2]),
     "event inserted, chain recomputed": lambda db, run, ref: rewrite(db, run, inserted),
     "blob bytes edited": lambda db, run, ref: edit_blob(db, ref),
+    "declared blob deleted": lambda db, run, ref: delete_inputs(db, run),
     "snapshot edited": lambda db, run, ref: edit_snapshot(db, run),
     "runs row edited": lambda db, run, ref: edit_runs_row(db, run),
 }
