@@ -10,12 +10,16 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 
+from npu_deploy.events.describe import one_line
+
 EXIT_FAILED = 1   # the command ran and found a problem (bad input, broken chain)
 EXIT_USAGE = 2    # a wrong flag or argument
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
-    click.echo(f"npu-deploy: error: {message}", err=True)
+    """One line, whatever the message quotes: an agent's exit reason may hold line breaks,
+    escape sequences or 100 KB (events/describe.py `one_line`)."""
+    click.echo(f"npu-deploy: error: {one_line(message)}", err=True)
     sys.exit(code)
 
 
