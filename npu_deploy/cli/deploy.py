@@ -11,6 +11,7 @@ from rich.console import Console
 
 from npu_deploy.events import PHASE_NAMES, Event
 from npu_deploy.events.decisions import naming, open_decisions, waiting_on
+from npu_deploy.events.describe import cut
 from npu_deploy.store import EventStore, RunLocked
 
 from .group import code_version
@@ -57,11 +58,12 @@ def _drive(conductor: Any, out: Console, wait: bool) -> None:
     if halt.reason == "paused":
         out.print(data(f"run {run_id} is paused; `npu-deploy resume {run_id}` goes on"))
         sys.exit(0)
+    detail = cut(halt.detail)           # an agent's words: `show RUN --json` has them all
     if halt.reason == "needs_human":
-        fail(f"run {run_id} needs a person: {halt.detail}; `npu-deploy decide {run_id} "
+        fail(f"run {run_id} needs a person: {detail}; `npu-deploy decide {run_id} "
              "redirect TEXT` then `npu-deploy resume` to retry, or `decide abort`",
              EXIT_NEEDS_HUMAN)
-    fail(f"run {run_id} stopped: {halt.reason} {halt.detail}", EXIT_NEEDS_HUMAN)
+    fail(f"run {run_id} stopped: {halt.reason} {detail}", EXIT_NEEDS_HUMAN)
 
 
 def load_pipeline_or_fail(spec: str) -> Any:

@@ -17,9 +17,10 @@ EXIT_USAGE = 2    # a wrong flag or argument
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
-    """One line, whatever the message quotes: an agent's exit reason may hold line breaks,
-    escape sequences or 100 KB (events/describe.py `one_line`)."""
-    click.echo(f"npu-deploy: error: {one_line(message)}", err=True)
+    """One line, whatever the message quotes: an agent's exit reason may hold line breaks
+    or escape sequences (events/describe.py `one_line`; a caller that quotes long text cuts
+    it, `cut`)."""
+    click.echo(f"npu-deploy: error: {one_line(message, None)}", err=True)
     sys.exit(code)
 
 

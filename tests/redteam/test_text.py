@@ -119,13 +119,17 @@ def test_the_headless_deploy_shows_a_model_name_as_written(cli, tmp_path, monkey
 
 @pytest.mark.redteam(area="text", case="an exit reason with line breaks and escapes",
                      before="`resume` ended with an error of three lines on stderr, the "
-                            "reason's ESC[2J sent raw")
+                            "reason's ESC[2J sent raw; a 100 KB reason made a 100 KB line")
 def test_an_error_that_quotes_an_agent_is_one_line(cli, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_FAIL", "")
     db = tmp_path / "runs.db"
     stopped(db, f"stuck:\nsee {ESC}\nthe log")
     line = assert_one_error(cli("--db", db, "resume", "r1", "--no-wait"))
     assert "stuck: see \\x1b[2J\\x1b[31m the log" in line and "\x1b" not in line
+    long = tmp_path / "long.db"
+    stopped(long, "stuck " + "x" * 100_000)
+    line = assert_one_error(cli("--db", long, "resume", "r1", "--no-wait"), "more characters")
+    assert len(line) < 2 * SHOWN_CHARS
 
 
 @pytest.mark.redteam(area="text", case="100 KB redirect: show and resume",
