@@ -10,6 +10,12 @@ data, whatever brackets it holds.
     summary   the one line every listing shows (`show`, the TUI stream, the headless deploy)
     aside     what a one-line listing leaves out: times, who decided ("0.12 s", "by ada")
     details   lines under the summary where there is room: a gate's checks, the directions
+
+Text that came from a person or an agent (a model name, an instruction, an exit reason, a
+message) reaches a screen only through `printable`: control characters are shown as
+escapes (`\\x1b`), never sent to the terminal, and text longer than SHOWN_CHARS is cut with
+a note of how much is left out. The surfaces then hand it to Rich or Textual as `Text`,
+never as a markup string (docs/tui.md, "Text is data").
 """
 
 from __future__ import annotations
@@ -21,6 +27,38 @@ from typing import Any, Final
 
 from .envelope import Event
 from .payloads import FailedMetric
+
+#: How much of one piece of text from a person or an agent a surface shows at a time; the
+#: rest is one key (the TUI's full-text view) or one flag (`show --json`) away.
+SHOWN_CHARS: Final = 1000
+
+#: Unicode's control characters (C0, DEL, C1) and the bidirectional overrides that make a
+#: terminal show text in another order than it is stored ("Trojan Source", CVE-2021-42574),
+#: each shown as its Python escape. A newline and a tab stay: they lay text out and command
+#: nothing (a one-line surface folds them into spaces); a carriage return does not, it lets
+#: a line overwrite itself.
+_BIDI = (*range(0x202A, 0x202F), *range(0x2066, 0x206A))
+_ESCAPES: Final = {c: "\\r" if c == 0x0D else f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+                   for c in (*range(0x20), *range(0x7F, 0xA0), *_BIDI) if c not in (0x09, 0x0A)}
+
+
+def cut(text: str, limit: int | None = SHOWN_CHARS) -> str:
+    """At most `limit` characters of `text` (None: all), "… (N more characters)" after."""
+    if limit is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
+
+
+def printable(text: str, limit: int | None = SHOWN_CHARS) -> str:
+    """`text` (from a person or an agent) as a terminal may show it: every control
+    character as a visible escape, cut at `limit` characters."""
+    return cut(text, limit).translate(_ESCAPES)
+
+
+def one_line(text: str, limit: int | None = SHOWN_CHARS) -> str:
+    """`printable`, with its line breaks and runs of spaces folded into single spaces."""
+    return " ".join(printable(text, limit).split())
+
 
 #: A piece of text and what it is: "" plain, "strong", "pass", "fail", "muted".
 Span = tuple[str, str]
@@ -49,6 +87,7 @@ class EventView:
     summary: Line
     aside: str
     details: tuple[Line, ...]
+    cut: bool = False      # a piece of its text was longer than SHOWN_CHARS and was cut
 
 
 def plain(spans: Iterable[Span]) -> str:
@@ -278,7 +317,8 @@ def _summary(e: Event) -> Line:
 
 
 def view(e: Event) -> EventView:
-    """Everything the event says, for a surface that shows all of it."""
+    """Everything the event says, for a surface that shows all of it: every piece of text
+    `printable`, cut at SHOWN_CHARS (`cut` says whether any was)."""
     try:
         aside = _aside(e)
     except (KeyError, TypeError):
@@ -287,7 +327,11 @@ def view(e: Event) -> EventView:
         details = _details(e)
     except (KeyError, TypeError):
         details = ()
-    return EventView(e.type, glyph_of(e.type), tone_of(e), _summary(e), aside, details)
+    lines = (_summary(e), *details)
+    cut = any(len(text) > SHOWN_CHARS for line in lines for text, _ in line)
+    summary, *shown = (tuple((printable(text), role) for text, role in line) for line in lines)
+    return EventView(e.type, glyph_of(e.type), tone_of(e), summary, printable(aside),
+                     tuple(shown), cut)
 
 
 def describe(event: Event, width: int = 120) -> str:
@@ -297,5 +341,6 @@ def describe(event: Event, width: int = 120) -> str:
         text = summary(event.payload) if summary is not None else ""
     except (KeyError, TypeError):
         text = ""
-    text = " ".join(text.split())
+    # cut before the escapes: a 100 KB instruction costs what its first line costs
+    text = one_line(text[: width * 2], None)
     return text if len(text) <= width else text[: width - 1] + "…"

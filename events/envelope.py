@@ -34,7 +34,8 @@ GENESIS_HASH: Final = "0" * 64
 #: Bumped only if the hashed form of the envelope ever changes.
 HASH_FORMAT: Final = "npu-deploy/event-hash/1"
 
-RUN_ID_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+#: `\Z`, not `$`: `$` also matches before a trailing newline, and "r1\n" is not a run id.
+RUN_ID_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 
 
 class InvalidEvent(ValueError):

@@ -15,9 +15,11 @@ from platformdirs import user_config_path
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
 from npu_deploy.events.decisions import queued
+from npu_deploy.events.describe import printable
 from npu_deploy.store import EventStore
 
 from .screens.run import RunScreen
@@ -76,6 +78,13 @@ class DeployApp(App[None]):
         self.author = f"{getpass.getuser()}@tui"
         self.driving: set[str] = set()
         self.store: EventStore
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        """Every notice, from any screen: it quotes data (a run id, a store's error, a path),
+        so it is never markup and shows its control characters (`markup` is ignored)."""
+        super().notify(printable(message), title=printable(title), severity=severity,
+                       timeout=timeout, markup=False)
 
     def on_mount(self) -> None:
         self.store = EventStore.open(self.store_path)

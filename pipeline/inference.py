@@ -23,6 +23,10 @@ class NotDeployed(RuntimeError):
     """The run has no recipe yet: phase 1 has not chosen the kernels' configurations."""
 
 
+class PromptRefused(ValueError):
+    """A conversation the model cannot answer: no tokens at all, or more than its context."""
+
+
 class Runner:
     def __init__(self, ws: Workspace) -> None:
         if ws.latest("recipe") is None:
@@ -51,10 +55,13 @@ class Runner:
                  on_text: Callable[[str], None] | None = None) -> str:
         """The greedy answer to the conversation, streamed piece by piece to `on_text`."""
         ids = self.encode(messages)
+        if ids.shape[0] == 0:
+            raise PromptRefused("the prompt has no tokens: give some text to answer")
         room = self.model.args.max_positions - int(ids.shape[0])
         if room <= 0:
-            raise ValueError(f"the conversation has {ids.shape[0]} tokens, the model takes "
-                             f"{self.model.args.max_positions}: start a new chat")
+            raise PromptRefused(f"the conversation has {ids.shape[0]} tokens, the model takes "
+                                f"{self.model.args.max_positions}: shorten it, or start a new "
+                                "chat")
         stops = stop_tokens(self.ws)
         tokens: list[int] = []
         shown = ""

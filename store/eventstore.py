@@ -205,7 +205,13 @@ class EventStore:
         return "crashed" if folded_status in ("running", "new") else folded_status
 
     def resolve_run(self, ref: str) -> str:
-        """A full run id from an id or a unique prefix of one."""
+        """A full run id from an id or a unique prefix of one: never from an empty prefix
+        (which every run has) or from text no run id can start with (a space, a newline)."""
+        if not RUN_ID_RE.match(ref):
+            what = "is empty" if not ref else "is not a run id or the start of one"
+            raise UnknownRun(f"run {ref!r} {what}: give a run's id or the first characters "
+                             "of it (letters, digits, '.', '_', '-'); `npu-deploy runs` lists "
+                             "them")
         rows = [r[0] for r in self.conn.execute(
             "SELECT run_id FROM runs WHERE run_id = ? OR run_id LIKE ? ESCAPE '\\' LIMIT 3",
             (ref, ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"))]

@@ -8,16 +8,16 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.text import Text
 
 from npu_deploy.events import PHASE_NAMES, Event
 from npu_deploy.events.decisions import naming, open_decisions, waiting_on
+from npu_deploy.events.describe import cut
 from npu_deploy.store import EventStore, RunLocked, Unanchored
 
 from .group import code_version
 from .options import db_option, db_path
 from .output import EXIT_FAILED, EXIT_USAGE, console, fail
-from .render import progress
+from .render import data, progress
 
 #: As machine.conductor registers them (named here too: the CLI imports the machine lazily).
 DEFAULT_PIPELINE = "npu_deploy.agents.autopilot:pipeline"
@@ -44,7 +44,7 @@ def _drive(conductor: Any, out: Console, wait: bool) -> None:
         halt: Halt = conductor.run(wait=False)
         while wait and halt.reason in ("awaiting_human", "awaiting_pick"):
             at = waiting_on(conductor.state).id
-            out.print(Text(f"waiting at {at}: {halt.detail}. From another terminal: npu-deploy "
+            out.print(data(f"waiting at {at}: {halt.detail}. From another terminal: npu-deploy "
                            f"decide {run_id} approve | redirect TEXT | pick N | pause | abort "
                            f"[--checkpoint {at}]"))
             halt = conductor.run(wait=True)
@@ -55,13 +55,14 @@ def _drive(conductor: Any, out: Console, wait: bool) -> None:
     if halt.reason == "aborted":
         fail(f"run {run_id} was aborted", EXIT_FAILED)
     if halt.reason == "paused":
-        out.print(f"run {run_id} is paused; `npu-deploy resume {run_id}` goes on")
+        out.print(data(f"run {run_id} is paused; `npu-deploy resume {run_id}` goes on"))
         sys.exit(0)
+    detail = cut(halt.detail)           # an agent's words: `show RUN --json` has them all
     if halt.reason == "needs_human":
-        fail(f"run {run_id} needs a person: {halt.detail}; `npu-deploy decide {run_id} "
+        fail(f"run {run_id} needs a person: {detail}; `npu-deploy decide {run_id} "
              "redirect TEXT` then `npu-deploy resume` to retry, or `decide abort`",
              EXIT_NEEDS_HUMAN)
-    fail(f"run {run_id} stopped: {halt.reason} {halt.detail}", EXIT_NEEDS_HUMAN)
+    fail(f"run {run_id} stopped: {halt.reason} {detail}", EXIT_NEEDS_HUMAN)
 
 
 def load_pipeline_or_fail(spec: str) -> Any:
@@ -124,6 +125,18 @@ def _needs_npu(what: str, objects: str | None) -> None:
         fail(f"{what}: {e}", EXIT_USAGE)
 
 
+def _run_id(value: str | None) -> str | None:
+    """--run-id, checked before any store is opened: a name no run id can have (a space,
+    a trailing newline, 65 characters) is a usage error, not a run stored under it."""
+    from npu_deploy.events import InvalidEvent
+    from npu_deploy.store.eventstore import validate_run_id
+
+    try:
+        return None if value is None else validate_run_id(value)
+    except InvalidEvent as e:
+        raise click.BadParameter(str(e).removeprefix("run_id: ")) from None
+
+
 def _phases(text: str) -> frozenset[int]:
     try:
         phases = frozenset(int(p) for p in text.split(",") if p.strip())
@@ -159,7 +172,8 @@ def _phases(text: str) -> frozenset[int]:
 @click.option("--pipeline", "pipeline_spec", default=None,
               help=f"module:function returning the agent, gates and debug matcher "
                    f"(default: {DEFAULT_PIPELINE}, or {CLAUDE_PIPELINE} with --agent claude).")
-@click.option("--run-id", default=None, help="Name the run (default: a new UUIDv7).")
+@click.option("--run-id", default=None, callback=lambda _c, _p, v: _run_id(v),
+              help="Name the run (default: a new UUIDv7).")
 @click.option("--seq-len", type=click.IntRange(8, 2048), default=128, show_default=True,
               help="Prefill length of the gates' long prompt and of the optimized plans.")
 @click.option("--steps", type=click.IntRange(1, 256), default=32, show_default=True,
@@ -215,7 +229,7 @@ def deploy_cmd(model: str, headless: bool, auto_approve: bool, pause_at: str, bu
     conductor = Conductor.start(store, pipeline, policy, model=model, backend=backend,
                                 code_version=code_version(), run_id=run_id,
                                 config=config, on_event=_progress(out))
-    out.print(Text(f"run {conductor.run_id}: {model}, policy {policy.name}, store {db_path()}"))
+    out.print(data(f"run {conductor.run_id}: {model}, policy {policy.name}, store {db_path()}"))
     _drive(conductor, out, wait=True)
 
 
@@ -223,17 +237,11 @@ def _deploy_in_tui(model: str, policy: Any, pipeline_spec: str, config: dict[str
                    run_id: str | None) -> None:
     """The TUI, with the conductor in a worker thread of this process."""
     from npu_deploy.events import uuid7
-    from npu_deploy.store.eventstore import validate_run_id
 
     from .tui import ConductorDriver, needs_terminal, run_app
 
     needs_terminal("deploy without --headless")
-    from npu_deploy.events import InvalidEvent
-
-    try:
-        run_id = validate_run_id(run_id) if run_id else uuid7()
-    except InvalidEvent as e:
-        fail(f"--run-id: {e}", EXIT_USAGE)
+    run_id = run_id or uuid7()          # a given one is checked as the option is read
     store = EventStore.open(db_path())
     taken = run_id in store.run_ids()
     store.close()
@@ -278,7 +286,7 @@ def resume_cmd(run: str, pipeline_spec: str | None, no_wait: bool, adopt: bool) 
         fail(str(e))
     except RunEnded as e:
         fail(str(e))
-    out.print(f"run {run_id} resumed at v{conductor.state.version}")
+    out.print(data(f"run {run_id} resumed at v{conductor.state.version}"))
     _drive(conductor, out, wait=not no_wait)
 
 

@@ -40,8 +40,13 @@ def _stream(piece: str) -> None:
 @click.option("--max-tokens", type=click.IntRange(1, 2048), default=64, show_default=True)
 def generate_cmd(run: str, prompt: str, max_tokens: int) -> None:
     """Answer PROMPT with RUN's deployed model on the run's backend, streaming the tokens."""
+    from npu_deploy.pipeline.inference import PromptRefused
+
     runner = _runner(run)
-    runner.generate([{"role": "user", "content": prompt}], max_tokens, on_text=_stream)
+    try:
+        runner.generate([{"role": "user", "content": prompt}], max_tokens, on_text=_stream)
+    except PromptRefused as e:
+        fail(str(e))
     sys.stdout.write("\n")
 
 
@@ -62,9 +67,11 @@ def chat_cmd(run: str, max_tokens: int) -> None:
             break
         messages.append({"role": "user", "content": text})
         sys.stdout.write("model> ")
+        from npu_deploy.pipeline.inference import PromptRefused
+
         try:
             answer = runner.generate(messages, max_tokens, on_text=_stream)
-        except ValueError as e:
+        except PromptRefused as e:
             fail(str(e))
         sys.stdout.write("\n")
         messages.append({"role": "assistant", "content": answer})

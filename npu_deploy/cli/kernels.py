@@ -15,13 +15,30 @@ from rich.table import Table
 from .models import model_shape
 from .options import json_option
 from .output import EXIT_FAILED, EXIT_USAGE, console, emit_json, fail
+from .render import data
+
+#: The longest prefill these commands plan (--seq-len); a decode step's position (the
+#: tokens already in its KV cache) is bounded the same way, and by the model's own context.
+MAX_SEQ_LEN = 2048
+
+
+def decode_at(model: str, args: Any, pos: int) -> Any:
+    """The decode step at `pos`, refused past the model's context (max_position_embeddings):
+    a position the model was never trained to see has no plan worth modelling."""
+    from npu_deploy.kernels.specs import Decode
+
+    if pos >= args.max_positions:
+        fail(f"position {pos} is past {model}'s context ({args.max_positions} positions, "
+             f"0-{args.max_positions - 1}); choose a smaller one", EXIT_USAGE)
+    return Decode(pos)
 
 
 @click.command("kernels")
 @click.argument("model")
-@click.option("--seq-len", type=click.IntRange(1, 2048), default=2048, show_default=True,
+@click.option("--seq-len", type=click.IntRange(1, MAX_SEQ_LEN), default=MAX_SEQ_LEN,
+              show_default=True,
               help="Prefill length L.")
-@click.option("--decode", "decode_pos", type=click.IntRange(min=0), default=None,
+@click.option("--decode", "decode_pos", type=click.IntRange(0, MAX_SEQ_LEN), default=None,
               help="Show one decode step at this position instead of the prefill.")
 @click.option("--hw", "hw_name", type=click.Choice(["xdna2", "xdna1"]), default="xdna2",
               show_default=True, help="The NPU to check the configurations against.")
@@ -32,14 +49,14 @@ def kernels_cmd(model: str, seq_len: int, decode_pos: int | None, hw_name: str,
 
     MODEL is a name from `npu-deploy models` (shapes only) or any loadable model.
     """
-    from npu_deploy.kernels import HARDWARE, XDNA2, Decode, Prefill, model_kernels
+    from npu_deploy.kernels import HARDWARE, XDNA2, Prefill, model_kernels
     from npu_deploy.kernels.figures import KernelFigures, kernel_figures
     from npu_deploy.kernels.measured_here import MeasuredDataError
     from npu_deploy.kernels.selection import select_all
 
     hw = HARDWARE[hw_name]
     described, args = model_shape(model)
-    mode = Decode(decode_pos) if decode_pos is not None else Prefill(seq_len)
+    mode = decode_at(model, args, decode_pos) if decode_pos is not None else Prefill(seq_len)
     selections = select_all(model_kernels(args, mode), hw)
     try:
         figures = [kernel_figures(x) if hw == XDNA2 else KernelFigures(None)
@@ -61,7 +78,7 @@ def kernels_cmd(model: str, seq_len: int, decode_pos: int | None, hw_name: str,
                    for x, fig in zip(selections, figures, strict=True)])
         return
     out = console()
-    out.print(f"{described}, {mode}, on {hw.name}")
+    out.print(data(f"{described}, {mode}, on {hw.name}"))
     here = any(fig.here is not None for fig in figures)
     table = Table(title_justify="left", title="kernels (configurations checked against the "
                   "hardware model; measured = upstream's NPU2 figure at this shape, "
@@ -114,9 +131,10 @@ def kernels_cmd(model: str, seq_len: int, decode_pos: int | None, hw_name: str,
 @click.argument("model")
 @click.option("--mode", type=click.Choice(["prefill", "decode"]), default="prefill",
               show_default=True, help="A prefill of --seq-len tokens, or one decode step.")
-@click.option("--seq-len", type=click.IntRange(1, 2048), default=2048, show_default=True,
+@click.option("--seq-len", type=click.IntRange(1, MAX_SEQ_LEN), default=MAX_SEQ_LEN,
+              show_default=True,
               help="Prefill length L (and, for decode, the default position).")
-@click.option("--pos", type=click.IntRange(min=0), default=None,
+@click.option("--pos", type=click.IntRange(0, MAX_SEQ_LEN), default=None,
               help="Decode position p (default: --seq-len).")
 @click.option("--optimize", is_flag=True,
               help="Apply the plan transforms one at a time, keeping the faster plans.")
@@ -140,11 +158,11 @@ def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, optimize: boo
     from npu_deploy.kernels.optimize import optimize as run_optimize
     from npu_deploy.kernels.perf import estimate
     from npu_deploy.kernels.plan import baseline_plan
-    from npu_deploy.kernels.specs import Decode, Prefill
+    from npu_deploy.kernels.specs import Prefill
 
     described, args = model_shape(model)
-    step_mode = Prefill(seq_len) if mode == "prefill" else Decode(seq_len if pos is None
-                                                                   else pos)
+    step_mode = Prefill(seq_len) if mode == "prefill" else decode_at(
+        model, args, seq_len if pos is None else pos)
     try:
         plan = baseline_plan(model, args, step_mode, XDNA2)
     except NotImplementedError as e:
@@ -237,7 +255,7 @@ def _print_plan(described: str, plan: Any, profile: Any, attempts: Any) -> None:
     from npu_deploy.kernels.specs import Prefill
 
     out = console()
-    out.print(f"{described}, {plan.mode}, on {XDNA2.name}")
+    out.print(data(f"{described}, {plan.mode}, on {XDNA2.name}"))
     out.print("Every time below is modeled: the performance model is calibrated on the "
               "Llama-3.2-1B figures measured on NPU2 (NPU_FACTS.md). Nothing ran on an NPU.")
     if attempts:
@@ -284,7 +302,7 @@ def _print_plan(described: str, plan: Any, profile: Any, attempts: Any) -> None:
                       f"{lp.roofline_fraction(XDNA2):.0%}", lp.bound)
     out.print(k)
     kind = "TTFT" if isinstance(plan.mode, Prefill) else "per token"
-    out.print(f"{plan.summary}")
+    out.print(data(f"{plan.summary}"))
     out.print(f"modeled {kind}: {profile.total_s * 1e3:.1f} ms"
               + (f" (incl. {profile.one_time_s * 1e3:.1f} ms writing static weights once)"
                  if isinstance(plan.mode, Prefill) else

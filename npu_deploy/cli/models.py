@@ -10,6 +10,7 @@ from rich.table import Table
 
 from .options import json_option
 from .output import EXIT_FAILED, console, emit_json
+from .render import data
 
 
 @click.command("models")
@@ -74,7 +75,7 @@ def oracle_cmd(model: str, prompts: tuple[str, ...], seq_len: int, steps: int,
     else:
         a = loaded.args
         out = console()
-        out.print(f"model   {report.model}: {report.origin}")
+        out.print(data(f"model   {report.model}: {report.origin}"))   # a path: data
         out.print(f"        {a.arch}, {a.n_layers} layers, hidden {a.hidden}, heads "
                   f"{a.n_heads}/{a.n_kv_heads}, head_dim {a.head_dim}, ffn {a.ffn}, vocab "
                   f"{a.vocab}; {', '.join(a.features())}")

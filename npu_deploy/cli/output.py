@@ -10,13 +10,18 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 
+from npu_deploy.events.describe import one_line
+
 EXIT_FAILED = 1   # the command ran and found a problem (bad input, broken chain)
 EXIT_USAGE = 2    # a wrong flag or argument
 EXIT_UNANCHORED = 4   # verify: intact, but not anchored by this user's key: nothing more proven
 
 
 def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
-    click.echo(f"npu-deploy: error: {message}", err=True)
+    """One line, whatever the message quotes: an agent's exit reason may hold line breaks
+    or escape sequences (events/describe.py `one_line`; a caller that quotes long text cuts
+    it, `cut`)."""
+    click.echo(f"npu-deploy: error: {one_line(message, None)}", err=True)
     sys.exit(code)
 
 

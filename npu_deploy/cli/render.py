@@ -1,6 +1,7 @@
 """Events on the command line: what events/describe.py says an event says, styled as Rich
 `Text` (a style per role), never as markup, so that a model name, an instruction or an
-agent's message prints as written, brackets and all."""
+agent's message prints as written, brackets and all; and `data`, the one way any other
+text from a person or an agent (a model name in a table, an exit reason) reaches Rich."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Final
 from rich.text import Text
 
 from npu_deploy.events import Event
-from npu_deploy.events.describe import EventView, Span, view
+from npu_deploy.events.describe import SHOWN_CHARS, EventView, Span, printable, view
 
 ROLE_STYLES: Final = {"strong": "bold", "pass": "green", "fail": "red", "muted": "dim"}
 
@@ -26,6 +27,12 @@ PROGRESS: Final = {
     "run.finished": (0, "run finished: "),
     "error": (2, "error "),
 }
+
+
+def data(text: str, style: str = "", limit: int | None = SHOWN_CHARS) -> Text:
+    """Text from a person or an agent as a Rich cell or line: never parsed as markup, its
+    control characters shown as escapes, cut at `limit` characters (events/describe.py)."""
+    return Text(printable(text, limit), style=style)
 
 
 def styled(spans: Iterable[Span], style: str = "") -> Text:

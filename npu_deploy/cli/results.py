@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from npu_deploy.events.describe import printable
 from npu_deploy.store import EventStore
 
 from .options import db_option, db_path, json_option, open_readonly
@@ -63,7 +64,8 @@ def lessons_cmd(run: str, action: str | None, lesson_id: str | None, author: str
         if as_json:
             emit_json(lessons)
         else:
-            click.echo(lessons_markdown(lessons))
+            # an agent wrote them: its escape sequences are shown, never sent
+            click.echo(printable(lessons_markdown(lessons), None))
         return
     if not lesson_id:
         fail("approve needs the lesson id: npu-deploy lessons RUN approve ID", EXIT_USAGE)

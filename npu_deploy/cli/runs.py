@@ -10,12 +10,12 @@ from rich.table import Table
 from rich.text import Text
 
 from npu_deploy.events import PHASE_NAMES
-from npu_deploy.events.describe import view
+from npu_deploy.events.describe import SHOWN_CHARS, view
 from npu_deploy.store import EventStore, StoreError, export_run, import_run, read_export
 
 from .options import db_option, db_path, json_option, open_readonly
 from .output import EXIT_FAILED, EXIT_UNANCHORED, console, emit_json, fail
-from .render import summary
+from .render import data, summary
 
 
 @click.command("runs")
@@ -45,9 +45,10 @@ def runs_cmd(as_json: bool) -> None:
                          no_wrap=col in ("run", "started (UTC)"))
     for r in runs:
         phase = "-" if r.phase_reached is None else str(r.phase_reached)
-        table.add_row(r.run_id, r.model, r.created_ts[:16].replace("T", " "), phase, r.status,
-                      r.verdict or "-", str(r.events), f"{r.input_tokens + r.output_tokens:,}",
-                      f"${r.cost_usd:.2f}")
+        # a run id and a model name are what someone typed: data, never markup
+        table.add_row(data(r.run_id), data(r.model), r.created_ts[:16].replace("T", " "),
+                      phase, r.status, r.verdict or "-", str(r.events),
+                      f"{r.input_tokens + r.output_tokens:,}", f"${r.cost_usd:.2f}")
     console().print(table)
 
 
@@ -76,8 +77,8 @@ def show_cmd(run: str, last: int, as_json: bool) -> None:
     out = console()
     t = state.totals
     # What a run holds is data (a model name, a policy): Text, never markup.
-    out.print(Text.assemble((run_id, "bold"), f"  {state.model} on {state.backend}, agent "
-                            f"{state.agent}, policy {state.policy}"))
+    out.print(Text.assemble(data(run_id, "bold"), "  ", data(
+        f"{state.model} on {state.backend}, agent {state.agent}, policy {state.policy}")))
     out.print(Text(f"status {status}   verdict {state.verdict or '-'}   "
                    f"events {state.version}   wall {state.wall_time_s:.1f} s   "
                    f"model calls {t.model_calls}   tokens in {t.input_tokens:,} out "
@@ -100,10 +101,14 @@ def show_cmd(run: str, last: int, as_json: bool) -> None:
     listing = Table(title=f"newest {len(events)} events", title_justify="left")
     for col in ("v", "time (UTC)", "type", "phase", "actor", "summary"):
         listing.add_column(col, overflow="fold")
-    for e in events:
+    views = [view(e) for e in events]
+    for e, v in zip(events, views, strict=True):
         listing.add_row(str(e.run_version), e.ts[11:23], e.type,
-                        "-" if e.phase is None else str(e.phase), e.actor, summary(view(e)))
+                        "-" if e.phase is None else str(e.phase), e.actor, summary(v))
     out.print(listing)
+    if any(v.cut for v in views):
+        out.print(Text(f"long text is cut at {SHOWN_CHARS:,} characters here; `npu-deploy show "
+                       f"{run_id} --json` prints all of it", style="dim"))
     if not report.ok:
         fail(f"{report.line()}; what is shown above is not to be trusted")
     if not report.anchored:

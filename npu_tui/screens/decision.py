@@ -16,11 +16,12 @@ from textual.widgets.option_list import Option
 
 from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
 from npu_deploy.events.decisions import naming, open_decisions, queued, waiting_on
-from npu_deploy.events.describe import check_text, failing_checks
+from npu_deploy.events.describe import SHOWN_CHARS, check_text, failing_checks, printable
 from npu_deploy.events.state import GateSummary
 
 from ..timeline import gate_rows
 from ..widgets.panels import gate_table, plural
+from .dialogs import FULL_TEXT, FullText
 
 if TYPE_CHECKING:
     from ..app import DeployApp
@@ -70,7 +71,9 @@ class DecisionDialog(ModalScreen[str | None]):
           for choice in ("approve", "redirect", "override", "pause", "abort")
           for key in (BUTTONS[choice][2],)),
         *(Binding(str(n), f"pick_number({n})", f"Pick {n}", show=False)
-          for n in range(1, 10))]
+          for n in range(1, 10)),
+        Binding(FULL_TEXT, "full_reason", "Full reason", show=False,
+                id="decision.full_reason")]
 
     def __init__(self, run_id: str, state: DeploymentState, *, initial: str | None = None
                  ) -> None:
@@ -115,6 +118,8 @@ class DecisionDialog(ModalScreen[str | None]):
         keys = [f"{BUTTONS[c][2]} {c}" for c in self.choices() if c != "pick"]
         if self.open.pick:
             keys.insert(0, f"1-{min(9, len(self.ph.pending_directions))} pick a direction")
+        if self._reason_cut:
+            keys.append(f"{FULL_TEXT} the whole reason")
         return "keys: " + " · ".join([*keys, "esc cancel"]) + (
             " (enter in the instruction sends it)" if self.open.allows("redirect") else "")
 
@@ -151,9 +156,19 @@ class DecisionDialog(ModalScreen[str | None]):
             return ("The gate failed. Pick the debug direction the next attempt follows "
                     f"({ph.attempts - ph.budget_from} of the phase's budget used).")
         if self.kind == "stopped":
-            return (f"The run stopped for a person: {ph.exit_reason}. Redirect the phase with "
-                    "an instruction (a fresh budget), or override the gate.")
+            # an agent's words: cut here, in full one key away (FULL_TEXT)
+            return (f"The run stopped for a person: {printable(ph.exit_reason)}. Redirect the "
+                    "phase with an instruction (a fresh budget), or override the gate.")
         return f"Run {self.run_id} is {s.status}: nothing waits for a decision."
+
+    @property
+    def _reason_cut(self) -> bool:
+        return self.kind == "stopped" and len(self.ph.exit_reason or "") > SHOWN_CHARS
+
+    def action_full_reason(self) -> None:
+        if self.kind == "stopped":
+            self.app.push_screen(FullText(f"phase {self.phase}: why the run stopped",
+                                          self.ph.exit_reason or ""))
 
     @staticmethod
     def _failing_text(failing: list[dict[str, Any]]) -> Text:
@@ -161,21 +176,21 @@ class DecisionDialog(ModalScreen[str | None]):
         the figures, this says in words what failed."""
         text = Text("Failing checks:", style="bold")
         for c in failing:
-            text.append(f"\n  {check_text(c)}", style="red")
+            text.append(f"\n  {printable(check_text(c))}", style="red")
             if c.get("message"):
-                text.append(f"\n    {c['message']}")
+                text.append(f"\n    {printable(c['message'])}")
         return text
 
     @staticmethod
     def _direction(i: int, d: dict[str, Any]) -> Option:
         """A direction in full: its title wraps, never cut; the rationale and evidence in
         words. Text, not markup: a skill's words are data."""
-        text = Text.assemble((f"{i}. {d['title']}", "bold"),
-                             f"  [{d['skill']}, score {d['score']:.2f}]")
+        text = Text.assemble((printable(f"{i}. {d['title']}"), "bold"),
+                             printable(f"  [{d['skill']}, score {d['score']:.2f}]"))
         if d.get("rationale"):
-            text.append(f"\n   {d['rationale']}", style="italic")
+            text.append(f"\n   {printable(d['rationale'])}", style="italic")
         for line in evidence_lines(d):
-            text.append(f"\n   {line}")
+            text.append(f"\n   {printable(line)}")
         return Option(text, id=d["direction_id"])
 
     def on_mount(self) -> None:

@@ -1,12 +1,15 @@
-"""Small modal dialogs: confirm, go to event, an event's fields, resume, fork."""
+"""Small modal dialogs: confirm, go to event, an event's fields, a long text in full, resume,
+fork. What they quote from a run (a run id, a step, a payload) is data: `Text`, never
+markup, through events/describe.py `printable`."""
 
 from __future__ import annotations
 
 import json
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.syntax import Syntax
 from rich.table import Table
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -15,8 +18,12 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from npu_deploy.events import Event
+from npu_deploy.events.describe import SHOWN_CHARS, cut, printable
 
 CANCEL: list[BindingType] = [Binding("escape", "cancel", "Cancel", id="dialog.cancel")]
+#: The key that opens what a dialog cut at SHOWN_CHARS in full (ctrl: the decision dialog's
+#: instruction field takes the letters).
+FULL_TEXT = "ctrl+t"
 
 
 class Confirm(ModalScreen[bool]):
@@ -30,7 +37,7 @@ class Confirm(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(self.question, classes="question")
+            yield Static(Text(printable(self.question)), classes="question")
             with Horizontal(classes="buttons"):
                 yield Button(self.yes, id="yes", variant="error")
                 yield Button(self.no, id="no")
@@ -74,11 +81,47 @@ class GotoDialog(ModalScreen[int | None]):
         self.dismiss(None)
 
 
-class EventDetail(ModalScreen[None]):
-    """Every field of one event: the envelope, then the payload as JSON."""
+def cut_strings(value: Any, limit: int = SHOWN_CHARS) -> tuple[Any, bool]:
+    """`value` (a payload) with every string longer than `limit` cut to it, and whether any
+    was: what a dialog shows of a payload that holds 100 KB of someone's text."""
+    if isinstance(value, str):
+        return cut(value, limit), len(value) > limit
+    if isinstance(value, dict):
+        pairs = [(k, cut_strings(v, limit)) for k, v in value.items()]
+        return {k: v for k, (v, _) in pairs}, any(c for _, (_, c) in pairs)
+    if isinstance(value, list | tuple):
+        items = [cut_strings(v, limit) for v in value]
+        return [v for v, _ in items], any(c for _, c in items)
+    return value, False
+
+
+class FullText(ModalScreen[None]):
+    """A text in full, scrolling: what another dialog showed cut at SHOWN_CHARS (an exit
+    reason, an event's payload). Its control characters are shown, never sent."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,enter,q", "close", "Close", id="detail.close")]
+        Binding("escape,q", "close", "Close", id="full.close")]
+
+    def __init__(self, title: str, text: str) -> None:
+        super().__init__()
+        self.title_text, self.text = title, text
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(classes="dialog wide", id="full-text"):
+            yield Static(Text(printable(self.title_text), style="bold"))
+            yield Static(Text(printable(self.text, None)), id="full-text-body")
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class EventDetail(ModalScreen[None]):
+    """Every field of one event: the envelope, then the payload as JSON, its long strings
+    cut (FULL_TEXT opens the payload in full)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,enter,q", "close", "Close", id="detail.close"),
+        Binding(FULL_TEXT, "full_text", "Full text", id="detail.full_text")]
 
     def __init__(self, event: Event) -> None:
         super().__init__()
@@ -93,14 +136,25 @@ class EventDetail(ModalScreen[None]):
             value = getattr(e, name)
             if value is not None:
                 envelope.add_row(name, str(value))
+        payload, self.cut = cut_strings(e.payload)
         with VerticalScroll(classes="dialog wide"):
             yield Static(envelope)
-            yield Static(Syntax(json.dumps(e.payload, indent=2, sort_keys=True,
-                                           default=str), "json", word_wrap=True,
-                                theme="ansi_dark"))
+            # JSON escapes every control character: what a payload holds is shown, not sent
+            yield Static(Syntax(json.dumps(payload, indent=2, sort_keys=True, default=str),
+                                "json", word_wrap=True, theme="ansi_dark"), id="payload")
+            if self.cut:
+                yield Static(Text(f"long text is cut at {SHOWN_CHARS:,} characters: "
+                                  f"{FULL_TEXT} shows the payload in full", style="dim"),
+                             id="cut-note")
 
     def action_close(self) -> None:
         self.dismiss(None)
+
+    def action_full_text(self) -> None:
+        e = self.event
+        self.app.push_screen(FullText(f"event {e.run_version} ({e.type}): the payload",
+                                      json.dumps(e.payload, indent=2, sort_keys=True,
+                                                 default=str)))
 
 
 class ResumeConfirm(ModalScreen[bool]):
@@ -116,10 +170,12 @@ class ResumeConfirm(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(f"Resume run {self.run_id} ({self.status})?", classes="question")
-            yield Static(f"Last completed phase: {self.last_phase}")
-            yield Static("Unfinished step: " + (self.unfinished or "none") +
-                         (" — it runs again under its key" if self.unfinished else ""))
+            yield Label(Text(printable(f"Resume run {self.run_id} ({self.status})?")),
+                        classes="question")
+            yield Static(Text(printable(f"Last completed phase: {self.last_phase}")))
+            # a step is named with its call id, "compute [p0.a2.s3]": data, not a style
+            yield Static(Text(printable("Unfinished step: " + (self.unfinished or "none") + (
+                " — it runs again under its key" if self.unfinished else ""))))
             with Horizontal(classes="buttons"):
                 yield Button("Resume", id="yes", variant="primary")
                 yield Button("Cancel", id="no")
@@ -143,7 +199,8 @@ class ForkDialog(ModalScreen[tuple[int, str] | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(f"Fork run {self.run_id}: keep events 1..N (N in 1-{self.head})")
+            yield Label(Text(printable(f"Fork run {self.run_id}: keep events 1..N "
+                                       f"(N in 1-{self.head})")))
             yield Input(str(self.at), type="integer", id="at")
             yield Input(placeholder="why (recorded in the fork's first event)", id="note")
             with Horizontal(classes="buttons"):

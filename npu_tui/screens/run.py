@@ -21,6 +21,7 @@ from textual.worker import get_current_worker
 from npu_deploy.events import PHASE_NAMES, DeploymentState
 from npu_deploy.events import fold as fold_events
 from npu_deploy.events.decisions import open_decisions, refusal, waiting_text
+from npu_deploy.events.describe import one_line, printable
 from npu_deploy.store import EventStore
 
 from ..messages import CursorMoved, EventsArrived, Seek, ShowEvent
@@ -278,7 +279,8 @@ class RunScreen(Screen[None]):
         where = f"phase {k} {PHASE_NAMES[k]}" if k is not None else "not started"
         verdict = f"  verdict {self.head_state.verdict}" if self.head_state.verdict else ""
         self.query_one("#run-title", Static).update(Text.assemble(     # the model name is data
-            (self.run_id, "bold"), f"  {state.model}  {state.backend}  agent {state.agent}  ",
+            (printable(self.run_id), "bold"),
+            printable(f"  {state.model}  {state.backend}  agent {state.agent}  ", 200),
             (mode, "bold"), f" v{self.cursor}/{self.timeline.head}  {where}  run {status}  "
             f"times UTC{verdict}"),
             layout=False)           # one line, always (app.tcss): no relayout of the screen
@@ -299,7 +301,8 @@ class RunScreen(Screen[None]):
         banner.display = True
         now = "" if self.cursor >= self.timeline.head else "at the newest event, "
         # an exit reason is an agent's words: data, never markup
-        banner.update(Text.assemble(f"⚠  {now}{text}  —  press ", ("d", "bold"), " to decide"))
+        banner.update(Text.assemble(f"⚠  {now}{one_line(text, 200)}  —  press ", ("d", "bold"),
+                                    " to decide"))
 
     def _show_tab(self, tab: str, state: DeploymentState | None = None) -> None:
         if tab not in self._stale_tabs:

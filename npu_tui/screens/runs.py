@@ -18,7 +18,7 @@ from textual.widgets.data_table import CellDoesNotExist
 
 from npu_deploy.events import PHASE_NAMES
 from npu_deploy.events.decisions import waiting_text
-from npu_deploy.events.describe import time_split
+from npu_deploy.events.describe import printable, time_split
 from npu_deploy.store import RunSummary
 
 from ..timeline import unfinished_step
@@ -83,15 +83,18 @@ class RunsScreen(Screen[None]):
         for r in shown:
             phase = "—" if r.phase_reached is None else f"{r.phase_reached} " \
                 f"{SHORT[r.phase_reached]}"
-            table.add_row(r.run_id[:24], Text(r.model), r.created_ts[:16].replace("T", " "), phase,
+            # what a person typed (a run id, a model name) is data: Text, never markup
+            table.add_row(Text(printable(r.run_id, 24)), Text(printable(r.model)),
+                          r.created_ts[:16].replace("T", " "), phase,
                           Text(r.status, style=STATUS_STYLE.get(r.status, "")),
                           r.verdict or "—", f"{r.input_tokens + r.output_tokens:,}",
                           f"${r.cost_usd:.2f}", str(r.events), key=r.run_id)
         if selected in {r.run_id for r in shown}:
             table.move_cursor(row=table.get_row_index(selected), animate=False)
-        self.query_one("#runs-title", Static).update(
-            f"[b]npu-deploy[/b]  {self.deploy_app.store.path}  {len(runs)} runs"
-            + (f", {len(shown)} shown (filter {self.filter_text!r})" if needle else ""))
+        self.query_one("#runs-title", Static).update(Text.assemble(   # a path and a filter
+            ("npu-deploy", "bold"), printable(                     # are what someone typed
+                f"  {self.deploy_app.store.path}  {len(runs)} runs"
+                + (f", {len(shown)} shown (filter {self.filter_text!r})" if needle else ""))))
         self._preview()
 
     def selected(self) -> str | None:
@@ -123,12 +126,13 @@ class RunsScreen(Screen[None]):
         s = store.fold(run_id)
         r = self.summaries.get(run_id)
         grid = Table.grid(padding=(0, 1))
-        grid.add_row("run", run_id)
-        grid.add_row("model", Text(f"{s.model} on {s.backend}, agent {s.agent}"))
-        grid.add_row("policy", Text(s.policy))
+        grid.add_row("run", Text(printable(run_id)))
+        grid.add_row("model", Text(printable(f"{s.model} on {s.backend}, agent {s.agent}")))
+        grid.add_row("policy", Text(printable(s.policy)))
         grid.add_row("status", r.status if r else s.status)
         if s.forked_from:
-            grid.add_row("forked", f"from {s.forked_from[0]} at v{s.forked_from[1]}")
+            grid.add_row("forked", Text(printable(f"from {s.forked_from[0]} at "
+                                                  f"v{s.forked_from[1]}")))
         for ph in s.phases:
             if ph.attempts:
                 gate = ph.last_gate
@@ -137,7 +141,7 @@ class RunsScreen(Screen[None]):
                              f"{ph.work_time_s:.1f}s own ({time_split(*ph.times)})")
         waits = waiting_text(s)
         if waits:
-            grid.add_row("waits", Text(waits, style="yellow"))
+            grid.add_row("waits", Text(printable(waits), style="yellow"))
         grid.add_row("events", f"{s.version}, resumed {s.resumes}x")
         preview.update(grid)
 

@@ -19,7 +19,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
-from npu_deploy.events.describe import describe, gate_figures
+from npu_deploy.events.describe import describe, gate_figures, printable
 
 from ..timeline import GateRow, gate_rows
 
@@ -179,7 +179,8 @@ def gate_table(rows: list[GateRow]) -> Table:
                            for v in r.history) if len(r.history) > 1 else ""
         style = "" if r.passed or not r.gating else "red"
         value, threshold = gate_figures(r.value, r.threshold)
-        cells: list[RenderableType] = [mark, r.subject, r.metric, value,
+        cells: list[RenderableType] = [mark, Text(printable(r.subject)),
+                                       Text(printable(r.metric)), value,
                                        f"{r.comparison} {threshold}"]
         table.add_row(*cells, *([trend] if retried else []), style=style)
     return table
@@ -382,23 +383,26 @@ def transforms_table(tried: list[Event]) -> Table:
     for e in tried:
         r = e.payload["result"]
         after = r.get("after_s")
-        table.add_row(str(e.run_version), str(e.phase), r["transform"], r.get("mode", ""),
+        # what an agent's tool call named and said: Text, never markup
+        table.add_row(str(e.run_version), str(e.phase), Text(printable(str(r["transform"]))),
+                      Text(printable(str(r.get("mode", "")))),
                       f"{r['before_s'] * 1e3:.2f}",
                       "—" if after is None else f"{after * 1e3:.2f}",
                       Text("kept", style="green") if r["kept"] else
-                      Text("dropped", style="yellow"), r.get("reason", ""))
+                      Text("dropped", style="yellow"), Text(printable(str(r.get("reason", "")))))
     return table
 
 
 def plan_table(plan: dict[str, Any]) -> Table:
-    steps = Table(title=f"current plan: {plan.get('summary', '')}", expand=True,
+    steps = Table(title=Text(printable(f"current plan: {plan.get('summary', '')}")), expand=True,
                   show_edge=False, title_justify="left")
     steps.add_column("#", justify="right")
     steps.add_column("step")
     steps.add_column("launches")
     for i, s in enumerate(plan.get("steps", []), 1):
         if "dispatch" in s:
-            steps.add_row(str(i), s["dispatch"], ", ".join(s["launches"]))
+            steps.add_row(str(i), Text(printable(s["dispatch"])),
+                          Text(printable(", ".join(s["launches"]))))
         else:
-            steps.add_row(str(i), Text(s["host"], style="dim"), "host")
+            steps.add_row(str(i), Text(printable(s["host"]), style="dim"), "host")
     return steps

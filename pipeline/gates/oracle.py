@@ -86,6 +86,8 @@ def hf_greedy(model: Any, prompt: torch.Tensor, steps: int) -> tuple[torch.Tenso
 def check_prompt(loaded: LoadedModel, prompt: Prompt, steps: int = GREEDY_STEPS
                  ) -> PromptResult:
     ids = prompt.token_ids(loaded.tokenizer)
+    if ids.shape[0] == 0:
+        raise OracleError(f"prompt {prompt.name!r} has no tokens: give text to check")
     if ids.shape[0] + steps > loaded.args.max_positions:
         raise OracleError(f"prompt {prompt.name!r} has {ids.shape[0]} tokens; with {steps} "
                           f"decode steps it passes max_position_embeddings="
