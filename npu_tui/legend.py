@@ -94,7 +94,7 @@ def sections() -> list[tuple[str, list[Glyph]]]:
         ("Phase strip", list(PHASE_STATES.values())),
         ("Gates tab: status", list(GATE_MARKS.values())),
         ("Scrubber", [*SCRUBBER_MARKS.values(), SCRUBBER_CURSOR]),
-        ("Event stream (coloured by tone, below)", list(EVENT_GLYPHS.values())),
+        ("Event stream (in the colours below)", list(EVENT_GLYPHS.values())),
         ("Colours", [Glyph("■", means, tone) for tone, means in TONES.items()]),
     ]
 
