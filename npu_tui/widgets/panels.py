@@ -209,21 +209,31 @@ def gate_table(rows: list[GateRow], gate: str, width: int) -> RenderableType:
     trend_width = max(len("across attempts"), *(t.cell_len for t in trends))
     show_trend = any(trends) and sum(widths) + len(widths) + trend_width <= width
 
-    def line(row: list[Text], trend: Text | None, style: str = "") -> Table:
-        """One row as a grid of the table's column widths, so that the rows line up; a
-        failing check's subject wraps under itself, the others' are abbreviated."""
-        grid = Table.grid(padding=(0, 1, 0, 0))
-        for i, w in enumerate(widths):
-            grid.add_column(width=w, justify="right" if i in RIGHT else "left",
-                            no_wrap=i != 2, overflow="ellipsis")
+    def line(row: list[Text], trend: Text | None, style: str = "") -> RenderableType:
+        """One row at the columns' widths, so that the rows line up: one line of text, or
+        where a failing check's subject has words to wrap, a grid in which it wraps under
+        itself (a word longer than the column ends in an ellipsis, Rich's overflow)."""
+        if style and " " in row[2].plain and row[2].cell_len > widths[2]:
+            grid = Table.grid(padding=(0, 1, 0, 0))
+            for i, w in enumerate(widths):
+                grid.add_column(width=w, justify="right" if i in RIGHT else "left",
+                                no_wrap=i != 2, overflow="ellipsis")
+            if trend is not None:
+                grid.add_column(no_wrap=True)
+            grid.add_row(*(c if i == 2 else shorten(c, w) for i, (c, w)
+                           in enumerate(zip(row, widths, strict=True))),
+                         *([trend] if trend is not None else []), style=style)
+            return grid
+        out = Text(style=style, no_wrap=True, overflow="ellipsis")
+        for i, (cell, w) in enumerate(zip(row, widths, strict=True)):
+            cell = shorten(cell, w)
+            pad = " " * (w - cell.cell_len)
+            out.append_text(Text(pad) + cell if i in RIGHT else cell + Text(pad))
+            out.append(" ")
         if trend is not None:
-            grid.add_column(no_wrap=True)
-        # words wrap, and a word longer than the column ends in an ellipsis (Rich's
-        # overflow), never silently cut; a path without spaces is abbreviated
-        cells = [c if i == 2 and style and " " in c.plain else shorten(c, w)
-                 for i, (c, w) in enumerate(zip(row, widths, strict=True))]
-        grid.add_row(*cells, *([trend] if trend is not None else []), style=style)
-        return grid
+            out.append_text(trend)
+        out.rstrip()
+        return out
 
     lines: list[RenderableType] = [
         line([Text(n, style="bold underline") for n in GATE_COLUMNS],
