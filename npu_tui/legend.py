@@ -5,6 +5,7 @@ widgets draw from and the help screen shows, so the legend cannot go stale.
     GATE_MARKS     the Gates tab: the status column of a check
     SCRUBBER_MARKS the scrubber: what happened at a column of the run
     EVENT_GLYPHS   the event stream: an event's type (events/describe.py GLYPHS)
+    STEP_MARKS     the event stream: a tool step folded into one line
     TONES          the colours of the event stream, the phase strip and the gate marks
 
 A glyph's `tone` names its colour; app.tcss gives each tone its theme colour, for each
@@ -36,6 +37,7 @@ TONES: Final = {
     "agent": "the agent's work: its messages, tool calls, model calls",
     "active": "the phase at work (the current phase is also underlined)",
     "muted": "the rest: pending phases, harness bookkeeping",
+    "match": "the event stream's rows that the search (/) matches, as their background",
 }
 
 #: A phase's state in the phase strip: glyph, then `a<attempts>` and its own time.
@@ -71,6 +73,18 @@ SCRUBBER_MARKS: Final = {
 }
 SCRUBBER_CURSOR: Final = Glyph("▲", "the cursor, with its event number", "active")
 
+#: A tool step folded into one line of the event stream: its glyph, then in the type
+#: column how it ended (and how long it took).
+STEP_MARKS: Final = {
+    "folded": Glyph("▸", "a tool step as one line: request, outcome, duration (e expands)",
+                    "agent"),
+    "expanded": Glyph("▾", "a tool step shown as its two events (e folds it)", "agent"),
+    "ok": Glyph("✓", "the tool call returned; its duration follows", "pass"),
+    "failed": Glyph("✗", "the tool call failed", "fail"),
+    "abandoned": Glyph("↯", "abandoned: the run stopped before the result came", "fail"),
+    "running": Glyph("…", "running: a live run waits for the result", "agent"),
+}
+
 #: The event stream's glyph per event type; any other type draws as `glyph_of`'s default.
 EVENT_GLYPHS: Final = {
     **{t: Glyph(g, t, "") for t, g in GLYPHS.items()},
@@ -95,6 +109,7 @@ def sections() -> list[tuple[str, list[Glyph]]]:
         ("Gates tab: status", list(GATE_MARKS.values())),
         ("Scrubber", [*SCRUBBER_MARKS.values(), SCRUBBER_CURSOR]),
         ("Event stream (in the colours below)", list(EVENT_GLYPHS.values())),
+        ("Event stream: tool steps", list(STEP_MARKS.values())),
         ("Colours", [Glyph("■", means, tone) for tone, means in TONES.items()]),
     ]
 

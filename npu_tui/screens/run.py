@@ -26,7 +26,7 @@ from npu_deploy.store import EventStore
 
 from ..messages import CursorMoved, EventsArrived, Seek, ShowEvent
 from ..timeline import RunTimeline
-from ..widgets.event_stream import EventStream
+from ..widgets.event_stream import EventPane, EventStream
 from ..widgets.panels import AgentPanel, GatesPanel, PerformancePanel, PlanPanel
 from ..widgets.phase_strip import SHORT, PhaseStrip
 from ..widgets.scrubber import Scrubber
@@ -155,7 +155,7 @@ class RunScreen(Screen[None]):
         yield PhaseStrip(id="phases")
         yield Static(id="banner")
         with Horizontal(id="run-body"):
-            yield EventStream(self.timeline, id="stream")
+            yield EventPane(self.timeline, id="stream-pane")
             with TabbedContent(id="tabs", initial="tab-gates"):
                 with TabPane("Gates", id="tab-gates"):
                     yield GatesPanel(id="gates")

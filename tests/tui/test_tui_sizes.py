@@ -23,8 +23,9 @@ from npu_deploy.store import EventStore
 from npu_deploy.tui import DeployApp, legend
 from npu_deploy.tui.screens.help import HelpScreen, Legend
 from npu_deploy.tui.screens.run import RunScreen, fit_title, unique_prefix
+from npu_deploy.tui.stream_view import StreamView
 from npu_deploy.tui.timeline import RunTimeline
-from npu_deploy.tui.widgets.event_stream import EventStream
+from npu_deploy.tui.widgets.event_stream import STEP_GLYPHS, EventStream, step_label
 from npu_deploy.tui.widgets.panels import GATE_COLUMNS, GatesPanel, shorten
 from npu_deploy.tui.widgets.phase_strip import phase_cells
 
@@ -165,7 +166,14 @@ def test_every_glyph_drawn_for_the_fixture_runs_is_in_the_legend(built):
                 line = timeline.line(e.run_version)
                 assert line is not None
                 drawn.add(line.glyph)
+            # a folded tool step: its glyph, folded or expanded, and its outcome's mark
+            view = StreamView.build(store, run_id, "all", timeline.head)
+            for result in [*view.results.values(), None]:
+                drawn.add(step_label(result).split(" ")[1])
+            if view.results:
+                drawn.update(STEP_GLYPHS)
     assert drawn - explained == set()
+    assert {"▸", "✓"} <= drawn         # the fixture runs have finished tool steps
     assert len(drawn) >= 12            # the runs draw a fair share of the table
 
 

@@ -72,11 +72,24 @@ def settle(*keys: str) -> Callable[[Pilot[None]], Awaitable[None]]:
     """A run_before: press `keys`, let the screens settle, stop every cursor blinking."""
     async def run_before(pilot: Pilot[None]) -> None:
         await pilot.pause()
+        await folded(pilot)
         if keys:
             await pilot.press(*keys)
         await pilot.pause()
         still(pilot)
     return run_before
+
+
+async def folded(pilot: Pilot[None]) -> None:
+    """Wait for every event stream's folded view (a worker builds it after the first paint)."""
+    from npu_deploy.tui.widgets.event_stream import EventStream
+
+    for _ in range(200):
+        if all(s.building is None for screen in pilot.app.screen_stack
+               for s in screen.query(EventStream)):
+            return
+        await pilot.pause(0.02)
+    raise AssertionError("the event stream's view was not built")
 
 
 def still(pilot: Pilot[None]) -> None:
@@ -253,10 +266,12 @@ async def test_a_live_run_opens_scrolled_to_its_newest_event(db):
     app = DeployApp(db, run_id="done-pass", live=True)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
+        await folded(pilot)
+        await pilot.pause()
         stream = app.screen.query_one(EventStream)
-        assert stream.cursor == 127 and stream.size.height < 127
+        assert stream.cursor == 127 and stream.size.height < len(stream.view)
         top = stream.scroll_offset.y
-        assert top <= stream.cursor - 1 < top + stream.size.height
+        assert top <= stream.cursor_row < top + stream.size.height
 
 
 # --- the run screen in each state, narrow and wide -------------------------------------------
