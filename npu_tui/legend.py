@@ -6,6 +6,7 @@ widgets draw from and the help screen shows, so the legend cannot go stale.
     SCRUBBER_MARKS the scrubber: what happened at a column of the run
     EVENT_GLYPHS   the event stream: an event's type (events/describe.py GLYPHS)
     STEP_MARKS     the event stream: a tool step folded into one line
+    TREND_MARKS    the Gates and Plan tabs: a value across attempts or transforms
     TONES          the colours of the event stream, the phase strip and the gate marks
 
 A glyph's `tone` names its colour; app.tcss gives each tone its theme colour, for each
@@ -85,6 +86,19 @@ STEP_MARKS: Final = {
     "running": Glyph("…", "running: a live run waits for the result", "agent"),
 }
 
+#: The sparklines of the Gates tab (a check's value at each attempt) and of the Plan tab
+#: (the plan's time after each transform tried): Textual's Sparkline blocks, one per value,
+#: from the row's lowest to its highest, shaded from `$accent 40%` to `$accent`.
+SPARK_BARS: Final = "▁▂▃▄▅▆▇█"
+TREND_MARKS: Final = {
+    "low": Glyph(SPARK_BARS[0], "a sparkline's lowest value (its row's, linear scale)", "active"),
+    **{f"bar{i}": Glyph(b, "a value between its row's lowest and highest", "active")
+       for i, b in enumerate(SPARK_BARS[1:-1], 1)},
+    "high": Glyph(SPARK_BARS[-1], "a sparkline's highest value", "active"),
+    "missing": Glyph("—", "no value: the check was not made at that attempt", "muted"),
+    "then": Glyph("→", "the values across attempts, oldest first", "muted"),
+}
+
 #: The event stream's glyph per event type; any other type draws as `glyph_of`'s default.
 EVENT_GLYPHS: Final = {
     **{t: Glyph(g, t, "") for t, g in GLYPHS.items()},
@@ -110,6 +124,7 @@ def sections() -> list[tuple[str, list[Glyph]]]:
         ("Scrubber", [*SCRUBBER_MARKS.values(), SCRUBBER_CURSOR]),
         ("Event stream (in the colours below)", list(EVENT_GLYPHS.values())),
         ("Event stream: tool steps", list(STEP_MARKS.values())),
+        ("Gates and Plan tabs: trends", list(TREND_MARKS.values())),
         ("Colours", [Glyph("■", means, tone) for tone, means in TONES.items()]),
     ]
 

@@ -18,7 +18,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
-from npu_deploy.events import PHASE_NAMES, DeploymentState
+from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
 from npu_deploy.events import fold as fold_events
 from npu_deploy.events.decisions import open_decisions, refusal, waiting_text
 from npu_deploy.events.describe import one_line, printable
@@ -27,7 +27,7 @@ from npu_deploy.store import EventStore
 from ..messages import CursorMoved, EventsArrived, Seek, ShowEvent
 from ..timeline import RunTimeline
 from ..widgets.event_stream import EventPane, EventStream
-from ..widgets.panels import AgentPanel, GatesPanel, PerformancePanel, PlanPanel
+from ..widgets.panels import AgentPanel, GatesPanel, PerformancePanel, PlanPanel, PlanView
 from ..widgets.phase_strip import SHORT, PhaseStrip
 from ..widgets.scrubber import Scrubber
 
@@ -386,16 +386,42 @@ class RunScreen(Screen[None]):
             self.query_one(AgentPanel).show(state, self.timeline.transcript_at(c))
         elif tab == "tab-plan":
             results = self.timeline.plan_results_at(c)
-            recipe = plan_ref = None
+            recipe = None
             for e in reversed(results):
                 r = e.payload["result"]
-                if recipe is None and isinstance(r.get("recipe"), str):
+                if isinstance(r.get("recipe"), str):
                     recipe = self.timeline.blob_json(r["recipe"])
-                if plan_ref is None and r.get("kept") and r.get("plan_after"):
-                    plan_ref = r["plan_after"]
-            self.query_one(PlanPanel).show(
-                results, recipe, self.timeline.blob_json(plan_ref) if plan_ref else None,
-                plan_ref)
+                    break
+            self.query_one(PlanPanel).show(results, recipe, self._plans_at(c, results))
+
+    def _plans_at(self, version: int, results: list[Event]) -> list[PlanView]:
+        """The current prefill and decode plans at `version`, from the transforms tried: the
+        newest one's plan after it if it was kept, else the plan it started from. Each is
+        timed by the newest profile of its scope recorded after the plan became current
+        (an older profile timed another plan)."""
+        profiles = self.timeline.profiles_at(version)
+        views = []
+        for scope in ("prefill", "decode"):
+            tried = [e for e in results if e.payload["tool"] == "apply_transform"
+                     and str(e.payload["result"].get("mode", "")).startswith(scope)]
+            if not tried:
+                continue
+            newest = tried[-1].payload["result"]
+            ref = newest.get("plan_after") if newest["kept"] else newest.get("plan_before")
+            plan = self.timeline.blob_json(ref)
+            if not isinstance(ref, str) or not isinstance(plan, dict):
+                continue
+            kept = [e.run_version for e in tried if e.payload["result"]["kept"]]
+            profile = profiles.get(scope)
+            if profile is not None and kept and profile.run_version < kept[-1]:
+                profile = None
+            first = tried[0].payload["result"]
+            trend = (first["before_s"], *(
+                e.payload["result"]["after_s"] if e.payload["result"]["kept"]
+                else e.payload["result"]["before_s"] for e in tried))
+            views.append(PlanView(scope, str(newest.get("mode", scope)), ref, plan, profile,
+                                  trend, str(first.get("source", "modeled"))))
+        return views
 
     def _report_ref(self, version: int) -> str | None:
         """The blob of the newest phase-6 report data at `version`, if it reads as one."""

@@ -6,13 +6,16 @@ from __future__ import annotations
 import math
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
+from rich import box
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.padding import Padding
 from rich.segment import Segment
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 from textual.geometry import Size
@@ -22,7 +25,7 @@ from textual.strip import Strip
 from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
 from npu_deploy.events.describe import describe, gate_figures, one_line, printable
 
-from ..legend import gate_mark
+from ..legend import SPARK_BARS, TREND_MARKS, gate_mark
 from ..timeline import GateRow, gate_rows
 
 LAYER_PREFIX = re.compile(r"^L\d+\.")
@@ -59,6 +62,10 @@ class Panel(ScrollView, can_focus=True):
     never a relayout of the screen (a Static in an auto-height container costs both)."""
 
     CACHED_PARTS = 96
+    #: A sparkline's lowest and highest values are drawn in these colours (app.tcss).
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"panel--spark-low", "panel--spark-high"}
+    #: Whether a new `put` scrolls to the last line (the Agent tab: the cursor's event).
+    KEEP_END: ClassVar[bool] = False
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -106,7 +113,17 @@ class Panel(ScrollView, can_focus=True):
                 lines.extend(self._lines_of(part, width))
         self._lines = lines
         self._set_virtual_height(len(lines))
+        if self.KEEP_END and self.scroll_y < self.max_scroll_y:
+            self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
         self.refresh()
+
+    def spark_colours(self) -> SparkColours:
+        """The theme's colours for sparklines, over the panel's background (as Textual's
+        Sparkline widget takes them)."""
+        _, base = self.background_colors
+        low, high = (base + self.get_component_styles(f"panel--spark-{end}").color
+                     for end in ("low", "high"))
+        return SparkColours(low, high)
 
     def _lines_of(self, renderable: RenderableType, width: int) -> list[Line]:
         console = self.app.console
@@ -141,6 +158,9 @@ class GatesPanel(Panel):
     message under each check that has one, and how each value moved across the attempts."""
 
     def show(self, state: DeploymentState, phase: int | None) -> None:
+        #: The values across attempts of each check that has two or more: what the
+        #: sparklines draw, by (subject, metric).
+        self.trends: dict[tuple[str, str], tuple[float | None, ...]] = {}
         if phase is None:
             self.put(Text("No phase has started yet.", style="dim"))
             return
@@ -151,6 +171,7 @@ class GatesPanel(Panel):
             return
         last = ph.gates[-1]
         rows = gate_rows(ph.gates)
+        self.trends = {(r.subject, r.metric): r.history for r in rows if len(r.history) > 1}
         failed = [r for r in rows if r.gating and not r.passed]
         head = Text.assemble(
             (f"Phase {phase} ({PHASE_NAMES[phase]}) gate ", "bold"),
@@ -160,11 +181,12 @@ class GatesPanel(Panel):
             f"{len(failed)} gating failing")
         # the rows follow from the gate event and the attempts before it
         self.put(head, (("gate", last.event_id, len(ph.gates)),
-                        partial(gate_table, rows, printable(last.gate))))
+                        partial(gate_table, rows, printable(last.gate),
+                                colours=self.spark_colours())))
 
 
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
+def plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n} {word if n == 1 else many or word + 's'}"
 
 
 #: The gate table's columns, left to right; every one is drawn at every width.
@@ -191,7 +213,8 @@ def shorten(text: Text, width: int) -> Text:
     return shown
 
 
-def gate_table(rows: list[GateRow], gate: str, width: int) -> RenderableType:
+def gate_table(rows: list[GateRow], gate: str, width: int,
+               colours: SparkColours | None = None) -> RenderableType:
     """The checks in `width` cells with the six columns of GATE_COLUMNS at any width: the
     subject (then the gate name, then the metric) is shortened to fit, the values across
     attempts are a seventh column where there is room, and a check's message is a line
@@ -205,9 +228,14 @@ def gate_table(rows: list[GateRow], gate: str, width: int) -> RenderableType:
         cut = min(max(0, over), max(0, widths[i] - floor))
         widths[i] -= cut
         over -= cut
-    trends = [trend_text(r) for r in rows]
-    trend_width = max(len("across attempts"), *(t.cell_len for t in trends))
-    show_trend = any(trends) and sum(widths) + len(widths) + trend_width <= width
+    # the values across attempts: a sparkline and the figures where they fit, else the
+    # sparkline alone (one block per attempt), else nothing
+    room = width - sum(widths) - len(widths)
+    trends = [trend_cell(r, colours, figures=True) for r in rows]
+    if not any(trends) or max(len("across attempts"), *(t.cell_len for t in trends)) > room:
+        trends = [trend_cell(r, colours, figures=False) for r in rows]
+    show_trend = any(trends) and max(len("trend"), *(t.cell_len for t in trends)) <= room
+    trend_head = "across attempts" if any(" " in t.plain for t in trends) else "trend"
 
     def line(row: list[Text], trend: Text | None, style: str = "") -> RenderableType:
         """One row at the columns' widths, so that the rows line up: one line of text, or
@@ -237,7 +265,7 @@ def gate_table(rows: list[GateRow], gate: str, width: int) -> RenderableType:
 
     lines: list[RenderableType] = [
         line([Text(n, style="bold underline") for n in GATE_COLUMNS],
-             Text("across attempts", style="bold underline") if show_trend else None)]
+             Text(trend_head, style="bold underline") if show_trend else None)]
     for r, row, trend in zip(rows, cells, trends, strict=True):
         lines.append(line(row, trend if show_trend else None,
                           "" if r.passed or not r.gating else "red"))
@@ -272,8 +300,44 @@ def gate_cells(r: GateRow, gate: str) -> list[Text]:
 def trend_text(r: GateRow) -> Text:
     if len(r.history) <= 1:
         return Text("")
-    return Text(" → ".join("—" if v is None else gate_figures(v, r.threshold)[0]
-                           for v in r.history))
+    return Text(f" {TREND_MARKS['then'].glyph} ".join(
+        TREND_MARKS["missing"].glyph if v is None else gate_figures(v, r.threshold)[0]
+        for v in r.history))
+
+
+def trend_cell(r: GateRow, colours: SparkColours | None, *, figures: bool) -> Text:
+    """A check's values across attempts: its sparkline, then (with `figures`) the values."""
+    if len(r.history) <= 1:
+        return Text("")
+    line = sparkline(r.history, colours)
+    return line + " " + trend_text(r) if figures else line
+
+
+@dataclass(frozen=True, slots=True)
+class SparkColours:
+    """A sparkline's colours (Textual colours), its lowest value's and its highest's."""
+
+    low: Any
+    high: Any
+
+
+def sparkline(values: Sequence[float | None], colours: SparkColours | None = None) -> Text:
+    """`values` as Textual's Sparkline draws them, one block each on a linear scale from
+    the lowest to the highest (all equal: the lowest block), shaded from the low colour to
+    the high; a missing value is a dash (legend.py TREND_MARKS)."""
+    known = [v for v in values if v is not None]
+    lo, hi = (min(known), max(known)) if known else (0.0, 0.0)
+    extent = hi - lo or 1.0
+    text = Text(no_wrap=True)
+    for v in values:
+        if v is None:
+            text.append(TREND_MARKS["missing"].glyph, "dim")
+            continue
+        ratio = (v - lo) / extent
+        style = Style(color=colours.low.blend(colours.high, ratio).rich_color) if colours \
+            else ""
+        text.append(SPARK_BARS[int(ratio * (len(SPARK_BARS) - 1))], style)
+    return text
 
 
 class PerformancePanel(Panel):
@@ -389,7 +453,10 @@ def roofline(report: dict[str, Any], width: int = 60, height: int = 12) -> Rende
 
 
 class AgentPanel(Panel):
-    """The agent's transcript: messages, tool calls, model calls, and the run's totals."""
+    """The agent's transcript up to the cursor: messages, tool calls, model calls, and the
+    run's totals. Its last line is the agent's newest event at the cursor, kept in view."""
+
+    KEEP_END = True
 
     def show(self, state: DeploymentState, transcript: list[Event]) -> None:
         t = state.totals
@@ -436,11 +503,27 @@ def hanging_lines(row: Text, indent: int, console: Any, style: Any, width: int) 
             for i, line in enumerate(body.wrap(console, max(8, width - indent)))]
 
 
+@dataclass(frozen=True, slots=True)
+class PlanView:
+    """One of the deployment's plans at the cursor, as the Plan tab shows it."""
+
+    scope: str                       # prefill or decode
+    mode: str                        # "prefill L=128", as the transform results say it
+    ref: str                         # the plan's blob
+    plan: dict[str, Any]             # kernels/plan.py as pipeline/toolbox.py plan_json stores it
+    profile: Event | None            # the newest profile of this plan, if it was profiled
+    trend: tuple[float, ...]         # the plan's time before the first transform and after each
+    trend_source: str                # where those times came from (modeled, measured-npu, ...)
+
+
 class PlanPanel(Panel):
-    """The deployment's current recipe and plan, and every transform tried."""
+    """The recipe, the time of each plan across the transforms tried (a sparkline), the
+    transforms, and each current plan as a table of its dispatches with their times."""
 
     def show(self, results: list[Event], recipe: dict[str, Any] | None,
-             plan: dict[str, Any] | None, plan_ref: str | None = None) -> None:
+             plans: list[PlanView]) -> None:
+        #: What the sparklines draw: each plan's time across the transforms, by scope.
+        self.trends = {v.scope: v.trend for v in plans if len(v.trend) > 1}
         parts: list[Part] = []
         if recipe:
             summary = Table.grid(padding=(0, 2))
@@ -451,48 +534,112 @@ class PlanPanel(Panel):
             summary.add_row("decode transforms",
                             ", ".join(recipe.get("decode_transforms", [])) or "none")
             parts.append(summary)
+        if self.trends:
+            parts.append(trend_lines(plans, self.spark_colours()))
         tried = [e for e in results if e.payload["tool"] == "apply_transform"]
         if tried:   # the newest result and the count name the rows
             parts.append((("tried", tried[-1].run_version, len(tried)),
-                          any_width(partial(transforms_table, tried))))
-        if plan:
-            parts.append((("plan", plan_ref), any_width(partial(plan_table, plan))) if plan_ref
-                         else plan_table(plan))
+                          partial(transforms_table, tried)))
+        for view in plans:   # a plan and the profile it is timed by name its lines
+            parts.append((("plan", view.ref, view.profile and view.profile.run_version),
+                          any_width(partial(plan_table, view))))
         if not parts:
             parts.append(Text("No plan yet: phase 1 selects the tiles, phases 4 and 5 "
                               "transform the plan.", style="dim"))
         self.put(*parts)
 
 
-def transforms_table(tried: list[Event]) -> Table:
-    table = Table(title="transforms tried (times modeled)", expand=True,
-                  show_edge=False, title_justify="left")
-    for col in ("v", "phase", "transform", "mode", "before ms", "after ms", "kept",
-                "why"):
-        table.add_column(col, no_wrap=True, overflow="ellipsis")
+def source_word(source: str) -> str:
+    """MODELED, MEASURED on the NPU, ...: the short form of a source, for a title."""
+    return {"modeled": "MODELED"}.get(source, SOURCE_LABEL.get(source, source))
+
+
+def trend_lines(plans: list[PlanView], colours: SparkColours) -> Table:
+    """Each plan's time before the first transform and after each one tried, a sparkline
+    beside the figures, with where they came from."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for v in plans:
+        if len(v.trend) > 1:
+            grid.add_row(f"{v.scope} {source_word(v.trend_source)}", sparkline(v.trend, colours),
+                         f"{v.trend[0] * 1e3:.2f} → {v.trend[-1] * 1e3:.2f} ms, "
+                         f"{len(v.trend) - 1} tried")
+    return grid
+
+
+def transforms_table(tried: list[Event], width: int) -> RenderableType:
+    """The transforms tried, under a heading per mode: event number, transform, the plan's
+    time before and after, kept or dropped; why, dim, on the line under it."""
+    sources = {str(e.payload["result"].get("source", "modeled")) for e in tried}
+    lines: list[RenderableType] = [Text(
+        "transforms tried, times " + ", ".join(sorted(map(source_word, sources))), "bold")]
+    name_width = max(8, min(max(len(str(e.payload["result"]["transform"])) for e in tried),
+                            width - 5 - 19 - 8))
+    mode = None
     for e in tried:
         r = e.payload["result"]
+        if r.get("mode") != mode:
+            mode = r.get("mode")
+            lines.append(Text(printable(str(mode)), "underline"))
         after = r.get("after_s")
         # what an agent's tool call named and said: Text, never markup
-        table.add_row(str(e.run_version), str(e.phase), Text(printable(str(r["transform"]))),
-                      Text(printable(str(r.get("mode", "")))),
-                      f"{r['before_s'] * 1e3:.2f}",
-                      "—" if after is None else f"{after * 1e3:.2f}",
-                      Text("kept", style="green") if r["kept"] else
-                      Text("dropped", style="yellow"), Text(printable(str(r.get("reason", "")))))
-    return table
+        name = Text(printable(str(r["transform"])))
+        name.truncate(name_width, overflow="ellipsis", pad=True)
+        times = f"{r['before_s'] * 1e3:>7.2f} → " + ("      —" if after is None
+                                                     else f"{after * 1e3:>7.2f}")
+        lines.append(Text.assemble((f"{e.run_version:>4} ", "dim"), name, f" {times} ms ",
+                                   ("kept", "green") if r["kept"] else ("dropped", "yellow"),
+                                   no_wrap=True, overflow="ellipsis"))
+        if r.get("reason"):
+            lines.append(Padding(Text(printable(str(r["reason"])), "dim"), (0, 0, 0, 5)))
+    return Group(*lines)
 
 
-def plan_table(plan: dict[str, Any]) -> Table:
-    steps = Table(title=Text(printable(f"current plan: {plan.get('summary', '')}")), expand=True,
-                  show_edge=False, title_justify="left")
-    steps.add_column("#", justify="right")
-    steps.add_column("step")
-    steps.add_column("launches")
-    for i, s in enumerate(plan.get("steps", []), 1):
+def kernels_of(launches: list[str]) -> str:
+    """The kernels of a dispatch's launches ("L0.q_proj:gemm_bf16"), each once, with how
+    many launches run it: "gemm_bf16 ×3, rmsnorm"."""
+    counts: dict[str, int] = {}
+    for launch in launches:
+        kernel = launch.rsplit(":", 1)[-1]
+        counts[kernel] = counts.get(kernel, 0) + 1
+    return ", ".join(k if n == 1 else f"{k} ×{n}" for k, n in counts.items())
+
+
+def plan_table(view: PlanView) -> RenderableType:
+    """A plan's steps in order: each dispatch with its kernels, its launches and its time
+    and share of the plan's total from the profile of this plan (host steps dim)."""
+    steps = view.plan.get("steps", [])
+    p = view.profile.payload if view.profile is not None else None
+    times = {e["name"]: e["seconds"] for e in p["entries"]} if p else {}
+    total = p["total_s"] if p else 0.0
+    dispatches = [s for s in steps if "dispatch" in s]
+    launches = sum(len(s["launches"]) for s in dispatches)
+    where = (f"times {source_word(p['source'])} (v{view.profile.run_version}, "
+             f"total {total * 1e3:.2f} ms)" if p and view.profile is not None
+             else "not profiled yet: times appear when this plan is profiled")
+    table = Table(title=Text(printable(
+        f"{view.scope} plan ({view.mode}): "
+        f"{plural(len(dispatches), 'dispatch', 'dispatches')}, "
+        f"{plural(launches, 'launch', 'launches')}, {len(steps) - len(dispatches)} host "
+        f"steps; {where}")),
+        expand=True, show_edge=False, pad_edge=False, box=box.SIMPLE_HEAD,
+        title_justify="left")
+    table.add_column("dispatch", no_wrap=True, overflow="ellipsis", ratio=2)
+    table.add_column("kernels", overflow="fold", ratio=3)
+    table.add_column("launches", justify="right", no_wrap=True)
+    table.add_column("ms", justify="right", no_wrap=True)
+    table.add_column("share", justify="right", no_wrap=True)
+    for s in steps:
+        name = s.get("dispatch", s.get("host", "?"))
+        seconds = times.get(name)
+        ms = "—" if seconds is None else f"{seconds * 1e3:.3f}"
+        share = "—" if seconds is None or not total else f"{100 * seconds / total:.1f}%"
         if "dispatch" in s:
-            steps.add_row(str(i), Text(printable(s["dispatch"])),
-                          Text(printable(", ".join(s["launches"]))))
+            table.add_row(Text(printable(name)), Text(printable(kernels_of(s["launches"]))),
+                          str(len(s["launches"])), ms, share)
         else:
-            steps.add_row(str(i), Text(printable(s["host"]), style="dim"), "host")
-    return steps
+            table.add_row(Text(printable(name), style="dim"), Text("host", style="dim"), "",
+                          ms, share, style="dim")
+    return table
