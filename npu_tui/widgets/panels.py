@@ -571,7 +571,7 @@ def trend_lines(plans: list[PlanView], colours: SparkColours) -> Table:
 
 def transforms_table(tried: list[Event], width: int) -> RenderableType:
     """The transforms tried, under a heading per mode: event number, transform, the plan's
-    time before and after, kept or dropped; why, dim, on the line under it."""
+    time before and after, kept or dropped; why one was dropped, dim, on the line under."""
     sources = {str(e.payload["result"].get("source", "modeled")) for e in tried}
     lines: list[RenderableType] = [Text(
         "transforms tried, times " + ", ".join(sorted(map(source_word, sources))), "bold")]
@@ -592,7 +592,7 @@ def transforms_table(tried: list[Event], width: int) -> RenderableType:
         lines.append(Text.assemble((f"{e.run_version:>4} ", "dim"), name, f" {times} ms ",
                                    ("kept", "green") if r["kept"] else ("dropped", "yellow"),
                                    no_wrap=True, overflow="ellipsis"))
-        if r.get("reason"):
+        if r.get("reason") and not r["kept"]:      # a kept one's reason: it was faster
             lines.append(Padding(Text(printable(str(r["reason"])), "dim"), (0, 0, 0, 5)))
     return Group(*lines)
 
