@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from npu_deploy.deploy_request import DeployRequest, checked
 from npu_deploy.store import EventStore
 
 from .group import code_version
@@ -43,6 +44,14 @@ class ConductorDriver:
             return self._drive(conductor)
         finally:
             store.close()
+
+    def deploying(self, request: DeployRequest) -> ConductorDriver:
+        """A driver that deploys `request` as a new run, or Refused with every problem the
+        command line would refuse it for (deploy_request.py). It reads the model's weights'
+        headers (and builds it into the cache the first time): call it from a worker."""
+        deployment = checked(request)
+        return ConductorDriver(self.store_path, deployment.pipeline, deployment.policy(),
+                               request.model, deployment.config)
 
     def resume(self, run_id: str) -> str:
         from npu_deploy.machine import resume, stored_pipeline
