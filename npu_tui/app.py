@@ -18,6 +18,8 @@ from textual.binding import Binding, BindingType
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
+from npu_deploy.deploy_request import DeployRequest
+from npu_deploy.events import uuid7
 from npu_deploy.events.decisions import queued
 from npu_deploy.events.describe import printable
 from npu_deploy.store import EventStore
@@ -35,6 +37,11 @@ class Driver(Protocol):
     def resume(self, run_id: str) -> str: ...
 
     def fork(self, run_id: str, at_version: int, note: str | None) -> str: ...
+
+    def deploying(self, request: DeployRequest) -> Driver:
+        """A driver whose `deploy` starts `request` as a new run; raises
+        deploy_request.Refused with every problem, before anything is stored."""
+        ...
 
 
 def keymap_path() -> Path:
@@ -139,6 +146,15 @@ class DeployApp(App[None]):
         self._drive(run_id, "resume")
         self.open_run(run_id, live=True)
 
+    def drive_deploy(self, driver: Driver) -> str:
+        """A new run, as `npu-deploy deploy` without --headless starts one: `driver` (a
+        checked request's, `Driver.deploying`) runs its conductor in a worker of this
+        process, and the run screen opens live on it."""
+        run_id = uuid7()
+        self._drive(run_id, "deploy", driver)
+        self.open_run(run_id, live=True)
+        return run_id
+
     def continue_run(self, run_id: str) -> bool:
         """After a decision taken here: when no conductor runs the run (none in this
         process, no other process holding its lock), resume it in this process, so that the
@@ -150,13 +166,12 @@ class DeployApp(App[None]):
             self._drive(run_id, "resume")
         return True
 
-    def _drive(self, run_id: str, how: str) -> None:
+    def _drive(self, run_id: str, how: str, driver: Driver | None = None) -> None:
         self.driving.add(run_id)
-        self._conduct(run_id, how)
+        self._conduct(run_id, how, driver or self.driver)
 
     @work(thread=True, group="conductor")
-    def _conduct(self, run_id: str, how: str) -> None:
-        driver = self.driver
+    def _conduct(self, run_id: str, how: str, driver: Driver | None) -> None:
         assert driver is not None
         try:
             outcome = driver.deploy(run_id) if how == "deploy" else driver.resume(run_id)
