@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from npu_deploy.models import BUNDLED as BUNDLED  # the form offers it by name
+from npu_deploy.models.random_models import RANDOM_MODELS
+
 T = TypeVar("T")
+
+#: The models to choose from by name (besides a path): the bundled one and the tiny random
+#: ones (npu_deploy.models; `npu-deploy models` lists them with the catalog).
+TINY_MODELS = tuple(RANDOM_MODELS)
 
 #: As machine.conductor registers them (named here too: the CLI imports the machine lazily).
 DEFAULT_PIPELINE = "npu_deploy.agents.autopilot:pipeline"

@@ -21,7 +21,9 @@ from npu_deploy.deploy_request import (
     AGENTS,
     AIR_OBJECTS_ENV,
     BACKENDS,
+    BUNDLED,
     DEFAULT_SEQ_LEN,
+    TINY_MODELS,
     DeployRequest,
     Refused,
     check_seq_len,
@@ -29,8 +31,6 @@ from npu_deploy.deploy_request import (
     npu_config,
 )
 from npu_deploy.events.describe import printable
-from npu_deploy.models import BUNDLED
-from npu_deploy.models.random_models import RANDOM_MODELS
 
 from ..messages import FieldChecked, RequestChecked
 from .dialogs import CANCEL
@@ -77,7 +77,7 @@ class NewDeployment(ModalScreen["Driver | None"]):
                 yield Select([(f"bundled {BUNDLED}", "bundled"), ("tiny random", "tiny"),
                               ("local path", "path")], value="tiny", allow_blank=False,
                              id="model-kind")
-                yield Select([(name, name) for name in RANDOM_MODELS], value="tiny-llama",
+                yield Select([(name, name) for name in TINY_MODELS], value="tiny-llama",
                              allow_blank=False, id="tiny")
                 yield Input(placeholder="a Hugging Face directory or a .gguf file",
                             id="path")
