@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import getpass
 import os
+import threading
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import ClassVar, Protocol
 
@@ -25,14 +26,19 @@ from npu_deploy.store import EventStore
 from .screens.run import RunScreen
 from .screens.runs import RunsScreen
 
+#: What a driver calls while it loads (the pipeline, torch, the model) before its conductor's
+#: first event; "" when that is done.
+Loading = Callable[[str], None]
+
 
 class Driver(Protocol):
     """What runs a conductor for the TUI (supplied by the CLI, which may import `machine`).
-    `deploy` and `resume` block until the conductor halts and return why it halted."""
+    `deploy` and `resume` block until the conductor halts and return why it halted; they
+    run in a worker thread, after the first frame, and say what they load."""
 
-    def deploy(self, run_id: str) -> str: ...
+    def deploy(self, run_id: str, loading: Loading) -> str: ...
 
-    def resume(self, run_id: str) -> str: ...
+    def resume(self, run_id: str, loading: Loading) -> str: ...
 
     def fork(self, run_id: str, at_version: int, note: str | None) -> str: ...
 
@@ -77,6 +83,9 @@ class DeployApp(App[None]):
         self.driver, self.drive = driver, drive       # drive: "deploy" | "resume" | None
         self.author = f"{getpass.getuser()}@tui"
         self.driving: set[str] = set()
+        self.loading: dict[str, str] = {}     # run id -> what its driver loads now
+        # run id -> set when its conductor (a worker thread of this process) has returned
+        self.conducting: dict[str, threading.Event] = {}
         self.store: EventStore
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
@@ -96,7 +105,9 @@ class DeployApp(App[None]):
             self.push_screen(RunsScreen())
             return
         if self.drive is not None:
-            self._drive(self.start_run, self.drive)
+            self.loading[self.start_run] = "starting …"
+            # after the first frame: loading the pipeline and the model takes seconds
+            self.call_after_refresh(self._drive, self.start_run, self.drive)
         self.open_run(self.start_run, live=self.start_live)
 
     def on_unmount(self) -> None:
@@ -151,20 +162,41 @@ class DeployApp(App[None]):
 
     def _drive(self, run_id: str, how: str) -> None:
         self.driving.add(run_id)
+        self.loading.setdefault(run_id, "starting …")
         self._conduct(run_id, how)
 
     @work(thread=True, group="conductor")
     def _conduct(self, run_id: str, how: str) -> None:
         driver = self.driver
         assert driver is not None
+        done = self.conducting[run_id] = threading.Event()
+
+        def loading(what: str) -> None:
+            try:
+                self.call_from_thread(self._loading, run_id, what)
+            except RuntimeError:          # the app closed meanwhile: nobody to tell
+                pass
+
         try:
-            outcome = driver.deploy(run_id) if how == "deploy" else driver.resume(run_id)
+            outcome = (driver.deploy(run_id, loading) if how == "deploy"
+                       else driver.resume(run_id, loading))
         except Exception as e:  # noqa: BLE001 - shown to the person, recorded by the conductor
             outcome = f"stopped: {type(e).__name__}: {e}"
+        finally:
+            done.set()
         self.call_from_thread(self._driven, run_id, outcome)
+
+    def _loading(self, run_id: str, what: str) -> None:
+        if what:
+            self.loading[run_id] = what
+        else:
+            self.loading.pop(run_id, None)
+        if isinstance(self.screen, RunScreen) and self.screen.run_id == run_id:
+            self.screen.show_step()
 
     def _driven(self, run_id: str, outcome: str) -> None:
         self.driving.discard(run_id)
+        self._loading(run_id, "")
         if queued(self.store.pending_commands(run_id)) is not None \
                 and not self.store.fold(run_id).terminal:
             # a decision taken here while its conductor was returning (a pause): go on

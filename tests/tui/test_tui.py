@@ -749,3 +749,41 @@ async def test_one_key_approves_and_one_key_pauses(store, db_path, fake):
         await until(pilot, lambda: tui_commands(store, "r1"))
     assert c.run(wait=False).reason == "paused"
     c.close()
+
+
+async def test_the_header_and_what_loads_paint_before_the_driver_has_loaded(store, db_path):
+    """deploy: the first frame shows the run's title and "loading" while the conductor's
+    worker is still loading (here held until the test lets it go); then the run starts."""
+    import threading
+
+    from textual.widgets import ProgressBar
+
+    from npu_deploy.tui.widgets.step_progress import StepProgress
+
+    release, asked = threading.Event(), threading.Event()
+
+    class SlowDriver(ConductorDriver):
+        def deploy(self, run_id, loading=lambda _w: None):
+            loading("loading the pipeline (held by the test) …")
+            asked.set()
+            release.wait(timeout=30)
+            return "stopped: released"
+
+    app = DeployApp(db_path, run_id="dep", live=True, driver=SlowDriver(db_path),
+                    drive="deploy")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        title = str(app.screen.query_one("#run-title").render())
+        assert "dep" in title and "not started" in title
+        await until(pilot, asked.is_set)
+        await pilot.pause(0.6)
+        progress = app.screen.query_one(StepProgress)
+        assert progress.display
+        assert "loading the pipeline (held by the test)" in \
+            str(progress.query_one("#step-label").render())
+        assert progress.query_one(ProgressBar).total is None      # no estimate: indeterminate
+        release.set()
+        await until(pilot, lambda: not app.driving)
+        await pilot.pause(0.6)
+        assert not progress.display
+    assert app.conducting["dep"].is_set()

@@ -1,0 +1,41 @@
+"""What the run is doing now when that takes a while: loading (the pipeline, torch, the model)
+before its first event, or a step in flight (a tool requested and not yet completed). A
+Textual ProgressBar shows it: against an estimate from earlier runs of the same model when
+the store has one, else as an indeterminate bar."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.widgets import ProgressBar, Static
+
+from npu_deploy.events.describe import printable
+
+
+class StepProgress(Horizontal):
+    """One line: what runs, and a bar. Hidden when nothing slow runs."""
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="step-label")
+        yield ProgressBar(total=None, show_eta=False, id="step-bar")
+
+    def on_mount(self) -> None:
+        self.display = False
+
+    def show(self, what: str | None, *, elapsed_s: float = 0.0,
+             estimate_s: float | None = None) -> None:
+        """`what` runs since `elapsed_s`; `estimate_s`: how long it took before, if known."""
+        if what is None:
+            self.display = False
+            return
+        self.display = True
+        bar = self.query_one(ProgressBar)
+        if estimate_s:
+            # never "done" while it still runs: the bar stops short of the end
+            bar.update(total=estimate_s, progress=min(elapsed_s, 0.99 * estimate_s))
+            tail = f"  {elapsed_s:.0f} s of ~{estimate_s:.0f} s (earlier runs)"
+        else:
+            bar.update(total=None)
+            tail = f"  {elapsed_s:.0f} s" if elapsed_s >= 1 else ""
+        self.query_one("#step-label", Static).update(Text(printable(what, 120) + tail))
