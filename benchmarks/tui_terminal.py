@@ -135,10 +135,12 @@ def run_terminal(repeats: int, model: str, quit_after: float,
         db = Path(tmp) / "runs.db"
         env = {"TERM": "xterm-256color", "PS1": "$ ", "HOME": tmp,
                "NPU_DEPLOY_KEYMAP": str(Path(tmp) / "no-keymap.toml")}
+        progress("  a headless deploy makes the run that replay, attach and resume open")
+        first_run(db, model, env)
         pane = Pane(env)
         try:
             for i in range(repeats):
-                for entry in entries(db, model, i, "bench-0"):
+                for entry in entries(db, model, i, "bench"):
                     progress(f"  {entry.name} #{i + 1}")
                     samples.setdefault(entry.name, []).append(
                         measure(pane, entry, quit_after, timeout=120))
@@ -146,6 +148,31 @@ def run_terminal(repeats: int, model: str, quit_after: float,
             pane.close()
     return {"model": model, "quit_after_s": quit_after, "repeats": repeats,
             "samples": samples, "summary": {name: summary(s) for name, s in samples.items()}}
+
+
+def first_run(db: Path, model: str, env: dict[str, str]) -> None:
+    """Run "bench": a headless deploy stopped at phase 0's checkpoint (crashed there)."""
+    from npu_deploy.store import EventStore, StoreUnreadable
+
+    proc = subprocess.Popen([str(NPU_DEPLOY), "deploy", model, "--headless", "--run-id",
+                             "bench", "--db", str(db)], env={**os.environ, **env},
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        end = time.monotonic() + 600
+        while time.monotonic() < end and proc.poll() is None:
+            time.sleep(0.5)
+            try:
+                with EventStore.open(db, readonly=True) as store:
+                    if "bench" in store.run_ids() and \
+                            store.fold("bench").phases[0].pending_checkpoint:
+                        return
+            except StoreUnreadable:
+                pass
+        raise SystemExit("the headless deploy did not reach phase 0's checkpoint")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def summary(samples: list[dict[str, Any]]) -> dict[str, float | None]:

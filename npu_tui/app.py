@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from platformdirs import user_config_path
-from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.notifications import SeverityLevel
@@ -163,13 +162,18 @@ class DeployApp(App[None]):
     def _drive(self, run_id: str, how: str) -> None:
         self.driving.add(run_id)
         self.loading.setdefault(run_id, "starting …")
-        self._conduct(run_id, how)
+        self.conducting[run_id] = threading.Event()
+        # A daemon thread, not a Textual thread worker: those run in asyncio's default
+        # executor, which `App.run` joins as it returns, so quitting mid-step kept the
+        # person's shell waiting for the step (seconds). The CLI gives it a moment to record
+        # its pause after the terminal is restored (cli/tui.py, run_app).
+        threading.Thread(target=self._conduct, args=(run_id, how), daemon=True,
+                         name=f"conductor {run_id}").start()
 
-    @work(thread=True, group="conductor")
     def _conduct(self, run_id: str, how: str) -> None:
         driver = self.driver
         assert driver is not None
-        done = self.conducting[run_id] = threading.Event()
+        done = self.conducting[run_id]
 
         def loading(what: str) -> None:
             try:
@@ -184,7 +188,10 @@ class DeployApp(App[None]):
             outcome = f"stopped: {type(e).__name__}: {e}"
         finally:
             done.set()
-        self.call_from_thread(self._driven, run_id, outcome)
+        try:
+            self.call_from_thread(self._driven, run_id, outcome)
+        except RuntimeError:              # the app closed meanwhile
+            pass
 
     def _loading(self, run_id: str, what: str) -> None:
         if what:
