@@ -137,10 +137,11 @@ class DeployApp(App[None]):
         self.show_runs()
 
     def action_help(self) -> None:
-        if self.screen.query("HelpPanel"):
-            self.action_hide_help_panel()
-        else:
-            self.action_show_help_panel()
+        """Help over the screen in front: its keys and the legend (the help screen takes
+        `?` and F1 itself to close)."""
+        from .screens.help import HelpScreen
+
+        self.push_screen(HelpScreen(self.screen))
 
     # --- driving a conductor in this process ----------------------------------------------------
 

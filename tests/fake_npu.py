@@ -273,6 +273,14 @@ def runtime(ws: Any, sim: SimulatedXrt | None = None) -> dict[str, Any]:
             "lock": ws.directory / "npu.lock"}
 
 
+def steady_runtime(ws: Any) -> dict[str, Any]:
+    """`runtime` on a virtual clock: a run takes its modeled device time and host steps
+    take none, so every measurement of a plan gives the same figure and what a transform
+    saves shows whatever this machine's load (a deployment test that must not depend on
+    timing noise)."""
+    return runtime(ws, SimulatedXrt(ws.loaded.args.head_dim, virtual=True))
+
+
 def heating_runtime(ws: Any) -> dict[str, Any]:
     """`runtime`, on a device that runs programs of several launches (merged dispatches)
     four times slower than modeled while phase 4's first gate measures: the sustained load

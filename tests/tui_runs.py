@@ -221,6 +221,45 @@ def wide_gate_run(store: EventStore, run_id: str = "wide-gate") -> str:
     return run_id
 
 
+class _CheckerGate:
+    """Phase 1's gate as pipeline/gates/kernels.py writes it for a kernel whose tile
+    configuration the constraint checker refuses: the checker's finding is the check's
+    message (kernels/rules.py words it), and a second kernel passes."""
+
+    def evaluate(self, run: Any) -> GateEvaluated:
+        from npu_deploy.kernels.hardware import XDNA2
+        from npu_deploy.kernels.rules import l1
+        from npu_deploy.pipeline.gates.kernels import checks_of_kernel
+
+        findings: list[Any] = []
+        l1(findings, 70 * 1024, XDNA2, "A 64x256, B 256x64, C 64x64 bf16",
+           "halve the K tile or drop ping-pong on C")
+        bad = {"findings": [str(f) for f in findings], "outputs": {}, "atol": 0.0, "rtol": 0.0}
+        good = {"findings": [], "atol": 1e-2, "rtol": 1.6e-2, "outputs": {"C": {
+            "within_frac": 1.0, "n_outside": 0, "cosine": 1.0, "max_abs": 1e-3,
+            "pearson": 1.0}}}
+        checks = [*checks_of_kernel("gemm_bf16 K=576 M=128 N=1536 (gate_proj, up_proj)", bad),
+                  *checks_of_kernel("gemv_fp32acc K=576 N=576 (q_proj)", good)]
+        return GateEvaluated(gate=f"kernels-{run.phase}", passed=False,
+                             checks=[GateCheck(**c) for c in checks])
+
+
+def checker_run(store: EventStore, run_id: str = "checker-p1") -> str:
+    """Phase 0 approved; phase 1's gate failed on the constraint checker's finding (the
+    check's message) and two debug directions wait for a pick."""
+    pipe = pipeline()
+    pipe.gates[1] = _CheckerGate()
+    c = Conductor.start(store, pipe, Policy(), model=MODEL, run_id=run_id)
+    try:
+        assert c.run(wait=False).reason == "awaiting_human"
+        store.post_command(run_id, "approve", author="ada@tui")
+        halt = c.run(wait=False)
+        assert halt.reason == "awaiting_pick", halt
+    finally:
+        c.close()
+    return run_id
+
+
 def build_store(path: str | os.PathLike[str], *builders: Any) -> list[str]:
     """A store file with the given runs (builder functions), written deterministically
     one after the other on one fake clock."""

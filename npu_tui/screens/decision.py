@@ -20,7 +20,7 @@ from npu_deploy.events.describe import SHOWN_CHARS, check_text, failing_checks, 
 from npu_deploy.events.state import GateSummary
 
 from ..timeline import gate_rows
-from ..widgets.panels import gate_table, plural
+from ..widgets.panels import GateTable, plural
 from .dialogs import FULL_TEXT, FullText
 
 if TYPE_CHECKING:
@@ -136,7 +136,8 @@ class DecisionDialog(ModalScreen[str | None]):
                     (f"gate {gate.gate}: ", "bold"),
                     ("PASS", "bold green") if gate.passed else ("FAIL", "bold red"), more),
                     id="decision-gate-head")
-                yield Static(gate_table(shown), id="decision-gate")
+                yield Static(GateTable(shown, printable(gate.gate)),
+                             id="decision-gate")
                 failing = failing_checks(gate.checks)
                 if failing:
                     yield Static(self._failing_text(failing), id="decision-failing")

@@ -26,9 +26,9 @@ from npu_deploy.store import EventStore
 
 from ..messages import CursorMoved, EventsArrived, Seek, ShowEvent
 from ..timeline import RunTimeline, step_estimates, step_in_flight
-from ..widgets.event_stream import EventStream
+from ..widgets.event_stream import EventPane, EventStream
 from ..widgets.panels import AgentPanel, GatesPanel, PerformancePanel, PlanPanel
-from ..widgets.phase_strip import PhaseStrip
+from ..widgets.phase_strip import SHORT, PhaseStrip
 from ..widgets.scrubber import Scrubber
 from ..widgets.step_progress import StepProgress
 
@@ -51,8 +51,59 @@ DECISION_COMMANDS = {
 }
 
 
+#: The title's parts, in the order they show: run id, model, backend and agent, replay
+#: mode, phase, status, verdict, the time zone. Each part is a tuple of forms, longest
+#: first; a narrow terminal takes the next form of the first part of TITLE_CUTS that has
+#: one, and again, until the title fits. Status and verdict keep a form at every width.
+TITLE_CUTS = (7, 2, 3, 6, 4, 1, 4, 1, 5, 0)
+TITLE_STYLES = ("bold", "", "", "bold", "", "bold", "bold", "dim")
+
+
+def fit_title(parts: list[tuple[str, ...]], width: int) -> Text:
+    """The run title in `width` cells (app.tcss gives it one line): lower-priority parts are
+    shortened or left out before the status and the verdict are ever cut."""
+    form = [0] * len(parts)
+
+    def shown() -> list[str]:
+        return [p[f] for p, f in zip(parts, form, strict=True)]
+
+    def length() -> int:
+        words = [w for w in shown() if w]
+        return sum(len(w) for w in words) + 2 * (len(words) - 1)
+
+    for i in TITLE_CUTS:
+        if length() <= width:
+            break
+        form[i] = min(form[i] + 1, len(parts[i]) - 1)
+    text = Text()
+    for word, style in zip(shown(), TITLE_STYLES, strict=True):
+        if word:
+            text.append("  " if text else "")
+            text.append(word, style)
+    text.no_wrap = True
+    return text
+
+
+def abbreviate(text: str, width: int) -> str:
+    """`text` in at most `width` characters, cut with an ellipsis."""
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def unique_prefix(run_id: str, others: Iterable[str], least: int = 8) -> str:
+    """The shortest start of `run_id`, of at least `least` characters, that starts no other
+    run id: what `npu-deploy show` and the other commands accept for it."""
+    others = [o for o in others if o != run_id]
+    for n in range(least, len(run_id)):
+        if not any(o.startswith(run_id[:n]) for o in others):
+            return run_id[:n]
+    return run_id
+
+
 class RunScreen(Screen[None]):
     """A run, live or in replay."""
+
+    #: The screen's class by width (app.tcss): narrow stacks the stream over the tabs.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("d", "decide", "Decide", id="run.decide"),
@@ -104,13 +155,14 @@ class RunScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         self.timeline = RunTimeline(self.store, self.run_id)
         self.head_state = self.timeline.state_at(self.timeline.head)
+        self._short_id = unique_prefix(self.run_id, self.store.run_ids())
         self.cursor = self.timeline.head if self.follow else min(1, self.timeline.head)
         yield Static(id="run-title")
         yield PhaseStrip(id="phases")
         yield Static(id="banner")
         yield StepProgress(id="step-progress")
         with Horizontal(id="run-body"):
-            yield EventStream(self.timeline, id="stream")
+            yield EventPane(self.timeline, id="stream-pane")
             with TabbedContent(id="tabs", initial="tab-gates"):
                 with TabPane("Gates", id="tab-gates"):
                     yield GatesPanel(id="gates")
@@ -308,16 +360,27 @@ class RunScreen(Screen[None]):
     def _show_title(self, state: DeploymentState) -> None:
         mode = "LIVE" if self.follow else ("PLAY x" + str(SPEEDS[self.speed]) if self.playing
                                            else "REPLAY")
-        status = self._run_status()
         k = state.current_phase
-        where = f"phase {k} {PHASE_NAMES[k]}" if k is not None else "not started"
-        verdict = f"  verdict {self.head_state.verdict}" if self.head_state.verdict else ""
-        self.query_one("#run-title", Static).update(Text.assemble(     # the model name is data
-            (printable(self.run_id), "bold"),
-            printable(f"  {state.model}  {state.backend}  agent {state.agent}  ", 200),
-            (mode, "bold"), f" v{self.cursor}/{self.timeline.head}  {where}  run {status}  "
-            f"times UTC{verdict}"),
+        verdict = self.head_state.verdict
+        title = self.query_one("#run-title", Static)
+        # the run id and the model name are data: Text, never markup
+        title.update(fit_title([
+            (printable(self.run_id), printable(self._short_id) +
+             ("…" if self._short_id != self.run_id else "")),
+            (printable(state.model or "?", 200), abbreviate(printable(state.model or "?"), 16),
+             abbreviate(printable(state.model or "?"), 8)),
+            (printable(f"{state.backend}  agent {state.agent}", 200), ""),
+            (f"{mode} v{self.cursor}/{self.timeline.head}", mode),
+            (f"phase {k} {PHASE_NAMES[k]}", f"phase {k} {SHORT[k]}", f"p{k}")
+            if k is not None else ("not started", "p-"),
+            (f"run {self._run_status()}", self._run_status()),
+            (f"verdict {verdict}",) if verdict else ("no verdict yet", "verdict —"),
+            ("times UTC", ""),
+        ], (self.size.width or self.app.size.width) - 2),     # the title's padding: 0 1
             layout=False)           # one line, always (app.tcss): no relayout of the screen
+
+    def on_resize(self) -> None:
+        self._show_title(self.state_at_cursor())
 
     def _run_status(self) -> str:
         """running / crashed / ...: probing the writer's lock file, at most once a second."""

@@ -10,7 +10,8 @@ from collections.abc import Callable, Hashable
 from functools import partial
 from typing import Any
 
-from rich.console import RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.padding import Padding
 from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
@@ -19,8 +20,9 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
-from npu_deploy.events.describe import describe, gate_figures, printable
+from npu_deploy.events.describe import describe, gate_figures, one_line, printable
 
+from ..legend import gate_mark
 from ..timeline import GateRow, gate_rows
 
 LAYER_PREFIX = re.compile(r"^L\d+\.")
@@ -135,8 +137,8 @@ class Panel(ScrollView, can_focus=True):
 
 
 class GatesPanel(Panel):
-    """The gate of a phase: every check against its threshold, failures first, and how
-    each value moved across the phase's attempts."""
+    """The gate of a phase: every check against its threshold, failures first, the checker's
+    message under each check that has one, and how each value moved across the attempts."""
 
     def show(self, state: DeploymentState, phase: int | None) -> None:
         if phase is None:
@@ -151,39 +153,127 @@ class GatesPanel(Panel):
         rows = gate_rows(ph.gates)
         failed = [r for r in rows if r.gating and not r.passed]
         head = Text.assemble(
-            (f"Phase {phase} ({PHASE_NAMES[phase]}) gate {last.gate}: ", "bold"),
+            (f"Phase {phase} ({PHASE_NAMES[phase]}) gate ", "bold"),
+            (printable(last.gate), "bold"), (": ", "bold"),
             ("PASS" if last.passed else "FAIL", "bold green" if last.passed else "bold red"),
             f"  attempt {last.attempt}, {plural(len(rows), 'check')}, "
             f"{len(failed)} gating failing")
-        self.put(head, gate_table(rows))
+        # the rows follow from the gate event and the attempts before it
+        self.put(head, (("gate", last.event_id, len(ph.gates)),
+                        partial(gate_table, rows, printable(last.gate))))
 
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
-def gate_table(rows: list[GateRow]) -> Table:
-    table = Table(expand=True, show_edge=False, pad_edge=False)
-    retried = any(len(r.history) > 1 for r in rows)
-    columns = [("", "left"), ("subject", "left"), ("metric", "left"), ("value", "right"),
-               ("needs", "left")] + ([("across attempts", "left")] if retried else [])
-    for name, justify in columns:
-        table.add_column(name, justify=justify,   # type: ignore[arg-type]
-                         no_wrap=name != "subject", min_width=14 if name == "subject" else None,
-                         ratio=2 if name == "subject" else None)
-    for r in rows:
-        mark = Text("ok", style="green") if r.passed else Text("FAIL", style="bold red")
-        if not r.gating:
-            mark = Text("lens", style="dim")
-        trend = " → ".join("—" if v is None else gate_figures(v, r.threshold)[0]
-                           for v in r.history) if len(r.history) > 1 else ""
-        style = "" if r.passed or not r.gating else "red"
-        value, threshold = gate_figures(r.value, r.threshold)
-        cells: list[RenderableType] = [mark, Text(printable(r.subject)),
-                                       Text(printable(r.metric)), value,
-                                       f"{r.comparison} {threshold}"]
-        table.add_row(*cells, *([trend] if retried else []), style=style)
-    return table
+#: The gate table's columns, left to right; every one is drawn at every width.
+GATE_COLUMNS = ("status", "gate", "subject", "metric", "value", "threshold")
+SUBJECT_MIN = 10              # the subject is shortened to no fewer cells than this
+#: How the gate marks' tones (legend.py) are drawn in a panel's Rich text.
+TONE_STYLE = {"pass": "green", "fail": "bold red", "muted": "dim"}
+
+
+def shorten(text: Text, width: int) -> Text:
+    """`text` in at most `width` cells: a dotted or slashed path first loses the letters of
+    its leading parts ("layers.0.mlp.down_proj" -> "l.0.m.down_proj"), its last part kept
+    whole; what is still too long is cut with an ellipsis, never silently mid-word."""
+    if text.cell_len <= width:
+        return text
+    parts = re.split(r"([./])", text.plain)
+    for i in range(0, len(parts) - 1, 2):
+        if len(parts[i]) > 1:
+            parts[i] = parts[i][0]
+            if Text("".join(parts)).cell_len <= width:
+                return Text("".join(parts), style=text.style)
+    shown = Text("".join(parts), style=text.style)
+    shown.truncate(width, overflow="ellipsis")
+    return shown
+
+
+def gate_table(rows: list[GateRow], gate: str, width: int) -> RenderableType:
+    """The checks in `width` cells with the six columns of GATE_COLUMNS at any width: the
+    subject (then the gate name, then the metric) is shortened to fit, the values across
+    attempts are a seventh column where there is room, and a check's message is a line
+    under its row, wrapped across the columns after the status (a Rich table has no cell
+    that spans a row, so the columns are laid out here, at widths fixed for the panel)."""
+    cells = [gate_cells(r, gate) for r in rows]
+    widths = [max(len(name), *(c[i].cell_len for c in cells))
+              for i, name in enumerate(GATE_COLUMNS)]
+    over = sum(widths) + len(widths) - 1 - width
+    for i, floor in ((2, SUBJECT_MIN), (1, 4), (3, 6)):   # subject, then gate, then metric
+        cut = min(max(0, over), max(0, widths[i] - floor))
+        widths[i] -= cut
+        over -= cut
+    trends = [trend_text(r) for r in rows]
+    trend_width = max(len("across attempts"), *(t.cell_len for t in trends))
+    show_trend = any(trends) and sum(widths) + len(widths) + trend_width <= width
+
+    def line(row: list[Text], trend: Text | None, style: str = "") -> RenderableType:
+        """One row at the columns' widths, so that the rows line up: one line of text, or
+        where a failing check's subject has words to wrap, a grid in which it wraps under
+        itself (a word longer than the column ends in an ellipsis, Rich's overflow)."""
+        if style and " " in row[2].plain and row[2].cell_len > widths[2]:
+            grid = Table.grid(padding=(0, 1, 0, 0))
+            for i, w in enumerate(widths):
+                grid.add_column(width=w, justify="right" if i in RIGHT else "left",
+                                no_wrap=i != 2, overflow="ellipsis")
+            if trend is not None:
+                grid.add_column(no_wrap=True)
+            grid.add_row(*(c if i == 2 else shorten(c, w) for i, (c, w)
+                           in enumerate(zip(row, widths, strict=True))),
+                         *([trend] if trend is not None else []), style=style)
+            return grid
+        out = Text(style=style, no_wrap=True, overflow="ellipsis")
+        for i, (cell, w) in enumerate(zip(row, widths, strict=True)):
+            cell = shorten(cell, w)
+            pad = " " * (w - cell.cell_len)
+            out.append_text(Text(pad) + cell if i in RIGHT else cell + Text(pad))
+            out.append(" ")
+        if trend is not None:
+            out.append_text(trend)
+        out.rstrip()
+        return out
+
+    lines: list[RenderableType] = [
+        line([Text(n, style="bold underline") for n in GATE_COLUMNS],
+             Text("across attempts", style="bold underline") if show_trend else None)]
+    for r, row, trend in zip(rows, cells, trends, strict=True):
+        lines.append(line(row, trend if show_trend else None,
+                          "" if r.passed or not r.gating else "red"))
+        if r.message:
+            lines.append(Padding(Text(f"↳ {one_line(r.message)}",
+                                      style="" if r.passed else "red"),
+                                 (0, 0, 0, widths[0] + 1)))
+    return Group(*lines)
+
+
+class GateTable:
+    """`gate_table` laid out at whatever width Rich gives it (a dialog's Static)."""
+
+    def __init__(self, rows: list[GateRow], gate: str) -> None:
+        self.rows, self.gate = rows, gate
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield gate_table(self.rows, self.gate, options.max_width)
+
+
+#: The right-aligned columns (value, threshold): figures line up on their last digit.
+RIGHT = (4, 5)
+
+
+def gate_cells(r: GateRow, gate: str) -> list[Text]:
+    mark = gate_mark(r.passed, r.gating)
+    value, threshold = gate_figures(r.value, r.threshold)
+    return [Text(mark.glyph, style=TONE_STYLE[mark.tone]), Text(gate), Text(printable(r.subject)),
+            Text(printable(r.metric)), Text(value), Text(f"{r.comparison} {threshold}")]
+
+
+def trend_text(r: GateRow) -> Text:
+    if len(r.history) <= 1:
+        return Text("")
+    return Text(" → ".join("—" if v is None else gate_figures(v, r.threshold)[0]
+                           for v in r.history))
 
 
 class PerformancePanel(Panel):

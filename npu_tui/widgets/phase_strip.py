@@ -11,24 +11,21 @@ from textual.widgets import Static
 from npu_deploy.events import PHASE_NAMES, DeploymentState
 from npu_deploy.events.describe import time_split
 
+from ..legend import phase_glyph
+
 SHORT = ("oracle", "kernels", "block", "model", "prefill", "decode", "finalize", "evaluator")
-STATE_GLYPH = {"pending": "·", "working": "…", "gating": "⊨", "passed": "✓?",
-               "failed": "✗", "awaiting_human": "?", "debugging": "⚑",
-               "exited:passed": "✓", "exited:needs_human": "✋", "exited:failed": "✗"}
 
 
 def phase_cells(state: DeploymentState) -> list[tuple[str, str, str]]:
     """Per phase: its label, its detail line, and a style name."""
     out = []
     for ph in state.phases:
-        glyph = STATE_GLYPH.get(ph.status, ph.status)
-        style = {"exited:passed": "pass", "failed": "fail", "debugging": "fail",
-                 "exited:needs_human": "fail", "awaiting_human": "human",
-                 "pending": "muted"}.get(ph.status, "active")
+        glyph = phase_glyph(ph.status)
+        style = glyph.tone
         if state.current_phase == ph.phase and style == "muted":
             style = "active"
         own = ph.work_time_s          # a person's reading time never makes a phase look slow
-        detail = f"{glyph} a{ph.attempts}" + (f" {own:.1f}s" if own else "")
+        detail = f"{glyph.glyph} a{ph.attempts}" + (f" {own:.1f}s" if own else "")
         out.append((f"{ph.phase} {SHORT[ph.phase]}", detail if ph.attempts else "·", style))
     return out
 

@@ -12,12 +12,11 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
+from ..legend import SCRUBBER_CURSOR, SCRUBBER_MARKS
 from ..messages import Seek
 from ..timeline import RunTimeline
 
-MARK_GLYPH = {"gate_fail": "✗", "decision": "◆", "checkpoint": "?", "debug": "⚑",
-              "finished": "■", "error": "!"}
-MARK_PRIORITY = ("gate_fail", "error", "decision", "debug", "checkpoint", "finished")
+MARK_PRIORITY = tuple(SCRUBBER_MARKS)
 
 
 class Scrubber(Widget):
@@ -78,18 +77,22 @@ class Scrubber(Widget):
         return self._strip(bands, width)
 
     def _marks_line(self, width: int) -> Strip:
-        marks = [" "] * width
-        rank = [len(MARK_PRIORITY)] * width
+        marks: list[str | None] = [None] * width          # the kind shown at each column
         for m in self.timeline.marks:
-            if m.kind not in MARK_GLYPH:
+            if m.kind not in SCRUBBER_MARKS:
                 continue
-            col, r = self._column(m.version, width), MARK_PRIORITY.index(m.kind)
-            if r < rank[col]:
-                marks[col], rank[col] = MARK_GLYPH[m.kind], r
+            col = self._column(m.version, width)
+            shown = marks[col]
+            if shown is None or MARK_PRIORITY.index(m.kind) < MARK_PRIORITY.index(shown):
+                marks[col] = m.kind
         line = Text()
-        for ch in marks:
-            tone = "fail" if ch in "✗!" else "decision" if ch != " " else "muted"
-            line.append(ch, style=self._style(tone))
+        for kind in marks:
+            if kind is None:
+                line.append(" ", style=self._style("muted"))
+            else:
+                mark = SCRUBBER_MARKS[kind]
+                line.append(mark.glyph,
+                            style=self._style("fail" if mark.tone == "fail" else "decision"))
         return self._strip(line, width)
 
     def _cursor_line(self, width: int) -> Strip:
@@ -97,12 +100,13 @@ class Scrubber(Widget):
         line = Text(" " * width)
         if head:
             col = self._column(self.cursor, width)
-            line = Text(" " * col + "▲", style=self._style("cursor"))
+            line = Text(" " * col + SCRUBBER_CURSOR.glyph, style=self._style("cursor"))
             info = f" v{self.cursor}/{head}"
             if col + 1 + len(info) <= width:
                 line.append(info, style=self._style("muted"))
             else:
-                line = Text(" " * max(0, col - len(info)) + info.strip() + " ▲",
+                line = Text(" " * max(0, col - len(info)) + info.strip() + " " +
+                            SCRUBBER_CURSOR.glyph,
                             style=self._style("cursor"))
         return self._strip(line, width)
 

@@ -24,6 +24,12 @@ INSTRUCTION = f"[b]fix[/b] it [/] {ESC}now"
 LONG = "fix the tile " * 8000            # 104 KB of instruction
 
 
+@pytest.fixture(autouse=True)
+def _gates_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake pipeline's gates all pass (FAKE_FAIL names none)."""
+    monkeypatch.setenv("FAKE_FAIL", "")
+
+
 def digest(db: Path) -> str:
     """sha256 of the store's bytes, after its write-ahead log is folded into the file (a
     command's connection may still be open in this process, and keep an empty log)."""
@@ -75,7 +81,6 @@ def stopped(db: Path, reason: str, model: str = MODEL) -> None:
                      before="MarkupError traceback (closing tag '[/]' has nothing to close); "
                             "every later `runs` on that store crashed the same way")
 def test_runs_lists_a_model_name_with_markup_as_written(cli, tmp_path, monkeypatch):
-    monkeypatch.setenv("FAKE_FAIL", "")
     db = tmp_path / "runs.db"
     redirected(db)
     listed = cli("--db", db, "runs")
@@ -89,7 +94,6 @@ def test_runs_lists_a_model_name_with_markup_as_written(cli, tmp_path, monkeypat
                             "instruction's ESC[2J ESC[31m reached the terminal raw: it "
                             "cleared and turned red")
 def test_show_and_resume_show_escapes_and_never_send_them(cli, tmp_path, monkeypatch):
-    monkeypatch.setenv("FAKE_FAIL", "")
     db = tmp_path / "runs.db"
     redirected(db)
     resumed = cli("--db", db, "resume", "r1", "--no-wait")
@@ -108,7 +112,6 @@ def test_show_and_resume_show_escapes_and_never_send_them(cli, tmp_path, monkeyp
                      before="the model name's ESC[2J ESC[31m printed raw in the headless "
                             "deploy's first line")
 def test_the_headless_deploy_shows_a_model_name_as_written(cli, tmp_path, monkeypatch):
-    monkeypatch.setenv("FAKE_FAIL", "")
     db = tmp_path / "runs.db"
     deployed = cli("--db", db, "deploy", MODEL, "--headless", "--auto-approve", "--pipeline",
                    "fake_pipeline:make", "--run-id", "r2")
@@ -121,7 +124,6 @@ def test_the_headless_deploy_shows_a_model_name_as_written(cli, tmp_path, monkey
                      before="`resume` ended with an error of three lines on stderr, the "
                             "reason's ESC[2J sent raw; a 100 KB reason made a 100 KB line")
 def test_an_error_that_quotes_an_agent_is_one_line(cli, tmp_path, monkeypatch):
-    monkeypatch.setenv("FAKE_FAIL", "")
     db = tmp_path / "runs.db"
     stopped(db, f"stuck:\nsee {ESC}\nthe log")
     line = assert_one_error(cli("--db", db, "resume", "r1", "--no-wait"))
@@ -137,7 +139,6 @@ def test_an_error_that_quotes_an_agent_is_one_line(cli, tmp_path, monkeypatch):
                             "390 KB; each took 0.4 s here: the reported 94 s (super-linear) "
                             "did not reproduce at this commit")
 def test_a_long_instruction_is_cut_for_display_and_whole_in_json(cli, tmp_path, monkeypatch):
-    monkeypatch.setenv("FAKE_FAIL", "")
     db = tmp_path / "runs.db"
     redirected(db, model="tiny", instruction=LONG)
     resumed = cli("--db", db, "resume", "r1", "--no-wait")
@@ -168,7 +169,6 @@ async def test_the_tui_shows_text_as_written_cut_and_whole_one_key_away(tmp_path
     from npu_deploy.tui.screens.dialogs import EventDetail, FullText
     from npu_deploy.tui.screens.runs import RunsScreen
 
-    monkeypatch.setenv("FAKE_FAIL", "")
     db = tmp_path / "runs.db"
     reason = f"stuck on [/] and [bold]this {ESC}" + "x" * 10_000
     stopped(db, reason)
@@ -218,7 +218,6 @@ async def test_the_tui_shows_text_as_written_cut_and_whole_one_key_away(tmp_path
                      before="`decide \"\" abort` left an abort for the store's only run: the "
                             "empty prefix matched it")
 def test_an_empty_or_blank_run_reference_matches_nothing(cli, tmp_path, monkeypatch):
-    monkeypatch.setenv("FAKE_FAIL", "")
     db = tmp_path / "runs.db"
     redirected(db, model="tiny", instruction="go on")
     before = digest(db)
@@ -235,7 +234,6 @@ def test_an_empty_or_blank_run_reference_matches_nothing(cli, tmp_path, monkeypa
                      before="`deploy --run-id $'r2\\n'` stored a run whose id ends in a "
                             "newline; `--run-id ''` was taken as no id (a new UUIDv7)")
 def test_a_run_id_is_checked_before_anything_is_stored(cli, tmp_path, monkeypatch):
-    monkeypatch.setenv("FAKE_FAIL", "")
     db = tmp_path / "runs.db"
     redirected(db, model="tiny", instruction="go on")
     before = digest(db)

@@ -20,6 +20,7 @@ from npu_deploy.tui import DeployApp
 from npu_deploy.tui.messages import EventsArrived
 from npu_deploy.tui.screens.decision import DecisionDialog
 from npu_deploy.tui.screens.dialogs import Confirm, ForkDialog, GotoDialog, ResumeConfirm
+from npu_deploy.tui.screens.help import HelpScreen
 from npu_deploy.tui.screens.run import RunScreen
 from npu_deploy.tui.screens.runs import RunsScreen
 from npu_deploy.tui.timeline import EventLine, RunTimeline, row_of
@@ -617,9 +618,10 @@ async def test_help_opens_on_question_mark_and_f1(store, db_path, finished_run):
     app = DeployApp(db_path, run_id=finished_run, live=False)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("question_mark")
-        assert app.screen.query("HelpPanel")
+        assert isinstance(app.screen, HelpScreen)
         await pilot.press("f1")
-        assert not app.screen.query("HelpPanel")
+        await pilot.pause()
+        assert isinstance(app.screen, RunScreen)
 
 
 # --- the commands -------------------------------------------------------------------------------

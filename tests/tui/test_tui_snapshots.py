@@ -42,6 +42,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with EventStore.open(path) as store, tui_runs.deterministic(tui_runs.FakeClock(
             tui_runs.EPOCH - timedelta(days=1))):
         tui_runs.wide_gate_run(store)
+        tui_runs.checker_run(store)
     return path
 
 
@@ -71,11 +72,24 @@ def settle(*keys: str) -> Callable[[Pilot[None]], Awaitable[None]]:
     """A run_before: press `keys`, let the screens settle, stop every cursor blinking."""
     async def run_before(pilot: Pilot[None]) -> None:
         await pilot.pause()
+        await folded(pilot)
         if keys:
             await pilot.press(*keys)
         await pilot.pause()
         still(pilot)
     return run_before
+
+
+async def folded(pilot: Pilot[None]) -> None:
+    """Wait for every event stream's folded view (a worker builds it after the first paint)."""
+    from npu_deploy.tui.widgets.event_stream import EventStream
+
+    for _ in range(200):
+        if all(s.building is None for screen in pilot.app.screen_stack
+               for s in screen.query(EventStream)):
+            return
+        await pilot.pause(0.02)
+    raise AssertionError("the event stream's view was not built")
 
 
 def still(pilot: Pilot[None]) -> None:
@@ -252,7 +266,36 @@ async def test_a_live_run_opens_scrolled_to_its_newest_event(db):
     app = DeployApp(db, run_id="done-pass", live=True)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
+        await folded(pilot)
+        await pilot.pause()
         stream = app.screen.query_one(EventStream)
-        assert stream.cursor == 127 and stream.size.height < 127
+        assert stream.cursor == 127 and stream.size.height < len(stream.view)
         top = stream.scroll_offset.y
-        assert top <= stream.cursor - 1 < top + stream.size.height
+        assert top <= stream.cursor_row < top + stream.size.height
+
+
+# --- the run screen in each state, narrow and wide -------------------------------------------
+
+#: state: (run, whether a conductor holds it). checker-p1's failed gate carries the
+#: constraint checker's finding, shown under its row.
+STATES = {"running": ("work-p1", True), "checkpoint": ("live-p0", True),
+          "needs_human": ("stopped-p2", False), "failed": ("checker-p1", True),
+          "finished": ("done-pass", False)}
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("state", list(STATES))
+def test_run_screen_by_state_and_size(snap_compare, db, hold, state, size):
+    """The run screen live at 80x24 (the stream over the tabs) and 160x48 (side by side):
+    the title with status and verdict, the gates table with its six columns."""
+    run_id, held = STATES[state]
+    if held:
+        hold(run_id)
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        await settle()(pilot)
+        title = str(pilot.app.screen.query_one("#run-title").render())
+        assert title.startswith(run_id) and "verdict" in title
+
+    assert snap_compare(DeployApp(db, run_id=run_id, live=True), terminal_size=size,
+                        run_before=run_before)
