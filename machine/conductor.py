@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from npu_deploy import progress
 from npu_deploy.events import DeploymentState, Event, NewEvent, PhaseState
 from npu_deploy.events.decisions import refusal
 from npu_deploy.events.describe import check_text, evidence_text, failed_metrics, failing_checks
@@ -323,7 +324,8 @@ class Conductor:
                      phase=phase, attempt=attempt, actor=actor, key=key)
         t0 = time.perf_counter()
         try:
-            result = fn()
+            with progress.reporting(self.store.progress_path(self.run_id), call_id, tool):
+                result = fn()
         except expected as e:
             message = f"{type(e).__name__}: {e}"
             self._record(ToolCompleted(call_id=call_id, tool=tool, ok=False,
@@ -528,7 +530,8 @@ class Conductor:
             raise KeyError(f"the pipeline has no gate for phase {k}")
         t0 = time.perf_counter()
         try:
-            result = gate.evaluate(PhaseRun(self, k, attempt, role="gate"))
+            with progress.reporting(self.store.progress_path(self.run_id), str(key), GATE_TOOL):
+                result = gate.evaluate(PhaseRun(self, k, attempt, role="gate"))
         except _Stop:
             return
         self._record(ToolCompleted(call_id=str(key), tool=GATE_TOOL, ok=True,

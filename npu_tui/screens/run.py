@@ -18,6 +18,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
+from npu_deploy import progress
 from npu_deploy.events import PHASE_NAMES, DeploymentState
 from npu_deploy.events import fold as fold_events
 from npu_deploy.events.decisions import open_decisions, refusal, waiting_text
@@ -285,8 +286,9 @@ class RunScreen(Screen[None]):
         self._show_banner()
 
     def show_step(self) -> None:
-        """What loads, or the step in flight at the newest event, with its progress against
-        earlier runs of the same model (a live run only: a replay shows the past)."""
+        """What loads, or the step in flight at the newest event, with what it says it has
+        done and how long it took in earlier runs of the same model (a live run only: a
+        replay shows the past)."""
         widget = self.query_one(StepProgress)
         loading = self.deploy_app.loading.get(self.run_id)
         if loading:
@@ -303,11 +305,16 @@ class RunScreen(Screen[None]):
         # since this screen saw it requested (the stored time may be another clock's)
         seen = self._step_seen.setdefault(call_id, time.monotonic())
         elapsed, estimate = time.monotonic() - seen, self._estimates.get((tool, phase))
-        if (estimate if estimate is not None else elapsed) < LONG_STEP_S:
+        counted = progress.read(self.store.progress_path(self.run_id))
+        if counted is not None and (counted.call_id != call_id or not counted.stages):
+            counted = None                # a step's that has ended, or not counting now
+        if counted is None and (estimate if estimate is not None else elapsed) < LONG_STEP_S:
             widget.show(None)             # not a long step: no bar flickers by
             return
         where = f" (phase {phase})" if phase is not None else ""
-        widget.show(f"{tool}{where}", elapsed_s=elapsed, estimate_s=estimate)
+        widget.show(f"{tool}{where}", elapsed_s=elapsed, estimate_s=estimate,
+                    counts=counted.text() if counted else "",
+                    fraction=counted.fraction() if counted else None)
 
     def _flush(self) -> None:
         if self.playing:
