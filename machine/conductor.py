@@ -682,7 +682,8 @@ def resume(store: EventStore, run_id: str, pipeline: Pipeline, *,
            on_event: Callable[[Event], None] | None = None, adopt: bool = False) -> Conductor:
     """Take the run's lock, fold its log (from the newest valid snapshot), rebuild the
     machine where the run stopped, and record `run.resumed`. The returned conductor goes on
-    with `run()`: it consumes the pending inbox commands first, re-runs an unfinished
+    with `run()`: it consumes the pending inbox commands first (a pending pause before
+    `run.resumed`, which answers it), re-runs an unfinished
     idempotent step under its idempotency key, and stops for a person at a step that was
     started and cannot be repeated. A run this user's key did not anchor (an import from
     another key's store) is refused unless `adopt`."""
@@ -694,6 +695,11 @@ def resume(store: EventStore, run_id: str, pipeline: Pipeline, *,
                            "resume. Fork it (npu-deploy fork RUN --at VERSION) to try again")
         conductor = Conductor(store, writer, pipeline, policy_of(run_config(store, run_id)),
                               on_event)
+        # A pause posted before this resume (the TUI leaves one when it quits mid-step) is
+        # answered by it: recorded as the decision it was, then resumed from, not obeyed
+        # at the first step boundary.
+        conductor._consume_inbox(only=("pause",))
+        s = writer.state
         unfinished = _unfinished_step(store, run_id)
         reason = s.status if s.status in ("paused", "needs_human") else "crashed"
         conductor._record(RunResumed(from_version=s.version, reason=reason,

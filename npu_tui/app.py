@@ -4,6 +4,7 @@ as a `Driver`), or in another one (attach)."""
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import threading
@@ -28,6 +29,7 @@ from .screens.runs import RunsScreen
 #: What a driver calls while it loads (the pipeline, torch, the model) before its conductor's
 #: first event; "" when that is done.
 Loading = Callable[[str], None]
+EXIT_REFUSED = 1             # the app's return code when `deploy` was refused before its run
 
 
 class Driver(Protocol):
@@ -83,6 +85,7 @@ class DeployApp(App[None]):
         self.author = f"{getpass.getuser()}@tui"
         self.driving: set[str] = set()
         self.loading: dict[str, str] = {}     # run id -> what its driver loads now
+        self.refused: str | None = None        # why `deploy` made no run, if it did not
         # run id -> set when its conductor (a worker thread of this process) has returned
         self.conducting: dict[str, threading.Event] = {}
         self.store: EventStore
@@ -185,6 +188,13 @@ class DeployApp(App[None]):
         try:
             outcome = (driver.deploy(run_id, loading) if how == "deploy"
                        else driver.resume(run_id, loading))
+        except ValueError as e:
+            outcome = f"stopped: {type(e).__name__}: {e}"
+            if how == "deploy" and not self._created(run_id):
+                done.set()
+                with contextlib.suppress(RuntimeError):     # the app closed meanwhile
+                    self.call_from_thread(self._refused, run_id, str(e))
+                return
         except Exception as e:  # noqa: BLE001 - shown to the person, recorded by the conductor
             outcome = f"stopped: {type(e).__name__}: {e}"
         finally:
@@ -193,6 +203,18 @@ class DeployApp(App[None]):
             self.call_from_thread(self._driven, run_id, outcome)
         except RuntimeError:              # the app closed meanwhile
             pass
+
+    def _refused(self, run_id: str, why: str) -> None:
+        """`deploy` refused before its run was made (the model, the pipeline): leave with
+        the command line's one-line error, not a screen of a run that does not exist."""
+        self.driving.discard(run_id)
+        self.loading.pop(run_id, None)
+        self.refused = why
+        self.exit(return_code=EXIT_REFUSED)
+
+    def _created(self, run_id: str) -> bool:
+        with EventStore.open(self.store.path, readonly=True) as store:
+            return run_id in store.run_ids()
 
     def _loading(self, run_id: str, what: str) -> None:
         if what:

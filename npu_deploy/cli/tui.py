@@ -17,7 +17,7 @@ from npu_deploy.store import EventStore
 
 from .group import code_version
 from .options import db_option, db_path
-from .output import EXIT_USAGE, fail
+from .output import EXIT_USAGE, fail, say_error
 
 #: After the TUI quits, how long a conductor of this process may take to record the pause
 #: it was left (it looks at its inbox every machine.conductor.POLL_S while it waits).
@@ -130,6 +130,8 @@ def run_app(run_id: str | None, *, live: bool, driver: Any = None,
             run = printable(run)
             click.echo(f"run {run}: quit mid-step; `npu-deploy resume {run}` goes on "
                        "(the step is run again)", err=True)
+    if app.refused is not None:
+        say_error(app.refused)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(app.return_code or 0)
