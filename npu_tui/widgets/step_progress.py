@@ -22,9 +22,6 @@ class StepProgress(Horizontal):
         yield Static(id="step-label")
         yield ProgressBar(total=None, show_eta=False, id="step-bar")
 
-    def on_mount(self) -> None:
-        self.display = False
-
     def show(self, what: str | None, *, elapsed_s: float = 0.0,
              estimate_s: float | None = None, counts: str = "",
              fraction: float | None = None) -> None:
