@@ -91,9 +91,10 @@ class Deployment:
         return Policy(auto_approve=r.auto_approve, pause_at=r.pause_at, budget=r.budget)
 
 
-def checked(request: DeployRequest) -> Deployment:
+def checked(request: DeployRequest, with_model: bool = True) -> Deployment:
     """The pipeline and config of `request`, or Refused with every problem in it. Nothing is
-    stored: this runs before any run is created."""
+    stored: this runs before any run is created. Without `with_model` the model is left to
+    `check_model` later (the TUI checks it in a worker, after its first frame)."""
     problems: list[Problem] = []
 
     def attempt(check: Callable[[], T]) -> T | None:
@@ -109,13 +110,18 @@ def checked(request: DeployRequest) -> Deployment:
                                            request.agent_budget))
     pipeline = request.pipeline or (CLAUDE_PIPELINE if request.agent == "claude"
                                     else DEFAULT_PIPELINE)
-    if pipeline in (DEFAULT_PIPELINE, CLAUDE_PIPELINE):   # another pipeline brings its model
+    if with_model and checks_model(pipeline):
         attempt(lambda: check_model(request.model))
     if problems:
         raise Refused(problems)
     config = {"pipeline": pipeline, "seq_len": request.seq_len, "steps": request.steps,
               "fault": request.seed_fault, **({"claude": claude} if claude else {}), **(npu or {})}
     return Deployment(request, pipeline, config)
+
+
+def checks_model(pipeline: str) -> bool:
+    """The bundled pipelines deploy the model the run names; another brings its own."""
+    return pipeline in (DEFAULT_PIPELINE, CLAUDE_PIPELINE)
 
 
 def check_seq_len(value: int | str) -> int:

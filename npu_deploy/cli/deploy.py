@@ -175,12 +175,14 @@ def deploy_cmd(model: str, headless: bool, auto_approve: bool, pause_at: str, bu
         pipeline=pipeline_spec, claude_model=claude_model, agent_budget=agent_budget,
         seed_fault=seed_fault, air_objects=None if air_objects is None else str(air_objects),
         repeats=repeats)
-    deployment = _needs(checked, request)          # before anything is stored
-    pipeline = load_pipeline_or_fail(deployment.pipeline)
+    # before anything is stored; in the TUI the model is checked (and the pipeline loaded)
+    # by its conductor's worker after the first frame: they import torch, seconds
+    deployment = _needs(checked, request, headless)
     policy, config = deployment.policy(), deployment.config
     if not headless:
         _deploy_in_tui(model, policy, deployment.pipeline, config, run_id)
         return
+    pipeline = load_pipeline_or_fail(deployment.pipeline)
     out = console()
     store = EventStore.open(db_path())
     conductor = Conductor.start(store, pipeline, policy, model=model, backend=backend,
