@@ -195,10 +195,10 @@ class DeployApp(App[None]):
         done = self.conducting[run_id]
 
         def loading(what: str) -> None:
-            try:
+            # What the screen does with it never stops the deployment: the app may have
+            # closed meanwhile, or its screen not be mounted yet.
+            with contextlib.suppress(Exception):
                 self.call_from_thread(self._loading, run_id, what)
-            except RuntimeError:          # the app closed meanwhile: nobody to tell
-                pass
 
         try:
             outcome = (driver.deploy(run_id, loading) if how == "deploy"
