@@ -1,5 +1,5 @@
 """The runs screen: every run in the store, a preview of the selected one, and the ways in:
-open (replay), attach live, resume, fork, filter."""
+open (replay), attach live, resume, fork, filter, and a new deployment."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from ..timeline import unfinished_step
 from ..widgets.phase_strip import SHORT
 
 if TYPE_CHECKING:
-    from ..app import DeployApp
+    from ..app import DeployApp, Driver
 
 COLUMNS = ("run", "model", "started (UTC)", "phase", "status", "verdict", "tokens", "cost",
            "events")
@@ -39,6 +39,7 @@ class RunsScreen(Screen[None]):
         Binding("a", "attach", "Attach live", id="runs.attach"),
         Binding("r", "resume", "Resume", id="runs.resume"),
         Binding("k", "fork", "Fork", id="runs.fork"),
+        Binding("n", "new", "New deployment", id="runs.new"),
         Binding("slash", "filter", "Filter", id="runs.filter"),
         Binding("escape", "clear_filter", "Clear filter", show=False, id="runs.clear_filter"),
     ]
@@ -119,8 +120,8 @@ class RunsScreen(Screen[None]):
         preview = self.query_one("#preview", Static)
         run_id = self.selected()
         if run_id is None:
-            preview.update(Text("No runs yet: `npu-deploy deploy MODEL` starts one.",
-                                style="dim"))
+            preview.update(Text("No runs yet: n here, or `npu-deploy deploy MODEL`, starts "
+                                "one.", style="dim"))
             return
         store = self.deploy_app.store
         s = store.fold(run_id)
@@ -211,6 +212,23 @@ class RunsScreen(Screen[None]):
 
         app.push_screen(ForkDialog(run_id, head, head), go)
 
+    def action_new(self) -> None:
+        """The new-deployment form; the run it starts runs in this process, as `npu-deploy
+        deploy MODEL` without --headless, and its screen opens live."""
+        from .new_deployment import NewDeployment
+
+        app = self.deploy_app
+        if app.driver is None:
+            self.notify("this TUI has no deployment driver; run `npu-deploy deploy MODEL`",
+                        severity="error")
+            return
+
+        def go(driver: Driver | None) -> None:
+            if driver is not None:
+                app.drive_deploy(driver)
+
+        app.push_screen(NewDeployment(app.driver), go)
+
     def action_filter(self) -> None:
         box = self.query_one("#runs-filter", Input)
         box.display = True
@@ -226,7 +244,10 @@ class RunsScreen(Screen[None]):
         self.query_one(DataTable).focus()
 
     def commands(self) -> Iterable[SystemCommand]:
-        """The palette's commands for the selected run."""
+        """The palette's commands: a new deployment, and those for the selected run."""
+        if self.deploy_app.driver is not None:
+            yield SystemCommand("New deployment", "deploy a model as a new run, here",
+                                self.action_new)
         run_id = self.selected()
         if run_id is None:
             return

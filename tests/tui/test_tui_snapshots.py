@@ -108,6 +108,26 @@ def test_runs_screen(snap_compare, db, hold):
     assert snap_compare(DeployApp(db), terminal_size=SIZE, run_before=settle())
 
 
+def test_new_deployment_form_refuses_a_seq_len(snap_compare, db, hold):
+    """The new-deployment form (`n`) over the run browser at 80x24: a tiny model on the
+    emulator (its times MODELED), seq-len 4 typed and refused under the field in the words
+    `deploy --seq-len` uses; nothing is stored until Deploy passes every check."""
+    from npu_deploy.cli.tui import ConductorDriver
+
+    hold("work-p1")
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        await settle("n")(pilot)
+        box = pilot.app.screen.query_one("#seq-len", Input)
+        box.value = ""
+        box.focus()
+        await pilot.press("4")
+        await pilot.pause()
+        still(pilot)
+    assert snap_compare(DeployApp(db, driver=ConductorDriver(db)), terminal_size=(80, 24),
+                        run_before=run_before)
+
+
 # --- a live run ----------------------------------------------------------------------------
 
 def test_live_run_mid_phase(snap_compare, db, hold):
