@@ -1,0 +1,179 @@
+"""Colours come from the theme: every cell the TUI draws takes its colours from Textual's
+theme variables, so the built-in themes (textual-dark, textual-light, ...) and a change of
+theme from the command palette recolour everything, and what the tones mean stays readable.
+
+How "from the theme" is checked, on the drawn screen and not on the source: each view is
+drawn twice, under a theme and under a copy of it whose every colour is moved a little. A
+cell whose colour stays the same was not derived from the theme: a named colour ("red"),
+a hex code, or no colour at all (the terminal's default, which a light theme on a dark
+terminal cannot read).
+
+The runs are tests/tui_runs.py's: the real conductor and the fake pipeline under a fake
+clock, so a view is the same cells in both drawings."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import tui_runs
+from rich.color import Color as RichColor
+from textual.color import Color
+from textual.pilot import Pilot
+from textual.scrollbar import ScrollBar, ScrollBarCorner
+from textual.theme import BUILTIN_THEMES, Theme
+from textual.widgets import TabbedContent
+
+from npu_deploy.tui import DeployApp
+
+SIZE = (120, 40)
+#: The colours a Theme declares; the ones it leaves out Textual derives.
+THEME_COLOURS = ("primary", "secondary", "warning", "error", "success", "accent",
+                 "foreground", "background", "surface", "panel", "boost")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("tui-theme") / "runs.db"
+    ids = tui_runs.build_store(path, tui_runs.finished_run, tui_runs.stopped_run,
+                               tui_runs.failed_gate_run, tui_runs.checkpoint_run)
+    assert ids == ["done-pass", "stopped-p2", "debug-p1", "live-p0"]
+    return path
+
+
+@pytest.fixture
+def db(built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    path = tmp_path / "runs.db"
+    path.write_bytes(built.read_bytes())
+    monkeypatch.setenv("NPU_DEPLOY_KEYMAP", str(tmp_path / "no-keymap.toml"))
+    monkeypatch.delenv("NPU_DEPLOY_THEME", raising=False)
+    yield path
+
+
+def resolved(theme: Theme) -> Theme:
+    """`theme` with every colour it leaves to Textual written out, so that a copy can move
+    them all (textual-dark leaves its background to Textual's default, for one)."""
+    made = theme.to_color_system().generate()
+    return dataclasses.replace(theme, name=f"{theme.name}-resolved",
+                               **{c: made[c] for c in THEME_COLOURS})
+
+
+def moved(theme: Theme, step: int = 10) -> Theme:
+    """`resolved(theme)` with every colour moved by `step` in each channel (down, or up for a
+    channel too dark to go down), so that whatever Textual derives from them (blends,
+    lightened and darkened shades, the contrast text) moves too."""
+    def move(value: str | None) -> str | None:
+        if value is None:
+            return None
+        c = Color.parse(value)
+        r, g, b = (v - step if v >= step else v + step for v in (c.r, c.g, c.b))
+        return Color(r, g, b, c.a).hex
+    base = resolved(theme)
+    return dataclasses.replace(base, name=f"{theme.name}-moved",
+                               **{c: move(getattr(base, c)) for c in THEME_COLOURS})
+
+
+Cell = tuple[int, int, str, RichColor | None, RichColor | None, str]
+
+
+def drawn_cells(app: DeployApp) -> list[Cell]:
+    """Every cell of the screen as the terminal receives it (after Textual's filters, which
+    turn named ANSI colours into the app's ANSI theme's): x, y, character, foreground,
+    background, and the class of the widget it belongs to."""
+    update = app.screen._compositor.render_full_update()
+    cells: list[Cell] = []
+    for y, chops in enumerate(update.strips):
+        x = 0
+        for strip in chops:
+            for segment in strip:
+                style = segment.style
+                for ch in segment.text:
+                    widget, _ = app.screen.get_widget_at(x, y)
+                    cells.append((x, y, ch, style.color if style else None,
+                                  style.bgcolor if style else None, type(widget).__name__))
+                    x += 1
+    return cells
+
+
+async def tab(pilot: Pilot[None], pane: str) -> None:
+    pilot.app.screen.query_one(TabbedContent).active = pane
+    await pilot.pause()
+
+
+#: view: (run or None for the run browser, live, what to do before looking)
+VIEWS = {
+    "run-checkpoint": ("live-p0", True, ()),
+    "run-gates-failed": ("debug-p1", True, ()),
+    "run-performance": ("done-pass", True, ("tab-perf",)),
+    "run-agent": ("done-pass", True, ("tab-agent",)),
+    "run-plan": ("done-pass", True, ("tab-plan",)),
+    "help": ("live-p0", True, ("?",)),
+    "decide-proposal": ("debug-p1", True, ("d",)),
+    "decide-stopped": ("stopped-p2", True, ("d",)),
+    "event-details": ("live-p0", True, ("enter",)),
+    "runs": (None, True, ()),
+}
+
+
+async def draw(db: Path, view: str, theme: Theme) -> list[Cell]:
+    run_id, live, steps = VIEWS[view]
+    app = DeployApp(db, run_id=run_id, live=live)
+    app.register_theme(theme)
+    app.theme = theme.name
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await settled(pilot)
+        for step in steps:
+            if step.startswith("tab-"):
+                await tab(pilot, step)
+            else:
+                await pilot.press(step)
+            await pilot.pause()
+        await settled(pilot)
+        return drawn_cells(app)
+
+
+async def settled(pilot: Pilot[None]) -> None:
+    """The event stream's folded view built (a worker builds it after the first paint)."""
+    from npu_deploy.tui.widgets.event_stream import EventStream
+
+    for _ in range(200):
+        if all(s.building is None for screen in pilot.app.screen_stack
+               for s in screen.query(EventStream)):
+            await pilot.pause()
+            return
+        await pilot.pause(0.02)
+    raise AssertionError("the event stream's view was not built")
+
+
+def not_from_theme(a: list[Cell], b: list[Cell]) -> list[str]:
+    """The runs of cells whose colour did not move with the theme: a character's foreground,
+    any cell's background. Textual's own scrollbars are left out: their background is
+    $background-darken-1, black on a dark theme before and after the move."""
+    assert [c[:3] for c in a] == [c[:3] for c in b], "the two drawings differ in their text"
+    stuck: list[str] = []
+    for (x, y, ch, fg, bg, widget), (_, _, _, fg2, bg2, _) in zip(a, b, strict=True):
+        if widget in (ScrollBar.__name__, ScrollBarCorner.__name__):
+            continue
+        if (ch.strip() and (fg is None or fg == fg2)) or bg is None or bg == bg2:
+            what = f"{widget} row {y}: fg {fg and fg.name} bg {bg and bg.name}"
+            if stuck and stuck[-1].startswith(what):
+                stuck[-1] += ch
+            else:
+                stuck.append(f"{what}: {ch}")
+    return stuck
+
+
+@pytest.mark.parametrize("theme", ["textual-dark", "textual-light"])
+@pytest.mark.parametrize("view", list(VIEWS))
+async def test_every_colour_comes_from_the_theme(db, view, theme):
+    """Every character's colour and every cell's background on the run screen (each tab),
+    help, the decide dialog, an event's details and the run browser move when the theme's
+    colours move: none is a named colour, a hex code or the terminal's default."""
+    base = BUILTIN_THEMES[theme]
+    before = await draw(db, view, resolved(base))
+    after = await draw(db, view, moved(base))
+    stuck = not_from_theme(before, after)
+    assert not stuck, "colours not from the theme:\n" + "\n".join(stuck)
