@@ -174,6 +174,9 @@ class RunScreen(Screen[None]):
         stream.set_cursor(self.cursor)
         stream.focus()
         self.update_all()
+        # a theme change: every panel drawn again in its colours (the widgets drop what they
+        # kept laid out in their notify_style_update; the signal comes after the new CSS)
+        self.app.theme_changed_signal.subscribe(self, lambda _theme: self.update_all())
         self.set_interval(LIVE_S, self._show_live)
         self.set_interval(REPAINT_S, self._flush)
         self.set_interval(FREEZE_S, self._freeze_grown)

@@ -8,11 +8,12 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.padding import Padding
 from rich.segment import Segment
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 from textual.geometry import Size
@@ -20,9 +21,9 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
-from npu_deploy.events.describe import describe, gate_figures, one_line, printable
+from npu_deploy.events.describe import describe, gate_figures, one_line, printable, tone_of
 
-from ..legend import gate_mark
+from ..legend import PLAIN_TONES, TONE_CLASSES, gate_mark, tone_styles
 from ..timeline import GateRow, gate_rows
 
 LAYER_PREFIX = re.compile(r"^L\d+\.")
@@ -46,6 +47,8 @@ Line = list[Segment]
 #: What `Panel.put` shows: a renderable, or (key, build) whose lines are kept under the key;
 #: build(width) returns a renderable or the lines themselves.
 Part = RenderableType | tuple[Hashable, Callable[[int], RenderableType | list[Line]]]
+#: The tones' styles (legend.py), as `tone_styles` reads them from a widget's theme.
+Tones = dict[str, Style]
 
 
 def any_width(build: Callable[[], RenderableType]) -> Callable[[int], RenderableType]:
@@ -59,6 +62,7 @@ class Panel(ScrollView, can_focus=True):
     never a relayout of the screen (a Static in an auto-height container costs both)."""
 
     CACHED_PARTS = 96
+    COMPONENT_CLASSES: ClassVar[set[str]] = set(TONE_CLASSES)
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -82,6 +86,12 @@ class Panel(ScrollView, can_focus=True):
     def notify_style_update(self) -> None:
         self._cache.clear()           # a theme change: the kept lines have the old colours
         super().notify_style_update()
+
+    @property
+    def tones(self) -> Tones:
+        """The tones in the theme's colours now; the screen shows its panels again after a
+        theme change (RunScreen, `theme_changed_signal`)."""
+        return tone_styles(self)
 
     def _lay_out(self) -> None:
         self._width = width = self.scrollable_content_region.width
@@ -142,25 +152,27 @@ class GatesPanel(Panel):
 
     def show(self, state: DeploymentState, phase: int | None) -> None:
         if phase is None:
-            self.put(Text("No phase has started yet.", style="dim"))
+            self.put(Text("No phase has started yet.", style=self.tones["muted"]))
             return
         ph = state.phases[phase]
         if not ph.gates:
             self.put(Text(f"Phase {phase} ({PHASE_NAMES[phase]}): no gate evaluated yet "
-                          f"(attempt {ph.attempts}, {ph.status}).", style="dim"))
+                          f"(attempt {ph.attempts}, {ph.status}).", style=self.tones["muted"]))
             return
         last = ph.gates[-1]
         rows = gate_rows(ph.gates)
         failed = [r for r in rows if r.gating and not r.passed]
+        tones = self.tones
         head = Text.assemble(
             (f"Phase {phase} ({PHASE_NAMES[phase]}) gate ", "bold"),
             (printable(last.gate), "bold"), (": ", "bold"),
-            ("PASS" if last.passed else "FAIL", "bold green" if last.passed else "bold red"),
+            ("PASS", tones["pass"] + Style(bold=True)) if last.passed else
+            ("FAIL", tones["fail"] + Style(bold=True)),
             f"  attempt {last.attempt}, {plural(len(rows), 'check')}, "
             f"{len(failed)} gating failing")
         # the rows follow from the gate event and the attempts before it
         self.put(head, (("gate", last.event_id, len(ph.gates)),
-                        partial(gate_table, rows, printable(last.gate))))
+                        partial(gate_table, rows, printable(last.gate), tones)))
 
 
 def plural(n: int, word: str) -> str:
@@ -170,8 +182,6 @@ def plural(n: int, word: str) -> str:
 #: The gate table's columns, left to right; every one is drawn at every width.
 GATE_COLUMNS = ("status", "gate", "subject", "metric", "value", "threshold")
 SUBJECT_MIN = 10              # the subject is shortened to no fewer cells than this
-#: How the gate marks' tones (legend.py) are drawn in a panel's Rich text.
-TONE_STYLE = {"pass": "green", "fail": "bold red", "muted": "dim"}
 
 
 def shorten(text: Text, width: int) -> Text:
@@ -191,13 +201,13 @@ def shorten(text: Text, width: int) -> Text:
     return shown
 
 
-def gate_table(rows: list[GateRow], gate: str, width: int) -> RenderableType:
+def gate_table(rows: list[GateRow], gate: str, tones: Tones, width: int) -> RenderableType:
     """The checks in `width` cells with the six columns of GATE_COLUMNS at any width: the
     subject (then the gate name, then the metric) is shortened to fit, the values across
     attempts are a seventh column where there is room, and a check's message is a line
     under its row, wrapped across the columns after the status (a Rich table has no cell
     that spans a row, so the columns are laid out here, at widths fixed for the panel)."""
-    cells = [gate_cells(r, gate) for r in rows]
+    cells = [gate_cells(r, gate, tones) for r in rows]
     widths = [max(len(name), *(c[i].cell_len for c in cells))
               for i, name in enumerate(GATE_COLUMNS)]
     over = sum(widths) + len(widths) - 1 - width
@@ -209,7 +219,7 @@ def gate_table(rows: list[GateRow], gate: str, width: int) -> RenderableType:
     trend_width = max(len("across attempts"), *(t.cell_len for t in trends))
     show_trend = any(trends) and sum(widths) + len(widths) + trend_width <= width
 
-    def line(row: list[Text], trend: Text | None, style: str = "") -> RenderableType:
+    def line(row: list[Text], trend: Text | None, style: Style | str = "") -> RenderableType:
         """One row at the columns' widths, so that the rows line up: one line of text, or
         where a failing check's subject has words to wrap, a grid in which it wraps under
         itself (a word longer than the column ends in an ellipsis, Rich's overflow)."""
@@ -240,32 +250,34 @@ def gate_table(rows: list[GateRow], gate: str, width: int) -> RenderableType:
              Text("across attempts", style="bold underline") if show_trend else None)]
     for r, row, trend in zip(rows, cells, trends, strict=True):
         lines.append(line(row, trend if show_trend else None,
-                          "" if r.passed or not r.gating else "red"))
+                          "" if r.passed or not r.gating else tones["fail"]))
         if r.message:
             lines.append(Padding(Text(f"↳ {one_line(r.message)}",
-                                      style="" if r.passed else "red"),
+                                      style="" if r.passed else tones["fail"]),
                                  (0, 0, 0, widths[0] + 1)))
     return Group(*lines)
 
 
 class GateTable:
-    """`gate_table` laid out at whatever width Rich gives it (a dialog's Static)."""
+    """`gate_table` laid out at whatever width Rich gives it (a dialog's Static), in the
+    tones `tones()` gives when it is drawn (a widget's theme now; no colour by default)."""
 
-    def __init__(self, rows: list[GateRow], gate: str) -> None:
-        self.rows, self.gate = rows, gate
+    def __init__(self, rows: list[GateRow], gate: str,
+                 tones: Callable[[], Tones] = lambda: PLAIN_TONES) -> None:
+        self.rows, self.gate, self.tones = rows, gate, tones
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield gate_table(self.rows, self.gate, options.max_width)
+        yield gate_table(self.rows, self.gate, self.tones(), options.max_width)
 
 
 #: The right-aligned columns (value, threshold): figures line up on their last digit.
 RIGHT = (4, 5)
 
 
-def gate_cells(r: GateRow, gate: str) -> list[Text]:
+def gate_cells(r: GateRow, gate: str, tones: Tones) -> list[Text]:
     mark = gate_mark(r.passed, r.gating)
     value, threshold = gate_figures(r.value, r.threshold)
-    return [Text(mark.glyph, style=TONE_STYLE[mark.tone]), Text(gate), Text(printable(r.subject)),
+    return [Text(mark.glyph, style=tones[mark.tone]), Text(gate), Text(printable(r.subject)),
             Text(printable(r.metric)), Text(value), Text(f"{r.comparison} {threshold}")]
 
 
@@ -283,8 +295,10 @@ class PerformancePanel(Panel):
     def show(self, profiles: dict[str, Event], report: dict[str, Any] | None,
              report_ref: str | None = None) -> None:
         if not profiles and not report:
-            self.put(Text("No profile recorded yet (phases 4 and 5 record them).", style="dim"))
+            self.put(Text("No profile recorded yet (phases 4 and 5 record them).",
+                          style=self.tones["muted"]))
             return
+        tones = self.tones
         parts: list[Part] = []
         prefill, decode = profiles.get("prefill"), profiles.get("decode")
         summary = Table.grid(padding=(0, 2))
@@ -302,11 +316,11 @@ class PerformancePanel(Panel):
             parts.append((("kernels", e.run_version), any_width(partial(kernel_table, scope, e))))
             parts.append((("profile", e.run_version), any_width(partial(profile_table, scope, e))))
         if report:
-            parts.append((("roofline", report_ref), any_width(partial(roofline, report)))
-                         if report_ref else roofline(report))
+            parts.append((("roofline", report_ref), any_width(partial(roofline, report, tones)))
+                         if report_ref else roofline(report, tones))
         else:
             parts.append(Text("The roofline appears when phase 6 writes the report.",
-                              style="dim"))
+                              style=tones["muted"]))
         self.put(*parts)
 
 
@@ -351,14 +365,15 @@ def profile_table(scope: str, e: Event, top: int = 12) -> Table:
     return table
 
 
-def roofline(report: dict[str, Any], width: int = 60, height: int = 12) -> RenderableType:
+def roofline(report: dict[str, Any], tones: Tones, width: int = 60, height: int = 12
+             ) -> RenderableType:
     """A log-log text roofline of the deployed prefill's launches (the report's data)."""
     peak, bw = float(report["peak_flops"]), float(report["ddr_bw"])
     points = [(k["flops"] / k["bytes"], k["flops"] / k["seconds"]) for k in report["kernels"]
               if k["bytes"] and k["seconds"] and k["flops"]]
     source = SOURCE_LABEL.get(report.get("time_source", ""), report.get("time_source", ""))
     if not points:
-        return Text(f"roofline: no kernel points ({source})", style="dim")
+        return Text(f"roofline: no kernel points ({source})", style=tones["muted"])
     xs = [math.log10(x) for x, _ in points]
     x_lo, x_hi = min(xs + [math.log10(peak / bw)]) - 0.5, max(xs + [math.log10(peak / bw)]) + 0.5
     y_hi = math.log10(peak) + 0.2
@@ -384,7 +399,7 @@ def roofline(report: dict[str, Any], width: int = 60, height: int = 12) -> Rende
     for row in grid:
         text.append("".join(row) + "\n")
     text.append(f"x: FLOP/byte 10^{x_lo:.1f}..10^{x_hi:.1f}   y: FLOP/s 10^{y_lo:.1f}.."
-                f"10^{y_hi:.1f}", style="dim")
+                f"10^{y_hi:.1f}", style=tones["muted"])
     return text
 
 
@@ -401,38 +416,41 @@ class AgentPanel(Panel):
                                  f"{t.cache_write_tokens:,}  ",
             ("cost ", "bold"), f"${t.cost_usd:.4f}  ",
             ("tool calls ", "bold"), f"{t.tool_calls}  ", ("errors ", "bold"), f"{t.errors}")
+        tones = self.tones
         rows: list[Part] = [(("agent", e.run_version),
-                             partial(transcript_lines, e, self.app.console, self.rich_style))
+                             partial(transcript_lines, e, tones, self.app.console,
+                                     self.rich_style))
                             for e in transcript]
-        self.put(totals, *(rows or [Text("nothing yet", style="dim")]))
+        self.put(totals, *(rows or [Text("nothing yet", style=tones["muted"])]))
 
 
 TRANSCRIPT_INDENT = 8 + 16           # the version and the type
-TRANSCRIPT_STYLE = {"agent.message": "", "model.called": "magenta", "error": "red",
-                    "tool.requested": "cyan", "tool.completed": "cyan dim"}
 
 
-def transcript_row(e: Event) -> Text:
+def transcript_row(e: Event, tones: Tones) -> Text:
     """One event of the transcript: its version and type, then what it says, wrapped under
-    itself. Plain text, cheaper to lay out than a table row."""
-    style = TRANSCRIPT_STYLE.get(e.type, "")
-    if e.type == "tool.completed" and not e.payload.get("ok"):
-        style = "red"
-    return Text.assemble((f"{e.run_version:>7} ", "dim"), (f"{e.type:<16}", style),
+    itself, in the event's tone as the event stream draws it. Plain text, cheaper to lay
+    out than a table row."""
+    style = tones[tone_of(e)]
+    return Text.assemble((f"{e.run_version:>7} ", tones["muted"]), (f"{e.type:<16}", style),
                          (describe(e, 300), style), no_wrap=False)
 
 
-def transcript_lines(e: Event, console: Any, style: Any, width: int) -> list[Line]:
-    return hanging_lines(transcript_row(e), TRANSCRIPT_INDENT, console, style, width)
+def transcript_lines(e: Event, tones: Tones, console: Any, style: Style, width: int
+                     ) -> list[Line]:
+    return hanging_lines(transcript_row(e, tones), TRANSCRIPT_INDENT, console, style, width)
 
 
-def hanging_lines(row: Text, indent: int, console: Any, style: Any, width: int) -> list[Line]:
+def hanging_lines(row: Text, indent: int, console: Any, style: Style, width: int
+                  ) -> list[Line]:
     """`row` as lines of `width` cells whose wrapped lines start under the text, after a
-    prefix of `indent` cells: wrapped and turned into segments without a Rich layout pass."""
+    prefix of `indent` cells: wrapped and turned into segments without a Rich layout pass,
+    over the panel's `style` (its background, and the colour of untoned text)."""
     head, body = row[:indent], row[indent:]
     pad = Text(" " * indent)
-    return [Segment.adjust_line_length([*(head if i == 0 else pad).render(console),
-                                        *line.render(console)], width, style)
+    return [Segment.adjust_line_length(list(Segment.apply_style(
+                [*(head if i == 0 else pad).render(console), *line.render(console)], style)),
+                width, style)
             for i, line in enumerate(body.wrap(console, max(8, width - indent)))]
 
 
@@ -441,6 +459,7 @@ class PlanPanel(Panel):
 
     def show(self, results: list[Event], recipe: dict[str, Any] | None,
              plan: dict[str, Any] | None, plan_ref: str | None = None) -> None:
+        tones = self.tones
         parts: list[Part] = []
         if recipe:
             summary = Table.grid(padding=(0, 2))
@@ -454,17 +473,17 @@ class PlanPanel(Panel):
         tried = [e for e in results if e.payload["tool"] == "apply_transform"]
         if tried:   # the newest result and the count name the rows
             parts.append((("tried", tried[-1].run_version, len(tried)),
-                          any_width(partial(transforms_table, tried))))
+                          any_width(partial(transforms_table, tried, tones))))
         if plan:
-            parts.append((("plan", plan_ref), any_width(partial(plan_table, plan))) if plan_ref
-                         else plan_table(plan))
+            parts.append((("plan", plan_ref), any_width(partial(plan_table, plan, tones)))
+                         if plan_ref else plan_table(plan, tones))
         if not parts:
             parts.append(Text("No plan yet: phase 1 selects the tiles, phases 4 and 5 "
-                              "transform the plan.", style="dim"))
+                              "transform the plan.", style=tones["muted"]))
         self.put(*parts)
 
 
-def transforms_table(tried: list[Event]) -> Table:
+def transforms_table(tried: list[Event], tones: Tones) -> Table:
     table = Table(title="transforms tried (times modeled)", expand=True,
                   show_edge=False, title_justify="left")
     for col in ("v", "phase", "transform", "mode", "before ms", "after ms", "kept",
@@ -478,12 +497,13 @@ def transforms_table(tried: list[Event]) -> Table:
                       Text(printable(str(r.get("mode", "")))),
                       f"{r['before_s'] * 1e3:.2f}",
                       "—" if after is None else f"{after * 1e3:.2f}",
-                      Text("kept", style="green") if r["kept"] else
-                      Text("dropped", style="yellow"), Text(printable(str(r.get("reason", "")))))
+                      Text("kept", style=tones["pass"]) if r["kept"] else
+                      Text("dropped", style=tones["muted"]),
+                      Text(printable(str(r.get("reason", "")))))
     return table
 
 
-def plan_table(plan: dict[str, Any]) -> Table:
+def plan_table(plan: dict[str, Any], tones: Tones) -> Table:
     steps = Table(title=Text(printable(f"current plan: {plan.get('summary', '')}")), expand=True,
                   show_edge=False, title_justify="left")
     steps.add_column("#", justify="right")
@@ -494,5 +514,5 @@ def plan_table(plan: dict[str, Any]) -> Table:
             steps.add_row(str(i), Text(printable(s["dispatch"])),
                           Text(printable(", ".join(s["launches"]))))
         else:
-            steps.add_row(str(i), Text(printable(s["host"]), style="dim"), "host")
+            steps.add_row(str(i), Text(printable(s["host"]), style=tones["muted"]), "host")
     return steps

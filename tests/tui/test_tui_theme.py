@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import tui_runs
 from rich.color import Color as RichColor
-from textual.color import Color
+from textual.app import App
+from textual.color import Color, ColorParseError
 from textual.pilot import Pilot
 from textual.scrollbar import ScrollBar, ScrollBarCorner
 from textual.theme import BUILTIN_THEMES, Theme
@@ -62,23 +63,28 @@ def resolved(theme: Theme) -> Theme:
 
 def moved(theme: Theme, step: int = 10) -> Theme:
     """`resolved(theme)` with every colour moved by `step` in each channel (down, or up for a
-    channel too dark to go down), so that whatever Textual derives from them (blends,
-    lightened and darkened shades, the contrast text) moves too."""
+    channel too dark to go down), its colour variables too (textual-light sets the footer's
+    keys), so that whatever Textual derives from them (blends, lightened and darkened
+    shades, the contrast text) moves too."""
     def move(value: str | None) -> str | None:
         if value is None:
             return None
-        c = Color.parse(value)
+        try:
+            c = Color.parse(value)
+        except ColorParseError:      # a variable that is not a colour ("bold")
+            return value
         r, g, b = (v - step if v >= step else v + step for v in (c.r, c.g, c.b))
         return Color(r, g, b, c.a).hex
     base = resolved(theme)
     return dataclasses.replace(base, name=f"{theme.name}-moved",
+                               variables={k: move(v) or v for k, v in base.variables.items()},
                                **{c: move(getattr(base, c)) for c in THEME_COLOURS})
 
 
 Cell = tuple[int, int, str, RichColor | None, RichColor | None, str]
 
 
-def drawn_cells(app: DeployApp) -> list[Cell]:
+def drawn_cells(app: App[None]) -> list[Cell]:
     """Every cell of the screen as the terminal receives it (after Textual's filters, which
     turn named ANSI colours into the app's ANSI theme's): x, y, character, foreground,
     background, and the class of the widget it belongs to."""
@@ -117,7 +123,8 @@ VIEWS = {
 }
 
 
-async def draw(db: Path, view: str, theme: Theme) -> list[Cell]:
+async def draw(db: Path, view: str, theme: Theme, *, then: str | None = None) -> list[Cell]:
+    """The view's cells under `theme`; with `then`, after switching to that theme."""
     run_id, live, steps = VIEWS[view]
     app = DeployApp(db, run_id=run_id, live=live)
     app.register_theme(theme)
@@ -132,7 +139,23 @@ async def draw(db: Path, view: str, theme: Theme) -> list[Cell]:
                 await pilot.press(step)
             await pilot.pause()
         await settled(pilot)
-        return drawn_cells(app)
+        if then is not None:
+            await still(pilot)
+            app.theme = then
+        return await still(pilot)
+
+
+async def still(pilot: Pilot[None]) -> list[Cell]:
+    """The screen's cells once two drawings a tick apart agree (a live screen beneath a
+    dialog may still scroll its stream to the newest event when the dialog opens)."""
+    cells = drawn_cells(pilot.app)
+    for _ in range(50):
+        await pilot.pause(0.05)
+        again = drawn_cells(pilot.app)
+        if again == cells:
+            return cells
+        cells = again
+    raise AssertionError("the screen did not settle")
 
 
 async def settled(pilot: Pilot[None]) -> None:
@@ -154,7 +177,7 @@ def not_from_theme(a: list[Cell], b: list[Cell]) -> list[str]:
     $background-darken-1, black on a dark theme before and after the move."""
     assert [c[:3] for c in a] == [c[:3] for c in b], "the two drawings differ in their text"
     stuck: list[str] = []
-    for (x, y, ch, fg, bg, widget), (_, _, _, fg2, bg2, _) in zip(a, b, strict=True):
+    for (_x, y, ch, fg, bg, widget), (_, _, _, fg2, bg2, _) in zip(a, b, strict=True):
         if widget in (ScrollBar.__name__, ScrollBarCorner.__name__):
             continue
         if (ch.strip() and (fg is None or fg == fg2)) or bg is None or bg == bg2:
@@ -177,3 +200,17 @@ async def test_every_colour_comes_from_the_theme(db, view, theme):
     after = await draw(db, view, moved(base))
     stuck = not_from_theme(before, after)
     assert not stuck, "colours not from the theme:\n" + "\n".join(stuck)
+
+
+@pytest.mark.parametrize("view", ["run-checkpoint", "run-agent", "run-plan", "help",
+                                  "decide-proposal", "runs"])
+async def test_a_theme_change_repaints_everything(db, view):
+    """Switching from textual-dark to textual-light with the view open (as the command
+    palette's "Change theme" does) draws exactly what opening it under textual-light
+    draws: no panel, strip, kept line or dialog keeps a colour of the old theme."""
+    switched = await draw(db, view, BUILTIN_THEMES["textual-dark"], then="textual-light")
+    fresh = await draw(db, view, BUILTIN_THEMES["textual-light"])
+    assert [c[:3] for c in switched] == [c[:3] for c in fresh]
+    stale = [f"{w} row {y}: {ch!r}" for (_x, y, ch, fg, bg, w), (_, _, _, fg2, bg2, _)
+             in zip(switched, fresh, strict=True) if (ch.strip() and fg != fg2) or bg != bg2]
+    assert stale == []
