@@ -299,3 +299,22 @@ def test_run_screen_by_state_and_size(snap_compare, db, hold, state, size):
 
     assert snap_compare(DeployApp(db, run_id=run_id, live=True), terminal_size=size,
                         run_before=run_before)
+
+
+# --- themes ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("theme", ["textual-dark", "textual-light"])
+@pytest.mark.parametrize("screen", ["checkpoint", "help"])
+def test_themes(snap_compare, db, hold, screen, theme):
+    """The run at a checkpoint, and help over it, in a dark and a light built-in theme at
+    120x40: every colour is the theme's (tests/tui/test_tui_theme.py), and the tones read
+    on the light background too."""
+    hold("live-p0")
+    app = DeployApp(db, run_id="live-p0", live=True)
+    app.theme = theme
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        await settle(*(["question_mark"] if screen == "help" else []))(pilot)
+        assert pilot.app.current_theme.name == theme
+
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
