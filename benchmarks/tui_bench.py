@@ -3,6 +3,11 @@
 
     .venv/bin/python benchmarks/tui_bench.py [--events 100000] [--seeks 200]
         [--live-seconds 10] [--rate 1000] [--cache-dir DIR] [--quick] [--json]
+    .venv/bin/python benchmarks/tui_bench.py --terminal [--repeats 3] [--json]
+
+--terminal measures something else: the first paint and the quit of every entry point
+(deploy, tui, replay, attach, resume) started as a real process in tmux; see
+benchmarks/tui_terminal.py. What follows is the in-process benchmark.
 
 The run is written with the real store API (`EventStore.create_run`, `append_batch` in
 batches of 1000, a snapshot after every phase.exited as the conductor takes), in the
@@ -1049,6 +1054,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true",
                     help="a smoke run: 3000 events, 10 seeks, 1.5 s live")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
+    ap.add_argument("--terminal", action="store_true",
+                    help="instead: first paint and quit of every entry point as a real "
+                         "process in tmux (benchmarks/tui_terminal.py)")
+    ap.add_argument("--repeats", type=int, default=3, help="--terminal: runs per entry point")
+    ap.add_argument("--model", default="tiny-llama", help="--terminal: the model deployed")
+    ap.add_argument("--quit-after", type=float, default=1.0,
+                    help="--terminal: seconds between the first paint and the quit key")
     ap.add_argument("--generate-child", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--writer-child", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--live-child", type=Path, help=argparse.SUPPRESS)
@@ -1083,6 +1095,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     progress: Callable[[str], None] = (lambda msg: None) if args.json else (
         lambda msg: print(msg, file=sys.stderr, flush=True))
+    if args.terminal:
+        from benchmarks.tui_terminal import print_terminal, run_terminal
+
+        return emit(run_terminal(args.repeats, args.model, args.quit_after, progress),
+                    args.json, print_terminal)
     params = Params(args.events, args.seeks, args.live_seconds, args.rate, args.live_prefix,
                     args.seed, args.cache_dir, args.quick, progress)
     return emit(run_benchmark(params), args.json, print_report)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from npu_deploy import progress
 from npu_deploy.events import DeploymentState, Event, NewEvent, PhaseState
 from npu_deploy.events.decisions import refusal
 from npu_deploy.events.describe import check_text, evidence_text, failed_metrics, failing_checks
@@ -323,7 +324,8 @@ class Conductor:
                      phase=phase, attempt=attempt, actor=actor, key=key)
         t0 = time.perf_counter()
         try:
-            result = fn()
+            with progress.reporting(self.store.progress_path(self.run_id), call_id, tool):
+                result = fn()
         except expected as e:
             message = f"{type(e).__name__}: {e}"
             self._record(ToolCompleted(call_id=call_id, tool=tool, ok=False,
@@ -528,7 +530,8 @@ class Conductor:
             raise KeyError(f"the pipeline has no gate for phase {k}")
         t0 = time.perf_counter()
         try:
-            result = gate.evaluate(PhaseRun(self, k, attempt, role="gate"))
+            with progress.reporting(self.store.progress_path(self.run_id), str(key), GATE_TOOL):
+                result = gate.evaluate(PhaseRun(self, k, attempt, role="gate"))
         except _Stop:
             return
         self._record(ToolCompleted(call_id=str(key), tool=GATE_TOOL, ok=True,
@@ -679,7 +682,8 @@ def resume(store: EventStore, run_id: str, pipeline: Pipeline, *,
            on_event: Callable[[Event], None] | None = None, adopt: bool = False) -> Conductor:
     """Take the run's lock, fold its log (from the newest valid snapshot), rebuild the
     machine where the run stopped, and record `run.resumed`. The returned conductor goes on
-    with `run()`: it consumes the pending inbox commands first, re-runs an unfinished
+    with `run()`: it consumes the pending inbox commands first (a pending pause before
+    `run.resumed`, which answers it), re-runs an unfinished
     idempotent step under its idempotency key, and stops for a person at a step that was
     started and cannot be repeated. A run this user's key did not anchor (an import from
     another key's store) is refused unless `adopt`."""
@@ -691,6 +695,11 @@ def resume(store: EventStore, run_id: str, pipeline: Pipeline, *,
                            "resume. Fork it (npu-deploy fork RUN --at VERSION) to try again")
         conductor = Conductor(store, writer, pipeline, policy_of(run_config(store, run_id)),
                               on_event)
+        # A pause posted before this resume (the TUI leaves one when it quits mid-step) is
+        # answered by it: recorded as the decision it was, then resumed from, not obeyed
+        # at the first step boundary.
+        conductor._consume_inbox(only=("pause",))
+        s = writer.state
         unfinished = _unfinished_step(store, run_id)
         reason = s.status if s.status in ("paused", "needs_human") else "crashed"
         conductor._record(RunResumed(from_version=s.version, reason=reason,

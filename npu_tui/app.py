@@ -4,15 +4,16 @@ as a `Driver`), or in another one (attach)."""
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
+import threading
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import ClassVar, Protocol
 
 from platformdirs import user_config_path
-from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.notifications import SeverityLevel
@@ -25,14 +26,20 @@ from npu_deploy.store import EventStore
 from .screens.run import RunScreen
 from .screens.runs import RunsScreen
 
+#: What a driver calls while it loads (the pipeline, torch, the model) before its conductor's
+#: first event; "" when that is done.
+Loading = Callable[[str], None]
+EXIT_REFUSED = 1             # the app's return code when `deploy` was refused before its run
+
 
 class Driver(Protocol):
     """What runs a conductor for the TUI (supplied by the CLI, which may import `machine`).
-    `deploy` and `resume` block until the conductor halts and return why it halted."""
+    `deploy` and `resume` block until the conductor halts and return why it halted; they
+    run in a worker thread, after the first frame, and say what they load."""
 
-    def deploy(self, run_id: str) -> str: ...
+    def deploy(self, run_id: str, loading: Loading) -> str: ...
 
-    def resume(self, run_id: str) -> str: ...
+    def resume(self, run_id: str, loading: Loading) -> str: ...
 
     def fork(self, run_id: str, at_version: int, note: str | None) -> str: ...
 
@@ -77,6 +84,10 @@ class DeployApp(App[None]):
         self.driver, self.drive = driver, drive       # drive: "deploy" | "resume" | None
         self.author = f"{getpass.getuser()}@tui"
         self.driving: set[str] = set()
+        self.loading: dict[str, str] = {}     # run id -> what its driver loads now
+        self.refused: str | None = None        # why `deploy` made no run, if it did not
+        # run id -> set when its conductor (a worker thread of this process) has returned
+        self.conducting: dict[str, threading.Event] = {}
         self.store: EventStore
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
@@ -96,7 +107,9 @@ class DeployApp(App[None]):
             self.push_screen(RunsScreen())
             return
         if self.drive is not None:
-            self._drive(self.start_run, self.drive)
+            self.loading[self.start_run] = "starting …"
+            # after the first frame: loading the pipeline and the model takes seconds
+            self.call_after_refresh(self._drive, self.start_run, self.drive)
         self.open_run(self.start_run, live=self.start_live)
 
     def on_unmount(self) -> None:
@@ -152,20 +165,68 @@ class DeployApp(App[None]):
 
     def _drive(self, run_id: str, how: str) -> None:
         self.driving.add(run_id)
-        self._conduct(run_id, how)
+        self.loading.setdefault(run_id, "starting …")
+        self.conducting[run_id] = threading.Event()
+        # A daemon thread, not a Textual thread worker: those run in asyncio's default
+        # executor, which `App.run` joins as it returns, so quitting mid-step kept the
+        # person's shell waiting for the step (seconds). The CLI gives it a moment to record
+        # its pause after the terminal is restored (cli/tui.py, run_app).
+        threading.Thread(target=self._conduct, args=(run_id, how), daemon=True,
+                         name=f"conductor {run_id}").start()
 
-    @work(thread=True, group="conductor")
     def _conduct(self, run_id: str, how: str) -> None:
         driver = self.driver
         assert driver is not None
+        done = self.conducting[run_id]
+
+        def loading(what: str) -> None:
+            try:
+                self.call_from_thread(self._loading, run_id, what)
+            except RuntimeError:          # the app closed meanwhile: nobody to tell
+                pass
+
         try:
-            outcome = driver.deploy(run_id) if how == "deploy" else driver.resume(run_id)
+            outcome = (driver.deploy(run_id, loading) if how == "deploy"
+                       else driver.resume(run_id, loading))
+        except ValueError as e:
+            outcome = f"stopped: {type(e).__name__}: {e}"
+            if how == "deploy" and not self._created(run_id):
+                done.set()
+                with contextlib.suppress(RuntimeError):     # the app closed meanwhile
+                    self.call_from_thread(self._refused, run_id, str(e))
+                return
         except Exception as e:  # noqa: BLE001 - shown to the person, recorded by the conductor
             outcome = f"stopped: {type(e).__name__}: {e}"
-        self.call_from_thread(self._driven, run_id, outcome)
+        finally:
+            done.set()
+        try:
+            self.call_from_thread(self._driven, run_id, outcome)
+        except RuntimeError:              # the app closed meanwhile
+            pass
+
+    def _refused(self, run_id: str, why: str) -> None:
+        """`deploy` refused before its run was made (the model, the pipeline): leave with
+        the command line's one-line error, not a screen of a run that does not exist."""
+        self.driving.discard(run_id)
+        self.loading.pop(run_id, None)
+        self.refused = why
+        self.exit(return_code=EXIT_REFUSED)
+
+    def _created(self, run_id: str) -> bool:
+        with EventStore.open(self.store.path, readonly=True) as store:
+            return run_id in store.run_ids()
+
+    def _loading(self, run_id: str, what: str) -> None:
+        if what:
+            self.loading[run_id] = what
+        else:
+            self.loading.pop(run_id, None)
+        if isinstance(self.screen, RunScreen) and self.screen.run_id == run_id:
+            self.screen.show_step()
 
     def _driven(self, run_id: str, outcome: str) -> None:
         self.driving.discard(run_id)
+        self._loading(run_id, "")
         if queued(self.store.pending_commands(run_id)) is not None \
                 and not self.store.fold(run_id).terminal:
             # a decision taken here while its conductor was returning (a pause): go on

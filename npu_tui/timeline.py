@@ -385,3 +385,36 @@ def unfinished_step(store: EventStore, run_id: str) -> str | None:
         elif call_id not in done:
             return f"{tool} (phase {phase}, attempt {attempt}, call {call_id})"
     return None
+
+
+def step_in_flight(store: EventStore, run_id: str) -> tuple[str, int | None, str] | None:
+    """The run's newest step requested and not (yet) completed: its tool, phase and call
+    id. A live run's step in progress, or a crashed run's."""
+    done: set[str] = set()
+    rows = store.conn.execute(
+        "SELECT type, json_extract(payload, '$.call_id'), json_extract(payload, '$.tool'), "
+        "phase FROM events WHERE run_id = ? AND type IN ('tool.requested', "
+        "'tool.completed', 'tool.abandoned') ORDER BY run_version DESC LIMIT 200",
+        (run_id,)).fetchall()
+    for type_, call_id, tool, phase in rows:
+        if type_ != "tool.requested":
+            done.add(call_id)
+        elif call_id not in done:
+            return tool, phase, call_id
+    return None
+
+
+def step_estimates(store: EventStore, run_id: str) -> dict[tuple[str, int | None], float]:
+    """How long each (tool, phase) took in earlier runs of the same model as `run_id`: the
+    median of their completed steps' durations. Empty for a model run once."""
+    rows = store.conn.execute(
+        "SELECT json_extract(payload, '$.tool'), phase, json_extract(payload, '$.duration_s') "
+        "FROM events WHERE type = 'tool.completed' AND run_id != ? AND run_id IN ("
+        " SELECT run_id FROM events WHERE type = 'run.started' AND json_extract(payload, "
+        " '$.model') = (SELECT json_extract(payload, '$.model') FROM events WHERE run_id = ? "
+        " AND type = 'run.started' LIMIT 1))", (run_id, run_id)).fetchall()
+    took: dict[tuple[str, int | None], list[float]] = {}
+    for tool, phase, duration in rows:
+        if isinstance(duration, (int, float)):
+            took.setdefault((tool, phase), []).append(float(duration))
+    return {k: sorted(v)[len(v) // 2] for k, v in took.items()}

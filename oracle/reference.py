@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from npu_deploy import progress
 from npu_deploy.models.adapters import LayerWeights, Weights
 from npu_deploy.models.config import ModelArgs, RopeScaling
 
@@ -211,6 +212,7 @@ class Reference:
         for step in range(steps):
             chosen_from.append(last)
             tokens.append(int(last.argmax()))
+            progress.advance("token")
             if step + 1 < steps:
                 last = self.decode(tokens[-1], cache)
         return tokens, torch.stack(chosen_from)

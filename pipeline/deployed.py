@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from npu_deploy import progress
 from npu_deploy.kernels.hardware import XDNA2, Hardware
 from npu_deploy.kernels.plan import DispatchPlan
 from npu_deploy.kernels.plan_runner import PlanRunner
@@ -69,6 +70,7 @@ class DeployedModel:
             token, top = greedy_step(logits)
             tokens.append(token)
             topk.append(top)
+            progress.advance("token")
             if on_token is not None:
                 on_token(token)
             if (stop and token in stop) or step + 1 == steps:

@@ -26,6 +26,7 @@ from typing import Any
 
 import click
 
+from npu_deploy import progress
 from npu_deploy.events.describe import check_text, gate_figures
 from npu_deploy.events.payloads import GateEvaluated, HumanDecision, PhaseExited
 from npu_deploy.kernels.specs import Decode, Prefill
@@ -39,6 +40,7 @@ from npu_deploy.pipeline.gates.oracle import oracle_checks
 from npu_deploy.pipeline.gates.runner import report_check
 from npu_deploy.pipeline.gates.speed import speed_check
 from npu_deploy.pipeline.recipe import Recipe
+from npu_deploy.pipeline.toolbox import counted
 from npu_deploy.pipeline.workspace import Workspace, read_json
 from npu_deploy.store import EventStore, StoreError
 
@@ -86,28 +88,47 @@ def evaluate(ws: Workspace) -> dict[str, Any]:
         checks.append(check("run", "phases_passed_before_evaluation", 7 - len(missing), 7,
                             ">=", message=f"no passing gate for phase(s) {missing}"))
         return _result(checks, ws)
+    with progress.stage("independent check", len(EVALUATION_PARTS)):
+        checks += _evaluate(ws, recipes)
+    return _result(checks, ws)
+
+
+#: The evaluator's parts, in order, as the watcher counts them.
+EVALUATION_PARTS = ("own oracle", "phase 0", "phase 1 kernels", "phase 2 block",
+                    "phases 3-6 tokens", "speed", "report")
+
+
+def _evaluate(ws: Workspace, recipes: dict[int, Recipe]) -> list[dict[str, Any]]:
+    """The checks of a run whose phases 0-6 passed, part by part."""
+    checks: list[dict[str, Any]] = []
     # Its own oracle, compared with what phase 0 stored.
     ref = reference_of(ws.loaded)
     goldens = ref.capture(ws.ids(ws.block_prompt()))
     answers = {p.name: reference_greedy(ref, ws.ids(p), ws.settings.steps).to_dict()
-               for p in ws.prompts()}
+               for p in counted(ws.prompts(), ws.settings.steps, "own greedy runs")}
     stored = ws.latest("answers", tool="build_oracle")
     stored_answers = read_json(ws.store, stored["answers"]) if stored else {}
     for name, a in answers.items():
         same = stored_answers.get(name, {}).get("tokens") == a["tokens"]
         checks.append(check(name, "stored_oracle_run_reproduced", 1 if same else 0, 1, ">="))
+    progress.advance()
     checks += _tagged(0, oracle_checks(ws, answers))
+    progress.advance()
     checks += _tagged(1, kernel_checks(ws, recipes[1]))
+    progress.advance()
     checks += _tagged(2, block_checks(ws, recipes[2], goldens))
+    progress.advance()
     seen: dict[bytes, list[dict[str, Any]]] = {}
     for k in (3, 4, 5, 6):
         key = recipes[k].to_json()
         if key not in seen:
             seen[key] = model_checks(ws, recipes[k], answers)[0]
         checks += _tagged(k, seen[key])
+    progress.advance()
     pre, dec = Prefill(ws.settings.seq_len), Decode(ws.settings.seq_len)
     checks += _tagged(4, [speed_check(ws, recipes[4], pre)])
     checks += _tagged(5, [speed_check(ws, replace(recipes[5]), dec)])
+    progress.advance()
     report = ws.latest("report_data", tool="write_report")
     if report is None:
         checks.append(check("report", "written", 0, 1, ">="))
@@ -117,7 +138,8 @@ def evaluate(ws: Workspace) -> dict[str, Any]:
             checks.append(report_check(ws, recipes[6], mode, name,
                                        float(data[name]["deployed_s"]),
                                        f"report {name} ({time_word(ws)})"))
-    return _result(checks, ws)
+    progress.advance()
+    return checks
 
 
 def _tagged(phase: int, checks: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -12,11 +12,13 @@ record_lesson, record_experience.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
 import torch
 
+from npu_deploy import progress
 from npu_deploy.events.payloads import (
     ExperienceRecorded,
     LessonRecorded,
@@ -35,6 +37,7 @@ from npu_deploy.metrics.comparison import compare
 from npu_deploy.metrics.tokens import Greedy, topk_check
 from npu_deploy.models.config import ModelArgs
 from npu_deploy.oracle import reference_of
+from npu_deploy.oracle.prompts import Prompt
 from npu_deploy.oracle.reference import golden_name
 from npu_deploy.pipeline.deployed import DeployedModel, reference_greedy
 from npu_deploy.pipeline.recipe import Recipe
@@ -206,12 +209,20 @@ def layer_lens(ws: Workspace, recipe: Recipe, goldens: dict[str, torch.Tensor]
     return lens
 
 
+def counted(prompts: list[Prompt], steps: int, name: str) -> Iterator[Prompt]:
+    """`prompts` one by one, each `steps` greedy tokens of a stage `name` for the watcher."""
+    with progress.stage(name, len(prompts) * steps, "token"):
+        for i, p in enumerate(prompts):
+            yield p
+            progress.reach("token", (i + 1) * steps)     # a run may stop early
+
+
 def token_checks(ws: Workspace, recipe: Recipe, answers: dict[str, Any]) -> list[dict[str, Any]]:
     """The token-set check of the deployed model against the oracle's greedy runs
     (`answers`: prompt name -> Greedy dict), prompt by prompt."""
     model = ws.deployed(recipe)
     out = []
-    for p in ws.prompts():
+    for p in counted(ws.prompts(), ws.settings.steps, "phase-3 token-set check"):
         ref = Greedy.from_dict(answers[p.name])
         ours = model.generate(ws.ids(p), ws.settings.steps, follow=ref.tokens)
         tc = topk_check(ours, ref)
@@ -242,9 +253,11 @@ class Toolbox:
         def work() -> dict[str, Any]:
             ref = reference_of(ws.loaded)
             ids = ws.ids(ws.block_prompt())
-            goldens = ref.capture(ids)
+            with progress.stage("golden tensors", 1):
+                goldens = ref.capture(ids)
+                progress.advance()
             answers = {p.name: reference_greedy(ref, ws.ids(p), ws.settings.steps).to_dict()
-                       for p in ws.prompts()}
+                       for p in counted(ws.prompts(), ws.settings.steps, "greedy runs")}
             return {"goldens": blob_tensors(self.store, goldens),
                     "answers": blob_json(self.store, answers), "tensors": len(goldens),
                     "prompts": sorted(answers)}
@@ -315,8 +328,9 @@ class Toolbox:
         def work() -> dict[str, Any]:
             p = next(p for p in ws.prompts() if p.name == prompt)
             ref = Greedy.from_dict(self.answers()[prompt])
-            ours = ws.deployed(ws.recipe()).generate(ws.ids(p), ws.settings.steps,
-                                                     follow=ref.tokens)
+            with progress.stage(f"greedy run of {prompt}", ws.settings.steps, "token"):
+                ours = ws.deployed(ws.recipe()).generate(ws.ids(p), ws.settings.steps,
+                                                         follow=ref.tokens)
             tc = topk_check(ours, ref)
             return {"prompt": prompt, "agreed": tc.agreed, "steps": tc.steps,
                     "passed": tc.passed, "text": ws.loaded.tokenizer.decode(ours.tokens)}
@@ -424,10 +438,11 @@ class Toolbox:
         ws = self.ws
 
         def work() -> dict[str, Any]:
-            from npu_deploy.oracle.prompts import Prompt
             chat = bool(getattr(ws.loaded.tokenizer, "chat_template", None))
             ids = ws.ids(Prompt("ask", text, chat=chat))
-            out = ws.deployed(ws.recipe()).generate(ids, max_tokens, stop=stop_tokens(ws))
+            with progress.stage("answer", max_tokens, "token"):
+                out = ws.deployed(ws.recipe()).generate(ids, max_tokens,
+                                                        stop=stop_tokens(ws))
             return {"prompt": text, "answer": ws.loaded.tokenizer.decode(
                 out.tokens, skip_special_tokens=True).strip(), "tokens": len(out.tokens)}
         return self.run.step("generate", {"prompt": text, "max_tokens": max_tokens}, work,

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from npu_deploy import progress
 from npu_deploy.kernels.emulator import EmulatorBackend
 from npu_deploy.kernels.hardware import HARDWARE, Hardware
 from npu_deploy.kernels.npu_backend import REPEATS
@@ -234,7 +235,9 @@ def _load(spec: str) -> Any:
 
     if spec not in _MODELS:
         _MODELS.clear()             # one model at a time: they can be large
-        _MODELS[spec] = load_model(spec)
+        with progress.stage("loading the model", 1):
+            _MODELS[spec] = load_model(spec)
+            progress.advance()
     return _MODELS[spec]
 
 

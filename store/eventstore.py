@@ -182,6 +182,10 @@ class EventStore:
     def lock_path(self, run_id: str) -> Path:
         return self.path.with_name(self.path.name + ".locks") / f"{run_id}.lock"
 
+    def progress_path(self, run_id: str) -> Path:
+        """Where the run's step in flight says how far it has got (machine/progress.py)."""
+        return self.lock_path(run_id).with_suffix(".progress")
+
     def is_locked(self, run_id: str) -> bool:
         """True while some process holds this run's writer lock."""
         path = self.lock_path(run_id)

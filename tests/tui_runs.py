@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import time
+import types
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -41,11 +43,18 @@ class FakeClock:
     def __init__(self, start: datetime = EPOCH, tick: timedelta = TICK) -> None:
         self.now, self.tick = start, tick
         self._ids = itertools.count(1)
+        self._perf = 0.0
 
     def utc_now(self) -> str:
         ts = self.now.strftime(TS_FORMAT)
         self.now += self.tick
         return ts
+
+    def perf_counter(self) -> float:
+        """The conductor's step timer: a TICK per reading, of a counter of its own (a step's
+        duration_s is then one TICK, whatever the machine's speed)."""
+        self._perf += self.tick.total_seconds()
+        return self._perf
 
     def uuid7(self) -> str:
         n = next(self._ids)
@@ -63,7 +72,8 @@ _PATCHED = (("npu_deploy.events.envelope", "utc_now"), ("npu_deploy.events.envel
 @contextlib.contextmanager
 def deterministic(clock: FakeClock | None = None) -> Iterator[FakeClock]:
     """Events, inbox commands and snapshots written inside get the fake clock's times and
-    counted ids (the writer's `seal` calls `events.envelope.utc_now`/`uuid7`)."""
+    counted ids (the writer's `seal` calls `events.envelope.utc_now`/`uuid7`), and steps
+    its durations."""
     import importlib
 
     clock = clock or FakeClock()
@@ -72,6 +82,12 @@ def deterministic(clock: FakeClock | None = None) -> Iterator[FakeClock]:
         module = importlib.import_module(module_name)
         saved.append((module, name, getattr(module, name)))
         setattr(module, name, getattr(clock, name))
+    # the conductor times each step with time.perf_counter: the clock's too
+    conductor = importlib.import_module("npu_deploy.machine.conductor")
+    saved.append((conductor, "time", conductor.time))
+    conductor.time = types.SimpleNamespace(  # type: ignore[assignment]
+        **{**{n: getattr(time, n) for n in dir(time) if not n.startswith("_")},
+           "perf_counter": clock.perf_counter})
     try:
         yield clock
     finally:

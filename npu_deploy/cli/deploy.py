@@ -74,10 +74,11 @@ def load_pipeline_or_fail(spec: str) -> Any:
         fail(str(e), EXIT_USAGE)
 
 
-def _check_model(spec: str) -> None:
-    """Refuse a model the autopilot cannot deploy before the run is created: its config and
-    its weight files are read (the weights' headers, not their tensors), so a damaged
-    checkpoint is a one-line error and no run, not a run that dies in phase 0."""
+def model_problem(spec: str) -> str | None:
+    """Why the autopilot cannot deploy this model, or None. Its config and its weight files
+    are read (the weights' headers, not their tensors), so a damaged checkpoint is a one-line
+    error and no run, not a run that dies in phase 0. Slow the first time (it imports torch):
+    the TUI asks it in its conductor's worker, after its first frame."""
     from npu_deploy.models import OracleError, model_args, resolve
     from npu_deploy.models.config import read_config
     from npu_deploy.models.loading import check_safetensors
@@ -87,7 +88,13 @@ def _check_model(spec: str) -> None:
         model_args(read_config(source.directory / "config.json"), spec)
         check_safetensors(source.directory)
     except OracleError as e:
-        fail(str(e))
+        return str(e)
+    return None
+
+
+def checks_model(pipeline_spec: str) -> bool:
+    """The bundled pipelines load the model the run names: check it before the run."""
+    return pipeline_spec in (DEFAULT_PIPELINE, CLAUDE_PIPELINE)
 
 
 def _claude_config(option: str | None, budget: str) -> dict[str, Any]:
@@ -216,14 +223,16 @@ def deploy_cmd(model: str, headless: bool, auto_approve: bool, pause_at: str, bu
     policy = Policy(auto_approve=auto_approve, pause_at=_phases(pause_at), budget=budget)
     claude = _claude_config(claude_model, agent_budget) if agent == "claude" else None
     pipeline_spec = pipeline_spec or (CLAUDE_PIPELINE if claude else DEFAULT_PIPELINE)
-    pipeline = load_pipeline_or_fail(pipeline_spec)
-    if pipeline_spec in (DEFAULT_PIPELINE, CLAUDE_PIPELINE):
-        _check_model(model)
     config = {"pipeline": pipeline_spec, "seq_len": seq_len, "steps": steps,
               "fault": seed_fault, **({"claude": claude} if claude else {}), **npu}
     if not headless:
+        # The pipeline and the model are loaded and checked in the TUI's conductor worker,
+        # after the first frame (they import torch: seconds), and shown there as loading.
         _deploy_in_tui(model, policy, pipeline_spec, config, run_id)
         return
+    pipeline = load_pipeline_or_fail(pipeline_spec)
+    if checks_model(pipeline_spec) and (problem := model_problem(model)) is not None:
+        fail(problem)
     out = console()
     store = EventStore.open(db_path())
     conductor = Conductor.start(store, pipeline, policy, model=model, backend=backend,

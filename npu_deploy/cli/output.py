@@ -21,8 +21,13 @@ def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
     """One line, whatever the message quotes: an agent's exit reason may hold line breaks
     or escape sequences (events/describe.py `one_line`; a caller that quotes long text cuts
     it, `cut`)."""
-    click.echo(f"npu-deploy: error: {one_line(message, None)}", err=True)
+    say_error(message)
     sys.exit(code)
+
+
+def say_error(message: str) -> None:
+    """`fail`'s line, for a caller that leaves by another way (the TUI, cli/tui.py)."""
+    click.echo(f"npu-deploy: error: {one_line(message, None)}", err=True)
 
 
 def console() -> Console:

@@ -3,18 +3,30 @@ driver that runs a conductor in a worker thread of the TUI's process."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import click
 
+from npu_deploy.events.describe import printable
 from npu_deploy.store import EventStore
 
 from .group import code_version
 from .options import db_option, db_path
-from .output import EXIT_USAGE, fail
+from .output import EXIT_USAGE, fail, say_error
+
+#: After the TUI quits, how long a conductor of this process may take to record the pause
+#: it was left (it looks at its inbox every machine.conductor.POLL_S while it waits).
+QUIT_GRACE_S = 0.25
+Loading = Callable[[str], None]        # npu_deploy.tui.app.Loading (imported lazily there)
+
+
+def _quiet(what: str) -> None:
+    """A driver's `loading` when no one shows it."""
 
 
 @dataclass
@@ -28,31 +40,42 @@ class ConductorDriver:
     model: str = ""
     config: dict[str, Any] = field(default_factory=dict)
 
-    def deploy(self, run_id: str) -> str:
-        from npu_deploy.machine import Conductor
+    def deploy(self, run_id: str, loading: Loading = _quiet) -> str:
+        """Load and check what `deploy` checks before a headless run (the pipeline, the
+        model), then start the run: a ValueError here means no run was created."""
+        from npu_deploy.machine import Conductor, load_pipeline
 
-        from .deploy import load_pipeline_or_fail
+        from .deploy import checks_model, model_problem
 
+        loading(f"loading the pipeline {self.pipeline_spec} …")
+        pipeline = load_pipeline(self.pipeline_spec)
+        if checks_model(self.pipeline_spec):
+            loading(f"checking the model {self.model} …")
+            if (problem := model_problem(self.model)) is not None:
+                raise ValueError(problem)
+        loading("starting the conductor …")
         store = EventStore.open(self.store_path)
         try:
-            conductor = Conductor.start(store, load_pipeline_or_fail(self.pipeline_spec),
+            conductor = Conductor.start(store, pipeline,
                                         self.policy, model=self.model,
                                         code_version=code_version(), run_id=run_id,
                                         config=self.config,
                                         backend=self.config.get("backend", "emulator"))
+            loading("")
             return self._drive(conductor)
         finally:
             store.close()
 
-    def resume(self, run_id: str) -> str:
-        from npu_deploy.machine import resume, stored_pipeline
-
-        from .deploy import load_pipeline_or_fail
+    def resume(self, run_id: str, loading: Loading = _quiet) -> str:
+        from npu_deploy.machine import load_pipeline, resume, stored_pipeline
 
         store = EventStore.open(self.store_path)
         try:
             spec = stored_pipeline(store, run_id)    # refused unless registered
-            return self._drive(resume(store, run_id, load_pipeline_or_fail(spec)))
+            loading(f"loading the pipeline {spec} …")
+            conductor = resume(store, run_id, load_pipeline(spec))
+            loading("")
+            return self._drive(conductor)
         finally:
             store.close()
 
@@ -92,7 +115,26 @@ def run_app(run_id: str | None, *, live: bool, driver: Any = None,
             drive: str | None = None) -> None:
     from npu_deploy.tui import DeployApp
 
-    DeployApp(db_path(), run_id=run_id, live=live, driver=driver, drive=drive).run()
+    app = DeployApp(db_path(), run_id=run_id, live=live, driver=driver, drive=drive)
+    app.run()
+    # The terminal is restored. What is left is slow and loses nothing if cut: a conductor
+    # of this process mid-step (it has a pause in its inbox; a step cut short is re-run by
+    # `npu-deploy resume` under its idempotency key, as after a crash), readers' threads,
+    # torch and the interpreter's teardown. Give a waiting conductor the time to record its
+    # pause, then leave at once.
+    end = time.monotonic() + QUIT_GRACE_S
+    for run, returned in list(app.conducting.items()):
+        if not returned.wait(timeout=max(0.0, end - time.monotonic())):
+            if run in app.loading and app.loading[run] != "":
+                continue        # still loading: not started, or started and left a pause
+            run = printable(run)
+            click.echo(f"run {run}: quit mid-step; `npu-deploy resume {run}` goes on "
+                       "(the step is run again)", err=True)
+    if app.refused is not None:
+        say_error(app.refused)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(app.return_code or 0)
 
 
 def _existing_run(run: str) -> str:

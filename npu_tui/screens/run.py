@@ -18,6 +18,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
+from npu_deploy import progress
 from npu_deploy.events import PHASE_NAMES, DeploymentState
 from npu_deploy.events import fold as fold_events
 from npu_deploy.events.decisions import open_decisions, refusal, waiting_text
@@ -26,11 +27,12 @@ from npu_deploy.store import EventStore
 
 from ..legend import PLAIN_TONES, TONE_CLASSES, tone_styles
 from ..messages import CursorMoved, EventsArrived, Seek, ShowEvent
-from ..timeline import RunTimeline
+from ..timeline import RunTimeline, step_estimates, step_in_flight
 from ..widgets.event_stream import EventPane, EventStream
 from ..widgets.panels import AgentPanel, GatesPanel, PerformancePanel, PlanPanel, Tones
 from ..widgets.phase_strip import SHORT, PhaseStrip
 from ..widgets.scrubber import Scrubber
+from ..widgets.step_progress import StepProgress
 
 if TYPE_CHECKING:
     from ..app import DeployApp
@@ -39,6 +41,8 @@ POLL_S = 0.1                 # how often the live worker looks at the store
 LIVE_S = 0.1                 # new events reach the stream, strip and title this often
 REPAINT_S = 0.25             # heavy panels repaint at most this often while events stream in
 FREEZE_S = 1.0               # what the screen made and kept leaves the collector this often
+LONG_STEP_S = 1.0            # a step shows its bar when it takes (or took before) this long
+STEP_S = 0.5                 # the step in flight and its progress bar, this often
 SPEEDS = (1, 4, 16, 64, 256, 1024)     # replay speeds, events per second
 #: The palette's decisions about a phase (k): title and help.
 DECISION_COMMANDS = {
@@ -138,6 +142,9 @@ class RunScreen(Screen[None]):
         self._play_from = 0.0
         self._play_start = 0
         self.cursor = 0
+        self._opened = time.monotonic()
+        self._estimates: dict[tuple[str, int | None], float] | None = None
+        self._step_seen: dict[str, float] = {}    # call id -> when the screen first saw it
 
     @property
     def deploy_app(self) -> DeployApp:
@@ -157,6 +164,7 @@ class RunScreen(Screen[None]):
         yield Static(id="run-title")
         yield PhaseStrip(id="phases")
         yield Static(id="banner")
+        yield StepProgress(id="step-progress")
         with Horizontal(id="run-body"):
             yield EventPane(self.timeline, id="stream-pane")
             with TabbedContent(id="tabs", initial="tab-gates"):
@@ -183,6 +191,8 @@ class RunScreen(Screen[None]):
         self.set_interval(LIVE_S, self._show_live)
         self.set_interval(REPAINT_S, self._flush)
         self.set_interval(FREEZE_S, self._freeze_grown)
+        self.set_interval(STEP_S, self.show_step)
+        self.show_step()
         self._poll()
         self._warm()
         # Textual's own objects are many and long-lived: a full collection of them stalls
@@ -280,6 +290,37 @@ class RunScreen(Screen[None]):
             self._show_title(self.head_state)
         self.query_one(Scrubber).show(self.cursor)
         self._show_banner()
+
+    def show_step(self) -> None:
+        """What loads, or the step in flight at the newest event, with what it says it has
+        done and how long it took in earlier runs of the same model (a live run only: a
+        replay shows the past)."""
+        widget = self.query_one(StepProgress)
+        loading = self.deploy_app.loading.get(self.run_id)
+        if loading:
+            widget.show(f"loading: {loading}", elapsed_s=time.monotonic() - self._opened)
+            return
+        step = step_in_flight(self.store, self.run_id) if self.follow \
+            and not self.head_state.terminal else None
+        if step is None:
+            widget.show(None)
+            return
+        tool, phase, call_id = step
+        if self._estimates is None:
+            self._estimates = step_estimates(self.store, self.run_id)
+        # since this screen saw it requested (the stored time may be another clock's)
+        seen = self._step_seen.setdefault(call_id, time.monotonic())
+        elapsed, estimate = time.monotonic() - seen, self._estimates.get((tool, phase))
+        counted = progress.read(self.store.progress_path(self.run_id))
+        if counted is not None and (counted.call_id != call_id or not counted.stages):
+            counted = None                # a step's that has ended, or not counting now
+        if counted is None and (estimate if estimate is not None else elapsed) < LONG_STEP_S:
+            widget.show(None)             # not a long step: no bar flickers by
+            return
+        where = f" (phase {phase})" if phase is not None else ""
+        widget.show(f"{tool}{where}", elapsed_s=elapsed, estimate_s=estimate,
+                    counts=counted.text() if counted else "",
+                    fraction=counted.fraction() if counted else None)
 
     def _flush(self) -> None:
         if self.playing:

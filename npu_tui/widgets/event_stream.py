@@ -166,11 +166,17 @@ class EventStream(ScrollView, can_focus=True):
             del self._drawn[key]
 
     def _replace_view(self, view: StreamView) -> None:
+        # The cursor keeps its line on screen: where the new view lands must not depend on
+        # whether the old one was scrolled yet (the folded view is built by a worker).
+        at = self.cursor_row - self.scroll_offset.y
         self.view = view
         self._drawn.clear()
         self.matches = self._rows_of(self._hits)
         self.virtual_size = Size(self.size.width, len(view))
-        self._scroll_to_cursor()
+        if 0 <= at < self.size.height:
+            self.scroll_to(y=max(0, self.cursor_row - at), animate=False, immediate=True)
+        else:
+            self._scroll_to_cursor()
         self._show_status()
         self.refresh()
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from npu_deploy import progress
 from npu_deploy.events.phases import phase
 from npu_deploy.metrics.comparison import compare
 from npu_deploy.models.errors import OracleError
@@ -119,7 +120,11 @@ def phase0_gate(loaded: LoadedModel, prompts: list[Prompt] | None = None, *,
     if prompts is None:
         chat = bool(getattr(loaded.tokenizer, "chat_template", None))
         prompts = canonical_prompts(chat=chat)
-    results = [check_prompt(loaded, p, steps) for p in prompts]
+    results = []
+    with progress.stage("greedy runs: ours and Hugging Face's", len(prompts), "prompt"):
+        for p in prompts:
+            results.append(check_prompt(loaded, p, steps))
+            progress.advance("prompt")
     checks: list[dict[str, Any]] = []
     for r in results:
         checks += [

@@ -751,3 +751,91 @@ async def test_one_key_approves_and_one_key_pauses(store, db_path, fake):
         await until(pilot, lambda: tui_commands(store, "r1"))
     assert c.run(wait=False).reason == "paused"
     c.close()
+
+
+async def test_the_header_and_what_loads_paint_before_the_driver_has_loaded(store, db_path):
+    """deploy: the first frame shows the run's title and "loading" while the conductor's
+    worker is still loading (here held until the test lets it go); then the run starts."""
+    import threading
+
+    from textual.widgets import ProgressBar
+
+    from npu_deploy.tui.widgets.step_progress import StepProgress
+
+    release, asked = threading.Event(), threading.Event()
+
+    class SlowDriver(ConductorDriver):
+        def deploy(self, run_id, loading=lambda _w: None):
+            loading("loading the pipeline (held by the test) …")
+            asked.set()
+            release.wait(timeout=30)
+            return "stopped: released"
+
+    app = DeployApp(db_path, run_id="dep", live=True, driver=SlowDriver(db_path),
+                    drive="deploy")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        title = str(app.screen.query_one("#run-title").render())
+        assert "dep" in title and "not started" in title
+        await until(pilot, asked.is_set)
+        await pilot.pause(0.6)
+        progress = app.screen.query_one(StepProgress)
+        assert progress.display
+        assert "loading the pipeline (held by the test)" in \
+            str(progress.query_one("#step-label").render())
+        assert progress.query_one(ProgressBar).total is None      # no estimate: indeterminate
+        release.set()
+        await until(pilot, lambda: not app.driving)
+        await pilot.pause(0.6)
+        assert not progress.display
+    assert app.conducting["dep"].is_set()
+
+
+async def test_a_long_step_shows_its_count_and_a_bar_filled_by_it(store, db_path):
+    """A step that counts (npu_deploy/progress.py) shows `tool (phase k): stage done/total`
+    and a bar at its fraction while it runs; the bar goes when the step ends."""
+    import threading
+
+    from fake_pipeline import FakeGate, FakeMatcher
+    from textual.widgets import ProgressBar
+
+    from npu_deploy import progress
+    from npu_deploy.machine import Pipeline
+    from npu_deploy.tui.widgets.step_progress import StepProgress
+
+    counted, release = threading.Event(), threading.Event()
+
+    class Counting:
+        name = "counting"
+
+        def work(self, run):
+            run.step("build_oracle", {}, self.count)
+
+        def count(self):
+            with progress.stage("greedy runs", 8, "token"):
+                progress.advance("token", 2)
+                progress.reach("token", 2)      # reach() at the last count is written
+                counted.set()
+                assert release.wait(timeout=30)
+            return {}
+
+    pipeline = Pipeline(Counting(), {k: FakeGate(0) for k in range(8)}, FakeMatcher())
+    c = start(store, pipeline, Policy(auto_approve=True))
+    worker = threading.Thread(target=lambda: c.run(wait=False), daemon=True)
+    worker.start()
+    try:
+        app = DeployApp(db_path, run_id="r1", live=True)
+        async with app.run_test(size=SIZE) as pilot:
+            assert await asyncio.to_thread(counted.wait, 30)
+            bar = app.screen.query_one(StepProgress)
+            await until(pilot, lambda: bar.display)
+            await until(pilot, lambda: "2/8" in str(bar.query_one("#step-label").render()))
+            label = str(bar.query_one("#step-label").render())
+            assert label.startswith("build_oracle (phase 0): greedy runs 2/8 tokens")
+            assert bar.query_one(ProgressBar).percentage == pytest.approx(0.25)
+            release.set()
+            await until(pilot, lambda: not bar.display, timeout=20)
+    finally:
+        release.set()
+        worker.join(timeout=30)
+        c.close()

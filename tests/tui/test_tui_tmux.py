@@ -9,6 +9,7 @@ tmux runs on a socket of its own (`tmux -L`), never touching anyone's sessions.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -176,3 +177,78 @@ def test_attach_in_tmux_approves_a_checkpoint_of_a_deploy_in_another_process(dep
     finally:
         pane.kill()
     assert proc.poll() is None, log.read_text()        # still waiting for the pick
+
+
+EXITED = re.compile(r"\[exit \d+\]")     # what the shell echoes after the command
+
+
+def pane_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """What a pane's shell needs to run the fake pipeline with the session's key and cache."""
+    keep = ("NPU_DEPLOY_KEY_FILE", "NPU_DEPLOY_PIPELINES", "NPU_DEPLOY_CACHE",
+            "NPU_DEPLOY_MEASUREMENTS", "HOME")
+    return {"TERM": "xterm-256color", "PS1": "$ ",
+            "NPU_DEPLOY_KEYMAP": str(tmp_path / "no-keymap.toml"),
+            "PYTHONPATH": os.pathsep.join((str(TESTS), str(ROOT))),
+            **{k: os.environ[k] for k in keep if k in os.environ}, **extra}
+
+
+def test_deploy_in_the_tui_of_a_model_it_cannot_deploy_is_a_one_line_error(tmp_path):
+    """Without --headless the model is checked after the first frame (it imports torch);
+    refused, the TUI leaves and the shell gets the command line's one error line, a
+    non-zero status and no run."""
+    db = tmp_path / "runs.db"
+    pane = Pane(f"npu-deploy-test-{uuid.uuid4().hex[:8]}", "refused")
+    try:
+        pane.start(pane_env(tmp_path))
+        pane.type(f"cd {tmp_path} && {NPU_DEPLOY} deploy no-such-model --db {db}; "
+                  "echo \"[exit $?]\"")
+        screen = pane.wait_for(EXITED.search, timeout=60)
+    finally:
+        pane.kill()
+    lines = [line for line in screen.splitlines() if line.startswith("npu-deploy: error:")]
+    assert len(lines) == 1 and "no-such-model" in lines[0], screen
+    assert "[exit 1]" in screen
+    assert "Traceback" not in screen
+    if db.exists():
+        with EventStore.open(db, readonly=True) as store:
+            assert store.run_ids() == []
+
+
+def test_quit_mid_step_returns_the_shell_and_resume_finishes_the_run(tmp_path):
+    """q while a step runs: the prompt comes back at once with how to go on, the run holds
+    the pause the TUI left, and `npu-deploy resume` finishes it (the step is run again)."""
+    db = tmp_path / "runs.db"
+    pane = Pane(f"npu-deploy-test-{uuid.uuid4().hex[:8]}", "quit")
+    try:
+        pane.start(pane_env(tmp_path, FAKE_STEP_S="3", FAKE_STEPS="2"))
+        pane.type(f"cd {tmp_path} && {NPU_DEPLOY} deploy tiny --pipeline fake_pipeline:make "
+                  f"--auto-approve --run-id q1 --db {db}; echo \"[exit $?]\"")
+        wait_until(lambda: folded(db, "q1") is not None and step_open(db),
+                   "a step in flight", timeout=60)
+        pane.wait_for("q1")
+        pane.keys("q")
+        quit_at = time.monotonic()
+        screen = pane.wait_for(EXITED.search, timeout=20)
+        took = time.monotonic() - quit_at
+    finally:
+        pane.kill()
+    assert "[exit 0]" in screen, screen
+    assert "npu-deploy resume q1" in screen          # how to go on
+    assert took < 3, f"the shell waited {took:.1f} s for a step of 3 s"   # not the step
+    with EventStore.open(db, readonly=True) as store:
+        assert [c["kind"] for c in store.pending_commands("q1")] == ["pause"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(TESTS), str(ROOT))),
+           "FAKE_STEP_S": "0", "FAKE_STEPS": "2"}
+    done = subprocess.run([str(NPU_DEPLOY), "resume", "q1", "--db", str(db)], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    state = folded(db, "q1")
+    assert state is not None and state.terminal and state.verdict == "PASS", done.stdout
+
+
+def step_open(db: Path) -> bool:
+    with EventStore.open(db, readonly=True) as store:
+        steps = {e.payload["call_id"]: e.type for e in store.events(
+            "q1", types=("tool.requested", "tool.completed"))}
+    return "tool.requested" in steps.values()
