@@ -9,16 +9,22 @@ widgets draw from and the help screen shows, so the legend cannot go stale.
     TREND_MARKS    the Gates and Plan tabs: a value across attempts or transforms
     TONES          the colours of the event stream, the phase strip and the gate marks
 
-A glyph's `tone` names its colour; app.tcss gives each tone its theme colour, for each
-widget's component classes and for the legend's alike.
+A glyph's `tone` names its colour; app.tcss gives each tone its theme colour once, as the
+component class `tone--<tone>` (TONE_CLASSES) that every widget drawing tones lists, and
+`tone_styles` reads them: no colour is named in Python.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+from rich.style import Style
 
 from npu_deploy.events.describe import GLYPHS, glyph_of
+
+if TYPE_CHECKING:
+    from textual.widget import Widget
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +46,27 @@ TONES: Final = {
     "muted": "the rest: pending phases, harness bookkeeping",
     "match": "the event stream's rows that the search (/) matches, as their background",
 }
+
+#: The component classes of the tones (app.tcss colours each from the theme).
+TONE_CLASSES: Final = frozenset(f"tone--{tone}" for tone in TONES)
+
+
+#: The tones without colour: for text drawn outside an app (a plain Rich console).
+PLAIN_TONES: Final = {tone: Style() for tone in ("", *TONES)}
+
+
+def tone_styles(widget: Widget) -> dict[str, Style]:
+    """Each tone's Rich style as `widget` draws it, from its component classes: a text
+    colour (and weight) without a background, so that a tone reads over whatever the row
+    shows beneath it (a zebra stripe, a cursor); "match" is a background only. "" (no tone)
+    is the widget's own text colour. Read again after a theme change."""
+    styles = {"": Style(color=widget.visual_style.rich_style.color)}
+    for tone in TONES:
+        style = widget.get_component_rich_style(f"tone--{tone}")
+        styles[tone] = Style(bgcolor=style.bgcolor) if tone == "match" else \
+            Style(color=style.color) + style.without_color
+    return styles
+
 
 #: A phase's state in the phase strip: glyph, then `a<attempts>` and its own time.
 PHASE_STATES: Final = {

@@ -25,10 +25,18 @@ from npu_deploy.events.decisions import open_decisions, refusal, waiting_text
 from npu_deploy.events.describe import one_line, printable
 from npu_deploy.store import EventStore
 
+from ..legend import PLAIN_TONES, TONE_CLASSES, tone_styles
 from ..messages import CursorMoved, EventsArrived, Seek, ShowEvent
 from ..timeline import RunTimeline, step_estimates, step_in_flight
 from ..widgets.event_stream import EventPane, EventStream
-from ..widgets.panels import AgentPanel, GatesPanel, PerformancePanel, PlanPanel, PlanView
+from ..widgets.panels import (
+    AgentPanel,
+    GatesPanel,
+    PerformancePanel,
+    PlanPanel,
+    PlanView,
+    Tones,
+)
 from ..widgets.phase_strip import SHORT, PhaseStrip
 from ..widgets.scrubber import Scrubber
 from ..widgets.step_progress import StepProgress
@@ -57,12 +65,13 @@ DECISION_COMMANDS = {
 #: first; a narrow terminal takes the next form of the first part of TITLE_CUTS that has
 #: one, and again, until the title fits. Status and verdict keep a form at every width.
 TITLE_CUTS = (7, 2, 3, 6, 4, 1, 4, 1, 5, 0)
-TITLE_STYLES = ("bold", "", "", "bold", "", "bold", "bold", "dim")
+TITLE_STYLES = ("bold", "", "", "bold", "", "bold", "bold", "muted")
 
 
-def fit_title(parts: list[tuple[str, ...]], width: int) -> Text:
+def fit_title(parts: list[tuple[str, ...]], width: int, tones: Tones = PLAIN_TONES) -> Text:
     """The run title in `width` cells (app.tcss gives it one line): lower-priority parts are
-    shortened or left out before the status and the verdict are ever cut."""
+    shortened or left out before the status and the verdict are ever cut. A style that
+    names a tone is drawn in `tones` (the screen's theme)."""
     form = [0] * len(parts)
 
     def shown() -> list[str]:
@@ -80,7 +89,7 @@ def fit_title(parts: list[tuple[str, ...]], width: int) -> Text:
     for word, style in zip(shown(), TITLE_STYLES, strict=True):
         if word:
             text.append("  " if text else "")
-            text.append(word, style)
+            text.append(word, tones.get(style, style))
     text.no_wrap = True
     return text
 
@@ -105,6 +114,7 @@ class RunScreen(Screen[None]):
 
     #: The screen's class by width (app.tcss): narrow stacks the stream over the tabs.
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    COMPONENT_CLASSES: ClassVar[set[str]] = set(TONE_CLASSES)
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("d", "decide", "Decide", id="run.decide"),
@@ -182,6 +192,9 @@ class RunScreen(Screen[None]):
         stream.set_cursor(self.cursor)
         stream.focus()
         self.update_all()
+        # a theme change: every panel drawn again in its colours (the widgets drop what they
+        # kept laid out in their notify_style_update; the signal comes after the new CSS)
+        self.app.theme_changed_signal.subscribe(self, lambda _theme: self.update_all())
         self.set_interval(LIVE_S, self._show_live)
         self.set_interval(REPAINT_S, self._flush)
         self.set_interval(FREEZE_S, self._freeze_grown)
@@ -383,7 +396,8 @@ class RunScreen(Screen[None]):
             (f"run {self._run_status()}", self._run_status()),
             (f"verdict {verdict}",) if verdict else ("no verdict yet", "verdict —"),
             ("times UTC", ""),
-        ], (self.size.width or self.app.size.width) - 2),     # the title's padding: 0 1
+        ], (self.size.width or self.app.size.width) - 2,      # the title's padding: 0 1
+            tone_styles(self)),
             layout=False)           # one line, always (app.tcss): no relayout of the screen
 
     def on_resize(self) -> None:

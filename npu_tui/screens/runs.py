@@ -21,6 +21,7 @@ from npu_deploy.events.decisions import waiting_text
 from npu_deploy.events.describe import printable, time_split
 from npu_deploy.store import RunSummary
 
+from ..legend import TONE_CLASSES, tone_styles
 from ..timeline import unfinished_step
 from ..widgets.phase_strip import SHORT
 
@@ -29,11 +30,13 @@ if TYPE_CHECKING:
 
 COLUMNS = ("run", "model", "started (UTC)", "phase", "status", "verdict", "tokens", "cost",
            "events")
-STATUS_STYLE = {"running": "bold cyan", "crashed": "bold red", "needs_human": "bold yellow",
-                "finished": "green", "failed": "red", "aborted": "dim", "paused": "yellow"}
+#: A run's status by its tone (legend.py TONES): at work, failed, a person's turn, passed.
+STATUS_TONE = {"running": "active", "crashed": "fail", "needs_human": "human",
+               "finished": "pass", "failed": "fail", "aborted": "muted", "paused": "human"}
 
 
 class RunsScreen(Screen[None]):
+    COMPONENT_CLASSES: ClassVar[set[str]] = set(TONE_CLASSES)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open", "Open", id="runs.open"),
         Binding("a", "attach", "Attach live", id="runs.attach"),
@@ -68,6 +71,7 @@ class RunsScreen(Screen[None]):
         self.query_one("#runs-filter", Input).display = False
         self.reload()
         self.set_interval(1.0, self.reload)
+        self.app.theme_changed_signal.subscribe(self, lambda _theme: self.reload())
         table.focus()
 
     # --- the list ---------------------------------------------------------------------------
@@ -80,6 +84,7 @@ class RunsScreen(Screen[None]):
                  " ".join((r.run_id, r.model, r.status, r.verdict or "")).lower()]
         table = self.query_one(DataTable)
         selected = self.selected()
+        tones = tone_styles(self)
         table.clear()
         for r in shown:
             phase = "—" if r.phase_reached is None else f"{r.phase_reached} " \
@@ -87,7 +92,7 @@ class RunsScreen(Screen[None]):
             # what a person typed (a run id, a model name) is data: Text, never markup
             table.add_row(Text(printable(r.run_id, 24)), Text(printable(r.model)),
                           r.created_ts[:16].replace("T", " "), phase,
-                          Text(r.status, style=STATUS_STYLE.get(r.status, "")),
+                          Text(r.status, style=tones[STATUS_TONE.get(r.status, "")]),
                           r.verdict or "—", f"{r.input_tokens + r.output_tokens:,}",
                           f"${r.cost_usd:.2f}", str(r.events), key=r.run_id)
         if selected in {r.run_id for r in shown}:
@@ -121,7 +126,7 @@ class RunsScreen(Screen[None]):
         run_id = self.selected()
         if run_id is None:
             preview.update(Text("No runs yet: n here, or `npu-deploy deploy MODEL`, starts "
-                                "one.", style="dim"))
+                                "one.", style=tone_styles(self)["muted"]))
             return
         store = self.deploy_app.store
         s = store.fold(run_id)
@@ -142,7 +147,7 @@ class RunsScreen(Screen[None]):
                              f"{ph.work_time_s:.1f}s own ({time_split(*ph.times)})")
         waits = waiting_text(s)
         if waits:
-            grid.add_row("waits", Text(printable(waits), style="yellow"))
+            grid.add_row("waits", Text(printable(waits), style=tone_styles(self)["human"]))
         grid.add_row("events", f"{s.version}, resumed {s.resumes}x")
         preview.update(grid)
 

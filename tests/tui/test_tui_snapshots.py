@@ -371,3 +371,22 @@ def test_tabs_in_replay_mid_phase_4(snap_compare, planned, tmp_path, monkeypatch
     monkeypatch.setenv("NPU_DEPLOY_KEYMAP", str(tmp_path / "no-keymap.toml"))
     assert snap_compare(DeployApp(DB, run_id="plan-done", live=False), terminal_size=(160, 48),
                         run_before=at_tab(tab, version))
+
+
+# --- themes ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("theme", ["textual-dark", "textual-light"])
+@pytest.mark.parametrize("screen", ["checkpoint", "help"])
+def test_themes(snap_compare, db, hold, screen, theme):
+    """The run at a checkpoint, and help over it, in a dark and a light built-in theme at
+    120x40: every colour is the theme's (tests/tui/test_tui_theme.py), and the tones read
+    on the light background too."""
+    hold("live-p0")
+    app = DeployApp(db, run_id="live-p0", live=True)
+    app.theme = theme
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        await settle(*(["question_mark"] if screen == "help" else []))(pilot)
+        assert pilot.app.current_theme.name == theme
+
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
