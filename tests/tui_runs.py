@@ -83,12 +83,14 @@ def deterministic(clock: FakeClock | None = None) -> Iterator[FakeClock]:
         module = importlib.import_module(module_name)
         saved.append((module, name, getattr(module, name)))
         setattr(module, name, getattr(clock, name))
-    # the conductor times each step with time.perf_counter: the clock's too
+    # the conductor times each step with time.perf_counter: the clock's too (unless a test
+    # has given the conductor a timer of its own, tests/machine/test_stored_bytes.py)
     conductor = importlib.import_module("npu_deploy.machine.conductor")
-    saved.append((conductor, "time", conductor.time))
-    conductor.time = types.SimpleNamespace(  # type: ignore[assignment]
-        **{**{n: getattr(time, n) for n in dir(time) if not n.startswith("_")},
-           "perf_counter": clock.perf_counter})
+    if conductor.time is time:
+        saved.append((conductor, "time", conductor.time))
+        conductor.time = types.SimpleNamespace(  # type: ignore[assignment]
+            **{**{n: getattr(time, n) for n in dir(time) if not n.startswith("_")},
+               "perf_counter": clock.perf_counter})
     try:
         yield clock
     finally:
