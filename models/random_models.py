@@ -12,8 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
-
 #: A ChatML template, the format SmolLM2 and Qwen use.
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -90,6 +88,7 @@ def build_tokenizer() -> Any:
 
 def build_random_model(name: str, directory: Path, seed: int = 0) -> Path:
     """Save the random model `name` as a Hugging Face directory; returns the directory."""
+    import torch  # here, not at the top: the TUI's new-deployment form lists the names
     import transformers
 
     transformers.utils.logging.disable_progress_bar()

@@ -19,6 +19,8 @@ from textual.binding import Binding, BindingType
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
+from npu_deploy.deploy_request import DeployRequest
+from npu_deploy.events import uuid7
 from npu_deploy.events.decisions import queued
 from npu_deploy.events.describe import printable
 from npu_deploy.store import EventStore
@@ -42,6 +44,11 @@ class Driver(Protocol):
     def resume(self, run_id: str, loading: Loading) -> str: ...
 
     def fork(self, run_id: str, at_version: int, note: str | None) -> str: ...
+
+    def deploying(self, request: DeployRequest) -> Driver:
+        """A driver whose `deploy` starts `request` as a new run; raises
+        deploy_request.Refused with every problem, before anything is stored."""
+        ...
 
 
 def keymap_path() -> Path:
@@ -152,6 +159,15 @@ class DeployApp(App[None]):
         self._drive(run_id, "resume")
         self.open_run(run_id, live=True)
 
+    def drive_deploy(self, driver: Driver) -> str:
+        """A new run, as `npu-deploy deploy` without --headless starts one: `driver` (a
+        checked request's, `Driver.deploying`) runs its conductor in a worker of this
+        process, and the run screen opens live on it."""
+        run_id = uuid7()
+        self._drive(run_id, "deploy", driver)
+        self.open_run(run_id, live=True)
+        return run_id
+
     def continue_run(self, run_id: str) -> bool:
         """After a decision taken here: when no conductor runs the run (none in this
         process, no other process holding its lock), resume it in this process, so that the
@@ -163,7 +179,7 @@ class DeployApp(App[None]):
             self._drive(run_id, "resume")
         return True
 
-    def _drive(self, run_id: str, how: str) -> None:
+    def _drive(self, run_id: str, how: str, driver: Driver | None = None) -> None:
         self.driving.add(run_id)
         self.loading.setdefault(run_id, "starting …")
         self.conducting[run_id] = threading.Event()
@@ -171,26 +187,26 @@ class DeployApp(App[None]):
         # executor, which `App.run` joins as it returns, so quitting mid-step kept the
         # person's shell waiting for the step (seconds). The CLI gives it a moment to record
         # its pause after the terminal is restored (cli/tui.py, run_app).
-        threading.Thread(target=self._conduct, args=(run_id, how), daemon=True,
-                         name=f"conductor {run_id}").start()
+        threading.Thread(target=self._conduct, args=(run_id, how, driver or self.driver),
+                         daemon=True, name=f"conductor {run_id}").start()
 
-    def _conduct(self, run_id: str, how: str) -> None:
-        driver = self.driver
+    def _conduct(self, run_id: str, how: str, driver: Driver | None) -> None:
         assert driver is not None
         done = self.conducting[run_id]
 
         def loading(what: str) -> None:
-            try:
+            # What the screen does with it never stops the deployment: the app may have
+            # closed meanwhile, or its screen not be mounted yet.
+            with contextlib.suppress(Exception):
                 self.call_from_thread(self._loading, run_id, what)
-            except RuntimeError:          # the app closed meanwhile: nobody to tell
-                pass
 
         try:
             outcome = (driver.deploy(run_id, loading) if how == "deploy"
                        else driver.resume(run_id, loading))
         except ValueError as e:
             outcome = f"stopped: {type(e).__name__}: {e}"
-            if how == "deploy" and not self._created(run_id):
+            if how == "deploy" and run_id == self.start_run and not self._created(run_id):
+                # the command line's deploy (a form's run was checked before it was asked)
                 done.set()
                 with contextlib.suppress(RuntimeError):     # the app closed meanwhile
                     self.call_from_thread(self._refused, run_id, str(e))

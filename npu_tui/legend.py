@@ -6,18 +6,25 @@ widgets draw from and the help screen shows, so the legend cannot go stale.
     SCRUBBER_MARKS the scrubber: what happened at a column of the run
     EVENT_GLYPHS   the event stream: an event's type (events/describe.py GLYPHS)
     STEP_MARKS     the event stream: a tool step folded into one line
+    TREND_MARKS    the Gates and Plan tabs: a value across attempts or transforms
     TONES          the colours of the event stream, the phase strip and the gate marks
 
-A glyph's `tone` names its colour; app.tcss gives each tone its theme colour, for each
-widget's component classes and for the legend's alike.
+A glyph's `tone` names its colour; app.tcss gives each tone its theme colour once, as the
+component class `tone--<tone>` (TONE_CLASSES) that every widget drawing tones lists, and
+`tone_styles` reads them: no colour is named in Python.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+from rich.style import Style
 
 from npu_deploy.events.describe import GLYPHS, glyph_of
+
+if TYPE_CHECKING:
+    from textual.widget import Widget
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +46,27 @@ TONES: Final = {
     "muted": "the rest: pending phases, harness bookkeeping",
     "match": "the event stream's rows that the search (/) matches, as their background",
 }
+
+#: The component classes of the tones (app.tcss colours each from the theme).
+TONE_CLASSES: Final = frozenset(f"tone--{tone}" for tone in TONES)
+
+
+#: The tones without colour: for text drawn outside an app (a plain Rich console).
+PLAIN_TONES: Final = {tone: Style() for tone in ("", *TONES)}
+
+
+def tone_styles(widget: Widget) -> dict[str, Style]:
+    """Each tone's Rich style as `widget` draws it, from its component classes: a text
+    colour (and weight) without a background, so that a tone reads over whatever the row
+    shows beneath it (a zebra stripe, a cursor); "match" is a background only. "" (no tone)
+    is the widget's own text colour. Read again after a theme change."""
+    styles = {"": Style(color=widget.visual_style.rich_style.color)}
+    for tone in TONES:
+        style = widget.get_component_rich_style(f"tone--{tone}")
+        styles[tone] = Style(bgcolor=style.bgcolor) if tone == "match" else \
+            Style(color=style.color) + style.without_color
+    return styles
+
 
 #: A phase's state in the phase strip: glyph, then `a<attempts>` and its own time.
 PHASE_STATES: Final = {
@@ -85,6 +113,19 @@ STEP_MARKS: Final = {
     "running": Glyph("…", "running: a live run waits for the result", "agent"),
 }
 
+#: The sparklines of the Gates tab (a check's value at each attempt) and of the Plan tab
+#: (the plan's time after each transform tried): Textual's Sparkline blocks, one per value,
+#: from the row's lowest to its highest, shaded from `$accent 40%` to `$accent`.
+SPARK_BARS: Final = "▁▂▃▄▅▆▇█"
+TREND_MARKS: Final = {
+    "low": Glyph(SPARK_BARS[0], "a sparkline's lowest value (its row's, linear scale)", "active"),
+    **{f"bar{i}": Glyph(b, "a value between its row's lowest and highest", "active")
+       for i, b in enumerate(SPARK_BARS[1:-1], 1)},
+    "high": Glyph(SPARK_BARS[-1], "a sparkline's highest value", "active"),
+    "missing": Glyph("—", "no value: the check was not made at that attempt", "muted"),
+    "then": Glyph("→", "the values across attempts, oldest first", "muted"),
+}
+
 #: The event stream's glyph per event type; any other type draws as `glyph_of`'s default.
 EVENT_GLYPHS: Final = {
     **{t: Glyph(g, t, "") for t, g in GLYPHS.items()},
@@ -110,6 +151,7 @@ def sections() -> list[tuple[str, list[Glyph]]]:
         ("Scrubber", [*SCRUBBER_MARKS.values(), SCRUBBER_CURSOR]),
         ("Event stream (in the colours below)", list(EVENT_GLYPHS.values())),
         ("Event stream: tool steps", list(STEP_MARKS.values())),
+        ("Gates and Plan tabs: trends", list(TREND_MARKS.values())),
         ("Colours", [Glyph("■", means, tone) for tone, means in TONES.items()]),
     ]
 

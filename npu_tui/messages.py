@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from textual.message import Message
 
+from npu_deploy.deploy_request import DeployRequest
 from npu_deploy.events import Event
 
 
@@ -44,3 +46,22 @@ class RunFinishedDriving(Message):
 
     run_id: str
     outcome: str
+
+
+@dataclass
+class FieldChecked(Message):
+    """One field of the new-deployment form was checked at `value`: its refusal, or None."""
+
+    field: str
+    value: str
+    message: str | None
+
+
+@dataclass
+class RequestChecked(Message):
+    """The new-deployment form's request was checked: the problems by field, or none and
+    the driver that deploys it."""
+
+    request: DeployRequest
+    problems: dict[str, str]
+    driver: Any

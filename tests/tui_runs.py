@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import time
 import types
@@ -82,12 +83,14 @@ def deterministic(clock: FakeClock | None = None) -> Iterator[FakeClock]:
         module = importlib.import_module(module_name)
         saved.append((module, name, getattr(module, name)))
         setattr(module, name, getattr(clock, name))
-    # the conductor times each step with time.perf_counter: the clock's too
+    # the conductor times each step with time.perf_counter: the clock's too (unless a test
+    # has given the conductor a timer of its own, tests/machine/test_stored_bytes.py)
     conductor = importlib.import_module("npu_deploy.machine.conductor")
-    saved.append((conductor, "time", conductor.time))
-    conductor.time = types.SimpleNamespace(  # type: ignore[assignment]
-        **{**{n: getattr(time, n) for n in dir(time) if not n.startswith("_")},
-           "perf_counter": clock.perf_counter})
+    if conductor.time is time:
+        saved.append((conductor, "time", conductor.time))
+        conductor.time = types.SimpleNamespace(  # type: ignore[assignment]
+            **{**{n: getattr(time, n) for n in dir(time) if not n.startswith("_")},
+               "perf_counter": clock.perf_counter})
     try:
         yield clock
     finally:
@@ -284,3 +287,98 @@ def build_store(path: str | os.PathLike[str], *builders: Any) -> list[str]:
 
 
 ALL_RUNS = (finished_run, stopped_run, failed_gate_run, checkpoint_run, working_run)
+
+
+class _PlanningAgent(FakeAgent):
+    """The fake agent, but in phases 4 and 5 it does what the autopilot does there, with the
+    real planner and performance model (kernels/plan.py, kernels/perf.py) on SmolLM2-135M:
+    profile the plan, try each transform (kept when it is faster), profile again. Every
+    time is MODELED; every plan is stored as a blob, as pipeline/toolbox.py stores them."""
+
+    MODEL = "smollm2-135m"
+
+    def __init__(self) -> None:
+        super().__init__(0.0, 2)
+        from npu_deploy.pipeline.recipe import Recipe
+
+        self.recipe = Recipe()
+
+    def work(self, run: Any) -> None:
+        if run.phase == 1:
+            store = run.conductor.store
+            ref = store.put_blob(self.recipe.to_json())
+            run.step("select_tiles", {"overrides": {}},
+                     lambda: {"recipe": ref, "configs": 0, "findings": {}})
+        if run.phase not in (4, 5):
+            super().work(run)
+            return
+        from npu_deploy.kernels.specs import Decode, Prefill
+
+        self._optimize(run, Prefill(128) if run.phase == 4 else Decode(128))
+
+    def _optimize(self, run: Any, mode: Any) -> None:
+        from npu_deploy.events.payloads import ProfileRecorded
+        from npu_deploy.kernels.hardware import XDNA2
+        from npu_deploy.kernels.perf import estimate
+        from npu_deploy.kernels.specs import Prefill
+        from npu_deploy.kernels.transforms import TRANSFORMS, IllegalTransform
+        from npu_deploy.models import CATALOG
+        from npu_deploy.pipeline.toolbox import mode_text, plan_json, profile_payload
+
+        store, args = run.conductor.store, CATALOG[self.MODEL].args
+        scope = "prefill" if isinstance(mode, Prefill) else "decode"
+        tokens = mode.seq if isinstance(mode, Prefill) else 1
+
+        def blob(value: Any) -> str:
+            return store.put_blob(json.dumps(value, sort_keys=True).encode())
+
+        def profile() -> None:
+            plan = self.recipe.plan(self.MODEL, args, mode, XDNA2)
+            payload = profile_payload(estimate(plan, XDNA2), scope, tokens)
+            run.step("profile", {"mode": mode_text(mode)}, lambda: {
+                "total_s": payload["total_s"], "source": "modeled", "mode": mode_text(mode),
+                "dispatches": len(plan.dispatches), "summary": plan.summary,
+                "payload": payload})
+            run.record(ProfileRecorded.from_dict(payload))
+
+        run.say(f"phase {run.phase} attempt {run.attempt}: optimizing the {scope} plan")
+        profile()
+        for name in TRANSFORMS:
+            if name in self.recipe.transforms(mode):
+                continue
+            before = self.recipe.plan(self.MODEL, args, mode, XDNA2)
+            t_before = estimate(before, XDNA2).total_s
+            result: dict[str, Any] = {"transform": name, "mode": mode_text(mode),
+                                      "before_s": t_before, "source": "modeled",
+                                      "plan_before": blob(plan_json(before))}
+            try:
+                after = TRANSFORMS[name].apply(before)
+            except IllegalTransform as e:
+                result.update(kept=False, after_s=None, reason=str(e))
+            else:
+                t_after = estimate(after, XDNA2).total_s
+                kept = t_after < t_before
+                result.update(after_s=t_after, plan_after=blob(plan_json(after)), kept=kept,
+                              reason="faster (modeled)" if kept else "not faster (modeled)")
+                if kept:
+                    self.recipe = self.recipe.with_transform(mode, name)
+                    result["recipe"] = store.put_blob(self.recipe.to_json())
+            run.step("apply_transform", {"transform": name, "mode": mode_text(mode)},
+                     lambda result=result: result)
+        profile()
+
+
+def planned_run(store: EventStore, run_id: str = "plan-done") -> str:
+    """Auto-approved to the end, with plans: phases 4 and 5 transform SmolLM2-135M's
+    prefill and decode plans (`_PlanningAgent`), and phase 4's gate fails twice before it
+    passes, so its check has three attempts to show."""
+    pipe = pipeline("4:2")
+    pipe.agent = _PlanningAgent()
+    c = Conductor.start(store, pipe, Policy(auto_approve=True), model="smollm2-135m",
+                        run_id=run_id)
+    try:
+        halt = c.run(wait=False)
+        assert halt.reason == "finished", halt
+    finally:
+        c.close()
+    return run_id

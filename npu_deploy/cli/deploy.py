@@ -9,6 +9,20 @@ from typing import Any
 import click
 from rich.console import Console
 
+from npu_deploy.deploy_request import (
+    AGENTS,
+    AIR_OBJECTS_ENV,
+    BACKENDS,
+    CLAUDE_PIPELINE,
+    DEFAULT_PIPELINE,
+    DEFAULT_SEQ_LEN,
+    SEQ_LEN,
+    DeployRequest,
+    Refused,
+    checked,
+    needs_key,
+    needs_npu,
+)
 from npu_deploy.events import PHASE_NAMES, Event
 from npu_deploy.events.decisions import naming, open_decisions, waiting_on
 from npu_deploy.events.describe import cut
@@ -18,11 +32,6 @@ from .group import code_version
 from .options import db_option, db_path
 from .output import EXIT_FAILED, EXIT_USAGE, console, fail
 from .render import data, progress
-
-#: As machine.conductor registers them (named here too: the CLI imports the machine lazily).
-DEFAULT_PIPELINE = "npu_deploy.agents.autopilot:pipeline"
-CLAUDE_PIPELINE = "npu_deploy.agents.claude:pipeline"
-
 
 EXIT_NEEDS_HUMAN = 3      # the run stopped for a person (needs_human, or waiting headless)
 
@@ -74,62 +83,12 @@ def load_pipeline_or_fail(spec: str) -> Any:
         fail(str(e), EXIT_USAGE)
 
 
-def model_problem(spec: str) -> str | None:
-    """Why the autopilot cannot deploy this model, or None. Its config and its weight files
-    are read (the weights' headers, not their tensors), so a damaged checkpoint is a one-line
-    error and no run, not a run that dies in phase 0. Slow the first time (it imports torch):
-    the TUI asks it in its conductor's worker, after its first frame."""
-    from npu_deploy.models import OracleError, model_args, resolve
-    from npu_deploy.models.config import read_config
-    from npu_deploy.models.loading import check_safetensors
-
+def _needs(check: Any, *args: Any) -> Any:
+    """A check of deploy_request.py, its refusal one line on stderr."""
     try:
-        source = resolve(spec)
-        model_args(read_config(source.directory / "config.json"), spec)
-        check_safetensors(source.directory)
-    except OracleError as e:
-        return str(e)
-    return None
-
-
-def checks_model(pipeline_spec: str) -> bool:
-    """The bundled pipelines load the model the run names: check it before the run."""
-    return pipeline_spec in (DEFAULT_PIPELINE, CLAUDE_PIPELINE)
-
-
-def _claude_config(option: str | None, budget: str) -> dict[str, Any]:
-    """--agent claude: the key must be there, the model priced, the budget well formed,
-    before any run is created."""
-    from npu_deploy.agents.claude import Budget, ClaudeConfig, model_from_env, price_of
-
-    _needs_key("--agent claude")
-    model = model_from_env(option)
-    try:
-        price_of(model)
-        limits = Budget.parse(budget)
-    except ValueError as e:
-        fail(str(e), EXIT_USAGE)
-    return ClaudeConfig(model=model, budget=limits).to_config()
-
-
-def _needs_key(what: str) -> None:
-    import os
-
-    from npu_deploy.agents.claude import KEY_ENV
-
-    if not os.environ.get(KEY_ENV):
-        fail(f"{what} needs {KEY_ENV} in the environment (an Anthropic API key); or deploy "
-             "with the offline autopilot (the default)", EXIT_USAGE)
-
-
-def _needs_npu(what: str, objects: str | None) -> None:
-    """Fail in one line unless this machine can run the xrt backend with `objects`."""
-    from npu_deploy.kernels.xrt_runtime import XrtError, require
-
-    try:
-        require(objects=objects)
-    except XrtError as e:
-        fail(f"{what}: {e}", EXIT_USAGE)
+        return check(*args)
+    except Refused as e:
+        fail(str(e), EXIT_USAGE if e.problems[0].usage else EXIT_FAILED)
 
 
 def _run_id(value: str | None) -> str | None:
@@ -166,7 +125,7 @@ def _phases(text: str) -> frozenset[int]:
               help="Comma-separated phases whose checkpoint waits for a person anyway.")
 @click.option("--budget", type=click.IntRange(1, 50), default=3, show_default=True,
               help="Attempts of a phase before the run stops for a person.")
-@click.option("--agent", type=click.Choice(["autopilot", "claude"]), default="autopilot",
+@click.option("--agent", type=click.Choice(AGENTS), default="autopilot",
               show_default=True,
               help="Who works the phases: the offline autopilot, or Claude through the "
                    "Anthropic API (needs ANTHROPIC_API_KEY).")
@@ -181,19 +140,20 @@ def _phases(text: str) -> frozenset[int]:
                    f"(default: {DEFAULT_PIPELINE}, or {CLAUDE_PIPELINE} with --agent claude).")
 @click.option("--run-id", default=None, callback=lambda _c, _p, v: _run_id(v),
               help="Name the run (default: a new UUIDv7).")
-@click.option("--seq-len", type=click.IntRange(8, 2048), default=128, show_default=True,
+@click.option("--seq-len", type=click.IntRange(*SEQ_LEN), default=DEFAULT_SEQ_LEN,
+              show_default=True,
               help="Prefill length of the gates' long prompt and of the optimized plans.")
 @click.option("--steps", type=click.IntRange(1, 256), default=32, show_default=True,
               help="Greedy tokens per prompt in the token-set gates.")
 @click.option("--seed-fault", type=click.Choice(["gemm-tile"]), default=None,
               help="A drill: seed a known fault (a GEMM tile that does not divide N) for the "
                    "gates and debug skills to catch.")
-@click.option("--backend", type=click.Choice(["emulator", "xrt"]), default="emulator",
+@click.option("--backend", type=click.Choice(BACKENDS), default="emulator",
               show_default=True,
               help="emulator: the NPU's numerics on the CPU, modeled times. xrt: a real XDNA 2 "
                    "NPU through mlir-air and pyxrt (needs both installed), measured times.")
 @click.option("--air-objects", type=click.Path(file_okay=False, path_type=Path),
-              envvar="NPU_DEPLOY_AIR_OBJECTS", default=None, metavar="DIR",
+              envvar=AIR_OBJECTS_ENV, default=None, metavar="DIR",
               help="With --backend xrt: the micro-kernel objects the programs link (mm_*.o, "
                    "...), built with Peano from mlir-air's kernel sources "
                    "[$NPU_DEPLOY_AIR_OBJECTS].")
@@ -207,32 +167,22 @@ def deploy_cmd(model: str, headless: bool, auto_approve: bool, pause_at: str, bu
                seed_fault: str | None, backend: str, air_objects: Path | None,
                repeats: int | None) -> None:
     """Deploy MODEL through phases 0-7 as a new run in the store."""
-    from npu_deploy.machine import Conductor, Policy
+    from npu_deploy.machine import Conductor
 
-    npu: dict[str, Any] = {}
-    if repeats is not None and backend != "xrt":
-        fail("--repeats is for --backend xrt: the emulator's times are modeled, one exact "
-             "figure each", EXIT_USAGE)
-    if backend == "xrt":               # before anything is stored
-        _needs_npu("--backend xrt", None if air_objects is None else str(air_objects))
-        from npu_deploy.pipeline.workspace import air_cache_dir
-        npu = {"backend": "xrt", "air_objects": str(Path(str(air_objects)).resolve()),
-               "air_cache": str(air_cache_dir()),
-               **({"npu_repeats": repeats} if repeats is not None else {})}
-
-    policy = Policy(auto_approve=auto_approve, pause_at=_phases(pause_at), budget=budget)
-    claude = _claude_config(claude_model, agent_budget) if agent == "claude" else None
-    pipeline_spec = pipeline_spec or (CLAUDE_PIPELINE if claude else DEFAULT_PIPELINE)
-    config = {"pipeline": pipeline_spec, "seq_len": seq_len, "steps": steps,
-              "fault": seed_fault, **({"claude": claude} if claude else {}), **npu}
+    request = DeployRequest(
+        model, backend=backend, agent=agent, seq_len=seq_len, steps=steps,
+        auto_approve=auto_approve, pause_at=_phases(pause_at), budget=budget,
+        pipeline=pipeline_spec, claude_model=claude_model, agent_budget=agent_budget,
+        seed_fault=seed_fault, air_objects=None if air_objects is None else str(air_objects),
+        repeats=repeats)
+    # before anything is stored; in the TUI the model is checked (and the pipeline loaded)
+    # by its conductor's worker after the first frame: they import torch, seconds
+    deployment = _needs(checked, request, headless)
+    policy, config = deployment.policy(), deployment.config
     if not headless:
-        # The pipeline and the model are loaded and checked in the TUI's conductor worker,
-        # after the first frame (they import torch: seconds), and shown there as loading.
-        _deploy_in_tui(model, policy, pipeline_spec, config, run_id)
+        _deploy_in_tui(model, policy, deployment.pipeline, config, run_id)
         return
-    pipeline = load_pipeline_or_fail(pipeline_spec)
-    if checks_model(pipeline_spec) and (problem := model_problem(model)) is not None:
-        fail(problem)
+    pipeline = load_pipeline_or_fail(deployment.pipeline)
     out = console()
     store = EventStore.open(db_path())
     conductor = Conductor.start(store, pipeline, policy, model=model, backend=backend,
@@ -284,9 +234,10 @@ def resume_cmd(run: str, pipeline_spec: str | None, no_wait: bool, adopt: bool) 
         fail(str(e))
     config = run_config(store, run_id)
     if spec == CLAUDE_PIPELINE:
-        _needs_key(f"run {run_id} is worked by Claude: resuming it")
+        _needs(needs_key, f"run {run_id} is worked by Claude: resuming it")
     if config.get("backend") == "xrt":
-        _needs_npu(f"run {run_id} runs on the NPU: resuming it", config.get("air_objects"))
+        _needs(needs_npu, f"run {run_id} runs on the NPU: resuming it",
+               config.get("air_objects"))
     pipeline = load_pipeline_or_fail(spec)
     out = console()
     try:

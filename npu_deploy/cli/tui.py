@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from npu_deploy.deploy_request import DeployRequest, checked
 from npu_deploy.events.describe import printable
 from npu_deploy.store import EventStore
 
@@ -43,16 +44,14 @@ class ConductorDriver:
     def deploy(self, run_id: str, loading: Loading = _quiet) -> str:
         """Load and check what `deploy` checks before a headless run (the pipeline, the
         model), then start the run: a ValueError here means no run was created."""
+        from npu_deploy.deploy_request import check_model, checks_model
         from npu_deploy.machine import Conductor, load_pipeline
-
-        from .deploy import checks_model, model_problem
 
         loading(f"loading the pipeline {self.pipeline_spec} …")
         pipeline = load_pipeline(self.pipeline_spec)
         if checks_model(self.pipeline_spec):
             loading(f"checking the model {self.model} …")
-            if (problem := model_problem(self.model)) is not None:
-                raise ValueError(problem)
+            check_model(self.model)            # Refused (a ValueError): no run is made
         loading("starting the conductor …")
         store = EventStore.open(self.store_path)
         try:
@@ -65,6 +64,14 @@ class ConductorDriver:
             return self._drive(conductor)
         finally:
             store.close()
+
+    def deploying(self, request: DeployRequest) -> ConductorDriver:
+        """A driver that deploys `request` as a new run, or Refused with every problem the
+        command line would refuse it for (deploy_request.py). It reads the model's weights'
+        headers (and builds it into the cache the first time): call it from a worker."""
+        deployment = checked(request)
+        return ConductorDriver(self.store_path, deployment.pipeline, deployment.policy(),
+                               request.model, deployment.config)
 
     def resume(self, run_id: str, loading: Loading = _quiet) -> str:
         from npu_deploy.machine import load_pipeline, resume, stored_pipeline

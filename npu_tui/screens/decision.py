@@ -3,8 +3,10 @@ the phase, the attempt and the gate, and leaves exactly one inbox command, or no
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from rich.style import Style
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -19,6 +21,7 @@ from npu_deploy.events.decisions import naming, open_decisions, queued, waiting_
 from npu_deploy.events.describe import SHOWN_CHARS, check_text, failing_checks, printable
 from npu_deploy.events.state import GateSummary
 
+from ..legend import TONE_CLASSES, tone_styles
 from ..timeline import gate_rows
 from ..widgets.panels import GateTable, plural
 from .dialogs import FULL_TEXT, FullText
@@ -65,6 +68,7 @@ class DecisionDialog(ModalScreen[str | None]):
     """Approve, redirect with an instruction, or pick a debug direction. Cancel writes
     nothing. Dismisses with the id of the inbox command it left, or None."""
 
+    COMPONENT_CLASSES: ClassVar[set[str]] = set(TONE_CLASSES)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Cancel", id="decision.cancel"),
         *(Binding(key, f"choose('{choice}')", BUTTONS[choice][0], show=False)
@@ -85,6 +89,7 @@ class DecisionDialog(ModalScreen[str | None]):
         self.phase = state.current_phase if state.current_phase is not None else 0
         self.ph = state.phases[self.phase]
         self.closed_by: str | None = None       # set when someone else decided first
+        self._gate_more = ""
 
     @property
     def deploy_app(self) -> DeployApp:
@@ -132,15 +137,12 @@ class DecisionDialog(ModalScreen[str | None]):
                 rows = gate_rows(ph.gates)
                 shown = rows[:12]
                 more = f" (and {len(rows) - 12} more)" if len(rows) > 12 else ""
-                yield Static(Text.assemble(
-                    (f"gate {gate.gate}: ", "bold"),
-                    ("PASS", "bold green") if gate.passed else ("FAIL", "bold red"), more),
-                    id="decision-gate-head")
-                yield Static(GateTable(shown, printable(gate.gate)),
+                self._gate_more = more
+                yield Static(id="decision-gate-head")      # in the theme's tones: _paint
+                yield Static(GateTable(shown, printable(gate.gate), partial(tone_styles, self)),
                              id="decision-gate")
-                failing = failing_checks(gate.checks)
-                if failing:
-                    yield Static(self._failing_text(failing), id="decision-failing")
+                if failing_checks(gate.checks):
+                    yield Static(id="decision-failing")
             if self.open.pick:
                 yield Label("Debug directions (from the debug skills that matched):")
                 yield OptionList(*(self._direction(i, d) for i, d in
@@ -171,13 +173,31 @@ class DecisionDialog(ModalScreen[str | None]):
             self.app.push_screen(FullText(f"phase {self.phase}: why the run stopped",
                                           self.ph.exit_reason or ""))
 
+    def _paint(self, _theme: object = None) -> None:
+        """What is drawn in the tones, in the theme's colours: on mount and after a theme
+        change (the component classes are read when the theme's CSS has been applied)."""
+        tones = tone_styles(self)
+        gate = self.ph.last_gate
+        if gate is not None and self.query("#decision-gate-head"):
+            bold = Style(bold=True)
+            self.query_one("#decision-gate-head", Static).update(Text.assemble(
+                (f"gate {gate.gate}: ", "bold"),
+                ("PASS", tones["pass"] + bold) if gate.passed else ("FAIL", tones["fail"] + bold),
+                self._gate_more))
+        if self.query("#decision-failing") and gate is not None:
+            self.query_one("#decision-failing", Static).update(
+                self._failing_text(failing_checks(gate.checks), tones))
+        if self.closed_by is not None:
+            self.query_one("#stale", Static).update(
+                Text(self.closed_by, style=tones["human"] + Style(bold=True)))
+
     @staticmethod
-    def _failing_text(failing: list[dict[str, Any]]) -> Text:
+    def _failing_text(failing: list[dict[str, Any]], tones: dict[str, Style]) -> Text:
         """The gate's failing checks, each with the checker's message: a gate's table shows
         the figures, this says in words what failed."""
         text = Text("Failing checks:", style="bold")
         for c in failing:
-            text.append(f"\n  {printable(check_text(c))}", style="red")
+            text.append(f"\n  {printable(check_text(c))}", style=tones["fail"])
             if c.get("message"):
                 text.append(f"\n    {printable(c['message'])}")
         return text
@@ -195,6 +215,8 @@ class DecisionDialog(ModalScreen[str | None]):
         return Option(text, id=d["direction_id"])
 
     def on_mount(self) -> None:
+        self._paint()
+        self.app.theme_changed_signal.subscribe(self, self._paint)
         if self.kind == "stopped" or (self.initial == "redirect" and self.kind == "checkpoint"):
             self.query_one("#instruction", Input).focus()
         elif self.open.pick:
@@ -220,7 +242,7 @@ class DecisionDialog(ModalScreen[str | None]):
 
     def _close_by(self, text: str) -> None:
         self.closed_by = text
-        self.query_one("#stale", Static).update(Text(text, style="bold yellow"))
+        self._paint()
         for b in self.query(Button):
             if b.id != "cancel":
                 b.disabled = True

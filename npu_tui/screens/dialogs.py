@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from rich.syntax import Syntax
+from pygments.token import Token, _TokenType
 from rich.table import Table
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.highlight import HighlightTheme, highlight
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
@@ -115,6 +116,14 @@ class FullText(ModalScreen[None]):
         self.dismiss(None)
 
 
+class PayloadColours(HighlightTheme):
+    """Textual's highlighting, with the JSON's punctuation in the theme's text colour (not
+    the plain black or white that contrasts with the background)."""
+
+    STYLES: dict[_TokenType, str] = {
+        **HighlightTheme.STYLES, Token.Punctuation: "$foreground", Token.Text: "$foreground"}
+
+
 class EventDetail(ModalScreen[None]):
     """Every field of one event: the envelope, then the payload as JSON, its long strings
     cut (FULL_TEXT opens the payload in full)."""
@@ -139,9 +148,10 @@ class EventDetail(ModalScreen[None]):
         payload, self.cut = cut_strings(e.payload)
         with VerticalScroll(classes="dialog wide"):
             yield Static(envelope)
-            # JSON escapes every control character: what a payload holds is shown, not sent
-            yield Static(Syntax(json.dumps(payload, indent=2, sort_keys=True, default=str),
-                                "json", word_wrap=True, theme="ansi_dark"), id="payload")
+            # JSON escapes every control character: what a payload holds is shown, not sent;
+            # Textual's highlighter colours it with the theme's variables ($text-success ...)
+            yield Static(highlight(json.dumps(payload, indent=2, sort_keys=True, default=str),
+                                   language="json", theme=PayloadColours), id="payload")
             if self.cut:
                 yield Static(Text(f"long text is cut at {SHOWN_CHARS:,} characters: "
                                   f"{FULL_TEXT} shows the payload in full", style="dim"),

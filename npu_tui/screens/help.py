@@ -21,31 +21,29 @@ from .. import legend
 class Legend(Static):
     """The legend's sections, each glyph in its tone's colour from the theme."""
 
-    COMPONENT_CLASSES: ClassVar[set[str]] = {f"legend--{tone}" for tone in legend.TONES}
+    COMPONENT_CLASSES: ClassVar[set[str]] = set(legend.TONE_CLASSES)
 
     def on_mount(self) -> None:
         self.update(self._table())
-
-    def notify_style_update(self) -> None:
-        super().notify_style_update()
-        if self.is_mounted:
-            self.update(self._table())      # a theme change: its colours
+        self.app.theme_changed_signal.subscribe(self, lambda _theme: self.update(self._table()))
 
     def _table(self) -> Group:
         parts: list[RenderableType] = []
+        tones = legend.tone_styles(self)
         for title, items in legend.sections():
             grid = Table.grid(padding=(0, 2))
             grid.add_column(no_wrap=True, min_width=4)
             grid.add_column()
             for g in items:
-                style = self.get_component_rich_style(f"legend--{g.tone}") if g.tone else ""
-                grid.add_row(Text(g.glyph, style=style), Text(g.means))
+                grid.add_row(Text(g.glyph, style=tones[g.tone]), Text(g.means))
             parts += [Text(title, style="bold underline"), grid, Text("")]
         return Group(*parts)
 
 
 class HelpScreen(ModalScreen[None]):
     """Over the screen it explains; `?`, F1 or esc closes it."""
+
+    COMPONENT_CLASSES: ClassVar[set[str]] = set(legend.TONE_CLASSES)
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,question_mark,f1", "dismiss", "Close", id="help.close"),
@@ -62,10 +60,15 @@ class HelpScreen(ModalScreen[None]):
         with VerticalScroll(classes="dialog", id="help"), Horizontal(id="help-body"):
             with Vertical():
                 yield Static(Text("Keys here", style="bold"))
-                yield Static(self.keys(), id="help-keys")
+                yield Static(id="help-keys")          # in the theme's colours: on_mount
             with Vertical():
                 yield Static(Text("What the glyphs and colours mean", style="bold"))
                 yield Legend(id="legend")
+
+    def on_mount(self) -> None:
+        self.query_one("#help-keys", Static).update(self.keys())
+        self.app.theme_changed_signal.subscribe(
+            self, lambda _theme: self.query_one("#help-keys", Static).update(self.keys()))
 
     def keys(self) -> Table:
         """Every binding the screen beneath takes now (shown in its footer or not), the
@@ -78,7 +81,7 @@ class HelpScreen(ModalScreen[None]):
         table = Table.grid(padding=(0, 2))
         table.add_column(no_wrap=True)
         table.add_column()
-        table.add_column(style="dim")
+        table.add_column(style=legend.tone_styles(self)["muted"])
         for b, keys in rows.values():
             table.add_row(Text(" ".join(keys), style="bold"), Text(b.description or b.action),
                           Text(b.id or ""))

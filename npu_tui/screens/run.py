@@ -19,16 +19,24 @@ from textual.widgets import Footer, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
 from npu_deploy import progress
-from npu_deploy.events import PHASE_NAMES, DeploymentState
+from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
 from npu_deploy.events import fold as fold_events
 from npu_deploy.events.decisions import open_decisions, refusal, waiting_text
 from npu_deploy.events.describe import one_line, printable
 from npu_deploy.store import EventStore
 
+from ..legend import PLAIN_TONES, TONE_CLASSES, tone_styles
 from ..messages import CursorMoved, EventsArrived, Seek, ShowEvent
 from ..timeline import RunTimeline, step_estimates, step_in_flight
 from ..widgets.event_stream import EventPane, EventStream
-from ..widgets.panels import AgentPanel, GatesPanel, PerformancePanel, PlanPanel
+from ..widgets.panels import (
+    AgentPanel,
+    GatesPanel,
+    PerformancePanel,
+    PlanPanel,
+    PlanView,
+    Tones,
+)
 from ..widgets.phase_strip import SHORT, PhaseStrip
 from ..widgets.scrubber import Scrubber
 from ..widgets.step_progress import StepProgress
@@ -57,12 +65,13 @@ DECISION_COMMANDS = {
 #: first; a narrow terminal takes the next form of the first part of TITLE_CUTS that has
 #: one, and again, until the title fits. Status and verdict keep a form at every width.
 TITLE_CUTS = (7, 2, 3, 6, 4, 1, 4, 1, 5, 0)
-TITLE_STYLES = ("bold", "", "", "bold", "", "bold", "bold", "dim")
+TITLE_STYLES = ("bold", "", "", "bold", "", "bold", "bold", "muted")
 
 
-def fit_title(parts: list[tuple[str, ...]], width: int) -> Text:
+def fit_title(parts: list[tuple[str, ...]], width: int, tones: Tones = PLAIN_TONES) -> Text:
     """The run title in `width` cells (app.tcss gives it one line): lower-priority parts are
-    shortened or left out before the status and the verdict are ever cut."""
+    shortened or left out before the status and the verdict are ever cut. A style that
+    names a tone is drawn in `tones` (the screen's theme)."""
     form = [0] * len(parts)
 
     def shown() -> list[str]:
@@ -80,7 +89,7 @@ def fit_title(parts: list[tuple[str, ...]], width: int) -> Text:
     for word, style in zip(shown(), TITLE_STYLES, strict=True):
         if word:
             text.append("  " if text else "")
-            text.append(word, style)
+            text.append(word, tones.get(style, style))
     text.no_wrap = True
     return text
 
@@ -105,6 +114,7 @@ class RunScreen(Screen[None]):
 
     #: The screen's class by width (app.tcss): narrow stacks the stream over the tabs.
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    COMPONENT_CLASSES: ClassVar[set[str]] = set(TONE_CLASSES)
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("d", "decide", "Decide", id="run.decide"),
@@ -182,6 +192,9 @@ class RunScreen(Screen[None]):
         stream.set_cursor(self.cursor)
         stream.focus()
         self.update_all()
+        # a theme change: every panel drawn again in its colours (the widgets drop what they
+        # kept laid out in their notify_style_update; the signal comes after the new CSS)
+        self.app.theme_changed_signal.subscribe(self, lambda _theme: self.update_all())
         self.set_interval(LIVE_S, self._show_live)
         self.set_interval(REPAINT_S, self._flush)
         self.set_interval(FREEZE_S, self._freeze_grown)
@@ -383,7 +396,8 @@ class RunScreen(Screen[None]):
             (f"run {self._run_status()}", self._run_status()),
             (f"verdict {verdict}",) if verdict else ("no verdict yet", "verdict —"),
             ("times UTC", ""),
-        ], (self.size.width or self.app.size.width) - 2),     # the title's padding: 0 1
+        ], (self.size.width or self.app.size.width) - 2,      # the title's padding: 0 1
+            tone_styles(self)),
             layout=False)           # one line, always (app.tcss): no relayout of the screen
 
     def on_resize(self) -> None:
@@ -427,16 +441,42 @@ class RunScreen(Screen[None]):
             self.query_one(AgentPanel).show(state, self.timeline.transcript_at(c))
         elif tab == "tab-plan":
             results = self.timeline.plan_results_at(c)
-            recipe = plan_ref = None
+            recipe = None
             for e in reversed(results):
                 r = e.payload["result"]
-                if recipe is None and isinstance(r.get("recipe"), str):
+                if isinstance(r.get("recipe"), str):
                     recipe = self.timeline.blob_json(r["recipe"])
-                if plan_ref is None and r.get("kept") and r.get("plan_after"):
-                    plan_ref = r["plan_after"]
-            self.query_one(PlanPanel).show(
-                results, recipe, self.timeline.blob_json(plan_ref) if plan_ref else None,
-                plan_ref)
+                    break
+            self.query_one(PlanPanel).show(results, recipe, self._plans_at(c, results))
+
+    def _plans_at(self, version: int, results: list[Event]) -> list[PlanView]:
+        """The current prefill and decode plans at `version`, from the transforms tried: the
+        newest one's plan after it if it was kept, else the plan it started from. Each is
+        timed by the newest profile of its scope recorded after the plan became current
+        (an older profile timed another plan)."""
+        profiles = self.timeline.profiles_at(version)
+        views = []
+        for scope in ("prefill", "decode"):
+            tried = [e for e in results if e.payload["tool"] == "apply_transform"
+                     and str(e.payload["result"].get("mode", "")).startswith(scope)]
+            if not tried:
+                continue
+            newest = tried[-1].payload["result"]
+            ref = newest.get("plan_after") if newest["kept"] else newest.get("plan_before")
+            plan = self.timeline.blob_json(ref)
+            if not isinstance(ref, str) or not isinstance(plan, dict):
+                continue
+            kept = [e.run_version for e in tried if e.payload["result"]["kept"]]
+            profile = profiles.get(scope)
+            if profile is not None and kept and profile.run_version < kept[-1]:
+                profile = None
+            first = tried[0].payload["result"]
+            trend = (first["before_s"], *(
+                e.payload["result"]["after_s"] if e.payload["result"]["kept"]
+                else e.payload["result"]["before_s"] for e in tried))
+            views.append(PlanView(scope, str(newest.get("mode", scope)), ref, plan, profile,
+                                  trend, str(first.get("source", "modeled"))))
+        return views
 
     def _report_ref(self, version: int) -> str | None:
         """The blob of the newest phase-6 report data at `version`, if it reads as one."""

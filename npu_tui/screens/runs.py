@@ -1,5 +1,5 @@
 """The runs screen: every run in the store, a preview of the selected one, and the ways in:
-open (replay), attach live, resume, fork, filter."""
+open (replay), attach live, resume, fork, filter, and a new deployment."""
 
 from __future__ import annotations
 
@@ -21,24 +21,28 @@ from npu_deploy.events.decisions import waiting_text
 from npu_deploy.events.describe import printable, time_split
 from npu_deploy.store import RunSummary
 
+from ..legend import TONE_CLASSES, tone_styles
 from ..timeline import unfinished_step
 from ..widgets.phase_strip import SHORT
 
 if TYPE_CHECKING:
-    from ..app import DeployApp
+    from ..app import DeployApp, Driver
 
 COLUMNS = ("run", "model", "started (UTC)", "phase", "status", "verdict", "tokens", "cost",
            "events")
-STATUS_STYLE = {"running": "bold cyan", "crashed": "bold red", "needs_human": "bold yellow",
-                "finished": "green", "failed": "red", "aborted": "dim", "paused": "yellow"}
+#: A run's status by its tone (legend.py TONES): at work, failed, a person's turn, passed.
+STATUS_TONE = {"running": "active", "crashed": "fail", "needs_human": "human",
+               "finished": "pass", "failed": "fail", "aborted": "muted", "paused": "human"}
 
 
 class RunsScreen(Screen[None]):
+    COMPONENT_CLASSES: ClassVar[set[str]] = set(TONE_CLASSES)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open", "Open", id="runs.open"),
         Binding("a", "attach", "Attach live", id="runs.attach"),
         Binding("r", "resume", "Resume", id="runs.resume"),
         Binding("k", "fork", "Fork", id="runs.fork"),
+        Binding("n", "new", "New deployment", id="runs.new"),
         Binding("slash", "filter", "Filter", id="runs.filter"),
         Binding("escape", "clear_filter", "Clear filter", show=False, id="runs.clear_filter"),
     ]
@@ -67,6 +71,7 @@ class RunsScreen(Screen[None]):
         self.query_one("#runs-filter", Input).display = False
         self.reload()
         self.set_interval(1.0, self.reload)
+        self.app.theme_changed_signal.subscribe(self, lambda _theme: self.reload())
         table.focus()
 
     # --- the list ---------------------------------------------------------------------------
@@ -79,6 +84,7 @@ class RunsScreen(Screen[None]):
                  " ".join((r.run_id, r.model, r.status, r.verdict or "")).lower()]
         table = self.query_one(DataTable)
         selected = self.selected()
+        tones = tone_styles(self)
         table.clear()
         for r in shown:
             phase = "—" if r.phase_reached is None else f"{r.phase_reached} " \
@@ -86,7 +92,7 @@ class RunsScreen(Screen[None]):
             # what a person typed (a run id, a model name) is data: Text, never markup
             table.add_row(Text(printable(r.run_id, 24)), Text(printable(r.model)),
                           r.created_ts[:16].replace("T", " "), phase,
-                          Text(r.status, style=STATUS_STYLE.get(r.status, "")),
+                          Text(r.status, style=tones[STATUS_TONE.get(r.status, "")]),
                           r.verdict or "—", f"{r.input_tokens + r.output_tokens:,}",
                           f"${r.cost_usd:.2f}", str(r.events), key=r.run_id)
         if selected in {r.run_id for r in shown}:
@@ -119,8 +125,8 @@ class RunsScreen(Screen[None]):
         preview = self.query_one("#preview", Static)
         run_id = self.selected()
         if run_id is None:
-            preview.update(Text("No runs yet: `npu-deploy deploy MODEL` starts one.",
-                                style="dim"))
+            preview.update(Text("No runs yet: n here, or `npu-deploy deploy MODEL`, starts "
+                                "one.", style=tone_styles(self)["muted"]))
             return
         store = self.deploy_app.store
         s = store.fold(run_id)
@@ -141,7 +147,7 @@ class RunsScreen(Screen[None]):
                              f"{ph.work_time_s:.1f}s own ({time_split(*ph.times)})")
         waits = waiting_text(s)
         if waits:
-            grid.add_row("waits", Text(printable(waits), style="yellow"))
+            grid.add_row("waits", Text(printable(waits), style=tone_styles(self)["human"]))
         grid.add_row("events", f"{s.version}, resumed {s.resumes}x")
         preview.update(grid)
 
@@ -211,6 +217,23 @@ class RunsScreen(Screen[None]):
 
         app.push_screen(ForkDialog(run_id, head, head), go)
 
+    def action_new(self) -> None:
+        """The new-deployment form; the run it starts runs in this process, as `npu-deploy
+        deploy MODEL` without --headless, and its screen opens live."""
+        from .new_deployment import NewDeployment
+
+        app = self.deploy_app
+        if app.driver is None:
+            self.notify("this TUI has no deployment driver; run `npu-deploy deploy MODEL`",
+                        severity="error")
+            return
+
+        def go(driver: Driver | None) -> None:
+            if driver is not None:
+                app.drive_deploy(driver)
+
+        app.push_screen(NewDeployment(app.driver), go)
+
     def action_filter(self) -> None:
         box = self.query_one("#runs-filter", Input)
         box.display = True
@@ -226,7 +249,10 @@ class RunsScreen(Screen[None]):
         self.query_one(DataTable).focus()
 
     def commands(self) -> Iterable[SystemCommand]:
-        """The palette's commands for the selected run."""
+        """The palette's commands: a new deployment, and those for the selected run."""
+        if self.deploy_app.driver is not None:
+            yield SystemCommand("New deployment", "deploy a model as a new run, here",
+                                self.action_new)
         run_id = self.selected()
         if run_id is None:
             return

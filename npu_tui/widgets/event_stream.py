@@ -25,10 +25,10 @@ from textual.strip import Strip
 from textual.widgets import Input
 from textual.worker import get_current_worker
 
-from npu_deploy.events.describe import TONES, one_line
+from npu_deploy.events.describe import one_line
 from npu_deploy.store import EventStore
 
-from ..legend import STEP_MARKS
+from ..legend import STEP_MARKS, TONE_CLASSES, tone_styles
 from ..messages import CursorMoved, ShowEvent
 from ..stream_view import KINDS, SearchQuery, StepResult, StreamView, find
 from ..timeline import EventLine, RunTimeline
@@ -62,9 +62,7 @@ class EventStream(ScrollView, can_focus=True):
     event version), shown on the row of that event or, when the row is folded or filtered
     out, the last row before it."""
 
-    COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "event-stream--cursor", "event-stream--version", "event-stream--time",
-        "event-stream--match", *(f"event-stream--{t}" for t in TONES)}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"event-stream--cursor", *TONE_CLASSES}
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("up", "move(-1)", "Back", show=False, id="stream.up"),
@@ -109,10 +107,11 @@ class EventStream(ScrollView, can_focus=True):
         super().notify_style_update()
 
     def _style(self, name: str) -> Style:
-        style = self._styles.get(name)
-        if style is None:
-            style = self._styles[name] = self.get_component_rich_style(f"event-stream--{name}")
-        return style
+        """A tone's style (legend.py), or "cursor" (the whole row, over the tones)."""
+        if not self._styles:
+            self._styles = {**tone_styles(self),
+                            "cursor": self.get_component_rich_style("event-stream--cursor")}
+        return self._styles[name]
 
     # --- the model -------------------------------------------------------------------------
 
@@ -389,13 +388,16 @@ class EventStream(ScrollView, can_focus=True):
             segments = self._drawn[(version, width)] = self._segments(line)
             if len(self._drawn) > DRAWN_KEPT:
                 self._drawn.popitem(last=False)
-        strip = Strip(segments)
+        # the segments colour text only: the row's background and the summary's colour
+        # are the widget's, a match's or (over the tones) the cursor's
+        base = self.visual_style.rich_style
         if row == self.cursor_row:
-            strip = strip.apply_style(self._style("cursor"))
+            strip = Strip(Segment.apply_style(segments, post_style=self._style("cursor")))
         elif self.matches and self._is_match(version):
-            strip = strip.apply_style(self._style("match"))
-        return strip.crop_extend(self.scroll_offset.x, self.scroll_offset.x + width,
-                                 self.visual_style.rich_style)
+            strip = Strip(segments).apply_style(base + self._style("match"))
+        else:
+            strip = Strip(segments).apply_style(base)
+        return strip.crop_extend(self.scroll_offset.x, self.scroll_offset.x + width, base)
 
     def _is_match(self, version: int) -> bool:
         i = bisect.bisect_left(self.matches, version)
@@ -413,8 +415,8 @@ class EventStream(ScrollView, can_focus=True):
         room = max(8, self.scrollable_content_region.width - PREFIX_WIDTH)
         summary = line.summary if len(line.summary) <= room else line.summary[:room - 1] + "…"
         return [
-            Segment(f"{line.version:>7} ", self._style("version")),
-            Segment(f"{line.ts[11:19]} ", self._style("time")),
+            Segment(f"{line.version:>7} ", self._style("muted")),
+            Segment(f"{line.ts[11:19]} ", self._style("muted")),
             Segment(f"{glyph} ", tone),
             Segment(f"{where:<6}", self._style("muted")),
             Segment(f"{kind:<21}", tone),

@@ -6,13 +6,16 @@ from __future__ import annotations
 import math
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
+from rich import box
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.padding import Padding
 from rich.segment import Segment
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 from textual.geometry import Size
@@ -20,9 +23,9 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
-from npu_deploy.events.describe import describe, gate_figures, one_line, printable
+from npu_deploy.events.describe import describe, gate_figures, one_line, printable, tone_of
 
-from ..legend import gate_mark
+from ..legend import PLAIN_TONES, SPARK_BARS, TONE_CLASSES, TREND_MARKS, gate_mark, tone_styles
 from ..timeline import GateRow, gate_rows
 
 LAYER_PREFIX = re.compile(r"^L\d+\.")
@@ -46,6 +49,8 @@ Line = list[Segment]
 #: What `Panel.put` shows: a renderable, or (key, build) whose lines are kept under the key;
 #: build(width) returns a renderable or the lines themselves.
 Part = RenderableType | tuple[Hashable, Callable[[int], RenderableType | list[Line]]]
+#: The tones' styles (legend.py), as `tone_styles` reads them from a widget's theme.
+Tones = dict[str, Style]
 
 
 def any_width(build: Callable[[], RenderableType]) -> Callable[[int], RenderableType]:
@@ -59,6 +64,11 @@ class Panel(ScrollView, can_focus=True):
     never a relayout of the screen (a Static in an auto-height container costs both)."""
 
     CACHED_PARTS = 96
+    #: A sparkline's lowest and highest values are drawn in these colours (app.tcss).
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"panel--spark-low", "panel--spark-high",
+                                             *TONE_CLASSES}
+    #: Whether a new `put` scrolls to the last line (the Agent tab: the cursor's event).
+    KEEP_END: ClassVar[bool] = False
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -106,7 +116,23 @@ class Panel(ScrollView, can_focus=True):
                 lines.extend(self._lines_of(part, width))
         self._lines = lines
         self._set_virtual_height(len(lines))
+        if self.KEEP_END and self.scroll_y < self.max_scroll_y:
+            self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True)
         self.refresh()
+
+    @property
+    def tones(self) -> Tones:
+        """The tones in the theme's colours now; the screen shows its panels again after a
+        theme change (RunScreen, `theme_changed_signal`)."""
+        return tone_styles(self)
+
+    def spark_colours(self) -> SparkColours:
+        """The theme's colours for sparklines, over the panel's background (as Textual's
+        Sparkline widget takes them)."""
+        _, base = self.background_colors
+        low, high = (base + self.get_component_styles(f"panel--spark-{end}").color
+                     for end in ("low", "high"))
+        return SparkColours(low, high, self.tones["muted"])
 
     def _lines_of(self, renderable: RenderableType, width: int) -> list[Line]:
         console = self.app.console
@@ -141,37 +167,42 @@ class GatesPanel(Panel):
     message under each check that has one, and how each value moved across the attempts."""
 
     def show(self, state: DeploymentState, phase: int | None) -> None:
+        #: The values across attempts of each check that has two or more: what the
+        #: sparklines draw, by (subject, metric).
+        self.trends: dict[tuple[str, str], tuple[float | None, ...]] = {}
         if phase is None:
-            self.put(Text("No phase has started yet.", style="dim"))
+            self.put(Text("No phase has started yet.", style=self.tones["muted"]))
             return
         ph = state.phases[phase]
         if not ph.gates:
             self.put(Text(f"Phase {phase} ({PHASE_NAMES[phase]}): no gate evaluated yet "
-                          f"(attempt {ph.attempts}, {ph.status}).", style="dim"))
+                          f"(attempt {ph.attempts}, {ph.status}).", style=self.tones["muted"]))
             return
         last = ph.gates[-1]
         rows = gate_rows(ph.gates)
+        self.trends = {(r.subject, r.metric): r.history for r in rows if len(r.history) > 1}
         failed = [r for r in rows if r.gating and not r.passed]
+        tones = self.tones
         head = Text.assemble(
             (f"Phase {phase} ({PHASE_NAMES[phase]}) gate ", "bold"),
             (printable(last.gate), "bold"), (": ", "bold"),
-            ("PASS" if last.passed else "FAIL", "bold green" if last.passed else "bold red"),
+            ("PASS", tones["pass"] + Style(bold=True)) if last.passed else
+            ("FAIL", tones["fail"] + Style(bold=True)),
             f"  attempt {last.attempt}, {plural(len(rows), 'check')}, "
             f"{len(failed)} gating failing")
         # the rows follow from the gate event and the attempts before it
         self.put(head, (("gate", last.event_id, len(ph.gates)),
-                        partial(gate_table, rows, printable(last.gate))))
+                        partial(gate_table, rows, printable(last.gate), tones,
+                                colours=self.spark_colours())))
 
 
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
+def plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n} {word if n == 1 else many or word + 's'}"
 
 
 #: The gate table's columns, left to right; every one is drawn at every width.
 GATE_COLUMNS = ("status", "gate", "subject", "metric", "value", "threshold")
 SUBJECT_MIN = 10              # the subject is shortened to no fewer cells than this
-#: How the gate marks' tones (legend.py) are drawn in a panel's Rich text.
-TONE_STYLE = {"pass": "green", "fail": "bold red", "muted": "dim"}
 
 
 def shorten(text: Text, width: int) -> Text:
@@ -191,13 +222,14 @@ def shorten(text: Text, width: int) -> Text:
     return shown
 
 
-def gate_table(rows: list[GateRow], gate: str, width: int) -> RenderableType:
+def gate_table(rows: list[GateRow], gate: str, tones: Tones, width: int,
+               colours: SparkColours | None = None) -> RenderableType:
     """The checks in `width` cells with the six columns of GATE_COLUMNS at any width: the
     subject (then the gate name, then the metric) is shortened to fit, the values across
     attempts are a seventh column where there is room, and a check's message is a line
     under its row, wrapped across the columns after the status (a Rich table has no cell
     that spans a row, so the columns are laid out here, at widths fixed for the panel)."""
-    cells = [gate_cells(r, gate) for r in rows]
+    cells = [gate_cells(r, gate, tones) for r in rows]
     widths = [max(len(name), *(c[i].cell_len for c in cells))
               for i, name in enumerate(GATE_COLUMNS)]
     over = sum(widths) + len(widths) - 1 - width
@@ -205,11 +237,16 @@ def gate_table(rows: list[GateRow], gate: str, width: int) -> RenderableType:
         cut = min(max(0, over), max(0, widths[i] - floor))
         widths[i] -= cut
         over -= cut
-    trends = [trend_text(r) for r in rows]
-    trend_width = max(len("across attempts"), *(t.cell_len for t in trends))
-    show_trend = any(trends) and sum(widths) + len(widths) + trend_width <= width
+    # the values across attempts: a sparkline and the figures where they fit, else the
+    # sparkline alone (one block per attempt), else nothing
+    room = width - sum(widths) - len(widths)
+    trends = [trend_cell(r, colours, figures=True) for r in rows]
+    if not any(trends) or max(len("across attempts"), *(t.cell_len for t in trends)) > room:
+        trends = [trend_cell(r, colours, figures=False) for r in rows]
+    show_trend = any(trends) and max(len("trend"), *(t.cell_len for t in trends)) <= room
+    trend_head = "across attempts" if any(" " in t.plain for t in trends) else "trend"
 
-    def line(row: list[Text], trend: Text | None, style: str = "") -> RenderableType:
+    def line(row: list[Text], trend: Text | None, style: Style | str = "") -> RenderableType:
         """One row at the columns' widths, so that the rows line up: one line of text, or
         where a failing check's subject has words to wrap, a grid in which it wraps under
         itself (a word longer than the column ends in an ellipsis, Rich's overflow)."""
@@ -237,43 +274,83 @@ def gate_table(rows: list[GateRow], gate: str, width: int) -> RenderableType:
 
     lines: list[RenderableType] = [
         line([Text(n, style="bold underline") for n in GATE_COLUMNS],
-             Text("across attempts", style="bold underline") if show_trend else None)]
+             Text(trend_head, style="bold underline") if show_trend else None)]
     for r, row, trend in zip(rows, cells, trends, strict=True):
         lines.append(line(row, trend if show_trend else None,
-                          "" if r.passed or not r.gating else "red"))
+                          "" if r.passed or not r.gating else tones["fail"]))
         if r.message:
             lines.append(Padding(Text(f"↳ {one_line(r.message)}",
-                                      style="" if r.passed else "red"),
+                                      style="" if r.passed else tones["fail"]),
                                  (0, 0, 0, widths[0] + 1)))
     return Group(*lines)
 
 
 class GateTable:
-    """`gate_table` laid out at whatever width Rich gives it (a dialog's Static)."""
+    """`gate_table` laid out at whatever width Rich gives it (a dialog's Static), in the
+    tones `tones()` gives when it is drawn (a widget's theme now; no colour by default)."""
 
-    def __init__(self, rows: list[GateRow], gate: str) -> None:
-        self.rows, self.gate = rows, gate
+    def __init__(self, rows: list[GateRow], gate: str,
+                 tones: Callable[[], Tones] = lambda: PLAIN_TONES) -> None:
+        self.rows, self.gate, self.tones = rows, gate, tones
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield gate_table(self.rows, self.gate, options.max_width)
+        yield gate_table(self.rows, self.gate, self.tones(), options.max_width)
 
 
 #: The right-aligned columns (value, threshold): figures line up on their last digit.
 RIGHT = (4, 5)
 
 
-def gate_cells(r: GateRow, gate: str) -> list[Text]:
+def gate_cells(r: GateRow, gate: str, tones: Tones) -> list[Text]:
     mark = gate_mark(r.passed, r.gating)
     value, threshold = gate_figures(r.value, r.threshold)
-    return [Text(mark.glyph, style=TONE_STYLE[mark.tone]), Text(gate), Text(printable(r.subject)),
+    return [Text(mark.glyph, style=tones[mark.tone]), Text(gate), Text(printable(r.subject)),
             Text(printable(r.metric)), Text(value), Text(f"{r.comparison} {threshold}")]
 
 
 def trend_text(r: GateRow) -> Text:
     if len(r.history) <= 1:
         return Text("")
-    return Text(" → ".join("—" if v is None else gate_figures(v, r.threshold)[0]
-                           for v in r.history))
+    return Text(f" {TREND_MARKS['then'].glyph} ".join(
+        TREND_MARKS["missing"].glyph if v is None else gate_figures(v, r.threshold)[0]
+        for v in r.history))
+
+
+def trend_cell(r: GateRow, colours: SparkColours | None, *, figures: bool) -> Text:
+    """A check's values across attempts: its sparkline, then (with `figures`) the values."""
+    if len(r.history) <= 1:
+        return Text("")
+    line = sparkline(r.history, colours)
+    return line + " " + trend_text(r) if figures else line
+
+
+@dataclass(frozen=True, slots=True)
+class SparkColours:
+    """A sparkline's colours (Textual colours), its lowest value's and its highest's, and
+    the style of a missing value's mark."""
+
+    low: Any
+    high: Any
+    muted: Style
+
+
+def sparkline(values: Sequence[float | None], colours: SparkColours | None = None) -> Text:
+    """`values` as Textual's Sparkline draws them, one block each on a linear scale from
+    the lowest to the highest (all equal: the lowest block), shaded from the low colour to
+    the high; a missing value is a dash (legend.py TREND_MARKS)."""
+    known = [v for v in values if v is not None]
+    lo, hi = (min(known), max(known)) if known else (0.0, 0.0)
+    extent = hi - lo or 1.0
+    text = Text(no_wrap=True)
+    for v in values:
+        if v is None:
+            text.append(TREND_MARKS["missing"].glyph, colours.muted if colours else "dim")
+            continue
+        ratio = (v - lo) / extent
+        style = Style(color=colours.low.blend(colours.high, ratio).rich_color) if colours \
+            else ""
+        text.append(SPARK_BARS[int(ratio * (len(SPARK_BARS) - 1))], style)
+    return text
 
 
 class PerformancePanel(Panel):
@@ -283,8 +360,10 @@ class PerformancePanel(Panel):
     def show(self, profiles: dict[str, Event], report: dict[str, Any] | None,
              report_ref: str | None = None) -> None:
         if not profiles and not report:
-            self.put(Text("No profile recorded yet (phases 4 and 5 record them).", style="dim"))
+            self.put(Text("No profile recorded yet (phases 4 and 5 record them).",
+                          style=self.tones["muted"]))
             return
+        tones = self.tones
         parts: list[Part] = []
         prefill, decode = profiles.get("prefill"), profiles.get("decode")
         summary = Table.grid(padding=(0, 2))
@@ -302,11 +381,11 @@ class PerformancePanel(Panel):
             parts.append((("kernels", e.run_version), any_width(partial(kernel_table, scope, e))))
             parts.append((("profile", e.run_version), any_width(partial(profile_table, scope, e))))
         if report:
-            parts.append((("roofline", report_ref), any_width(partial(roofline, report)))
-                         if report_ref else roofline(report))
+            parts.append((("roofline", report_ref), any_width(partial(roofline, report, tones)))
+                         if report_ref else roofline(report, tones))
         else:
             parts.append(Text("The roofline appears when phase 6 writes the report.",
-                              style="dim"))
+                              style=tones["muted"]))
         self.put(*parts)
 
 
@@ -351,14 +430,15 @@ def profile_table(scope: str, e: Event, top: int = 12) -> Table:
     return table
 
 
-def roofline(report: dict[str, Any], width: int = 60, height: int = 12) -> RenderableType:
+def roofline(report: dict[str, Any], tones: Tones, width: int = 60, height: int = 12
+             ) -> RenderableType:
     """A log-log text roofline of the deployed prefill's launches (the report's data)."""
     peak, bw = float(report["peak_flops"]), float(report["ddr_bw"])
     points = [(k["flops"] / k["bytes"], k["flops"] / k["seconds"]) for k in report["kernels"]
               if k["bytes"] and k["seconds"] and k["flops"]]
     source = SOURCE_LABEL.get(report.get("time_source", ""), report.get("time_source", ""))
     if not points:
-        return Text(f"roofline: no kernel points ({source})", style="dim")
+        return Text(f"roofline: no kernel points ({source})", style=tones["muted"])
     xs = [math.log10(x) for x, _ in points]
     x_lo, x_hi = min(xs + [math.log10(peak / bw)]) - 0.5, max(xs + [math.log10(peak / bw)]) + 0.5
     y_hi = math.log10(peak) + 0.2
@@ -384,12 +464,15 @@ def roofline(report: dict[str, Any], width: int = 60, height: int = 12) -> Rende
     for row in grid:
         text.append("".join(row) + "\n")
     text.append(f"x: FLOP/byte 10^{x_lo:.1f}..10^{x_hi:.1f}   y: FLOP/s 10^{y_lo:.1f}.."
-                f"10^{y_hi:.1f}", style="dim")
+                f"10^{y_hi:.1f}", style=tones["muted"])
     return text
 
 
 class AgentPanel(Panel):
-    """The agent's transcript: messages, tool calls, model calls, and the run's totals."""
+    """The agent's transcript up to the cursor: messages, tool calls, model calls, and the
+    run's totals. Its last line is the agent's newest event at the cursor, kept in view."""
+
+    KEEP_END = True
 
     def show(self, state: DeploymentState, transcript: list[Event]) -> None:
         t = state.totals
@@ -401,46 +484,66 @@ class AgentPanel(Panel):
                                  f"{t.cache_write_tokens:,}  ",
             ("cost ", "bold"), f"${t.cost_usd:.4f}  ",
             ("tool calls ", "bold"), f"{t.tool_calls}  ", ("errors ", "bold"), f"{t.errors}")
+        tones = self.tones
         rows: list[Part] = [(("agent", e.run_version),
-                             partial(transcript_lines, e, self.app.console, self.rich_style))
+                             partial(transcript_lines, e, tones, self.app.console,
+                                     self.rich_style))
                             for e in transcript]
-        self.put(totals, *(rows or [Text("nothing yet", style="dim")]))
+        self.put(totals, *(rows or [Text("nothing yet", style=tones["muted"])]))
 
 
 TRANSCRIPT_INDENT = 8 + 16           # the version and the type
-TRANSCRIPT_STYLE = {"agent.message": "", "model.called": "magenta", "error": "red",
-                    "tool.requested": "cyan", "tool.completed": "cyan dim"}
 
 
-def transcript_row(e: Event) -> Text:
+def transcript_row(e: Event, tones: Tones) -> Text:
     """One event of the transcript: its version and type, then what it says, wrapped under
-    itself. Plain text, cheaper to lay out than a table row."""
-    style = TRANSCRIPT_STYLE.get(e.type, "")
-    if e.type == "tool.completed" and not e.payload.get("ok"):
-        style = "red"
-    return Text.assemble((f"{e.run_version:>7} ", "dim"), (f"{e.type:<16}", style),
+    itself, in the event's tone as the event stream draws it. Plain text, cheaper to lay
+    out than a table row."""
+    style = tones[tone_of(e)]
+    return Text.assemble((f"{e.run_version:>7} ", tones["muted"]), (f"{e.type:<16}", style),
                          (describe(e, 300), style), no_wrap=False)
 
 
-def transcript_lines(e: Event, console: Any, style: Any, width: int) -> list[Line]:
-    return hanging_lines(transcript_row(e), TRANSCRIPT_INDENT, console, style, width)
+def transcript_lines(e: Event, tones: Tones, console: Any, style: Style, width: int
+                     ) -> list[Line]:
+    return hanging_lines(transcript_row(e, tones), TRANSCRIPT_INDENT, console, style, width)
 
 
-def hanging_lines(row: Text, indent: int, console: Any, style: Any, width: int) -> list[Line]:
+def hanging_lines(row: Text, indent: int, console: Any, style: Style, width: int
+                  ) -> list[Line]:
     """`row` as lines of `width` cells whose wrapped lines start under the text, after a
-    prefix of `indent` cells: wrapped and turned into segments without a Rich layout pass."""
+    prefix of `indent` cells: wrapped and turned into segments without a Rich layout pass,
+    over the panel's `style` (its background, and the colour of untoned text)."""
     head, body = row[:indent], row[indent:]
     pad = Text(" " * indent)
-    return [Segment.adjust_line_length([*(head if i == 0 else pad).render(console),
-                                        *line.render(console)], width, style)
+    return [Segment.adjust_line_length(list(Segment.apply_style(
+                [*(head if i == 0 else pad).render(console), *line.render(console)], style)),
+                width, style)
             for i, line in enumerate(body.wrap(console, max(8, width - indent)))]
 
 
+@dataclass(frozen=True, slots=True)
+class PlanView:
+    """One of the deployment's plans at the cursor, as the Plan tab shows it."""
+
+    scope: str                       # prefill or decode
+    mode: str                        # "prefill L=128", as the transform results say it
+    ref: str                         # the plan's blob
+    plan: dict[str, Any]             # kernels/plan.py as pipeline/toolbox.py plan_json stores it
+    profile: Event | None            # the newest profile of this plan, if it was profiled
+    trend: tuple[float, ...]         # the plan's time before the first transform and after each
+    trend_source: str                # where those times came from (modeled, measured-npu, ...)
+
+
 class PlanPanel(Panel):
-    """The deployment's current recipe and plan, and every transform tried."""
+    """The recipe, the time of each plan across the transforms tried (a sparkline), the
+    transforms, and each current plan as a table of its dispatches with their times."""
 
     def show(self, results: list[Event], recipe: dict[str, Any] | None,
-             plan: dict[str, Any] | None, plan_ref: str | None = None) -> None:
+             plans: list[PlanView]) -> None:
+        #: What the sparklines draw: each plan's time across the transforms, by scope.
+        self.trends = {v.scope: v.trend for v in plans if len(v.trend) > 1}
+        tones = self.tones
         parts: list[Part] = []
         if recipe:
             summary = Table.grid(padding=(0, 2))
@@ -451,48 +554,115 @@ class PlanPanel(Panel):
             summary.add_row("decode transforms",
                             ", ".join(recipe.get("decode_transforms", [])) or "none")
             parts.append(summary)
+        if self.trends:
+            parts.append(trend_lines(plans, self.spark_colours()))
         tried = [e for e in results if e.payload["tool"] == "apply_transform"]
         if tried:   # the newest result and the count name the rows
             parts.append((("tried", tried[-1].run_version, len(tried)),
-                          any_width(partial(transforms_table, tried))))
-        if plan:
-            parts.append((("plan", plan_ref), any_width(partial(plan_table, plan))) if plan_ref
-                         else plan_table(plan))
+                          partial(transforms_table, tried, tones)))
+        for view in plans:   # a plan and the profile it is timed by name its lines
+            parts.append((("plan", view.ref, view.profile and view.profile.run_version),
+                          any_width(partial(plan_table, view, tones))))
         if not parts:
             parts.append(Text("No plan yet: phase 1 selects the tiles, phases 4 and 5 "
-                              "transform the plan.", style="dim"))
+                              "transform the plan.", style=tones["muted"]))
         self.put(*parts)
 
 
-def transforms_table(tried: list[Event]) -> Table:
-    table = Table(title="transforms tried (times modeled)", expand=True,
-                  show_edge=False, title_justify="left")
-    for col in ("v", "phase", "transform", "mode", "before ms", "after ms", "kept",
-                "why"):
-        table.add_column(col, no_wrap=True, overflow="ellipsis")
+def source_word(source: str) -> str:
+    """MODELED, MEASURED on the NPU, ...: the short form of a source, for a title."""
+    return {"modeled": "MODELED"}.get(source, SOURCE_LABEL.get(source, source))
+
+
+def trend_lines(plans: list[PlanView], colours: SparkColours) -> Table:
+    """Each plan's time before the first transform and after each one tried, a sparkline
+    beside the figures, with where they came from."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for v in plans:
+        if len(v.trend) > 1:
+            grid.add_row(f"{v.scope} {source_word(v.trend_source)}", sparkline(v.trend, colours),
+                         f"{v.trend[0] * 1e3:.2f} → {v.trend[-1] * 1e3:.2f} ms, "
+                         f"{len(v.trend) - 1} tried")
+    return grid
+
+
+def transforms_table(tried: list[Event], tones: Tones, width: int) -> RenderableType:
+    """The transforms tried, under a heading per mode: event number, transform, the plan's
+    time before and after, kept or dropped; why one was dropped, dim, on the line under."""
+    sources = {str(e.payload["result"].get("source", "modeled")) for e in tried}
+    lines: list[RenderableType] = [Text(
+        "transforms tried, times " + ", ".join(sorted(map(source_word, sources))), "bold")]
+    name_width = max(8, min(max(len(str(e.payload["result"]["transform"])) for e in tried),
+                            width - 5 - 19 - 8))
+    mode = None
     for e in tried:
         r = e.payload["result"]
+        if r.get("mode") != mode:
+            mode = r.get("mode")
+            lines.append(Text(printable(str(mode)), "underline"))
         after = r.get("after_s")
         # what an agent's tool call named and said: Text, never markup
-        table.add_row(str(e.run_version), str(e.phase), Text(printable(str(r["transform"]))),
-                      Text(printable(str(r.get("mode", "")))),
-                      f"{r['before_s'] * 1e3:.2f}",
-                      "—" if after is None else f"{after * 1e3:.2f}",
-                      Text("kept", style="green") if r["kept"] else
-                      Text("dropped", style="yellow"), Text(printable(str(r.get("reason", "")))))
-    return table
+        name = Text(printable(str(r["transform"])))
+        name.truncate(name_width, overflow="ellipsis", pad=True)
+        times = f"{r['before_s'] * 1e3:>7.2f} → " + ("      —" if after is None
+                                                     else f"{after * 1e3:>7.2f}")
+        lines.append(Text.assemble((f"{e.run_version:>4} ", tones["muted"]), name,
+                                   f" {times} ms ",
+                                   ("kept", tones["pass"]) if r["kept"] else
+                                   ("dropped", tones["muted"]),
+                                   no_wrap=True, overflow="ellipsis"))
+        if r.get("reason") and not r["kept"]:      # a kept one's reason: it was faster
+            lines.append(Padding(Text(printable(str(r["reason"])), tones["muted"]),
+                                 (0, 0, 0, 5)))
+    return Group(*lines)
 
 
-def plan_table(plan: dict[str, Any]) -> Table:
-    steps = Table(title=Text(printable(f"current plan: {plan.get('summary', '')}")), expand=True,
-                  show_edge=False, title_justify="left")
-    steps.add_column("#", justify="right")
-    steps.add_column("step")
-    steps.add_column("launches")
-    for i, s in enumerate(plan.get("steps", []), 1):
+def kernels_of(launches: list[str]) -> str:
+    """The kernels of a dispatch's launches ("L0.q_proj:gemm_bf16"), each once, with how
+    many launches run it: "gemm_bf16 ×3, rmsnorm"."""
+    counts: dict[str, int] = {}
+    for launch in launches:
+        kernel = launch.rsplit(":", 1)[-1]
+        counts[kernel] = counts.get(kernel, 0) + 1
+    return ", ".join(k if n == 1 else f"{k} ×{n}" for k, n in counts.items())
+
+
+def plan_table(view: PlanView, tones: Tones) -> RenderableType:
+    """A plan's steps in order: each dispatch with its kernels, its launches and its time
+    and share of the plan's total from the profile of this plan (host steps dim)."""
+    steps = view.plan.get("steps", [])
+    p = view.profile.payload if view.profile is not None else None
+    times = {e["name"]: e["seconds"] for e in p["entries"]} if p else {}
+    total = p["total_s"] if p else 0.0
+    dispatches = [s for s in steps if "dispatch" in s]
+    launches = sum(len(s["launches"]) for s in dispatches)
+    where = (f"times {source_word(p['source'])} (v{view.profile.run_version}, "
+             f"total {total * 1e3:.2f} ms)" if p and view.profile is not None
+             else "not profiled yet: times appear when this plan is profiled")
+    table = Table(title=Text(printable(
+        f"{view.scope} plan ({view.mode}): "
+        f"{plural(len(dispatches), 'dispatch', 'dispatches')}, "
+        f"{plural(launches, 'launch', 'launches')}, {len(steps) - len(dispatches)} host "
+        f"steps; {where}")),
+        expand=True, show_edge=False, pad_edge=False, box=box.SIMPLE_HEAD,
+        title_justify="left")
+    table.add_column("dispatch", no_wrap=True, overflow="ellipsis", ratio=2)
+    table.add_column("kernels", overflow="fold", ratio=3)
+    table.add_column("launches", justify="right", no_wrap=True)
+    table.add_column("ms", justify="right", no_wrap=True)
+    table.add_column("share", justify="right", no_wrap=True)
+    for s in steps:
+        name = s.get("dispatch", s.get("host", "?"))
+        seconds = times.get(name)
+        ms = "—" if seconds is None else f"{seconds * 1e3:.3f}"
+        share = "—" if seconds is None or not total else f"{100 * seconds / total:.1f}%"
         if "dispatch" in s:
-            steps.add_row(str(i), Text(printable(s["dispatch"])),
-                          Text(printable(", ".join(s["launches"]))))
+            table.add_row(Text(printable(name)), Text(printable(kernels_of(s["launches"]))),
+                          str(len(s["launches"])), ms, share)
         else:
-            steps.add_row(str(i), Text(printable(s["host"]), style="dim"), "host")
-    return steps
+            table.add_row(Text(printable(name)), Text("host"), "", ms, share,
+                          style=tones["muted"])
+    return table

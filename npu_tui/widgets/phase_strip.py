@@ -3,6 +3,8 @@ person's waiting and pauses); its tooltip splits each phase's time."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
@@ -11,7 +13,7 @@ from textual.widgets import Static
 from npu_deploy.events import PHASE_NAMES, DeploymentState
 from npu_deploy.events.describe import time_split
 
-from ..legend import phase_glyph
+from ..legend import TONE_CLASSES, phase_glyph, tone_styles
 
 SHORT = ("oracle", "kernels", "block", "model", "prefill", "decode", "finalize", "evaluator")
 
@@ -49,8 +51,7 @@ class PhaseStrip(Static):
         table = Table.grid(expand=True, padding=(0, 1))
         for _ in cells:
             table.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
-        styles = {name: self.get_component_rich_style(f"phase-strip--{name}")
-                  for name in ("pass", "fail", "human", "muted", "active")}
+        styles = tone_styles(self)
         table.add_row(*(Text(label, style=styles[s] + _bold(state, i))
                         for i, (label, _, s) in enumerate(cells)))
         table.add_row(*(Text(detail, style=styles[s]) for _, detail, s in cells))
@@ -60,8 +61,7 @@ class PhaseStrip(Static):
                           if state.phases[i].attempts else "")
             for i, n in enumerate(PHASE_NAMES))
 
-    COMPONENT_CLASSES = {"phase-strip--pass", "phase-strip--fail", "phase-strip--human",
-                         "phase-strip--muted", "phase-strip--active"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = set(TONE_CLASSES)
 
 
 def _bold(state: DeploymentState, phase: int) -> Style:

@@ -12,7 +12,7 @@ from textual.geometry import Region
 from textual.strip import Strip
 from textual.widget import Widget
 
-from ..legend import SCRUBBER_CURSOR, SCRUBBER_MARKS
+from ..legend import SCRUBBER_CURSOR, SCRUBBER_MARKS, TONE_CLASSES, tone_styles
 from ..messages import Seek
 from ..timeline import RunTimeline
 
@@ -21,14 +21,14 @@ MARK_PRIORITY = tuple(SCRUBBER_MARKS)
 
 class Scrubber(Widget):
     COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "scrubber--band-even", "scrubber--band-odd", "scrubber--fail", "scrubber--decision",
-        "scrubber--cursor", "scrubber--muted"}
+        "scrubber--band-even", "scrubber--band-odd", *TONE_CLASSES}
 
     def __init__(self, timeline: RunTimeline, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.timeline = timeline
         self.cursor = 0
         self._still: tuple[tuple[int, int, int], list[Strip]] | None = None
+        self._tones: dict[str, Style] = {}
 
     def show(self, cursor: int) -> None:
         """Move the cursor: only the cursor's line is drawn again (the bands and marks change
@@ -41,6 +41,7 @@ class Scrubber(Widget):
 
     def notify_style_update(self) -> None:
         self._still = None            # a theme change
+        self._tones = {}
         super().notify_style_update()
 
     def _column(self, version: int, width: int) -> int:
@@ -48,7 +49,13 @@ class Scrubber(Widget):
         return min(width - 1, max(0, (version - 1) * width // head))
 
     def _style(self, name: str) -> Style:
-        return self.get_component_rich_style(f"scrubber--{name}")
+        """A band's style, or a tone's (legend.py) with the cursor in bold."""
+        if name.startswith("band-"):
+            return self.get_component_rich_style(f"scrubber--{name}")
+        if not self._tones:
+            self._tones = tone_styles(self)
+        return self._tones[name] + Style(bold=True) if name == SCRUBBER_CURSOR.tone \
+            else self._tones[name]
 
     def _still_key(self) -> tuple[int, int, int]:
         return (self.size.width, self.timeline.head, len(self.timeline.marks))
@@ -60,10 +67,12 @@ class Scrubber(Widget):
         key = self._still_key()
         if self._still is None or self._still[0] != key:
             self._still = (key, [self._bands_line(width), self._marks_line(width)])
-        return self._still[1][y] if y < 2 else Strip.blank(width, self.rich_style)
+        return self._still[1][y] if y < 2 else Strip.blank(width, self.visual_style.rich_style)
 
     def _strip(self, text: Text, width: int) -> Strip:
-        return Strip(text.render(self.app.console)).extend_cell_length(width, self.rich_style)
+        style = self.visual_style.rich_style     # under the tones, which colour text only
+        return Strip(text.render(self.app.console)).apply_style(style) \
+            .extend_cell_length(width, style)
 
     def _bands_line(self, width: int) -> Strip:
         bands = Text(" " * width, style=self._style("muted"))
@@ -91,8 +100,7 @@ class Scrubber(Widget):
                 line.append(" ", style=self._style("muted"))
             else:
                 mark = SCRUBBER_MARKS[kind]
-                line.append(mark.glyph,
-                            style=self._style("fail" if mark.tone == "fail" else "decision"))
+                line.append(mark.glyph, style=self._style(mark.tone))
         return self._strip(line, width)
 
     def _cursor_line(self, width: int) -> Strip:
@@ -100,14 +108,14 @@ class Scrubber(Widget):
         line = Text(" " * width)
         if head:
             col = self._column(self.cursor, width)
-            line = Text(" " * col + SCRUBBER_CURSOR.glyph, style=self._style("cursor"))
+            cursor = self._style(SCRUBBER_CURSOR.tone)
+            line = Text(" " * col + SCRUBBER_CURSOR.glyph, style=cursor)
             info = f" v{self.cursor}/{head}"
             if col + 1 + len(info) <= width:
                 line.append(info, style=self._style("muted"))
             else:
                 line = Text(" " * max(0, col - len(info)) + info.strip() + " " +
-                            SCRUBBER_CURSOR.glyph,
-                            style=self._style("cursor"))
+                            SCRUBBER_CURSOR.glyph, style=cursor)
         return self._strip(line, width)
 
     def on_click(self, event: events.Click) -> None:

@@ -30,8 +30,11 @@ class StepProgress(Horizontal):
         if what is None:
             self.display = False
             return
+        bars = self.query(ProgressBar)
+        if not bars:
+            return                  # not composed yet: the screen asks again in STEP_S
         self.display = True
-        bar = self.query_one(ProgressBar)
+        bar = bars.first()
         if estimate_s:
             tail = f"  {elapsed_s:.0f} s of ~{estimate_s:.0f} s (earlier runs)"
         else:

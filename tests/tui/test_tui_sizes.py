@@ -193,3 +193,24 @@ async def test_help_lists_every_key_of_the_run_screen_and_the_legend(db):
         await pilot.press("escape")
         assert isinstance(app.screen, RunScreen)
 
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_a_live_runs_newest_event_is_on_screen_and_the_stream_has_its_rows(db, size):
+    """Live at a checkpoint, the cursor's row (the newest event) is drawn, not covered by a
+    horizontal scrollbar, and the narrow layout gives the stream two fifths of the body."""
+    with EventStore.open(db) as store, tui_runs.held(store, "live-p0"):
+        app = DeployApp(db, run_id="live-p0", live=True)
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            stream = app.screen.query_one(EventStream)
+            for _ in range(100):
+                if stream.building is None:
+                    break
+                await pilot.pause(0.02)
+            await pilot.pause()
+            assert not stream.show_horizontal_scrollbar
+            shown = app.export_screenshot().replace("&#160;", " ")
+            assert "checkpoint.requested" in shown
+            body = app.screen.query_one("#run-body").size.height
+            assert stream.size.height >= (body * 2) // 5 - 2       # less its border

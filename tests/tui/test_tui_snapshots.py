@@ -108,6 +108,26 @@ def test_runs_screen(snap_compare, db, hold):
     assert snap_compare(DeployApp(db), terminal_size=SIZE, run_before=settle())
 
 
+def test_new_deployment_form_refuses_a_seq_len(snap_compare, db, hold):
+    """The new-deployment form (`n`) over the run browser at 80x24: a tiny model on the
+    emulator (its times MODELED), seq-len 4 typed and refused under the field in the words
+    `deploy --seq-len` uses; nothing is stored until Deploy passes every check."""
+    from npu_deploy.cli.tui import ConductorDriver
+
+    hold("work-p1")
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        await settle("n")(pilot)
+        box = pilot.app.screen.query_one("#seq-len", Input)
+        box.value = ""
+        box.focus()
+        await pilot.press("4")
+        await pilot.pause()
+        still(pilot)
+    assert snap_compare(DeployApp(db, driver=ConductorDriver(db)), terminal_size=(80, 24),
+                        run_before=run_before)
+
+
 # --- a live run ----------------------------------------------------------------------------
 
 def test_live_run_mid_phase(snap_compare, db, hold):
@@ -299,3 +319,74 @@ def test_run_screen_by_state_and_size(snap_compare, db, hold, state, size):
 
     assert snap_compare(DeployApp(db, run_id=run_id, live=True), terminal_size=size,
                         run_before=run_before)
+
+
+# --- the Plan and Gates tabs of a run with plans ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store of its own with plan-done (tests/tui_runs.py planned_run): the runs above
+    keep their run browser as it is."""
+    path = tmp_path_factory.mktemp("tui-plan") / "runs.db"
+    assert tui_runs.build_store(path, tui_runs.planned_run) == ["plan-done"]
+    return path
+
+
+def at_tab(tab: str, version: int | None = None) -> Callable[[Pilot[None]], Awaitable[None]]:
+    """A run_before: the tab shown and, in replay, the cursor at `version`."""
+    async def run_before(pilot: Pilot[None]) -> None:
+        from textual.widgets import TabbedContent
+
+        await settle()(pilot)
+        screen = pilot.app.screen
+        assert isinstance(screen, RunScreen)
+        screen.query_one(TabbedContent).active = tab
+        if version is not None:
+            screen.seek(version)
+        await pilot.pause()
+        still(pilot)
+    return run_before
+
+
+@pytest.mark.parametrize("size", [(120, 40), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_plan_tab_of_a_finished_run(snap_compare, planned, tmp_path, monkeypatch, size):
+    """plan-done at its end: the recipe, the MODELED prefill and decode times across the
+    transforms as sparklines, the transforms tried per mode, and the prefill plan's
+    dispatches with their kernels, launches, MODELED time and share."""
+    (tmp_path / DB).write_bytes(planned.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NPU_DEPLOY_KEYMAP", str(tmp_path / "no-keymap.toml"))
+    assert snap_compare(DeployApp(DB, run_id="plan-done", live=True), terminal_size=size,
+                        run_before=at_tab("tab-plan"))
+
+
+@pytest.mark.parametrize(("tab", "version"), [("tab-plan", 62), ("tab-gates", 106)])
+def test_tabs_in_replay_mid_phase_4(snap_compare, planned, tmp_path, monkeypatch, tab,
+                                    version):
+    """plan-done in replay at 160x48: at v62 the Plan tab shows the three prefill transforms
+    tried so far and the plan as it is then (not profiled yet); at v106, phase 4's third
+    gate, the Gates tab's check has a sparkline of its three attempts beside their values."""
+    (tmp_path / DB).write_bytes(planned.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NPU_DEPLOY_KEYMAP", str(tmp_path / "no-keymap.toml"))
+    assert snap_compare(DeployApp(DB, run_id="plan-done", live=False), terminal_size=(160, 48),
+                        run_before=at_tab(tab, version))
+
+
+# --- themes ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("theme", ["textual-dark", "textual-light"])
+@pytest.mark.parametrize("screen", ["checkpoint", "help"])
+def test_themes(snap_compare, db, hold, screen, theme):
+    """The run at a checkpoint, and help over it, in a dark and a light built-in theme at
+    120x40: every colour is the theme's (tests/tui/test_tui_theme.py), and the tones read
+    on the light background too."""
+    hold("live-p0")
+    app = DeployApp(db, run_id="live-p0", live=True)
+    app.theme = theme
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        await settle(*(["question_mark"] if screen == "help" else []))(pilot)
+        assert pilot.app.current_theme.name == theme
+
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
