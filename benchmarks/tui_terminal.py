@@ -11,14 +11,16 @@ Per entry point, with its own store in a temporary folder:
 - `tui` (the run browser), `replay RUN` and `attach RUN` on the run the first deploy made,
 - `resume RUN` (headless: the command line has no TUI resume; its first line is its paint).
 
-first paint: from the Enter that starts the command (the shell's fork and exec included)
-until the pane shows the entry point's header: the run screen's title line (its "times UTC"),
-the run browser's title ("N runs"), resume's first line. quit: `--quit-after` seconds after
-the first paint (so a deploy's conductor is mid-step, loading the model) the quit key is
-sent (`q`; ctrl+c for the headless resume), and two moments are taken: the terminal restored
-(the header is gone: the alternate screen was left) and the shell's prompt back (the
-command's process exited and the shell printed a marker). The pane is read about every
-5-10 ms (one `tmux capture-pane` each), which bounds the resolution.
+first line: from the Enter that starts the command (the shell's fork and exec included)
+until the pane shows what it loads (npu_deploy/launch.py's line, written before the
+imports) or its header. first frame: until the pane shows the entry point's header: the run
+screen's title line (its "times UTC"), the run browser's title ("N runs"), resume's first
+line. quit: `--quit-after` seconds after the first frame (so a deploy's conductor is
+mid-step, loading the model) the quit key is sent (`q`; ctrl+c for the headless resume),
+and two moments are taken: the terminal restored (the header is gone: the alternate screen
+was left) and the shell's prompt back (the command's process exited and the shell printed a
+marker). The pane is read about every 5-10 ms (one `tmux capture-pane` each), which bounds
+the resolution.
 
 Figures are measured on the CPU of this machine, under whatever else runs on it; nothing is
 asserted.
@@ -45,6 +47,7 @@ WIDTH, HEIGHT = 160, 45
 RUN_TITLE = re.compile(r"times UTC")                 # the run screen's title line
 RUNS_TITLE = re.compile(r"npu-deploy .* \d+ runs")   # the run browser's title line
 RESUMED = re.compile(r"resumed at v\d+")             # resume's first line
+LOADING = re.compile(r"npu-deploy \w+.*: (opening|loading) .*…")   # launch.py's line
 
 
 class Pane:
@@ -99,6 +102,7 @@ def measure(pane: Pane, entry: Entry, quit_after: float, timeout: float) -> dict
     pane.send(" ".join(entry.argv) + f"; echo {marker}", literal=True)
     t0 = time.monotonic()
     pane.send("Enter")
+    said = pane.until(lambda s: bool(LOADING.search(s) or entry.header.search(s)), timeout)
     painted = pane.until(lambda s: bool(entry.header.search(s)), timeout)
     if painted is None:
         return {"entry": entry.name, "error": "no header within the timeout",
@@ -110,7 +114,8 @@ def measure(pane: Pane, entry: Entry, quit_after: float, timeout: float) -> dict
                           timeout)
     exited = pane.until(lambda s: marker in (line.strip() for line in s.splitlines()),
                         timeout)
-    return {"entry": entry.name, "first_paint_s": painted - t0,
+    return {"entry": entry.name, "first_line_s": None if said is None else said - t0,
+            "first_paint_s": painted - t0,
             "restored_s": None if restored is None else restored - t1,
             "prompt_s": None if exited is None else exited - t1}
 
@@ -177,7 +182,7 @@ def first_run(db: Path, model: str, env: dict[str, str]) -> None:
 
 def summary(samples: list[dict[str, Any]]) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
-    for key in ("first_paint_s", "restored_s", "prompt_s"):
+    for key in ("first_line_s", "first_paint_s", "restored_s", "prompt_s"):
         values = [s[key] for s in samples if s.get(key) is not None]
         out[f"{key}_median"] = statistics.median(values) if values else None
         out[f"{key}_max"] = max(values) if values else None
@@ -188,15 +193,16 @@ def print_terminal(r: dict[str, Any]) -> None:
     print(f"TUI entry points in a real terminal (tmux {WIDTH}x{HEIGHT}, {r['repeats']} runs "
           f"each, quit {r['quit_after_s']} s after the first paint, model {r['model']}); "
           "measured on the CPU, median (max):")
-    print(f"  {'entry':8} {'first paint':>18} {'terminal restored':>20} {'prompt back':>18}")
+    print(f"  {'entry':8} {'first line':>16} {'first frame':>18} {'terminal restored':>20} "
+          f"{'prompt back':>18}")
 
     def cell(s: dict[str, Any], key: str) -> str:
         med, top = s[f"{key}_median"], s[f"{key}_max"]
         return "n/a" if med is None else f"{med:.2f} s ({top:.2f})"
 
     for name, s in r["summary"].items():
-        print(f"  {name:8} {cell(s, 'first_paint_s'):>18} {cell(s, 'restored_s'):>20} "
-              f"{cell(s, 'prompt_s'):>18}")
+        print(f"  {name:8} {cell(s, 'first_line_s'):>16} {cell(s, 'first_paint_s'):>18} "
+              f"{cell(s, 'restored_s'):>20} {cell(s, 'prompt_s'):>18}")
     for name, samples in r["samples"].items():
         for s in samples:
             if "error" in s:

@@ -208,6 +208,7 @@ def test_deploy_in_the_tui_of_a_model_it_cannot_deploy_is_a_one_line_error(tmp_p
     lines = [line for line in screen.splitlines() if line.startswith("npu-deploy: error:")]
     assert len(lines) == 1 and "no-such-model" in lines[0], screen
     assert "[exit 1]" in screen
+    assert "opening the TUI" not in screen      # the loading line was taken back
     assert "Traceback" not in screen
     if db.exists():
         with EventStore.open(db, readonly=True) as store:
