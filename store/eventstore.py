@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from filelock import FileLock, Timeout
-from platformdirs import user_data_path
 from sqlite_utils import Database
 
 from npu_deploy.events import (
@@ -45,6 +44,7 @@ from npu_deploy.events.envelope import (
     hash_preimage,
 )
 from npu_deploy.events.state import REDUCED_TYPES, reduce_body
+from npu_deploy.locations import default_db_path
 
 from .anchor import (
     HEAD_FIELDS,
@@ -70,12 +70,6 @@ EVENT_COLUMNS = ", ".join(STORED_COLUMNS)
 
 COMMAND_KINDS = ("approve", "redirect", "pick", "pause", "abort")
 RUN_OPENERS = ("run.started", "run.forked")
-
-
-def default_db_path() -> Path:
-    """`NPU_DEPLOY_DB`, else runs.db in the user's data dir (~/.local/share/npu-deploy)."""
-    env = os.environ.get("NPU_DEPLOY_DB")
-    return Path(env) if env else user_data_path("npu-deploy") / "runs.db"
 
 
 def event_from_row(row: tuple[Any, ...], payload: Any = None) -> Event:

@@ -13,11 +13,12 @@ from npu_deploy.launch import loading_line
 
 
 @pytest.mark.parametrize(("argv", "said"), [
-    (["tui"], "npu-deploy tui: opening the TUI"),
-    (["replay", "r1", "--db", "x.db"], "npu-deploy replay r1: opening the TUI"),
+    (["tui", "--db", "/nonexistent/runs.db"], "npu-deploy tui: opening the TUI"),
+    (["replay", "r1", "--db", "/nonexistent/runs.db"], "npu-deploy replay r1: opening the TUI"),
     (["attach", "--db", "x.db", "r1"], "npu-deploy attach: opening the TUI"),
     (["deploy", "tiny"], "npu-deploy deploy tiny: opening the TUI"),
-    (["resume", "r1"], "npu-deploy resume r1: loading the store and the run's pipeline"),
+    (["resume", "r1", "--db", "/nonexistent/runs.db"],
+     "npu-deploy resume r1: loading the store and the run's pipeline"),
     (["deploy", "tiny", "--headless"], None),
     (["tui", "--help"], None),
     (["runs"], None),
@@ -43,3 +44,46 @@ def test_the_entry_point_imports_nothing_but_the_standard_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]"
+
+
+@pytest.fixture(scope="module")
+def runs_db(tmp_path_factory: pytest.TempPathFactory):
+    import tui_runs
+
+    path = tmp_path_factory.mktemp("launch") / "runs.db"
+    tui_runs.build_store(path, tui_runs.checkpoint_run, tui_runs.finished_run)
+    return path
+
+
+@pytest.mark.parametrize("held", [False, True])
+@pytest.mark.parametrize("run_id", ["live-p0", "done-pass"])
+def test_a_runs_line_is_its_header_as_the_store_has_it(runs_db, run_id, held):
+    """attach/replay/resume RUN: id, model, phase, status (by the writer's lock, as the
+    TUI's title says it) and verdict, read with the standard library's sqlite3."""
+    import contextlib
+
+    import tui_runs
+
+    from npu_deploy.store import EventStore
+
+    with EventStore.open(runs_db) as store, \
+            (tui_runs.held(store, run_id) if held else contextlib.nullcontext()):
+        s = store.fold(run_id)
+        status = store.live_status(run_id, s.status)
+        line = loading_line(["npu-deploy", "attach", run_id[:6], "--db", str(runs_db)])
+    verdict = f"verdict {s.verdict}" if s.verdict else "no verdict yet"
+    assert line is not None and line.startswith(
+        f"npu-deploy attach {run_id}  {s.model}  phase {s.current_phase}  run {status}  "
+        f"{verdict}: opening the TUI")
+
+
+def test_the_browsers_line_counts_the_runs_and_a_bad_store_is_left_to_the_command(
+        runs_db, tmp_path):
+    assert loading_line(["npu-deploy", "tui", "--db", str(runs_db)]).startswith(
+        "npu-deploy tui (2 runs): opening the TUI")
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not a database" * 100)
+    for argv in (["tui", f"--db={junk}"], ["attach", "r1", "--db", str(junk)],
+                 ["attach", "no-such-run", "--db", str(runs_db)]):
+        line = loading_line(["npu-deploy", *argv])
+        assert line is not None and ": opening the TUI" in line     # no header, no error
