@@ -90,7 +90,8 @@ class EventStream(ScrollView, can_focus=True):
         self.matches: list[int] = []            # the rows they show on, oldest first
         self._styles: dict[str, Style] = {}
         # lines drawn lately, as segments (a kept Strip brings seven caches for the collector)
-        self._drawn: OrderedDict[tuple[int, int], list[Segment]] = OrderedDict()
+        #: (version, width) -> the row's segments, and its plain row drawn
+        self._drawn: OrderedDict[tuple[int, int], tuple[list[Segment], Strip]] = OrderedDict()
 
     def on_mount(self) -> None:
         self.sync_head()
@@ -107,9 +108,14 @@ class EventStream(ScrollView, can_focus=True):
         super().notify_style_update()
 
     def _style(self, name: str) -> Style:
-        """A tone's style (legend.py), or "cursor" (the whole row, over the tones)."""
+        """A tone's style (legend.py) over the widget's own (its background, and the colour
+        of untoned text), so a drawn row needs no style applied after; or "cursor" (the
+        whole row, over the tones), or "match" (a background only, over the row)."""
         if not self._styles:
-            self._styles = {**tone_styles(self),
+            base = self.visual_style.rich_style
+            tones = tone_styles(self)
+            self._styles = {**{t: base + style for t, style in tones.items()},
+                            "match": tones["match"],
                             "cursor": self.get_component_rich_style("event-stream--cursor")}
         return self._styles[name]
 
@@ -380,24 +386,25 @@ class EventStream(ScrollView, can_focus=True):
         row = self.scroll_offset.y + y
         width = self.size.width
         version = self.view.rows[row] if row < len(self.view) else 0
-        segments = self._drawn.get((version, width))
-        if segments is None:
+        base = self.visual_style.rich_style
+        drawn = self._drawn.get((version, width))
+        if drawn is None:
             line = self.timeline.line(version)
             if line is None:
-                return Strip.blank(width, self.visual_style.rich_style)
-            segments = self._drawn[(version, width)] = self._segments(line)
+                return Strip.blank(width, base)
+            segments = self._segments(line)       # in the widget's style and the tones
+            plain = Strip(segments).crop_extend(0, width, base)
+            drawn = self._drawn[(version, width)] = (segments, plain)
             if len(self._drawn) > DRAWN_KEPT:
                 self._drawn.popitem(last=False)
-        # the segments colour text only: the row's background and the summary's colour
-        # are the widget's, a match's or (over the tones) the cursor's
-        base = self.visual_style.rich_style
+        segments, plain = drawn
         if row == self.cursor_row:
             strip = Strip(Segment.apply_style(segments, post_style=self._style("cursor")))
         elif self.matches and self._is_match(version):
-            strip = Strip(segments).apply_style(base + self._style("match"))
+            strip = Strip(Segment.apply_style(segments, post_style=self._style("match")))
         else:
-            strip = Strip(segments).apply_style(base)
-        return strip.crop_extend(self.scroll_offset.x, self.scroll_offset.x + width, base)
+            return plain
+        return strip.crop_extend(0, width, base)
 
     def _is_match(self, version: int) -> bool:
         i = bisect.bisect_left(self.matches, version)
@@ -420,7 +427,7 @@ class EventStream(ScrollView, can_focus=True):
             Segment(f"{glyph} ", tone),
             Segment(f"{where:<6}", self._style("muted")),
             Segment(f"{kind:<21}", tone),
-            Segment(summary),
+            Segment(summary, self._style("")),
         ]
 
 

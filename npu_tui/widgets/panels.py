@@ -76,6 +76,7 @@ class Panel(ScrollView, can_focus=True):
         self._lines: list[Line] = []
         self._width = 0
         self._cache: OrderedDict[tuple[Hashable, int], list[Line]] = OrderedDict()
+        self._tones: Tones | None = None
 
     def put(self, *parts: Part) -> None:
         """Show `parts`, one below the other. A part is a renderable, laid out afresh, or
@@ -91,6 +92,7 @@ class Panel(ScrollView, can_focus=True):
 
     def notify_style_update(self) -> None:
         self._cache.clear()           # a theme change: the kept lines have the old colours
+        self._tones = None
         super().notify_style_update()
 
     def _lay_out(self) -> None:
@@ -122,9 +124,12 @@ class Panel(ScrollView, can_focus=True):
 
     @property
     def tones(self) -> Tones:
-        """The tones in the theme's colours now; the screen shows its panels again after a
-        theme change (RunScreen, `theme_changed_signal`)."""
-        return tone_styles(self)
+        """The tones in the theme's colours now (read once per style: a seek shows a panel
+        again); the screen shows its panels again after a theme change (RunScreen,
+        `theme_changed_signal`)."""
+        if self._tones is None:
+            self._tones = tone_styles(self)
+        return self._tones
 
     def spark_colours(self) -> SparkColours:
         """The theme's colours for sparklines, over the panel's background (as Textual's
