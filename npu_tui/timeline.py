@@ -373,6 +373,24 @@ def gate_rows(gates: Sequence[GateSummary]) -> list[GateRow]:
 
 def unfinished_step(store: EventStore, run_id: str) -> str | None:
     """The newest tool step that was requested and never completed (a crash mid-step)."""
+    step = _open_step(store, run_id)
+    if step is None:
+        return None
+    tool, phase, attempt, call_id = step
+    return f"{tool} (phase {phase}, attempt {attempt}, call {call_id})"
+
+
+def step_in_flight(store: EventStore, run_id: str) -> tuple[str, int | None, str] | None:
+    """The run's newest step requested and not (yet) completed: its tool, phase and call
+    id. A live run's step in progress, or a crashed run's."""
+    step = _open_step(store, run_id)
+    return None if step is None else (step[0], step[1], step[3])
+
+
+def _open_step(store: EventStore, run_id: str
+               ) -> tuple[str, int | None, int | None, str] | None:
+    """The newest tool.requested without its tool.completed or tool.abandoned: tool, phase,
+    attempt, call id."""
     done: set[str] = set()
     rows = store.conn.execute(
         "SELECT type, json_extract(payload, '$.call_id'), json_extract(payload, '$.tool'), "
@@ -383,24 +401,7 @@ def unfinished_step(store: EventStore, run_id: str) -> str | None:
         if type_ != "tool.requested":
             done.add(call_id)
         elif call_id not in done:
-            return f"{tool} (phase {phase}, attempt {attempt}, call {call_id})"
-    return None
-
-
-def step_in_flight(store: EventStore, run_id: str) -> tuple[str, int | None, str] | None:
-    """The run's newest step requested and not (yet) completed: its tool, phase and call
-    id. A live run's step in progress, or a crashed run's."""
-    done: set[str] = set()
-    rows = store.conn.execute(
-        "SELECT type, json_extract(payload, '$.call_id'), json_extract(payload, '$.tool'), "
-        "phase FROM events WHERE run_id = ? AND type IN ('tool.requested', "
-        "'tool.completed', 'tool.abandoned') ORDER BY run_version DESC LIMIT 200",
-        (run_id,)).fetchall()
-    for type_, call_id, tool, phase in rows:
-        if type_ != "tool.requested":
-            done.add(call_id)
-        elif call_id not in done:
-            return tool, phase, call_id
+            return tool, phase, attempt, call_id
     return None
 
 
