@@ -11,9 +11,10 @@ It never evaluates a gate: it hands each phase to the harness.
 the catalog's trigger matcher.
 
 Seeded faults (drills, `deploy --seed-fault`): `gemm-tile` makes phase 1 pick, for one GEMM,
-a tile_n x herd_n that does not divide N, the mistake NPU_FACTS says corrupts the output
-silently, until a retry changes that GEMM's configuration. The gate must catch it, and the
-debug direction's change (pipeline.retry_changes) must repair it.
+a tile_n x herd_n that does not divide N, the mistake that corrupts the output silently
+(docs/hardware-facts.md#gemm-tiling-and-herds), until a retry changes that GEMM's
+configuration. The gate must catch it, and the debug direction's change
+(pipeline.retry_changes) must repair it.
 
 No blind retries: the gates are deterministic, so after a failed gate the autopilot retries
 only with the change the picked direction names (other kernel configurations, a transform

@@ -2,11 +2,12 @@
 """How close the emulated NPU numerics (kernels.numerics) come to the hardware's error figures.
 
 Everything here is computed on this machine's CPU by the emulator; no NPU is involved. The
-hardware figures it is held against are NPU_FACTS.md's: GEMM mean_rel_L1 = mean|out - ref| /
-mean|ref| of 9.3e-3 to 9.9e-3 for every measured shape (the BFP16 datapath), GEMV 1e-8 or
-below. The measurement protocol is mlir-air's (see kernels/numerics.py [S5, S6]): GEMM inputs
-randn/sqrt(K) as bf16, reference = the FP32 matmul of the same bf16 inputs (cast to bf16 for a
-bf16 output); GEMV inputs randn*4, reference = FP32 dot cast to bf16.
+hardware figures it is held against are docs/hardware-facts.md#gemm-numerics: GEMM
+mean_rel_L1 = mean|out - ref| / mean|ref| of 9.3e-3 to 9.9e-3 for every measured shape (the
+BFP16 datapath), GEMV 1e-8 or below. The measurement protocol is mlir-air's (see
+kernels/numerics.py [S5, S6]): GEMM inputs randn/sqrt(K) as bf16, reference = the FP32 matmul
+of the same bf16 inputs (cast to bf16 for a bf16 output); GEMV inputs randn*4, reference =
+FP32 dot cast to bf16.
 
 In one run it measures:
 
@@ -61,10 +62,10 @@ from npu_deploy.kernels.numerics import (  # noqa: E402
 from npu_deploy.metrics.comparison import compare  # noqa: E402
 
 SEQ = 2048
-# (K, N, role): NPU_FACTS.md's calibration set, M = seq 2048.
+# (K, N, role): the calibration set (docs/hardware-facts.md#calibration-set), M = seq 2048.
 LLAMA_32_1B_GEMMS = [(2048, 2048, "Q/O proj"), (2048, 512, "K/V proj"),
                      (2048, 8192, "gate/up proj"), (8192, 2048, "down proj")]
-# (M, K, role): NPU_FACTS.md's decode GEMVs.
+# (M, K, role): its decode GEMVs (docs/hardware-facts.md#calibration-set).
 LLAMA_32_1B_GEMVS = [(2048, 2048, "Q proj"), (512, 2048, "K/V proj"),
                      (16384, 2048, "LM head partition")]
 # (K, N, role): SmolLM2-135M, hidden 576, 9/3 heads of 64, ffn 1536.
@@ -178,7 +179,8 @@ def print_report(report: dict[str, Any]) -> None:
           f"K tile {p['tile_k']}")
     print(f"  protocol:  GEMM inputs {p['gemm_inputs']}, GEMV inputs {p['gemv_inputs']}; "
           f"reference = {p['reference']}")
-    print(f"  hardware:  GEMM mean_rel_L1 {hw_lo:.1e} to {hw_hi:.1e} (NPU_FACTS.md); "
+    print(f"  hardware:  GEMM mean_rel_L1 {hw_lo:.1e} to {hw_hi:.1e} "
+          "(docs/hardware-facts.md#gemm-numerics); "
           f"target band [{lo:.0e}, {hi:.1e}]; timings: median of {p['repeats']}")
     print()
     print("  Llama-3.2-1B projection GEMMs (mean_rel_L1 vs the FP32 reference)")

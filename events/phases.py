@@ -1,5 +1,6 @@
 """The eight phases of a deployment, as one table (`PHASES`): each phase's number, name,
-skill, gate and the thresholds its gate holds the work to, each with why it is that value.
+skill, gate and the thresholds its gate holds the work to, each with why it is that value
+(at length: docs/design.md#the-eight-phases).
 
 The gates (pipeline/gates/) read their thresholds here, at every evaluation, and the
 conductor records `thresholds_in_force()` in each new run's `run.started`. A threshold is
@@ -50,19 +51,21 @@ PHASES: tuple[Phase, ...] = (
     # phase 0
     Phase(0, "build CPU oracle", "phase-0-cpu-oracle", "phase0.oracle", (
         Threshold("logits_rel_l2", 1e-4,
-                  "ARCHITECTURE.md phase 0: oracle logits match the Hugging Face model "
-                  "(FP32) to ~1e-4 relative, prefill and every decode step"),
+                  "docs/design.md#phase-0-cpu-oracle: oracle logits match the Hugging Face "
+                  "model (FP32) to ~1e-4 relative, prefill and every decode step"),
         Threshold("lens_max_abs", 1e-3, _FP32_LENS),
         Threshold("lens_cosine", 0.999999, _FP32_LENS),
     )),
     # phase 1
     Phase(1, "kernel validation", "phase-1-kernel-validation", "phase1.kernels", (
         Threshold("rtol", 1.6e-2,
-                  "ARCHITECTURE.md phase 1: |out-ref| <= atol + rtol |ref| on every element, "
-                  "rtol of bf16; the atol is per kernel (kernels/validate.py ATOL, measured)"),
+                  "docs/design.md#phase-1-kernel-validation: |out-ref| <= atol + rtol |ref| "
+                  "on every element, rtol of bf16; the atol is per kernel (kernels/validate.py "
+                  "ATOL, measured)"),
         Threshold("within_frac", 1.0, "every element within atol + rtol |ref|"),
         Threshold("blocking_findings", 0.0,
-                  "no [error] or [corrupt] finding of the hardware checker (NPU_FACTS.md)"),
+                  "no [error] or [corrupt] finding of the hardware checker "
+                  "(docs/design.md#phase-1-kernel-validation)"),
         Threshold("lens_cosine", 0.999, "a kernel's output against FP32, recorded"),
         Threshold("lens_max_abs", 1.0, "unit-scale outputs of the seeded inputs, recorded"),
         Threshold("lens_pearson", 0.999, "a kernel's output against FP32, recorded"),
@@ -70,10 +73,10 @@ PHASES: tuple[Phase, ...] = (
     # phase 2
     Phase(2, "single block", "phase-2-single-block", "phase2.block", (
         Threshold("cosine", 0.99,
-                  "ARCHITECTURE.md phase 2: block output vs oracle, cosine over the whole "
-                  "tensor; also the lens of each sub-layer and of Pearson"),
+                  "docs/design.md#phase-2-single-block: block output vs oracle, cosine over "
+                  "the whole tensor; also the lens of each sub-layer and of Pearson"),
         Threshold("position_cosine", 0.98,
-                  "ARCHITECTURE.md phase 2: the per-position minimum at head_dim 64 "
+                  "docs/design.md#phase-2-single-block: the per-position minimum at head_dim 64 "
                   "(SmolLM2, Llama-3.2-1B)"),
         Threshold("position_cosine_per_doubling", 0.01,
                   "each attention score sums head_dim products, so a position's error grows "
@@ -84,8 +87,9 @@ PHASES: tuple[Phase, ...] = (
     # phase 3
     Phase(3, "full model", "phase-3-full-model", "phase3.model", (
         Threshold("top_k", 5,
-                  "ARCHITECTURE.md phase 3: at the first divergence of greedy decoding each "
-                  "token is among the other's top 5 (vLLM's check_logprobs_close idea)"),
+                  "docs/design.md#phase-3-full-model: at the first divergence of greedy "
+                  "decoding each token is among the other's top 5 (vLLM's check_logprobs_close "
+                  "idea)"),
         Threshold("lens_layer_cosine", 0.99,
                   "each layer's output against the oracle (phase 2's cosine), recorded"),
     )),

@@ -7,9 +7,10 @@ spec, the shape and the tile configuration; each kernel family declares it
 (`kernels/families/`, with the parts in `kernels.air_parts`), and the segment's body.
 `emit_dispatch(dispatch)` writes one module with one function holding every launch of the
 dispatch, in order, each as `air.launch` -> `air.segment` -> `air.herd`: a bare herd next to
-other launches is dropped silently on NPU2 (NPU_FACTS.md, "output all zeros after merging
-kernels"). Names of segments, herds and channels are prefixed per launch (`s0_`, `s1_`...),
-and launches that bind the same tensor share one function argument.
+other launches is dropped silently on NPU2 (docs/hardware-facts.md#known-failure-symptoms,
+"output all zeros after merging kernels"). Names of segments, herds and channels are prefixed
+per launch (`s0_`, `s1_`...), and launches that bind the same tensor share one function
+argument.
 
 The structure follows mlir-air's programming examples (GEMM, GEMV, weighted RMSNorm, RoPE
 half-split, SiLU x mul, eltwise add, FlashAttention kernel_fusion_based): L2 staging for

@@ -3,8 +3,8 @@ limit, the numbers and the fix.
 
 The resource model of each kernel family (how a configuration maps onto L1, L2, DMA
 channels and buffer descriptors) is the family's rule in `kernels/families/`, built on
-the shared rules of `kernels.rules` and the figures of NPU_FACTS.md: GEMM tiles get A and B
-panels through the memory tiles and accumulate in L1 as their method says; GEMV and
+the shared rules of `kernels.rules` and the figures of docs/hardware-facts.md: GEMM tiles get
+A and B panels through the memory tiles and accumulate in L1 as their method says; GEMV and
 element-wise kernels stream straight from DDR through the shim. The GEMM rule is held
 against upstream's kernel registry: it accepts all 109 configurations measured on NPU2 and
 rejects the 27 failures upstream reports (tests/kernels/test_gemm_registry.py); the other
@@ -83,26 +83,29 @@ ELF_RESOURCES: tuple[ElfResource, ...] = (
         "buffer descriptors per shim tile", "bd_base", "bd_tails", lambda hw: hw.shim_bds,
         "bds", "Allocator exhausted available buffer descriptor IDs",
         "pad the dims to aligned sizes or split the ELF",
-        "NPU_FACTS.md symptom table ('BD pool exhausted by unaligned dims: pad to 1024-aligned "
+        "docs/hardware-facts.md#known-failure-symptoms ('BD pool exhausted by unaligned dims: "
+        "pad to 1024-aligned "
         "or split the ELF'); mlir-air .claude/skills/debug-multi-launch-merge, hypothesis 1 "
         "(un-merge the last launch). The aligned streams' descriptors are reused launch to "
         "launch; an unaligned tail's are counted for the whole ELF"),
     ElfResource(
         "buffer descriptors per memory tile", "memtile_bds", None, lambda hw: hw.memory_bds,
         "bds", "aie.dma_bd unassigned IDs", "use fewer or larger L2 buffers in the launch",
-        "NPU_FACTS.md (48 per memory tile); each launch configures the memory tiles anew"),
+        "docs/hardware-facts.md#array-and-memories (48 per memory tile); each launch configures "
+        "the memory tiles anew"),
     ElfResource(
         "input DMA channels per memory tile", "memtile_in", None,
         lambda hw: hw.memory_dma.inputs, "channels", "out of channels",
-        "use a smaller herd", "NPU_FACTS.md (6 + 6 per memory tile)"),
+        "use a smaller herd", "docs/hardware-facts.md#array-and-memories (6 + 6 per memory tile)"),
     ElfResource(
         "output DMA channels per memory tile", "memtile_out", None,
         lambda hw: hw.memory_dma.outputs, "channels", "out of channels",
-        "use a smaller herd", "NPU_FACTS.md (6 + 6 per memory tile)"),
+        "use a smaller herd", "docs/hardware-facts.md#array-and-memories (6 + 6 per memory tile)"),
     ElfResource(
         "L2 bytes per memory tile", "l2_bytes", None, lambda hw: hw.l2_bytes, "l2",
         "L2 capacity exceeded", "use smaller L2 tiles in the launch",
-        "NPU_FACTS.md (512 KiB per memory tile); buffers of launches that run one after the "
+        "docs/hardware-facts.md#array-and-memories (512 KiB per memory tile); buffers of "
+        "launches that run one after the "
         "other do not coexist (one aie.device per launch)"),
 )
 

@@ -1,6 +1,6 @@
 """Spatial NPUs as data: the array, its memories, its DMA engines and their limits.
 
-XDNA 2 is described from `NPU_FACTS.md` (public figures from Xilinx/mlir-air,
+XDNA 2 is described from `docs/hardware-facts.md` (public figures from Xilinx/mlir-air,
 Xilinx/mlir-aie and amd/xdna-driver). Another array is one more instance of
 `Hardware`, not new code: the checker and the selection read only these fields.
 """
@@ -13,7 +13,7 @@ KiB = 1024
 GB = 1e9
 
 # The bandwidth roof of the roofline: the best effective DDR bandwidth an NPU kernel sees
-# (NPU_FACTS: ~30-58 GB/s).
+# (docs/hardware-facts.md#dispatch-and-host-costs: ~30-58 GB/s).
 DDR_ROOF = 58 * GB
 
 
@@ -51,7 +51,8 @@ class Hardware:
 
     @property
     def peak_flops(self) -> float:
-        """The implied peak of the array (never reached: see NPU_FACTS' measured GEMMs)."""
+        """The implied peak of the array (never reached:
+        docs/hardware-facts.md#clock-and-matmul-datapath)."""
         return self.tiles * self.matmul_flops_per_cycle * self.clock_hz
 
     @property
@@ -64,7 +65,8 @@ class Hardware:
         return self.cols * self.shim_dma.outputs
 
 
-# NPU_FACTS.md, "Array and memories": 4 x 8 AIE2P tiles, 64 KiB L1, 512 KiB memory tile
+# docs/hardware-facts.md#array-and-memories, #dma-limits and #clock-and-matmul-datapath:
+# 4 x 8 AIE2P tiles, 64 KiB L1, 512 KiB memory tile
 # per column, DMA 2+2 / 6+6 / 2+2, BDs 16 / 48 / 16, repeat <= 255, strides in
 # [1, 1048576], 4-byte transfers, 1800 MHz (inferred), 8x8x8 BFP16 MMA = 1024 FLOP/cycle.
 XDNA2 = Hardware(

@@ -2,10 +2,10 @@
 directory per model, into the records of kernels/data/deployments.json.
 
 Two kinds of fact. What the pages state in a form a parser can take is parsed: the ELFs of
-each phase from the per-layer diagrams of `ARCHITECTURE.md` (`[NPU elf:name]`, or
-`name.elf` in the older pages) with the launch counts written next to them, the end-to-end
-figures of each `README.md` performance table, the summary table of `llms/README.md`
-(TTFT, tokens/s, ELFs per layer), and the measured per-ELF times of
+each phase from the per-layer diagrams of upstream's `<model>/ARCHITECTURE.md`
+(`[NPU elf:name]`, or `name.elf` in the older pages) with the launch counts written next to
+them, the end-to-end figures of each `README.md` performance table, the summary table of
+`llms/README.md` (TTFT, tokens/s, ELFs per layer), and the measured per-ELF times of
 `llama32_1b/docs/profile.md` and of the SmolLM2 README. What the pages say in prose is read
 by hand into `READINGS` below: which of our plan's launches each ELF holds, why upstream
 split where it did, what runs on the CPU, and the few measured figures written in a
@@ -87,6 +87,7 @@ class Reading:
     per_elf: tuple[dict[str, Any], ...] = ()
 
 
+# A page of upstream's programming_examples/llms/<model>/ (Xilinx/mlir-air).
 def _page(model: str, name: str = "ARCHITECTURE.md") -> str:
     return f"{LLMS}/{model}/{name}"
 
@@ -328,8 +329,8 @@ _LAUNCHES = re.compile(r"(\d+) launch")
 
 
 def architecture_elfs(text: str, phase: str) -> list[tuple[str, int | None]]:
-    """The per-layer ELFs of `phase` ("Prefill" or "Decode") in an ARCHITECTURE.md diagram,
-    in order, each with the launch count written beside it (None when not stated). The
+    """The per-layer ELFs of `phase` ("Prefill" or "Decode") in an upstream ARCHITECTURE.md
+    diagram, in order, each with the launch count written beside it (None when not stated). The
     phase's diagram starts at a line that begins with the phase's name and ends at the next
     phase, a heading, a code fence after its first ELF, or the once-per-run line (`once:`,
     `Final:`, the LM head)."""

@@ -8,7 +8,7 @@ were ingested from, the month the page says they were measured, the page's toler
 the best figure its index (supported_kernels.md) lists. `python -m
 npu_deploy.kernels.ingest MIRROR` regenerates them from a clone of the repository; the
 files are committed, since the clone is not there at run time. `calibration.json` holds the
-figures of NPU_FACTS.md the performance model is calibrated on (kernels.perf).
+figures of docs/hardware-facts.md the performance model is calibrated on (kernels.perf).
 
 A family declares its upstream page as a `Source`: the page's path and how to read it
 (`markdown_tables` for the registry's markdown pages, `registry_json` for its

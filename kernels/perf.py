@@ -118,7 +118,8 @@ class PerfParams:
 
 @dataclass(frozen=True)
 class Calibration:
-    """NPU_FACTS.md's measured figures (Llama-3.2-1B, NPU2, June 2026), in base units."""
+    """The measured figures of docs/hardware-facts.md (Llama-3.2-1B, NPU2, June 2026), in base
+    units."""
 
     gemm_bf16: tuple[tuple[int, int, int, float], ...]          # M, K, N, FLOP/s
     gemm_fp32: tuple[tuple[int, int, int, float], ...]
@@ -297,7 +298,7 @@ class Profile:
     flops: float
     weight_bytes: int
     source: Source = "modeled"
-    calibration: str = "Llama-3.2-1B figures of NPU_FACTS.md"
+    calibration: str = "Llama-3.2-1B figures of docs/hardware-facts.md#reference-deployment"
     params: PerfParams = field(default_factory=PerfParams)
     runs: tuple[float, ...] = ()    # measured: each run's total_s; a model has none
 
@@ -666,8 +667,9 @@ def params_text(p: PerfParams) -> str:
 
 
 def calibration_report(p: PerfParams | None = None) -> list[tuple[str, float, float]]:
-    """(figure, measured on NPU2, modeled) for every Llama-3.2-1B figure of NPU_FACTS.md, the
-    plans priced at the configurations the deployment ran."""
+    """(figure, measured on NPU2, modeled) for every Llama-3.2-1B figure of
+    docs/hardware-facts.md#reference-deployment, the plans priced at the configurations the
+    deployment ran."""
     from npu_deploy.models import CATALOG
 
     from .plan import baseline_plan
@@ -691,7 +693,7 @@ def calibration_report(p: PerfParams | None = None) -> list[tuple[str, float, fl
 
 
 def calibration_set_report(p: PerfParams | None = None) -> list[tuple[str, float, float]]:
-    """(figure, measured on NPU2, modeled on its own) for NPU_FACTS.md's calibration set:
+    """(figure, measured on NPU2, modeled on its own) for docs/hardware-facts.md#calibration-set:
     the Llama-3.2-1B projections as GEMMs (bf16 out at the fastest method, fp32 out) and
     as GEMVs, each modeled at the configuration of the registry row it is."""
     from .fitting import measured_launches
@@ -716,7 +718,7 @@ def calibration_set_report(p: PerfParams | None = None) -> list[tuple[str, float
 if __name__ == "__main__":
     fitted = calibrate()
     print(params_text(fitted))
-    for title, rows in (("Llama-3.2-1B: measured on NPU2 (NPU_FACTS.md) against modeled",
+    for title, rows in (("Llama-3.2-1B: measured on NPU2 (docs/hardware-facts.md) against modeled",
                          calibration_report(fitted)),
                         ("its calibration set, each launch on its own",
                          calibration_set_report(fitted))):

@@ -413,8 +413,9 @@ def _decode_steps(b: PlanBuilder, p: int) -> None:
     lm_head_gemv(b, "xn", rows_total=a.vocab)
 
 
-# NPU_FACTS measures the LM head as GEMV partitions of 16384 x hidden; a partition of a
-# multiple of 1024 rows leaves no unaligned tail (symptom table: "pad to 1024-aligned").
+# Upstream measures the LM head as GEMV partitions of 16384 x hidden
+# (docs/hardware-facts.md#calibration-set); a partition of a multiple of 1024 rows leaves no
+# unaligned tail (symptom table: "pad to 1024-aligned").
 LM_HEAD_PARTITION_ROWS = 16384
 _PARTITION_ALIGN = 1024
 

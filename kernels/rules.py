@@ -3,7 +3,7 @@ limits of the herd, L1, the DMA engines (repeat counts, strides, transfer alignm
 streams, buffer descriptors) and the padding a tile size forces.
 
 Each rule appends a `Finding` that names the limit, the numbers and the fix. The figures
-are `Hardware` fields (NPU_FACTS.md for XDNA 2); a family's own rule in
+are `Hardware` fields (docs/hardware-facts.md for XDNA 2); a family's own rule in
 `kernels/families/` decides which of these apply and with what counts.
 """
 
@@ -77,8 +77,8 @@ def stride(findings: list[Finding], name: str, stride: int, hw: Hardware) -> Non
 
 def shim(findings: list[Finding], tiles: int, ins: int, outs: int, hw: Hardware) -> None:
     """Every tile streams `ins` DDR inputs and `outs` outputs through the shim tiles: the
-    array has `shim_inputs` / `shim_outputs` such streams (NPU_FACTS: 3 streams per tile cap
-    a herd at 8 tiles, 2 streams per tile allow 8x2)."""
+    array has `shim_inputs` / `shim_outputs` such streams (docs/hardware-facts.md#dma-limits:
+    3 streams per tile cap a herd at 8 tiles, 2 streams per tile allow 8x2)."""
     need_in, need_out = tiles * ins, tiles * outs
     if need_in > hw.shim_inputs or need_out > hw.shim_outputs:
         most = min(hw.shim_inputs // max(ins, 1), hw.shim_outputs // max(outs, 1))
@@ -118,10 +118,10 @@ def pad(findings: list[Finding], dim: str, size: int, step: int) -> int:
 
 def bds(findings: list[Finding], streams: int, tails: int, hw: Hardware,
         usage: dict[str, int] | None = None, once: int = 0) -> None:
-    """Each stream ping-pongs over two shim descriptors and a buffer loaded once (a norm's
-    weight) takes one; an unaligned tail needs its own pair per stream (NPU_FACTS: 'BD pool
-    exhausted by unaligned dims'). `usage` gets bd_base and bd_tails, the descriptors a
-    multi-launch ELF reuses and keeps (kernels.checker.ELF_RESOURCES)."""
+    """Each stream ping-pongs over two shim descriptors and a buffer loaded once (a norm's weight)
+    takes one; an unaligned tail needs its own pair per stream ('BD pool exhausted by unaligned
+    dims': docs/hardware-facts.md#known-failure-symptoms). `usage` gets bd_base and bd_tails, the
+    descriptors a multi-launch ELF reuses and keeps (kernels.checker.ELF_RESOURCES)."""
     base, extra = streams * 2 + once, tails * 2 * streams
     need = base + extra
     if usage is not None:

@@ -25,8 +25,8 @@ from .numerics import to_bf16
 from .registry import FAMILIES
 from .specs import KernelSpec, Shape
 
-#: ARCHITECTURE.md's Phase-1 gate: rtol 1.6e-2 (bf16) on every element (the phase table's
-#: phase1.rtol), plus a per-kernel atol.
+#: Phase 1's gate (docs/design.md#phase-1-kernel-validation): rtol 1.6e-2 (bf16) on every
+#: element (the phase table's phase1.rtol), plus a per-kernel atol.
 RTOL = phase(1).threshold("rtol")
 #: Per-kernel atol, for the unit-scale outputs the seeded inputs give: each family's numerics
 #: declares its own and says why. A configuration of another precision tier (a GEMM's direct

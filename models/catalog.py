@@ -1,4 +1,5 @@
-"""The model catalog: the bundled model and the nine target models of NPU_FACTS.md.
+"""The model catalog: the bundled model and the nine target models of
+docs/hardware-facts.md#the-nine-target-models.
 
 The targets are shapes only (their public Hugging Face configs), for planning
 kernels and dispatches; running one needs its checkpoint on disk. Each entry

@@ -7,7 +7,8 @@ from typing import Any
 
 import torch
 
-#: Prefill lengths the deployment targets; NPU_FACTS' reference deployment runs 2048.
+#: Prefill lengths the deployment targets; the reference deployment runs 2048
+#: (docs/hardware-facts.md#reference-deployment).
 MAX_SEQ_LEN = 2048
 DEFAULT_SEQ_LEN = 128
 

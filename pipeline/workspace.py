@@ -39,7 +39,8 @@ from npu_deploy.pipeline.deployed import DeployedModel
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.store import EventStore
 
-GREEDY_STEPS = 32       # the phase-3 gate's greedy tokens per prompt (ARCHITECTURE.md)
+# The phase-3 gate's greedy tokens per prompt (docs/design.md#phase-3-full-model).
+GREEDY_STEPS = 32
 
 
 @dataclass(frozen=True)

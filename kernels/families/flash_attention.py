@@ -114,8 +114,8 @@ def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
     dv_tile = int(c.get("dv_tile") or k_tile)
     cols = per_unroll * q_tiles
     rules.herd(f, cascade, cols, hw)
-    # NPU_FACTS: 32 tiles for 4 q tiles and 4 cascade stages -- the example's default of two
-    # heads per unroll.
+    # docs/hardware-facts.md#measured-kernel-throughput: 32 tiles for 4 q tiles and 4 cascade
+    # stages -- the example's default of two heads per unroll.
     usage.update(tiles=cols * cascade)
     rules.heads_share_kv(f, s["heads"], s["kv_heads"])
     if heads % per_unroll:
@@ -174,7 +174,7 @@ def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
 
 def program_layout(head_dim: int) -> Layout:
     """The FlashAttention program for a head_dim: seq-first as measured at 64, head-first
-    from 128 (NPU_FACTS: seq-first hangs there)."""
+    from 128 (seq-first hangs there: docs/hardware-facts.md#known-failure-symptoms)."""
     return "head-first" if head_dim >= 128 else "seq-first"
 
 

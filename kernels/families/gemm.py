@@ -436,10 +436,10 @@ def emulate(kernel: str, out_dtype: torch.dtype) -> EmulatedKernel:
 
 
 def misplaced_columns(c: torch.Tensor, span_n: int) -> torch.Tensor:
-    """What a GEMM whose N is not a multiple of tile_n x herd_n writes. NPU_FACTS: the output
-    is silently corrupt (cosine ~0.02). The mechanism is our reading, not a measurement: the
-    output DMA walks C as if its rows were N rounded up to the tile span, so row r lands
-    r x (padding) elements early and every row after the first is shifted."""
+    """What a GEMM whose N is not a multiple of tile_n x herd_n writes: the output is silently
+    corrupt (cosine ~0.02; docs/hardware-facts.md#gemm-tiling-and-herds). The mechanism is our
+    reading, not a measurement: the output DMA walks C as if its rows were N rounded up to the tile
+    span, so row r lands r x (padding) elements early and every row after the first is shifted."""
     rows, n = c.reshape(-1, c.shape[-1]).shape
     padded = -(-n // span_n) * span_n
     wide = torch.zeros(rows, padded, dtype=c.dtype)
@@ -514,9 +514,10 @@ def gemm_numerics(kernel: str, out_dtype: torch.dtype) -> Numerics:
 # AIE2P): half the compute rate. Inferred from the instruction shapes, never measured.
 BF16_DATAPATH_RATE = 0.5
 
-#: The fitted coefficients and where their fit starts: NPU_FACTS' ~100 us floor and ~30-58
-#: GB/s DDR, its best GEMM (9.8 TFLOP/s) over the 32 tiles, upstream's "~1.5-1.7x" for
-#: direct codegen; a burst, a K step and the cast launch as orders of magnitude.
+#: The fitted coefficients and where their fit starts: a ~100 us dispatch floor and ~30-58 GB/s DDR
+#: (docs/hardware-facts.md#dispatch-and-host-costs), its best GEMM (9.8 TFLOP/s) over the 32 tiles,
+#: upstream's "~1.5-1.7x" for direct codegen; a burst, a K step and the cast launch as orders of
+#: magnitude.
 COEFFICIENTS = (("gemm_floor_s", 100e-6), ("ddr_bw", 40e9), ("dma_burst_bytes", 256.0),
                 ("tile_flops", 3e11), ("k_step_s", 1e-6), ("direct_slowdown", 1.6),
                 ("cast_floor_s", 100e-6), ("cast_bw", 40e9))

@@ -170,7 +170,7 @@ MV_BF16_M, MV_BF16_VECTOR, MV_BF16_PARTIAL = 8, 32, 32
 #: K % 64 == 0 in matvec.py)
 MV_VECTOR = 64
 
-# --- search space (NPU_FACTS: herd_m 8 first) -----------------------------------------------
+# --- search space (herd_m 8 first: docs/hardware-facts.md#measured-kernel-throughput) -------
 
 SPACE = {"partitions": (1, 2, 4, 8, 16, 32, 64), "tile_m": (16, 8, 32),
          "m_input": (1, 2, 4, 8, 16, 32), "herd_m": (8, 4, 2, 1), "pingpong": (1, 0)}
@@ -212,8 +212,8 @@ NUMERICS = Numerics(emulate, reference, atol=1e-3, weights=unit_scale,
 # rows through their own DMA ("8 columns is ~2.6x faster than 4"), and a micro-kernel call
 # per m_input rows costs ("m_input = tile_m ... ~1.2x, by cutting per-call overhead").
 
-#: fitted coefficients and their starting values (NPU_FACTS' ~80 us floor, its ~30 GB/s
-#: GEMV over 8 columns)
+#: fitted coefficients and their starting values (the ~80 us floor and the ~30 GB/s GEMV
+#: over 8 columns of docs/hardware-facts.md#dispatch-and-host-costs)
 COEFFICIENTS = (("gemv_floor_s", 80e-6), ("gemv_column_bw", 4e9), ("gemv_call_s", 1e-6))
 
 

@@ -152,7 +152,7 @@ def vector_check(scratch_bytes: int, why: str, multiple: int = LANES
     return run
 
 
-# --- search spaces (calibrated value first: NPU_FACTS' element-wise herds of 8) ------------
+# --- search spaces (calibrated value first: the element-wise herds of 8 measured upstream) --
 
 ROW_SPACE = {"herd_m": (8, 4, 2, 1), "tile_rows": (2, 1, 4, 8, 16, 32)}
 ELEMENT_SPACE = {"herd_m": (8, 4, 2, 1), "tile": (2048, 1024, 4096, 512, 256)}
@@ -167,7 +167,7 @@ ELEMENT_SPACE = {"herd_m": (8, 4, 2, 1), "tile": (2048, 1024, 4096, 512, 256)}
 # and a launch pays a floor ("the ~80 us launch floor ... dominates the small shapes").
 
 #: fitted coefficients shared by the streaming kernels, and their starting values
-#: (NPU_FACTS: ~80 us floor, DDR ~30-58 GB/s)
+#: (docs/hardware-facts.md#dispatch-and-host-costs: ~80 us floor, DDR ~30-58 GB/s)
 SHARED = (("stream_floor_s", 80e-6), ("stream_ddr_bw", 58e9), ("stream_block_s", 1e-7))
 
 

@@ -152,7 +152,8 @@ def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, optimize: boo
     transforms that make it faster.
 
     Every time is modeled: the performance model is calibrated on the Llama-3.2-1B figures
-    measured on NPU2 (NPU_FACTS.md); nothing here ran on an NPU.
+    measured on NPU2 (docs/hardware-facts.md#reference-deployment); nothing here ran on an
+    NPU.
     """
     from npu_deploy.kernels import XDNA2
     from npu_deploy.kernels.optimize import optimize as run_optimize
@@ -257,7 +258,8 @@ def _print_plan(described: str, plan: Any, profile: Any, attempts: Any) -> None:
     out = console()
     out.print(data(f"{described}, {plan.mode}, on {XDNA2.name}"))
     out.print("Every time below is modeled: the performance model is calibrated on the "
-              "Llama-3.2-1B figures measured on NPU2 (NPU_FACTS.md). Nothing ran on an NPU.")
+              "Llama-3.2-1B figures measured on NPU2 "
+              "(docs/hardware-facts.md#reference-deployment). Nothing ran on an NPU.")
     if attempts:
         t = Table(title="transforms, in the order tried (modeled)", title_justify="left")
         for col in ("transform", "skill", "before ms", "after ms", "speed-up", "kept"):
