@@ -48,7 +48,8 @@ def test_every_kernel_passes_against_its_fp32_reference(kernel, shape):
 
 
 def test_a_gemm_whose_n_the_tiles_do_not_divide_writes_a_corrupt_output():
-    """NPU_FACTS: N not divisible by tile_n x herd_n is silently corrupt (cosine ~0.02).
+    """docs/hardware-facts.md#gemm-tiling-and-herds: N not divisible by tile_n x herd_n is
+    silently corrupt (cosine ~0.02).
     The spec's defaults span 1024 columns; 4864 is not a multiple."""
     report = validate_kernel(SPECS["gemm_bf16"], {"M": 64, "K": 896, "N": 4864}, {}, EMU)
     c = report.metrics["c"]

@@ -1,5 +1,5 @@
 """The XDNA 2 hardware model, the kernel specs and the constraint checker, against the
-figures and the symptom table of NPU_FACTS.md."""
+figures and the symptom table of docs/hardware-facts.md."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def test_calibrated_gemm_nearly_fills_l1_and_l2():
                                XDNA2))
 
 
-# --- the static symptoms of NPU_FACTS are flagged ----------------------------------------------
+# --- the static symptoms of docs/hardware-facts.md#known-failure-symptoms are flagged -------
 
 def test_n_not_divisible_by_tile_n_times_herd_n_is_silent_corruption():
     findings = check(SPECS["gemm_bf16"], {"M": 2048, "K": 896, "N": 896}, GEMM_8x4, XDNA2)
@@ -144,7 +144,8 @@ def test_head_dim_128_seq_first_attention_hangs():
 
 
 def test_attention_resources_follow_the_mlir_air_program():
-    """NPU_FACTS: 32 tiles for 4 q tiles x 4 cascade stages; the example unrolls two heads."""
+    """32 tiles for 4 q tiles x 4 cascade stages
+    (docs/hardware-facts.md#measured-kernel-throughput); the example unrolls two heads."""
     from npu_deploy.kernels.checker import check_with_usage
 
     shape = {"heads": 32, "kv_heads": 8, "Lq": 2048, "Lk": 2048, "head_dim": 64}

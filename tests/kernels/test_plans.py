@@ -2,7 +2,7 @@
 
 Transforms run on the emulator with tiny random models: the ones that keep the kernels give
 the same bits; the two that swap a kernel stay within its numerics. The performance model
-is checked against the Llama-3.2-1B figures of NPU_FACTS.md it is calibrated on.
+is checked against the Llama-3.2-1B figures of docs/hardware-facts.md it is calibrated on.
 """
 
 from __future__ import annotations

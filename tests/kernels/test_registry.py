@@ -127,7 +127,8 @@ def test_each_data_file_is_owned_by_one_family():
 # --- the data agree with the calibration set -------------------------------------------------
 
 def test_the_calibration_set_is_what_the_upstream_pages_measured():
-    """NPU_FACTS' figures (calibration.json) are the ingested pages' own: each kernel row is
+    """The calibration figures (calibration.json, docs/hardware-facts.md) are the ingested pages'
+    own: each kernel row is
     its page's best figure; the projections are rows of the GEMM and GEMV tables."""
     cal = load("calibration")
     for row in cal["kernels"]["rows"]:

@@ -170,7 +170,8 @@ def test_prefill_prompt_has_exactly_seq_len_tokens(tiny_models):
 
 # --- the catalog -----------------------------------------------------------------------
 
-# The table of NPU_FACTS.md, typed in again: (layers, hidden, q/kv heads, head_dim, ffn, vocab).
+# The table of docs/hardware-facts.md#the-nine-target-models, typed in again: (layers, hidden,
+# q/kv heads, head_dim, ffn, vocab).
 NPU_FACTS_TARGETS = {
     "llama-3.2-1b": (16, 2048, 32, 8, 64, 8192, 128256),
     "llama-3.2-3b": (28, 3072, 24, 8, 128, 8192, 128256),

@@ -1,4 +1,4 @@
-"""The habits of STYLE.md, enforced: ruff-clean everywhere, mypy on the core packages."""
+"""The project's style habits, enforced: ruff-clean everywhere, mypy on the core packages."""
 
 from __future__ import annotations
 

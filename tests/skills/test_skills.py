@@ -19,7 +19,7 @@ OPTIMIZATION = ["layout-alignment", "buffer-object-reuse", "last-token-lm-head",
 DEBUG = ["runtime-hang-timeout", "buffer-object-corruption", "routing-congestion-merge-blockers",
          "silent-gemm-corruption", "flash-attention-head-dim-128"]
 
-# The symptom table of NPU_FACTS.md, as the errors or gate checks a run would record.
+# docs/hardware-facts.md#known-failure-symptoms, as the errors or gate checks a run would record.
 SYMPTOMS = {
     "output all zeros after merging kernels": Symptoms(
         errors=("after merging kernels the output is all zeros",)),
