@@ -172,8 +172,7 @@ def print_report(r: dict[str, Any]) -> None:
               f"got {t['measured']:.3f}")
     print()
     print("  Llama-3.2-1B, measured on NPU2 (docs/hardware-facts.md#reference-deployment; the "
-          "in-deployment terms are fitted "
-          "to it) against modeled:")
+          "in-deployment terms are fitted to it) against modeled:")
     for row in r["llama_3_2_1b_calibrated_on"]:
         print(f"    {row['figure']:<42} {row['measured_s'] * 1e3:9.2f} ms  "
               f"{row['modeled_s'] * 1e3:9.2f} ms  {row['modeled_s'] / row['measured_s'] - 1:+6.1%}")

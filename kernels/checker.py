@@ -84,10 +84,9 @@ ELF_RESOURCES: tuple[ElfResource, ...] = (
         "bds", "Allocator exhausted available buffer descriptor IDs",
         "pad the dims to aligned sizes or split the ELF",
         "docs/hardware-facts.md#known-failure-symptoms ('BD pool exhausted by unaligned dims: "
-        "pad to 1024-aligned "
-        "or split the ELF'); mlir-air .claude/skills/debug-multi-launch-merge, hypothesis 1 "
-        "(un-merge the last launch). The aligned streams' descriptors are reused launch to "
-        "launch; an unaligned tail's are counted for the whole ELF"),
+        "pad to 1024-aligned or split the ELF'); mlir-air .claude/skills/debug-multi-launch-"
+        "merge, hypothesis 1 (un-merge the last launch). The aligned streams' descriptors are "
+        "reused launch to launch; an unaligned tail's are counted for the whole ELF"),
     ElfResource(
         "buffer descriptors per memory tile", "memtile_bds", None, lambda hw: hw.memory_bds,
         "bds", "aie.dma_bd unassigned IDs", "use fewer or larger L2 buffers in the launch",
@@ -105,8 +104,7 @@ ELF_RESOURCES: tuple[ElfResource, ...] = (
         "L2 bytes per memory tile", "l2_bytes", None, lambda hw: hw.l2_bytes, "l2",
         "L2 capacity exceeded", "use smaller L2 tiles in the launch",
         "docs/hardware-facts.md#array-and-memories (512 KiB per memory tile); buffers of "
-        "launches that run one after the "
-        "other do not coexist (one aie.device per launch)"),
+        "launches that run one after the other do not coexist (one aie.device per launch)"),
 )
 
 
