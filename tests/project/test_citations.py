@@ -1,7 +1,8 @@
-"""Every Markdown file the project cites is one a clone can read: the code (.py), the kernel
-data (kernels/data/*.json) and the docs (README.md, docs/*.md) cite `.md` files, with or
-without a `#heading`, and each must be a file of this repository with that heading, or a
-page of upstream Xilinx/mlir-air that the citation names as upstream.
+"""Every Markdown file the project cites is one a clone can read: the code (.py), the kernel data
+(kernels/data/*.json), the docs (README.md, docs/*.md) and the skill catalog
+(skills/catalog/*/SKILL.md) cite `.md` files, with or without a `#heading`, and each must be a file
+of this repository with that heading, or a page of upstream Xilinx/mlir-air that the citation names
+as upstream.
 
 What counts as a citation: a Markdown link `[text](path.md#anchor)` in a page (resolved
 from the page's folder, as GitHub does), and any other `name.md` or `path/name.md#anchor` in
@@ -102,7 +103,8 @@ class Citation:
 # --- reading -------------------------------------------------------------------------------
 
 def sources(root: Path = ROOT) -> list[Path]:
-    """The files scanned: every .py of the tree, the kernel data, the README and docs/."""
+    """The files scanned: every .py of the tree, the kernel data, the README, docs/ and the
+    skills."""
     found: list[Path] = []
     for folder, dirs, files in os.walk(root):        # symlinked folders are not entered
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS
@@ -110,6 +112,7 @@ def sources(root: Path = ROOT) -> list[Path]:
         found += [Path(folder) / f for f in sorted(files) if f.endswith(".py")]
     found += sorted((root / "kernels" / "data").glob("*.json"))
     found += [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    found += sorted((root / "skills" / "catalog").glob("*/SKILL.md"))
     return [p for p in found if p.is_file()]
 
 
@@ -247,6 +250,16 @@ def test_the_facts_sheet_and_the_design_notes_are_cited_where_the_code_relies_on
     targets = {(c.target.rsplit("/", 1)[-1], c.anchor) for c in scan()}
     assert ("hardware-facts.md", "array-and-memories") in targets
     assert ("design.md", "phase-3-full-model") in targets
+
+
+def test_nothing_cites_the_team_notes_by_their_bare_name():
+    """The notes the project once cited (NPU_FACTS, without `.md`) are not in the repository
+    either: their figures are docs/hardware-facts.md's."""
+    bare = re.compile(r"\bNPU_FACTS\b")
+    found = [f"{p.relative_to(ROOT)}:{n}" for p in sources() if p.name != "test_citations.py"
+             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+             if bare.search(line)]
+    assert not found, found
 
 
 def test_the_kernel_data_names_its_upstream_sources_as_upstream_paths():
