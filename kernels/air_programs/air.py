@@ -4,7 +4,7 @@ Two steps. `layout_of(launch)` says what one launch is on the array: its `air.la
 its herd, the buffers it allocates in L2 (the memory tiles) and L1 (each compute tile), its
 loops, the channels it needs and the external micro-kernels it calls, all from the kernel
 spec, the shape and the tile configuration; each kernel family declares it
-(`kernels/families/`, with the parts in `kernels.air_parts`), and the segment's body.
+(`kernels/families/`, with the parts in `kernels.air_programs.air_parts`), and the segment's body.
 `emit_dispatch(dispatch)` writes one module with one function holding every launch of the
 dispatch, in order, each as `air.launch` -> `air.segment` -> `air.herd`: a bare herd next to
 other launches is dropped silently on NPU2 (NPU_FACTS.md, "output all zeros after merging
@@ -20,7 +20,8 @@ shapes never clash in one ELF, and the module says how to build each (`KERNELS`:
 defines). Decode attention follows mlir-air's attention_decode with micro-kernels of our own
 (`kernels/aie/`, a KernelSource whose repository is npu-deploy).
 
-Nothing here imports mlir-air: the sources are text, and `kernels.xrt_runtime` builds them.
+Nothing here imports mlir-air: the sources are text, and `kernels.npu_runtime.xrt_runtime` builds
+them.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..definition.hardware import XDNA2, Hardware
+from ..definition.registry import FAMILIES
+from ..plans.plan import Dispatch, DispatchPlan, Launch
 from .air_parts import (
     DTYPES,
     Buffer,
@@ -45,9 +49,6 @@ from .air_parts import (
     identifier,
     memref,
 )
-from .hardware import XDNA2, Hardware
-from .plan import Dispatch, DispatchPlan, Launch
-from .registry import FAMILIES
 
 
 def layout_of(launch: Launch, hw: Hardware = XDNA2) -> LaunchLayout:

@@ -1,6 +1,6 @@
 """The parts an MLIR-AIR program is written from, for the kernel families' emitters: buffers
 in L1 and L2, external micro-kernels, a launch's layout on the array, and the source writer
-with its herd, allocation, call and DDR-addressing helpers. `kernels.air` assembles a
+with its herd, allocation, call and DDR-addressing helpers. `kernels.air_programs.air` assembles a
 dispatch's module from the families' layouts and segments.
 
 Nothing here imports mlir-air: the programs are text.
@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .family import BF16, FP32, Operand
+from ..definition.family import BF16, FP32, Operand
 
 if TYPE_CHECKING:
-    from .plan import Launch
+    from ..plans.plan import Launch
 
 DTYPES = {BF16: "bf16", FP32: "f32"}
 
@@ -146,7 +146,7 @@ class LaunchLayout:
     scratch: tuple[tuple[str, str, str], ...] = ()
     #: (L, multiple) when the program walks the sequence of its head-first operands (L
     #: positions) in blocks of `multiple` positions: their per-head rows on the device must
-    #: be a multiple of it (`kernels.air.pad_sequences` pads them so)
+    #: be a multiple of it (`kernels.air_programs.air.pad_sequences` pads them so)
     sequence: tuple[int, int] | None = None
 
     @property
@@ -154,7 +154,7 @@ class LaunchLayout:
         return self.herd[0] * self.herd[1]
 
     def l1_bytes(self) -> int:
-        """Peak L1 per compute tile, ping-pong buffers counted twice (as kernels.checker
+        """Peak L1 per compute tile, ping-pong buffers counted twice (as kernels.definition.checker
         counts it): what lives throughout, plus the larger of the compute and drain
         phases' buffers."""
         def total(phase: str) -> int:

@@ -2,7 +2,7 @@
 MLIR-AIR program, found without mlir-air.
 
 `verify(program)` runs the program's builder against the recording stand-in of the `air`
-package (`kernels.air_recorder`) and checks what it built:
+package (`kernels.air_programs.recording_builder`) and checks what it built:
 
 - **build**: the builder runs, every `scf.for` ends in `scf.yield`, hierarchy bodies use
   only their own operands (isolated from above);
@@ -15,7 +15,7 @@ package (`kernels.air_recorder`) and checks what it built:
 - **extern**: every call matches its declaration's types, runs in a herd that links the
   object the declaration names, and, for an upstream micro-kernel, matches its C symbol,
   parameters, and the elements each pointer parameter reads or writes at the sizes it is
-  compiled and called with (`kernels.upstream_kernels`);
+  compiled and called with (`kernels.measured.upstream_kernels`);
 - **l1** / **l2**: each compute tile's allocations, ping-pong buffers counted twice, plus the
   stack fit its 64 KiB; each memory tile's fit 512 KiB;
 - **coverage**: every element of every output the program's launches write is written.
@@ -36,8 +36,9 @@ from typing import Any
 
 import torch
 
-from . import upstream_kernels
-from .air_recorder import (
+from ..definition.hardware import XDNA2, Hardware
+from ..measured import upstream_kernels
+from .recording_builder import (
     HIERARCHY,
     BuildError,
     Ix,
@@ -50,7 +51,6 @@ from .air_recorder import (
     Var,
     build,
 )
-from .hardware import XDNA2, Hardware
 
 CHECKS = ("build", "bounds", "elements", "channel", "extern", "l1", "l2", "coverage")
 
@@ -206,7 +206,7 @@ def verify_source(source: str, *, flags: dict[str, Any] | None = None,
 
 
 def verify(program: Any, hw: Hardware = XDNA2, upstream: bool = True) -> list[Violation]:
-    """Every violation of an emitted `kernels.air.Program`."""
+    """Every violation of an emitted `kernels.air_programs.air.Program`."""
     names = [a[0] for a in program.arguments]
     outputs: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for launch, layout, wired in zip(program.launches, program.layouts, program.wiring,
@@ -443,7 +443,7 @@ _C_TYPES = {"float*": "f32*", "bfloat16*": "bf16*", "int32_t": "i32", "int": "i3
 def own_signatures(source: str) -> dict[str, tuple[str, ...]]:
     """The extern "C" functions of one of our own micro-kernel sources (kernels/aie/), as
     `void SYM(name)(params)`: name -> its parameter types (f32*, bf16*, i32)."""
-    text = (Path(__file__).parent.parent / source).read_text()
+    text = (Path(__file__).parent.parent.parent / source).read_text()
     out = {}
     for name, params in re.findall(r"void\s+SYM\((\w+)\)\s*\(([^)]*)\)", text):
         types = []

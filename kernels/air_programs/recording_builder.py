@@ -9,7 +9,7 @@ python/air/dialects/_air_ops_ext.py for Launch, Segment, Herd, Channel, ChannelG
 ChannelPut, DmaMemcpyNd and module_builder; the MLIR Python bindings' func, memref, scf,
 arith, affine (apply, and affine.if with IntegerSet and InsertionPoint) and vector
 builders) and records, instead of IR, what the verifier
-(`kernels.air_verify`) checks: the regions with their index variables and trip counts,
+(`kernels.air_programs.air_verify`) checks: the regions with their index variables and trip counts,
 every allocation, DMA, channel access, micro-kernel call and vector transfer, and where each
 value was defined (hierarchy bodies are isolated from above, as in the dialect).
 

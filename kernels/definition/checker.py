@@ -3,8 +3,8 @@ limit, the numbers and the fix.
 
 The resource model of each kernel family (how a configuration maps onto L1, L2, DMA
 channels and buffer descriptors) is the family's rule in `kernels/families/`, built on
-the shared rules of `kernels.rules` and the figures of NPU_FACTS.md: GEMM tiles get A and B
-panels through the memory tiles and accumulate in L1 as their method says; GEMV and
+the shared rules of `kernels.definition.rules` and the figures of NPU_FACTS.md: GEMM tiles get A and
+B panels through the memory tiles and accumulate in L1 as their method says; GEMV and
 element-wise kernels stream straight from DDR through the shim. The GEMM rule is held
 against upstream's kernel registry: it accepts all 109 configurations measured on NPU2 and
 rejects the 27 failures upstream reports (tests/kernels/test_gemm_registry.py); the other
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import upstream_kernels
+from ..measured import upstream_kernels
 from .family import KernelSpec, Shape
 from .hardware import Hardware
 from .registry import FAMILIES

@@ -6,12 +6,12 @@ the hardware), its search space (the configurations selection tries, calibrated 
 numerics (the NPU's arithmetic emulated on the CPU, the FP32 reference, the tolerance), its
 cost (the performance model's work of one launch), its MLIR-AIR program (the launch's
 layout on the array and the segment body), and what a plan must know of it (layouts, ELF
-sharing, a host counterpart). `kernels.registry` lists the families once; the checker, the
-selection, the emulator, the performance model, the emitter and the plan transforms ask it
+sharing, a host counterpart). `kernels.definition.registry` lists the families once; the checker,
+the selection, the emulator, the performance model, the emitter and the plan transforms ask it
 and never branch on a kernel's name.
 
 The measured figures a family is built on live in `kernels/data/<name>.json` with their
-provenance (see `kernels.measurements`); `docs/kernels.md` is generated from both.
+provenance (see `kernels.measured.measurements`); `docs/kernels.md` is generated from both.
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from .hardware import Hardware
 from .rules import Finding
 
 if TYPE_CHECKING:
-    from .air_parts import KernelSource, LaunchLayout, Writer
-    from .measurements import Source
-    from .perf import PerfParams
-    from .plan import Launch
+    from ..air_programs.air_parts import KernelSource, LaunchLayout, Writer
+    from ..measured.measurements import Source
+    from ..performance.model import PerfParams
+    from ..plans.plan import Launch
 
 BF16, FP32 = 2, 4          # bytes per element
 
@@ -84,7 +84,7 @@ class KernelSpec:
 #: every rule of the hardware the configuration breaks. `usage` gets tiles, l1_bytes,
 #: l2_bytes and, for streams through the shim, bd_base and bd_tails; a family that stages
 #: through the memory tiles may add memtile_bds, memtile_in and memtile_out. A multi-launch
-#: ELF is checked on these keys (kernels.checker.ELF_RESOURCES).
+#: ELF is checked on these keys (kernels.definition.checker.ELF_RESOURCES).
 CheckRule = Callable[[KernelSpec, Shape, dict[str, Any], Hardware, dict[str, int]],
                      list[Finding]]
 #: (spec, shape, hardware) -> the configurations selection tries, the calibrated one first.
@@ -201,12 +201,12 @@ class Cost:
 
     `work(spec, shape, config, params)` is the launch's work after its launch floor;
     `floor(params)` the per-launch floor of the family's standalone measurements, so that a
-    launch on its own takes floor + work (`kernels.perf.launch_seconds`). Inside a merged
-    ELF it takes the in-ELF launch price plus its work times the `in_elf` derate.
+    launch on its own takes floor + work (`kernels.performance.model.launch_seconds`). Inside a
+    merged ELF it takes the in-ELF launch price plus its work times the `in_elf` derate.
     `coefficients` names the `PerfParams` fields the family's work reads, each with the
     starting value of their fit, and `fitted_on()` gives the launches upstream measured that
-    they are fitted on (`kernels.perf.calibrate`). `rate_key` names the per-tile streaming rate
-    a streaming kernel reads (a QK norm reads RMSNorm's)."""
+    they are fitted on (`kernels.performance.model.calibrate`). `rate_key` names the per-tile
+    streaming rate a streaming kernel reads (a QK norm reads RMSNorm's)."""
 
     work: Callable[[KernelSpec, Shape, dict[str, Any], PerfParams], Work]
     floor: Callable[[PerfParams], float]
@@ -315,7 +315,7 @@ class KernelFamily:
     declares: Callable[[Shape, dict[str, Any]], dict[str, str]] | None = None
     #: configurations under which the family's launches of one ELF (shape, config each, in
     #: order) share its objects and declarations, or None when none can (check_merge's
-    #: symbol rules); kernels.checker.shared_configs applies it
+    #: symbol rules); kernels.definition.checker.shared_configs applies it
     share: Callable[[list[tuple[Shape, dict[str, Any]]]], list[dict[str, Any]] | None] \
         | None = None
     #: what upstream runs by default at a shape (selection's tie-break among configurations

@@ -1,6 +1,6 @@
 """The kernel registry for people: the markdown of docs/kernels.md, generated from the families
-(`kernels.registry`) and their measured data (`kernels/data/*.json`), as upstream's registry
-generates its tables from its JSON. `make docs` writes it (cog); a test fails when the
+(`kernels.definition.registry`) and their measured data (`kernels/data/*.json`), as upstream's
+registry generates its tables from its JSON. `make docs` writes it (cog); a test fails when the
 committed file differs from what this renders."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import itertools
 from collections.abc import Iterator
 from typing import Any
 
+from ..measured.measurements import load
 from .family import KernelFamily, KernelSpec, Numerics, Operand
-from .measurements import load
 from .registry import FAMILIES
 
 _DTYPE = {2: "bf16", 4: "fp32"}

@@ -5,7 +5,7 @@ transforms and the NPU backend. A family is declared in its module under
 
 from __future__ import annotations
 
-from .families import (
+from ..families import (
     add,
     decode_attention,
     embedding,

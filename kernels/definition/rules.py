@@ -121,7 +121,7 @@ def bds(findings: list[Finding], streams: int, tails: int, hw: Hardware,
     """Each stream ping-pongs over two shim descriptors and a buffer loaded once (a norm's
     weight) takes one; an unaligned tail needs its own pair per stream (NPU_FACTS: 'BD pool
     exhausted by unaligned dims'). `usage` gets bd_base and bd_tails, the descriptors a
-    multi-launch ELF reuses and keeps (kernels.checker.ELF_RESOURCES)."""
+    multi-launch ELF reuses and keeps (kernels.definition.checker.ELF_RESOURCES)."""
     base, extra = streams * 2 + once, tails * 2 * streams
     need = base + extra
     if usage is not None:

@@ -71,8 +71,8 @@ def _candidates(spec: KernelSpec, shape: Shape, hw: Hardware) -> Iterator[dict[s
 
 
 def modeled_seconds(spec: KernelSpec, shape: Shape, config: dict[str, Any]) -> float:
-    """A launch's modeled time on its own (kernels.perf)."""
-    from .perf import launch_seconds
+    """A launch's modeled time on its own (kernels.performance.model)."""
+    from ..performance.model import launch_seconds
 
     return launch_seconds(spec, shape, config)
 

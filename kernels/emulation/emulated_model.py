@@ -10,10 +10,10 @@ import torch
 from npu_deploy.models.adapters import Weights
 from npu_deploy.models.config import ModelArgs
 
-from .hardware import XDNA2, Hardware
-from .plan import DispatchPlan, baseline_plan
-from .plan_runner import PlanRunner
-from .specs import Prefill
+from ..definition.hardware import XDNA2, Hardware
+from ..definition.specs import Prefill
+from ..plans.plan import DispatchPlan, baseline_plan
+from ..plans.plan_runner import PlanRunner
 
 
 class EmulatedModel:

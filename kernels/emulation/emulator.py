@@ -1,7 +1,7 @@
 """The emulator backend: each NPU2 kernel run on the CPU with the NPU's numerics, and the
 FP32 reference each one is validated against, both declared by the kernel's family.
 
-Numerics (see kernels/numerics.py for the sources): every tensor between kernels is
+Numerics (see kernels/emulation/numerics.py for the sources): every tensor between kernels is
 bf16; GEMMs and the two matmuls of attention go through the bfp16ebs8 datapath with
 FP32 accumulation over K tiles; GEMV accumulates in FP32 lanes. Norms, RoPE,
 softmax and SiLU read bf16, compute in FP32 and write bf16 once, which is how the
@@ -11,8 +11,8 @@ cast on the way out). Every time this backend reports is modeled, never measured
 
 from __future__ import annotations
 
-from .family import EmulatedKernel, KernelSpec, ReferenceKernel, Shape, Tensors
-from .registry import FAMILIES
+from ..definition.family import EmulatedKernel, KernelSpec, ReferenceKernel, Shape, Tensors
+from ..definition.registry import FAMILIES
 
 #: Each kernel's emulation and its FP32 reference, by kernel name.
 EMULATED: dict[str, EmulatedKernel] = {

@@ -341,7 +341,7 @@ def gemm_bf16_native(a: torch.Tensor, b: torch.Tensor, *, tile_k: int = DEFAULT_
     AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16 is not set): bf16 products, exact in FP32, tile
     sums added in K order in FP32, one cast to `out_dtype`. No block format, so none of its
     ~1e-2 error; the instruction does 4x8x8 MACs where the BFP16 one does 8x8x8, half the rate
-    (see kernels.perf). `bf16_partials` and `cast` as in `gemm_bfp16`."""
+    (see kernels.performance.model). `bf16_partials` and `cast` as in `gemm_bfp16`."""
     _check_gemm("gemm_bf16_native", a, b, tile_k, 1, out_dtype)
     k, n = b.shape
     a2, b2 = a.reshape(-1, k).to(torch.float32), b.to(torch.float32)
@@ -464,10 +464,10 @@ def softmax_bf16(scores: torch.Tensor, valid: torch.Tensor, scale: float) -> tor
 
 
 def exp_fp32(x: torch.Tensor) -> torch.Tensor:
-    """exp of float32 x <= 0 as the emulated softmax computes it (see kernels/_bfp_kernel.py:
-    float64 range reduction and a degree-9 polynomial, one rounding to float32, within one ulp
-    of the correctly rounded value). Not libm's or torch's exp, whose last bit depends on the
-    vector width and on where a tensor's tail falls."""
+    """exp of float32 x <= 0 as the emulated softmax computes it (see
+    kernels/emulation/_bfp_kernel.py: float64 range reduction and a degree-9 polynomial, one
+    rounding to float32, within one ulp of the correctly rounded value). Not libm's or torch's exp,
+    whose last bit depends on the vector width and on where a tensor's tail falls."""
     from ._bfp_kernel import EXP_MIN_ARG, EXP_TAYLOR, LN2_HI, LN2_LO, LOG2E
 
     xd = x.to(torch.float64).clamp(min=EXP_MIN_ARG)
@@ -533,7 +533,7 @@ def _check_bf16(fn: str, **tensors: torch.Tensor) -> None:
     for name, t in tensors.items():
         if t.dtype != torch.bfloat16:
             raise TypeError(f"{fn}: {name} must be bfloat16 (the NPU's storage format), got "
-                            f"{t.dtype}; convert it with kernels.numerics.to_bf16")
+                            f"{t.dtype}; convert it with kernels.emulation.numerics.to_bf16")
 
 
 # --- the measurement protocol of the hardware figures -----------------------------------------

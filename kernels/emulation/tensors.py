@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from .family import Tensors
+from ..definition.family import Tensors
 from .numerics import to_bf16
 
 

@@ -17,13 +17,13 @@ from npu_deploy.metrics.comparison import Comparison, compare
 from npu_deploy.models.config import RopeScaling
 from npu_deploy.oracle.reference import rope_cos_sin
 
-from .checker import Finding, check
+from ..definition.checker import Finding, check
+from ..definition.hardware import XDNA2, Hardware
+from ..definition.registry import FAMILIES
+from ..definition.specs import KernelSpec, Shape
+from ..families.rope import lut as rope_lut
 from .emulator import REFERENCE
-from .families.rope import lut as rope_lut
-from .hardware import XDNA2, Hardware
 from .numerics import to_bf16
-from .registry import FAMILIES
-from .specs import KernelSpec, Shape
 
 #: ARCHITECTURE.md's Phase-1 gate: rtol 1.6e-2 (bf16) on every element (the phase table's
 #: phase1.rtol), plus a per-kernel atol.

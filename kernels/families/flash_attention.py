@@ -15,8 +15,7 @@ import torch
 
 from npu_deploy.oracle import reference as ref_ops
 
-from .. import rules
-from ..air_parts import (
+from ..air_programs.air_parts import (
     ChannelDecl,
     EmitError,
     Extern,
@@ -31,7 +30,8 @@ from ..air_parts import (
     head_rows,
     open_herd,
 )
-from ..family import (
+from ..definition import rules
+from ..definition.family import (
     BF16,
     AirProgram,
     Cost,
@@ -47,15 +47,29 @@ from ..family import (
     Work,
     timed,
 )
-from ..hardware import Hardware
-from ..measurements import TO_BASE, Source, TableSource, load, markdown_tables, rows_at, scaled
-from ..numerics import BFP16EBS8, DEFAULT_TILE_K, _quantize_last_dim, softmax_bfp16, to_bf16
-from ..rules import Finding
-from ..tensors import as_head_first, bound_layout, f32
+from ..definition.hardware import Hardware
+from ..definition.rules import Finding
+from ..emulation.numerics import (
+    BFP16EBS8,
+    DEFAULT_TILE_K,
+    _quantize_last_dim,
+    softmax_bfp16,
+    to_bf16,
+)
+from ..emulation.tensors import as_head_first, bound_layout, f32
+from ..measured.measurements import (
+    TO_BASE,
+    Source,
+    TableSource,
+    load,
+    markdown_tables,
+    rows_at,
+    scaled,
+)
 
 if TYPE_CHECKING:
-    from ..perf import PerfParams
-    from ..plan import Launch
+    from ..performance.model import PerfParams
+    from ..plans.plan import Launch
 
 # --- spec: q [heads, Lq, d], k and v [kv_heads, Lk, d], o [heads, Lq, d] ---------------------
 
@@ -380,7 +394,7 @@ def padded_lengths(launch: Launch, q_tile: int, kv_round: int) -> tuple[int, int
 
 def _heads_apart(launch: Launch, lq: int, lk: int) -> None:
     """Refuse a head-first operand whose heads the walk would run into one another: its
-    rows per head must be the walked length (`kernels.air.pad_sequences` pads them)."""
+    rows per head must be the walked length (`kernels.air_programs.air.pad_sequences` pads them)."""
     s = launch.shape_dict
     for b in launch.bindings:
         walked, length = (lq, s["Lq"]) if b.operand in ("q", "o") else (lk, s["Lk"])
@@ -388,7 +402,7 @@ def _heads_apart(launch: Launch, lq: int, lk: int) -> None:
                                                   else b.seq_pad[1]):
             raise EmitError(f"{launch.label}: {b.operand} is walked to {walked} positions per "
                             f"head but holds {length}: a head's last block would reach into "
-                            "the next; pad the sequence (kernels.air.pad_sequences)")
+                            "the next; pad the sequence (kernels.air_programs.air.pad_sequences)")
 
 
 def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayout:

@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .. import rules
-from ..air_parts import (
+from ..air_programs.air_parts import (
     Buffer,
     EmitError,
     Extern,
@@ -32,7 +31,8 @@ from ..air_parts import (
     open_herd,
     stored_length,
 )
-from ..family import (
+from ..definition import rules
+from ..definition.family import (
     BF16,
     FP32,
     AirProgram,
@@ -48,21 +48,21 @@ from ..family import (
     Work,
     timed,
 )
-from ..hardware import Hardware
-from ..measurements import TO_BASE, Source, load, registry_json, scaled, table
-from ..numerics import (
+from ..definition.hardware import Hardware
+from ..definition.rules import Finding
+from ..emulation.numerics import (
     Rounding,
     fp32_reference,
     gemm_bf16_native,
     gemm_bfp16,
     quantize_gemm_b,
 )
-from ..rules import Finding
-from ..tensors import bound_layout, to_head_first
+from ..emulation.tensors import bound_layout, to_head_first
+from ..measured.measurements import TO_BASE, Source, load, registry_json, scaled, table
 
 if TYPE_CHECKING:
-    from ..perf import PerfParams
-    from ..plan import Launch
+    from ..performance.model import PerfParams
+    from ..plans.plan import Launch
 
 # --- spec --------------------------------------------------------------------------------
 
@@ -320,7 +320,8 @@ def candidates(spec: KernelSpec, s: Shape, hw: Hardware) -> Iterator[dict[str, A
                     yield {"method": method, "tile_m": tm, "tile_k_l2": k2, "tile_k_l1": k1,
                            "tile_n": tn, "herd_m": hm, "herd_n": hn, "b_parts": parts}
 
-# --- numerics: both operands through the BFP16 MMA, FP32 accumulation (kernels.numerics) ---
+# --- numerics: both operands through the BFP16 MMA, FP32 accumulation (kernels.emulation.numerics)
+# ---
 
 # Static weights converted to the block format once, as a deployment writes them once.
 # Keyed by the tensor's storage and version, and holding the tensor so the key stays unique.
@@ -340,7 +341,7 @@ def _static_b(b: torch.Tensor) -> torch.Tensor:
 
 # How each of mlir-air's GEMM methods carries the MMA's FP32 partial sums to C: the config key
 # `method` (registry pages GEMM_bf16_in_bf16_out.md and GEMM_bf16_in_fp32_out.md; the code
-# behind each: kernels.numerics [S8]).
+# behind each: kernels.emulation.numerics [S8]).
 
 
 @dataclass(frozen=True)
@@ -687,7 +688,7 @@ def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayo
                    phase="all" if method == "drain" else "drain"),)
     # M rounds up to whole rounds of tile_m x herd_m rows: A is read and C written past the
     # data, row-major to the end of the buffer (the host pads), head-first to each head's
-    # padded length (`kernels.air.pad_sequences`, a multiple of the rounds)
+    # padded length (`kernels.air_programs.air.pad_sequences`, a multiple of the rounds)
     head_first = launch.binding("c").layout == "head-first"
     rows = stored_length(launch, "c", cdiv(M, tm * hm) * tm * hm) if head_first \
         else cdiv(M, tm * hm) * tm * hm
@@ -869,7 +870,8 @@ def drain_c(w: Writer, launch: Launch, c: str, c_l2: str, rows: int, span: int,
     if M % rows:
         raise EmitError(f"{launch.label}: C is bound head-first with {M} rows per head, not a "
                         f"multiple of tile_m x herd_m ({rows}): the last block of a head would "
-                        "write into the next; pad the sequence (kernels.air.pad_sequences)")
+                        "write into the next; pad the sequence "
+                        "(kernels.air_programs.air.pad_sequences)")
     hd = head_dim
     if hd is None or N % hd:
         raise EmitError(f"{launch.label}: C is bound head-first; the program needs the "

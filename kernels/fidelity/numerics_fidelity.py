@@ -3,8 +3,8 @@ kernel registry's GEMM pages (`kernels/data/gemm_bf16.json`, `gemm_fp32.json`: s
 tile and the mean_rel_L1 mlir-air measured on NPU2), emulated on this machine's CPU at the
 row's shape, method and tile.
 
-The protocol is mlir-air's (kernels/numerics.py [S5]): A and B randn/sqrt(K) as bf16, reference
-= the FP32 matmul of the same bf16 inputs, cast to bf16 for a bf16 output, mean_rel_L1 =
+The protocol is mlir-air's (kernels/emulation/numerics.py [S5]): A and B randn/sqrt(K) as bf16,
+reference = the FP32 matmul of the same bf16 inputs, cast to bf16 for a bf16 output, mean_rel_L1 =
 mean|out - ref| / mean|ref|. The emulation takes the family's fast path (`exact_tiles` off:
 BLAS sums the exactly representable block-format products, once over all of K, or once per
 L1 K tile for a method that rounds its partial sums), which moves a result by FP32 rounding
@@ -25,10 +25,10 @@ import torch
 
 from npu_deploy.metrics.comparison import compare
 
-from .families.gemm import row_config
-from .measurements import Row, table
-from .numerics import fp32_reference, gemm_operands, to_bf16
-from .registry import FAMILIES
+from ..definition.registry import FAMILIES
+from ..emulation.numerics import fp32_reference, gemm_operands, to_bf16
+from ..families.gemm import row_config
+from ..measured.measurements import Row, table
 
 #: The families whose registry rows carry a measured mean_rel_L1, with their table.
 GEMM_KERNELS = ("gemm_bf16", "gemm_fp32")

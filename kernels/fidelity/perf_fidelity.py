@@ -1,6 +1,6 @@
 """The performance model held against what upstream measured on NPU2.
 
-For every launch upstream measured on its own (`kernels.fitting.measured_launches`: the
+For every launch upstream measured on its own (`kernels.performance.fitting.measured_launches`: the
 kernel registry's rows and the sweeps of its notes), the modeled against the measured
 seconds, and per kernel family:
 
@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .family import TimedLaunch
-from .fitting import fit_group, fit_groups, measured_launches, modeled_seconds
-from .perf import DEFAULT_PARAMS, PerfParams
+from ..definition.family import TimedLaunch
+from ..performance.fitting import fit_group, fit_groups, measured_launches, modeled_seconds
+from ..performance.model import DEFAULT_PARAMS, PerfParams
 
 #: how many folds the k-fold figures deal the shapes into, and the seed that deals them
 FOLDS = 5
@@ -208,9 +208,9 @@ def held_out_elfs() -> list[ElfFigure]:
     (kernels/data/deployments.json), modeled: none of them was fitted."""
     from npu_deploy.models import CATALOG
 
-    from .deployments import upstream_deployments
-    from .perf import device_s, reference_decode, reference_prefill
-    from .plan import Dispatch
+    from ..measured.deployments import upstream_deployments
+    from ..performance.model import device_s, reference_decode, reference_prefill
+    from ..plans.plan import Dispatch
 
     out = []
     for model, dep in upstream_deployments().items():

@@ -12,13 +12,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .checker import blocking, check
-from .families.gemm import CONFIG_KEYS, row_config
-from .hardware import XDNA2
-from .measurements import load, table
-from .registry import SPECS
-from .selection import select, select_all
-from .specs import Decode, KernelUse, Mode, Prefill, model_kernels
+from ..definition.checker import blocking, check
+from ..definition.hardware import XDNA2
+from ..definition.registry import SPECS
+from ..definition.selection import select, select_all
+from ..definition.specs import Decode, KernelUse, Mode, Prefill, model_kernels
+from ..families.gemm import CONFIG_KEYS, row_config
+from ..measured.measurements import load, table
 
 GEMMS = ("gemm_bf16", "gemm_fp32")
 #: The sequence lengths every model is checked at (short, odd and long prompts, a decode).

@@ -4,16 +4,16 @@
 bf16 deployments (programming_examples/llms) run per layer: the ELFs of prefill and decode
 with the launches of our plans each holds, why upstream split where it did, what stays on
 the CPU, and the end-to-end and per-ELF figures its pages report, every row with the file
-it came from (`python -m npu_deploy.kernels.ingest MIRROR` regenerates it; kernels.llm_pages
-reads the pages). The figures are for judging our model; only Llama-3.2-1B's are fitted
-(kernels.perf, from calibration.json).
+it came from (`python -m npu_deploy.kernels.measured.ingest MIRROR` regenerates it;
+kernels.measured.upstream_llm_pages reads the pages). The figures are for judging our model;
+only Llama-3.2-1B's are fitted (kernels.performance.calibration, from calibration.json).
 
 `compare_dispatches()` puts the dispatches per layer of our merged plans (the reference
-plans of kernels.perf: layouts aligned, buffers reused, last-token LM head, decode attention
-on the CPU, launches merged as far as kernels.checker allows) next to upstream's ELFs per
-layer, and says in words where and why the two split differently: each boundary of ours with
-the checker's reason, each of upstream's with its stated reason and how our checker treats
-that kind of reason (`OUR_READING`).
+plans of kernels.performance.calibration: layouts aligned, buffers reused, last-token LM
+head, decode attention on the CPU, launches merged as far as kernels.definition.checker
+allows) next to upstream's ELFs per layer, and says in words where and why the two split
+differently: each boundary of ours with the checker's reason, each of upstream's with its
+stated reason and how our checker treats that kind of reason (`OUR_READING`).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .hardware import XDNA2, Hardware
+from ..definition.hardware import XDNA2, Hardware
+from ..plans.plan import Dispatch, DispatchPlan, HostStep
 from .measurements import load
-from .plan import Dispatch, DispatchPlan, HostStep
 
 Mode = Literal["prefill", "decode"]
 
@@ -41,7 +41,7 @@ class UpstreamElf:
 @dataclass(frozen=True)
 class UpstreamSplit:
     after: str                       # the ELF the split ends
-    kind: str                        # kernels.llm_pages.SPLIT_KINDS
+    kind: str                        # kernels.measured.upstream_llm_pages.SPLIT_KINDS
     why: str
     source: str
 
@@ -190,7 +190,7 @@ def _our_layer(plan: DispatchPlan, layer: int) -> list[Dispatch | HostStep]:
 def _our_cuts(plan: DispatchPlan, layer: int, hw: Hardware) -> list[tuple[Cut, str]]:
     """Each boundary between two dispatches of the layer, and why our plan has it: the host
     steps between them, or the checker's findings against merging the next launch in."""
-    from .checker import check_merge
+    from ..definition.checker import check_merge
 
     steps = _our_layer(plan, layer)
     out: list[tuple[Cut, str]] = []
@@ -256,7 +256,7 @@ def compare_dispatches(models: tuple[str, ...] = TARGETS, hw: Hardware = XDNA2,
     dispatches per layer next to upstream's ELFs per layer, with the differences explained."""
     from npu_deploy.models import CATALOG
 
-    from .perf import reference_decode, reference_prefill
+    from ..performance.model import reference_decode, reference_prefill
 
     rows = []
     for model in models:

@@ -1,7 +1,8 @@
 """A kernel's time at a shape, each figure saying where it came from: measured on NPU2 where
 upstream's kernel registry measured that shape (with the configuration it ran and the data
 file's source), measured on NPU by `validate-hardware` where a report of ours was imported
-(kernels.measured_here: the host and date it ran on), and modeled by kernels.perf always.
+(kernels.measured.measured_here: the host and date it ran on), and modeled by
+kernels.performance.model always.
 """
 
 from __future__ import annotations
@@ -9,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..definition.registry import family
+from ..definition.selection import Selection, modeled_seconds
+from ..definition.specs import KernelSpec, Shape
 from .measured_here import label, rows_at
 from .measurements import measured_seconds, provenance
-from .registry import family
-from .selection import Selection, modeled_seconds
-from .specs import KernelSpec, Shape
 
 #: The fields of a registry row that say how it ran (shown with a measured figure).
 _HOW = ("method", "tile_m", "tile_k_l2", "tile_k_l1", "tile_n", "herd_m", "herd_n", "herd_x",

@@ -1,15 +1,15 @@
 """Regenerate the measured data files (kernels/data/<family>.json, deployments.json) from
 Xilinx/mlir-air.
 
-    python -m npu_deploy.kernels.ingest MIRROR [--rev REV] [--out DIR]
+    python -m npu_deploy.kernels.measured.ingest MIRROR [--rev REV] [--out DIR]
 
 MIRROR is a clone of https://github.com/Xilinx/mlir-air, bare or with a work tree. For
 every kernel family that declares an upstream `Source` (kernels/families/), the page is
 read at REV (default HEAD) with `git show`, its tables are taken as the family's reader
 says, its best figure from the registry's index (supported_kernels.md), and the file is
 written with the repository, path, commit and date it came from. `deployments.json` holds
-upstream's LLM deployments (programming_examples/llms), read by kernels.llm_pages. The
-output is deterministic: ingesting the same commit twice writes the same bytes, so a diff
+upstream's LLM deployments (programming_examples/llms), read by kernels.measured.upstream_llm_pages.
+The output is deterministic: ingesting the same commit twice writes the same bytes, so a diff
 of the data files is a diff of upstream's measurements.
 """
 
@@ -22,9 +22,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .llm_pages import LLMS, NOTES, SUMMARY, deployment_records
+from ..definition.registry import FAMILIES
 from .measurements import DATA_DIR, REGISTRY, UPSTREAM, index_best
-from .registry import FAMILIES
+from .upstream_llm_pages import LLMS, NOTES, SUMMARY, deployment_records
 
 INDEX = "supported_kernels.md"
 
@@ -74,7 +74,7 @@ def ingest(mirror: Mirror) -> dict[str, dict[str, Any]]:
 
 def ingest_deployments(mirror: Mirror) -> dict[str, Any]:
     """deployments.json: upstream's LLM deployments of the nine target models, each row with
-    the file it came from (kernels.llm_pages)."""
+    the file it came from (kernels.measured.upstream_llm_pages)."""
     return {
         "about": "Upstream's bf16 deployments of the nine target models on NPU2: the ELFs "
                  "(dispatches) per layer of prefill and decode with the launches of our plans "
@@ -106,7 +106,7 @@ def dumps(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m npu_deploy.kernels.ingest",
+    parser = argparse.ArgumentParser(prog="python -m npu_deploy.kernels.measured.ingest",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("mirror", type=Path, help="a clone of Xilinx/mlir-air (bare or not)")
     parser.add_argument("--rev", default="HEAD", help="the revision to read (default HEAD)")

@@ -1,10 +1,10 @@
 """Kernel times measured on an NPU by `npu-deploy validate-hardware`, added with `npu-deploy
 import-measurements`: our own measured rows, kept apart from upstream's registry data
-(kernels.measurements) and never mixed with it.
+(kernels.measured.measurements) and never mixed with it.
 
 They live in the user's data directory, `~/.local/share/npu-deploy/measured_here.json`
 (`$NPU_DEPLOY_MEASUREMENTS` names another file), not in `kernels/data/`: those files are
-upstream's registry as ingested (`kernels.ingest` rewrites them), they ship inside the
+upstream's registry as ingested (`kernels.measured.ingest` rewrites them), they ship inside the
 package (read-only in a system install, replaced by the next upgrade), and a measurement
 belongs to whoever made it, as the run store beside it does.
 
@@ -26,8 +26,8 @@ from typing import Any
 
 from platformdirs import user_data_path
 
-from .hardware_report import NPU_RUNTIME, ReportError, check_report
-from .plan import config_key
+from ..npu_runtime.hardware_report import NPU_RUNTIME, ReportError, check_report
+from ..plans.plan import config_key
 
 ENV = "NPU_DEPLOY_MEASUREMENTS"
 FORMAT_VERSION = 1
@@ -91,7 +91,7 @@ def provenance(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def import_report(report: dict[str, Any], path: Path | None = None) -> Imported:
-    """Add the passing kernel rows of a checked report (kernels.hardware_report) to the
+    """Add the passing kernel rows of a checked report (kernels.npu_runtime.hardware_report) to the
     file, tagged with its provenance. A report of a simulated NPU is refused."""
     check_report(report)
     if report["runtime"] != NPU_RUNTIME:

@@ -6,9 +6,9 @@ one page of Xilinx/mlir-air's kernel registry (programming_examples/kernel_regis
 as the page publishes them (its names, its units), with the repository, path and commit they
 were ingested from, the month the page says they were measured, the page's tolerances and
 the best figure its index (supported_kernels.md) lists. `python -m
-npu_deploy.kernels.ingest MIRROR` regenerates them from a clone of the repository; the
+npu_deploy.kernels.measured.ingest MIRROR` regenerates them from a clone of the repository; the
 files are committed, since the clone is not there at run time. `calibration.json` holds the
-figures of NPU_FACTS.md the performance model is calibrated on (kernels.perf).
+figures of NPU_FACTS.md the performance model is calibrated on (kernels.performance.model).
 
 A family declares its upstream page as a `Source`: the page's path and how to read it
 (`markdown_tables` for the registry's markdown pages, `registry_json` for its
@@ -28,7 +28,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 UPSTREAM = "Xilinx/mlir-air"
 REGISTRY = "programming_examples/kernel_registry"
 
@@ -36,7 +36,7 @@ Row = dict[str, Any]
 
 #: The data files written by hand from upstream's prose or source (each row cites its file),
 #: not ingested from a registry page: the calibration figures, the GEMM failures and the
-#: micro-kernels' C signatures (kernels.upstream_kernels).
+#: micro-kernels' C signatures (kernels.measured.upstream_kernels).
 CURATED = ("calibration", "gemm_failures", "upstream_kernels")
 
 
@@ -46,7 +46,7 @@ def load(name: str) -> dict[str, Any]:
     path = DATA_DIR / f"{name}.json"
     if not path.is_file():
         raise FileNotFoundError(f"no measured data {path}; regenerate it with "
-                                "`python -m npu_deploy.kernels.ingest MIRROR`")
+                                "`python -m npu_deploy.kernels.measured.ingest MIRROR`")
     data: dict[str, Any] = json.loads(path.read_text())
     return data
 

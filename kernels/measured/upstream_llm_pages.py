@@ -13,7 +13,7 @@ docstring; every reading names the file it came from. `deployment_records` joins
 and refuses a reading whose ELF names or launch counts disagree with what the page parses
 to, so a hand reading cannot drift from the page it cites.
 
-The launches are named by our plan's roles (kernels.plan): `attn_norm`, `q_proj`,
+The launches are named by our plan's roles (kernels.plans.plan): `attn_norm`, `q_proj`,
 `q_bias`, `q_norm`, `rope_q`, `attention`, `o_proj`, `attn_residual`, `ffn_norm`,
 `gate_proj`, `up_proj`, `silu_mul`, `down_proj`, `ffn_residual`.
 

@@ -10,7 +10,7 @@ from the machine that made them.
 - `model`: `spec` as given, `origin` of the weights, `args` (its shapes); `seq_len`, and
   `repeats` (timed runs of each kernel after its validation run).
 - `machine`: `hostname`, `cpu`, `kernel` (the Linux release), `os`, `python`, `npu`.
-- `tools`: per requirement of the real-NPU path (kernels.toolchain), `what`, `found`,
+- `tools`: per requirement of the real-NPU path (kernels.npu_runtime.toolchain), `what`, `found`,
   `version` (XRT, pyxrt, mlir-air, Peano, the driver and the NPU firmware, where they say).
 - `programs`: per program of the model's prefill and decode plans, baseline and optimized:
   `plan`, `dispatch`, `function`, `digest`, `launches`, `compiled`, `cached`, `compile_s`.

@@ -5,8 +5,9 @@ program, compiled once (cached by content), timed.
 emulator: `run_dispatch` runs one `Dispatch` (all its launches, one submission), `run` one
 kernel alone (phase 1 builds a one-launch dispatch for it). For each dispatch it
 
-* emits the program (`kernels.air`) and writes it to the run's workspace (`programs`),
-* compiles it with mlir-air's XRT backend, or takes it from the cache (`kernels.xrt_runtime`),
+* emits the program (`kernels.air_programs.air`) and writes it to the run's workspace (`programs`),
+* compiles it with mlir-air's XRT backend, or takes it from the cache
+(`kernels.npu_runtime.xrt_runtime`),
 * runs it through pyxrt under the NPU lock, each function argument given the kind its
   plan bindings say: a weight is static (written the first time only), a tensor produced
   and consumed on the device is an intermediate (one device buffer, shared by every
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .air import (
+from ..air_programs.air import (
     Program,
     emit_dispatch,
     identifier,
@@ -37,13 +38,13 @@ from .air import (
     tensor_key,
     write_programs,
 )
-from .hardware import XDNA2, Hardware
-from .perf import Profile, StepProfile, estimate
-from .plan import Binding, Dispatch, DispatchPlan, Kind, Launch, Layout
-from .plan_runner import PlanRunner, StepTime
-from .registry import FAMILIES, family
-from .specs import KernelSpec, Prefill, Shape
-from .tensors import pad_heads, unpad_heads
+from ..definition.hardware import XDNA2, Hardware
+from ..definition.registry import FAMILIES, family
+from ..definition.specs import KernelSpec, Prefill, Shape
+from ..emulation.tensors import pad_heads, unpad_heads
+from ..performance.model import Profile, StepProfile, estimate
+from ..plans.plan import Binding, Dispatch, DispatchPlan, Kind, Launch, Layout
+from ..plans.plan_runner import PlanRunner, StepTime
 from .xrt_runtime import (
     LOCK_PATH,
     Artifact,

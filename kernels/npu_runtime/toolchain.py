@@ -3,7 +3,7 @@
 The XRT backend needs the amdxdna kernel driver and its device node, the NPU firmware, XRT
 and its Python bindings (pyxrt), mlir-air's Python package with its compiler driver
 `aircc`, Peano (llvm-aie) for the AIE cores, and the micro-kernel objects the programs
-link. `npu-deploy doctor` prints the list; `kernels.xrt_runtime.require` refuses the xrt
+link. `npu-deploy doctor` prints the list; `kernels.npu_runtime.xrt_runtime.require` refuses the xrt
 backend with what is missing.
 
 Nothing here imports pyxrt or mlir-air into this process. A package named `air` is only

@@ -1,5 +1,5 @@
-"""The XRT runtime under the NPU backend (kernels.npu_backend): compile the MLIR-AIR programs
-with mlir-air's XRT backend and run them with pyxrt, measuring every dispatch.
+"""The XRT runtime under the NPU backend (kernels.npu_runtime.npu_backend): compile the MLIR-AIR
+programs with mlir-air's XRT backend and run them with pyxrt, measuring every dispatch.
 
 Nothing here imports pyxrt or mlir-air at import time: `missing()` says what a machine
 lacks, and `require()` turns that into one error that says how to install it. The
@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .air import Program
+from ..air_programs.air import Program
 from .toolchain import Requirement, requirements
 
 LOCK_PATH = Path(tempfile.gettempdir()) / "npu.lock"
@@ -54,7 +54,7 @@ class XrtError(RuntimeError):
 
 
 def missing(objects: str | None = "") -> list[Requirement]:
-    """What this machine lacks for `--backend xrt` (kernels.toolchain). `objects` is the
+    """What this machine lacks for `--backend xrt` (kernels.npu_runtime.toolchain). `objects` is the
     micro-kernel directory to check ("" leaves it out)."""
     return [r for r in requirements(objects) if not r.ok]
 

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .family import TimedLaunch
-from .registry import FAMILIES, SPECS
+from ..definition.family import TimedLaunch
+from ..definition.registry import FAMILIES, SPECS
 
 if TYPE_CHECKING:
-    from .perf import Calibration, PerfParams
+    from .model import Calibration, PerfParams
 
 
 @dataclass(frozen=True)
@@ -69,14 +69,14 @@ def measured_launches(c: Calibration | None = None, sweeps: bool = True
     if not sweeps:
         return out
     if c is None:
-        from .perf import CALIBRATION
+        from .model import CALIBRATION
         c = CALIBRATION
     return out + list(c.sweeps)
 
 
 def modeled_seconds(launches: Sequence[TimedLaunch], p: PerfParams) -> list[float]:
     """The modeled standalone time of each launch."""
-    from .perf import launch_seconds
+    from .model import launch_seconds
 
     return [launch_seconds(SPECS[t.kernel], t.shape_dict, t.config_dict, p) for t in launches]
 
@@ -89,7 +89,7 @@ def fit_group(p: PerfParams, group: FitGroup, launches: Sequence[TimedLaunch]) -
     x0 = np.log([v for _, v in group.coefficients])
     if not mine:
         return p
-    from .perf import launch_seconds
+    from .model import launch_seconds
 
     items = [(SPECS[t.kernel], t.shape_dict, t.config_dict, math.log(t.seconds)) for t in mine]
 

@@ -15,7 +15,7 @@ matmul rate, a sync per K step, direct codegen's slowdown, fused-cast's cast lau
 a column's bandwidth and a per-call cost; streaming kernels: a per-tile rate each, a DDR
 ceiling, a per-block cost; FlashAttention: a per-tile rate and a cost per launch
 iteration). Step 1 of `calibrate()` fits them on every launch upstream measured on its own
-(the kernel registry's rows and the tile sweeps of its notes, `kernels.fitting`); steps
+(the kernel registry's rows and the tile sweeps of its notes, `kernels.performance.fitting`); steps
 2-6 fit the in-deployment terms (the price of a launch inside a merged ELF, the dispatch
 overhead, the derates of matmul and streaming work, the host rates) to the Llama-3.2-1B
 deployment alone, priced at the configurations it ran. Those figures are data, with their
@@ -35,14 +35,14 @@ import numpy as np
 
 from npu_deploy.models.config import ModelArgs
 
-from .family import InElf, KernelSpec, Shape, TimedLaunch, Work, timed
-from .hardware import DDR_ROOF, GB, XDNA2, Hardware
-from .measurements import TO_BASE, best_rate, load, scaled
-from .registry import FAMILIES, HOST_KERNELS, SPECS, family
-from .specs import BF16, Decode, Mode, Prefill
+from ..definition.family import InElf, KernelSpec, Shape, TimedLaunch, Work, timed
+from ..definition.hardware import DDR_ROOF, GB, XDNA2, Hardware
+from ..definition.registry import FAMILIES, HOST_KERNELS, SPECS, family
+from ..definition.specs import BF16, Decode, Mode, Prefill
+from ..measured.measurements import TO_BASE, best_rate, load, scaled
 
 if TYPE_CHECKING:       # plan imports selection, which may rank by launch_seconds
-    from .plan import Dispatch, DispatchPlan, HostStep, Launch
+    from ..plans.plan import Dispatch, DispatchPlan, HostStep, Launch
 
 Source = Literal["modeled", "measured-npu", "measured-cpu"]
 MS = 1e-3
@@ -287,8 +287,8 @@ class StepProfile:
 @dataclass(frozen=True)
 class Profile:
     """A plan's time, step by step: modeled here (`source` "modeled"), or measured on the
-    NPU by kernels.npu_backend, where `runs` holds each measured run's total and the steps are
-    medians over them."""
+    NPU by kernels.npu_runtime.npu_backend, where `runs` holds each measured run's total and the
+    steps are medians over them."""
 
     plan: str
     mode: Mode
@@ -357,7 +357,7 @@ def reference_rates() -> tuple[float, float]:
 
 def model_flops(args: ModelArgs, mode: Mode) -> float:
     """The FLOPs of one prefill (last-token LM head) or decode step of a model."""
-    from .specs import model_kernels
+    from ..definition.specs import model_kernels
 
     total = 0.0
     for use in model_kernels(args, mode):
@@ -428,7 +428,7 @@ def _operand_bytes(ln: Launch) -> dict[str, int]:
 def estimate(plan: DispatchPlan, hw: Hardware = XDNA2, params: PerfParams | None = None
              ) -> Profile:
     """The modeled profile of `plan` on `hw`."""
-    from .plan import Dispatch
+    from ..plans.plan import Dispatch
 
     p = params or PerfParams()
     py = p.host_step_s + p.host_step_per_row_s * _rows(plan.mode)
@@ -499,8 +499,8 @@ def reference_prefill(model: str, args: ModelArgs, seq: int, hw: Hardware = XDNA
                       ) -> DispatchPlan:
     """The measured deployment's prefill structure: layouts aligned, the last-token LM head,
     buffers reused, launches merged (three dispatches per layer, one for the LM head)."""
-    from .plan import baseline_plan
-    from .transforms import (
+    from ..plans.plan import baseline_plan
+    from ..plans.transforms import (
         align_layouts,
         last_token_lm_head,
         merge_dispatches,
@@ -516,9 +516,9 @@ def reference_decode(model: str, args: ModelArgs, pos: int, hw: Hardware = XDNA2
                      ) -> DispatchPlan:
     """The measured deployment's decode structure: buffers reused, attention on the CPU,
     each layer's launches merged (two dispatches per layer)."""
-    from .plan import baseline_plan
-    from .registry import family
-    from .transforms import decode_attention_on_cpu, merge_dispatches, reuse_buffers
+    from ..definition.registry import family
+    from ..plans.plan import baseline_plan
+    from ..plans.transforms import decode_attention_on_cpu, merge_dispatches, reuse_buffers
 
     plan = reuse_buffers(baseline_plan(model, args, Decode(pos), hw))
     # the baseline already has attention on the CPU where its program does not fit the NPU
@@ -530,7 +530,7 @@ def reference_decode(model: str, args: ModelArgs, pos: int, hw: Hardware = XDNA2
 def deployed(plan: DispatchPlan, c: Calibration | None = None) -> DispatchPlan:
     """`plan` with every launch at the configuration the measured deployment ran it with
     (calibration.json's deployment_configs): what the deployment's figures are priced at."""
-    from .plan import Dispatch
+    from ..plans.plan import Dispatch
 
     c = c or CALIBRATION
     mode = "prefill" if isinstance(plan.mode, Prefill) else "decode"
@@ -556,12 +556,12 @@ def calibrate(c: Calibration = CALIBRATION) -> PerfParams:
     the module docstring)."""
     from npu_deploy.models import CATALOG
 
+    from ..plans.plan import baseline_plan
     from .fitting import fit_kernels, measured_launches
-    from .plan import baseline_plan
 
     args = CATALOG["llama-3.2-1b"].args
     # 1. Each family's cost coefficients: least squares of ln(modeled / measured) over every
-    #    launch upstream measured on its own (kernels.fitting).
+    #    launch upstream measured on its own (kernels.performance.fitting).
     p = fit_kernels(PerfParams(cpu_bw=c.cpu_bw), measured_launches(c))
 
     # The deployment's plans, priced at the configurations it ran.
@@ -661,7 +661,7 @@ def _host_syncs(p: PerfParams, base_pre: DispatchPlan, base_dec: DispatchPlan,
 
 
 def params_text(p: PerfParams) -> str:
-    """The parameters, one per line (for `python -m npu_deploy.kernels.perf`)."""
+    """The parameters, one per line (for `python -m npu_deploy.kernels.performance.model`)."""
     return "\n".join(f"{f.name} = {getattr(p, f.name)!r}" for f in fields(p))
 
 
@@ -670,7 +670,7 @@ def calibration_report(p: PerfParams | None = None) -> list[tuple[str, float, fl
     plans priced at the configurations the deployment ran."""
     from npu_deploy.models import CATALOG
 
-    from .plan import baseline_plan
+    from ..plans.plan import baseline_plan
 
     c, args = CALIBRATION, CATALOG["llama-3.2-1b"].args
     pre = deployed(reference_prefill("llama-3.2-1b", args, c.seq))

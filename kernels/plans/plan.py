@@ -17,7 +17,7 @@ and in which layout: ``seq-first`` ([L, heads*head_dim], the GEMM layout) or ``h
 
 `baseline_plan` builds the plan a first deployment starts from, the way the IRON baseline
 runs: one dispatch per kernel, every buffer written and read back on each call, weights
-re-uploaded, the LM head over the whole sequence. `kernels.transforms` improves it.
+re-uploaded, the LM head over the whole sequence. `kernels.plans.transforms` improves it.
 """
 
 from __future__ import annotations
@@ -29,13 +29,13 @@ from typing import Any, Literal
 
 from npu_deploy.models.config import ModelArgs
 
-from .checker import check
-from .family import Layout
-from .hardware import XDNA2, Hardware
-from .registry import HOST_KERNELS, family
-from .rules import blocking
-from .selection import select
-from .specs import SPECS, Decode, KernelSpec, KernelUse, Mode, Prefill, Shape
+from ..definition.checker import check
+from ..definition.family import Layout
+from ..definition.hardware import XDNA2, Hardware
+from ..definition.registry import HOST_KERNELS, family
+from ..definition.rules import blocking
+from ..definition.selection import select
+from ..definition.specs import SPECS, Decode, KernelSpec, KernelUse, Mode, Prefill, Shape
 
 Kind = Literal["static", "intermediate", "input", "output"]
 KINDS: tuple[Kind, ...] = ("static", "intermediate", "input", "output")
@@ -52,8 +52,8 @@ class Binding:
     layout: Layout = "seq-first"
     rows: tuple[int, int] | None = None
     #: a head-first tensor of a sequence of L positions stored [heads, L_pad, head_dim] on
-    #: the device: (L, L_pad). Set on a plan's launches by `kernels.air.pad_sequences` when
-    #: a program walks the sequence in blocks that L is not a multiple of; None: unpadded
+    #: the device: (L, L_pad). Set on a plan's launches by `kernels.air_programs.air.pad_sequences`
+    #: when a program walks the sequence in blocks that L is not a multiple of; None: unpadded
     seq_pad: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
@@ -121,7 +121,8 @@ class Dispatch:
 
 
 # Host ops a plan may hold: the kernel families that run on the host (the embedding lookup,
-# decode attention), and the plan's own bookkeeping (what each does is in kernels.plan_runner).
+# decode attention), and the plan's own bookkeeping (what each does is in
+# kernels.plans.plan_runner).
 HOST_OPS = (*HOST_KERNELS, "transpose", "final_norm_last_row", "kv_store", "kv_append")
 
 

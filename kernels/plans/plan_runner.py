@@ -4,12 +4,12 @@ The runner keeps each tensor in the layout its binding gives it (a head-first te
 [heads, L, head_dim], a seq-first one [L, heads * head_dim]) and hands a kernel its
 operands together with their layouts (`config["layouts"]`), as the DMA patterns of the
 compiled program would read them. Whether a binding is static, intermediate, input or
-output changes what a step costs (see kernels.perf), never what it computes: a plan and
+output changes what a step costs (see kernels.performance.model), never what it computes: a plan and
 every transform of it that runs the same kernels give the same bits.
 
-A backend with `run_dispatch` (the NPU, kernels.npu_backend) takes a whole dispatch at once, as one
-submission; the emulator takes launch by launch. With `trace` set, the runner appends each
-step's wall time, measured on the host around the step.
+A backend with `run_dispatch` (the NPU, kernels.npu_runtime.npu_backend) takes a whole dispatch at
+once, as one submission; the emulator takes launch by launch. With `trace` set, the runner appends
+each step's wall time, measured on the host around the step.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from npu_deploy.models.adapters import Weights
 from npu_deploy.models.config import ModelArgs
 from npu_deploy.oracle import reference as ref_ops
 
-from .families.rope import lut as rope_lut
-from .numerics import to_bf16
+from ..definition.registry import HOST_KERNELS, family
+from ..definition.specs import Operand, Prefill
+from ..emulation.numerics import to_bf16
+from ..families.rope import lut as rope_lut
 from .plan import Binding, Dispatch, DispatchPlan, HostStep, Launch
-from .registry import HOST_KERNELS, family
-from .specs import Operand, Prefill
 
 Tensors = dict[str, torch.Tensor]
 

@@ -24,9 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from .checker import Finding, check_merge, shared_configs
-from .family import ProgramLayout
-from .hardware import XDNA2, Hardware
+from ..definition.checker import Finding, check_merge, shared_configs
+from ..definition.family import ProgramLayout
+from ..definition.hardware import XDNA2, Hardware
+from ..definition.registry import family
+from ..definition.specs import Decode, Prefill
 from .plan import (
     Binding,
     Dispatch,
@@ -39,8 +41,6 @@ from .plan import (
     lm_head_gemv,
     on_host,
 )
-from .registry import family
-from .specs import Decode, Prefill
 
 
 class IllegalTransform(ValueError):
@@ -195,8 +195,8 @@ def merge(plan: DispatchPlan, first: int, last: int, name: str | None = None,
 
 
 def sharing(launches: list[Launch], hw: Hardware = XDNA2) -> tuple[Launch, ...] | None:
-    """`launches` as one ELF can hold them (kernels.checker.shared_configs: the GEMVs of one
-    ELF on one object per symbol), or None when no configuration makes the ELF legal."""
+    """`launches` as one ELF can hold them (kernels.definition.checker.shared_configs: the GEMVs of
+    one ELF on one object per symbol), or None when no configuration makes the ELF legal."""
     configs = shared_configs([(ln.spec, ln.shape_dict, ln.config_dict) for ln in launches], hw)
     if configs is None:
         return None

@@ -23,10 +23,10 @@ import pytest
 import torch
 
 from npu_deploy.kernels import SPECS, XDNA2
-from npu_deploy.kernels.air import EmitError, emit_dispatch, pad_sequences
-from npu_deploy.kernels.plan import Binding, Dispatch, Launch
-from npu_deploy.kernels.selection import select
-from npu_deploy.kernels.specs import KernelUse
+from npu_deploy.kernels.air_programs.air import EmitError, emit_dispatch, pad_sequences
+from npu_deploy.kernels.definition.selection import select
+from npu_deploy.kernels.definition.specs import KernelUse
+from npu_deploy.kernels.plans.plan import Binding, Dispatch, Launch
 
 HIERARCHY = ("launch", "segment", "herd")
 #: what the evaluator records: DMAs, micro-kernel calls, inline code's vector stores
