@@ -52,7 +52,8 @@ from npu_deploy.kernels.measured.deployments import (  # noqa: E402
     upstream_deployments,
 )
 from npu_deploy.kernels.measured.deployments import provenance as deployments_source  # noqa: E402
-from npu_deploy.kernels.performance.model import estimate, reference_decode, reference_prefill  # noqa: E402
+from npu_deploy.kernels.performance.calibration import reference_decode, reference_prefill  # noqa: E402
+from npu_deploy.kernels.performance.model import estimate  # noqa: E402
 from npu_deploy.models import CATALOG  # noqa: E402
 
 SEQ = 2048

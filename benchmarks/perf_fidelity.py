@@ -50,8 +50,9 @@ from npu_deploy.kernels.fidelity.perf_fidelity import (  # noqa: E402
     report_names,
 )
 from npu_deploy.kernels.measured.measurements import load  # noqa: E402
+from npu_deploy.kernels.performance.calibration import calibration_report  # noqa: E402
 from npu_deploy.kernels.performance.fitting import measured_launches  # noqa: E402
-from npu_deploy.kernels.performance.model import calibration_report, launch_seconds  # noqa: E402
+from npu_deploy.kernels.performance.model import launch_seconds  # noqa: E402
 
 #: issue 23's targets, over every GEMM launch and over GEMV
 TARGETS = {"median": 0.10, "p90": 0.25, "rank": 0.6}

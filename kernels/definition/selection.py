@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..performance.model import launch_seconds
 from .checker import Finding, blocking, check_with_usage
 from .hardware import XDNA2, Hardware
 from .registry import SPECS, family
@@ -72,8 +73,6 @@ def _candidates(spec: KernelSpec, shape: Shape, hw: Hardware) -> Iterator[dict[s
 
 def modeled_seconds(spec: KernelSpec, shape: Shape, config: dict[str, Any]) -> float:
     """A launch's modeled time on its own (kernels.performance.model)."""
-    from ..performance.model import launch_seconds
-
     return launch_seconds(spec, shape, config)
 
 

@@ -26,9 +26,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from npu_deploy.models import CATALOG
+
 from ..definition.family import TimedLaunch
+from ..measured.deployments import upstream_deployments
+from ..performance.calibration import reference_decode, reference_prefill
 from ..performance.fitting import fit_group, fit_groups, measured_launches, modeled_seconds
-from ..performance.model import DEFAULT_PARAMS, PerfParams
+from ..performance.model import DEFAULT_PARAMS, PerfParams, device_s
+from ..plans.steps import Dispatch
 
 #: how many folds the k-fold figures deal the shapes into, and the seed that deals them
 FOLDS = 5
@@ -206,12 +211,6 @@ CALIBRATION_MODEL = "llama-3.2-1b"
 def held_out_elfs() -> list[ElfFigure]:
     """Every per-layer ELF figure upstream gives for a model other than Llama-3.2-1B
     (kernels/data/deployments.json), modeled: none of them was fitted."""
-    from npu_deploy.models import CATALOG
-
-    from ..measured.deployments import upstream_deployments
-    from ..performance.model import device_s, reference_decode, reference_prefill
-    from ..plans.plan import Dispatch
-
     out = []
     for model, dep in upstream_deployments().items():
         if model == CALIBRATION_MODEL or not dep.per_elf:

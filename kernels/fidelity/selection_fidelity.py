@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from npu_deploy.models import CATALOG
+
 from ..definition.checker import blocking, check
 from ..definition.hardware import XDNA2
 from ..definition.registry import SPECS
@@ -73,8 +75,6 @@ def failures_rejected() -> Acceptance:
 def shapes_without_configuration(models: Iterable[str]) -> list[str]:
     """Every (model, mode, kernel, shape) and registry shape that selection finds no valid
     configuration for (it should be none)."""
-    from npu_deploy.models import CATALOG
-
     missing = []
     for model in models:
         for mode in MODES:

@@ -22,7 +22,11 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from npu_deploy.models import CATALOG
+
+from ..definition.checker import check_merge
 from ..definition.hardware import XDNA2, Hardware
+from ..performance.calibration import reference_decode, reference_prefill
 from ..plans.plan import Dispatch, DispatchPlan, HostStep
 from .measurements import load
 
@@ -190,8 +194,6 @@ def _our_layer(plan: DispatchPlan, layer: int) -> list[Dispatch | HostStep]:
 def _our_cuts(plan: DispatchPlan, layer: int, hw: Hardware) -> list[tuple[Cut, str]]:
     """Each boundary between two dispatches of the layer, and why our plan has it: the host
     steps between them, or the checker's findings against merging the next launch in."""
-    from ..definition.checker import check_merge
-
     steps = _our_layer(plan, layer)
     out: list[tuple[Cut, str]] = []
     last: Dispatch | None = None
@@ -254,10 +256,6 @@ def compare_dispatches(models: tuple[str, ...] = TARGETS, hw: Hardware = XDNA2,
                        seq: int = 2048, pos: int = 2047) -> list[DispatchComparison]:
     """For each model, prefill (at `seq`) and decode (at position `pos`): our merged plan's
     dispatches per layer next to upstream's ELFs per layer, with the differences explained."""
-    from npu_deploy.models import CATALOG
-
-    from ..performance.model import reference_decode, reference_prefill
-
     rows = []
     for model in models:
         args = CATALOG[model].args

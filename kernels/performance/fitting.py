@@ -15,15 +15,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..definition.family import TimedLaunch
 from ..definition.registry import FAMILIES, SPECS
-
-if TYPE_CHECKING:
-    from .model import Calibration, PerfParams
+from .calibration_set import CALIBRATION, Calibration
+from .model import PerfParams, launch_seconds
 
 
 @dataclass(frozen=True)
@@ -69,15 +67,12 @@ def measured_launches(c: Calibration | None = None, sweeps: bool = True
     if not sweeps:
         return out
     if c is None:
-        from .model import CALIBRATION
         c = CALIBRATION
     return out + list(c.sweeps)
 
 
 def modeled_seconds(launches: Sequence[TimedLaunch], p: PerfParams) -> list[float]:
     """The modeled standalone time of each launch."""
-    from .model import launch_seconds
-
     return [launch_seconds(SPECS[t.kernel], t.shape_dict, t.config_dict, p) for t in launches]
 
 
@@ -89,8 +84,6 @@ def fit_group(p: PerfParams, group: FitGroup, launches: Sequence[TimedLaunch]) -
     x0 = np.log([v for _, v in group.coefficients])
     if not mine:
         return p
-    from .model import launch_seconds
-
     items = [(SPECS[t.kernel], t.shape_dict, t.config_dict, math.log(t.seconds)) for t in mine]
 
     def residuals(x: np.ndarray) -> np.ndarray:

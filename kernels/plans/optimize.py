@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..definition.hardware import XDNA2, Hardware
+from ..definition.specs import Prefill
 from ..performance.model import PerfParams, Profile, estimate
 from .plan import DispatchPlan
 from .transforms import TRANSFORMS, IllegalTransform
@@ -43,8 +44,6 @@ class Optimized:
 def optimize(plan: DispatchPlan, hw: Hardware = XDNA2, params: PerfParams | None = None,
              order: tuple[str, ...] | None = None) -> Optimized:
     """Try each transform of `order` once; keep it when the modeled time goes down."""
-    from ..definition.specs import Prefill
-
     order = order or (PREFILL_ORDER if isinstance(plan.mode, Prefill) else DECODE_ORDER)
     profile = estimate(plan, hw, params)
     attempts = []

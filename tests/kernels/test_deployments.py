@@ -29,7 +29,7 @@ from npu_deploy.kernels.measured.upstream_llm_pages import (
     architecture_elfs,
     readme_figures,
 )
-from npu_deploy.kernels.performance.model import reference_decode, reference_prefill
+from npu_deploy.kernels.performance.calibration import reference_decode, reference_prefill
 from npu_deploy.models import CATALOG
 
 NINE = ("llama-3.2-1b", "llama-3.2-3b", "smollm2-1.7b", "qwen2.5-0.5b", "qwen2.5-1.5b",

@@ -22,16 +22,15 @@ from npu_deploy.kernels.definition.rules import blocking
 from npu_deploy.kernels.definition.selection import select
 from npu_deploy.kernels.definition.specs import SPECS, Decode, KernelUse, Prefill
 from npu_deploy.kernels.emulation.emulator import EmulatorBackend
-from npu_deploy.kernels.performance.model import (
-    CALIBRATION,
-    PerfParams,
+from npu_deploy.kernels.performance.calibration import (
     _first_with_role,
     calibrate,
     deployed,
-    estimate,
     reference_decode,
     reference_prefill,
 )
+from npu_deploy.kernels.performance.calibration_set import CALIBRATION
+from npu_deploy.kernels.performance.model import PerfParams, estimate
 from npu_deploy.kernels.plans.plan import Dispatch, HostStep, baseline_plan
 from npu_deploy.kernels.plans.plan_runner import PlanRunner
 from npu_deploy.kernels.plans.transforms import (

@@ -20,7 +20,8 @@ from npu_deploy.kernels.definition.registry import FAMILIES, SPECS
 from npu_deploy.kernels.measured import measurements
 from npu_deploy.kernels.measured.ingest import Mirror, dumps, ingest
 from npu_deploy.kernels.measured.measurements import CURATED, DATA_DIR, best_rate, load, read_row
-from npu_deploy.kernels.performance.model import CALIBRATION, PerfParams
+from npu_deploy.kernels.performance.calibration_set import CALIBRATION
+from npu_deploy.kernels.performance.model import PerfParams
 
 #: Where package code lives (the folders linked under npu_deploy/, and the CLI).
 PACKAGES = ["events", "store", "machine", "models", "oracle", "metrics", "kernels", "skills",
