@@ -230,6 +230,10 @@ def _quantize_blocks(xb: torch.Tensor, fmt: BFPFormat) -> torch.Tensor:
 # Below this many elements the torch ops are as quick as calling the compiled loop.
 _FAST_MIN_ELEMS = 1 << 12
 
+# The compiled loops (_bfp_kernel) are imported inside the functions that call them, on
+# purpose: importing numba and loading its cache costs seconds, which only a caller of a
+# fast path pays. Not a cycle: _bfp_kernel imports nothing of ours.
+
 
 def _quantize_bfp16ebs8_fast(xb: torch.Tensor) -> torch.Tensor | None:
     """The default format (nearest-even, carry, subnormals kept) in one compiled pass over
