@@ -63,7 +63,7 @@ from ..measured.measurements import (
     scaled,
     table,
 )
-from .gemm import ATOL_BF16_PARTIALS, unit_scale
+from .gemm_numerics import ATOL_BF16_PARTIALS, unit_scale
 
 if TYPE_CHECKING:
     from ..performance.model import PerfParams

@@ -24,7 +24,7 @@ from npu_deploy.kernels.air_programs.air import (
 from npu_deploy.kernels.definition.checker import check_with_usage
 from npu_deploy.kernels.definition.selection import select
 from npu_deploy.kernels.definition.specs import Decode, KernelUse, Prefill
-from npu_deploy.kernels.families.gemm import method_name
+from npu_deploy.kernels.families.gemm_numerics import method_name
 from npu_deploy.kernels.plans.optimize import optimize
 from npu_deploy.kernels.plans.plan import Binding, Dispatch, Launch, baseline_plan
 

@@ -696,7 +696,7 @@ def test_decode_attention_refuses_columns_without_a_kv_head() -> None:
 def test_gemm_reads_b_stored_in_column_blocks(parts: int, tile_n: int, herd_n: int) -> None:
     """B as b_parts column blocks [b_parts, K, N / b_parts] (the layout the NPU backend writes,
     `column_blocks`): every K step of every launch column reads its window of B."""
-    from npu_deploy.kernels.families.gemm import column_blocks
+    from npu_deploy.kernels.families.gemm_numerics import column_blocks
 
     K, N = GEMM["K"], GEMM["N"]
     config = {**TILES, "tile_k_l2": 64, "tile_n": tile_n, "herd_n": herd_n, "b_parts": parts}

@@ -13,7 +13,7 @@ import pytest
 from npu_deploy.kernels import SPECS
 from npu_deploy.kernels.emulation.emulator import EmulatorBackend
 from npu_deploy.kernels.emulation.validate import atol_for, seeded_inputs, validate_kernel
-from npu_deploy.kernels.families.gemm import ATOL, ATOL_BF16_PARTIALS
+from npu_deploy.kernels.families.gemm_numerics import ATOL, ATOL_BF16_PARTIALS
 from npu_deploy.kernels.fidelity.numerics_fidelity import (
     BAND,
     compare_rows,

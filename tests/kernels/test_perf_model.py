@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 from npu_deploy.kernels.definition.registry import SPECS
-from npu_deploy.kernels.families.gemm import GEMM_BF16, GEMM_FP32, METHODS
+from npu_deploy.kernels.families.gemm import GEMM_BF16, GEMM_FP32
+from npu_deploy.kernels.families.gemm_numerics import METHODS
 from npu_deploy.kernels.fidelity.perf_fidelity import (
     compare,
     fidelity,
