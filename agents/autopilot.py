@@ -34,8 +34,8 @@ from npu_deploy.events.payloads import (
     LessonRecorded,
 )
 from npu_deploy.events.phases import PHASES
-from npu_deploy.kernels.optimize import DECODE_ORDER, PREFILL_ORDER
-from npu_deploy.kernels.specs import SPECS, Decode, Mode, Prefill
+from npu_deploy.kernels.definition.specs import SPECS, Decode, Mode, Prefill
+from npu_deploy.kernels.plans.optimize import DECODE_ORDER, PREFILL_ORDER
 from npu_deploy.machine import NeedsHuman, Pipeline
 from npu_deploy.metrics.tokens import Greedy
 from npu_deploy.oracle.prompts import CAPITAL_QUESTION

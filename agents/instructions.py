@@ -4,7 +4,7 @@
                                      or role contains KERNEL (e.g. "use tile_n 64 for
                                      q_proj"); TUNABLE is one of that kernel's tunables
     skip transform NAME              phases 4 and 5: do not try that plan transform
-                                     (kernels.transforms.TRANSFORMS)
+                                     (kernels.plans.transforms.TRANSFORMS)
     retry with seed N                phase 1: validate the kernels on inputs drawn with seed N
 
 The table `INSTRUCTIONS` is the one home of that list: the parser, the refusal that lists
@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from npu_deploy.kernels.specs import SPECS
-from npu_deploy.kernels.transforms import TRANSFORMS
+from npu_deploy.kernels.definition.specs import SPECS
+from npu_deploy.kernels.plans.transforms import TRANSFORMS
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,8 @@
 For each of the ten catalog models, every dispatch of the baseline plan and of the optimized
 plan, prefill at several prompt lengths (by default 2048, 1000 and 300: a multiple of 1024,
 a multiple of neither 128 nor 1024, and a short one) and one decode step, is emitted and
-run through the program verifier (`kernels.air_verify`): the program's builder runs against
-a recording stand-in of mlir-air's Python package, and every DMA, channel, extern call,
+run through the program verifier (`kernels.air_programs.air_verify`): the program's builder runs
+against a recording stand-in of mlir-air's Python package, and every DMA, channel, extern call,
 L1/L2 footprint and output is checked. Printed per model: programs emitted, clean, and
 the programs failing each check. Nothing is compiled and nothing runs on an NPU: mlir-air,
 Peano and XRT are not installed here.
@@ -31,11 +31,11 @@ if str(_ROOT) not in sys.path:
 from benchmarks.host import cpu_name, emit  # noqa: E402
 from npu_deploy.cli.models import model_shape  # noqa: E402
 from npu_deploy.kernels import XDNA2  # noqa: E402
-from npu_deploy.kernels.air import emit_plan  # noqa: E402
-from npu_deploy.kernels.air_verify import CHECKS, Violation, verify_programs  # noqa: E402
-from npu_deploy.kernels.optimize import optimize  # noqa: E402
-from npu_deploy.kernels.plan import baseline_plan  # noqa: E402
-from npu_deploy.kernels.specs import Decode, Prefill  # noqa: E402
+from npu_deploy.kernels.air_programs.air import emit_plan  # noqa: E402
+from npu_deploy.kernels.air_programs.air_verify import CHECKS, Violation, verify_programs  # noqa: E402
+from npu_deploy.kernels.definition.specs import Decode, Prefill  # noqa: E402
+from npu_deploy.kernels.plans.optimize import optimize  # noqa: E402
+from npu_deploy.kernels.plans.plan import baseline_plan  # noqa: E402
 from npu_deploy.models import CATALOG  # noqa: E402
 
 

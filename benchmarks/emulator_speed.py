@@ -27,8 +27,8 @@ if str(_ROOT) not in sys.path:
 import torch  # noqa: E402
 
 from benchmarks.host import cpu_name  # noqa: E402
-from npu_deploy.kernels.emulated_model import EmulatedModel  # noqa: E402
-from npu_deploy.kernels.emulator import EmulatorBackend  # noqa: E402
+from npu_deploy.kernels.emulation.emulated_model import EmulatedModel  # noqa: E402
+from npu_deploy.kernels.emulation.emulator import EmulatorBackend  # noqa: E402
 from npu_deploy.metrics.comparison import compare  # noqa: E402
 from npu_deploy.models.loading import load_model  # noqa: E402
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""How close the emulated NPU numerics (kernels.numerics) come to the hardware's error figures.
+"""How close the emulated NPU numerics (kernels.emulation.numerics) come to the hardware's error
+figures.
 
 Everything here is computed on this machine's CPU by the emulator; no NPU is involved. The
-hardware figures it is held against are docs/hardware-facts.md#gemm-numerics: GEMM
-mean_rel_L1 = mean|out - ref| / mean|ref| of 9.3e-3 to 9.9e-3 for every measured shape (the
-BFP16 datapath), GEMV 2.2e-6 at most. The measurement protocol is mlir-air's (see
-kernels/numerics.py [S5, S6]): GEMM inputs randn/sqrt(K) as bf16, reference = the FP32 matmul
-of the same bf16 inputs (cast to bf16 for a bf16 output); GEMV inputs randn*4, reference =
-FP32 dot cast to bf16.
+hardware figures it is held against are docs/hardware-facts.md#gemm-numerics: GEMM mean_rel_L1
+= mean|out - ref| / mean|ref| of 9.3e-3 to 9.9e-3 for every measured shape (the BFP16
+datapath), GEMV 2.2e-6 at most. The measurement protocol is mlir-air's (see
+kernels/emulation/numerics.py [S5, S6]): GEMM inputs randn/sqrt(K) as bf16, reference = the
+FP32 matmul of the same bf16 inputs (cast to bf16 for a bf16 output); GEMV inputs randn*4,
+reference = FP32 dot cast to bf16.
 
 In one run it measures:
 
@@ -46,7 +47,7 @@ if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
 from benchmarks.host import cpu_name, emit  # noqa: E402
-from npu_deploy.kernels.numerics import (  # noqa: E402
+from npu_deploy.kernels.emulation.numerics import (  # noqa: E402
     BFP16EBS8,
     DEFAULT_TILE_K,
     GEMM_MEAN_REL_L1_BAND,

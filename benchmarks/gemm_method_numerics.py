@@ -6,7 +6,7 @@ Each is held against the mean_rel_L1 that mlir-air measured on NPU2 for the same
 and tile (kernels/data/gemm_bf16.json and gemm_fp32.json, ingested from Xilinx/mlir-air's
 kernel registry; the report names the path and commit). The protocol is upstream's: A and B
 randn/sqrt(K) as bf16, reference = the FP32 matmul of the same bf16 inputs (cast to bf16 for
-a bf16 output), mean_rel_L1 = mean|out - ref| / mean|ref| (kernels/numerics_fidelity.py).
+a bf16 output), mean_rel_L1 = mean|out - ref| / mean|ref| (kernels/fidelity/numerics_fidelity.py).
 
 Methods: gemm_bf16 `drain` and `fused-cast` accumulate in FP32 over all of K and cast once
 (fused-cast's separate cast launch rounds toward -inf), `direct` rounds its bf16 C tile once
@@ -46,8 +46,7 @@ if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
 from benchmarks.host import cpu_name, emit  # noqa: E402
-from npu_deploy.kernels.measurements import provenance  # noqa: E402
-from npu_deploy.kernels.numerics_fidelity import (  # noqa: E402
+from npu_deploy.kernels.fidelity.numerics_fidelity import (  # noqa: E402
     BAND,
     GEMM_KERNELS,
     RowFidelity,
@@ -56,6 +55,7 @@ from npu_deploy.kernels.numerics_fidelity import (  # noqa: E402
     measured_rows,
     summarize,
 )
+from npu_deploy.kernels.measured.measurements import provenance  # noqa: E402
 
 WORST = 8
 

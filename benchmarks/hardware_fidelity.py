@@ -44,15 +44,16 @@ if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
 from benchmarks.host import cpu_name, emit  # noqa: E402
-from npu_deploy.kernels import numerics_fidelity, selection_fidelity  # noqa: E402
-from npu_deploy.kernels.deployments import (  # noqa: E402
+from npu_deploy.kernels.fidelity import numerics_fidelity, selection_fidelity  # noqa: E402
+from npu_deploy.kernels.fidelity.perf_fidelity import report  # noqa: E402
+from npu_deploy.kernels.measured.deployments import (  # noqa: E402
     TARGETS,
     compare_dispatches,
     upstream_deployments,
 )
-from npu_deploy.kernels.deployments import provenance as deployments_source  # noqa: E402
-from npu_deploy.kernels.perf import estimate, reference_decode, reference_prefill  # noqa: E402
-from npu_deploy.kernels.perf_fidelity import report  # noqa: E402
+from npu_deploy.kernels.measured.deployments import provenance as deployments_source  # noqa: E402
+from npu_deploy.kernels.performance.calibration import reference_decode, reference_prefill  # noqa: E402
+from npu_deploy.kernels.performance.model import estimate  # noqa: E402
 from npu_deploy.models import CATALOG  # noqa: E402
 
 SEQ = 2048

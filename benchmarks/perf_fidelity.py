@@ -39,10 +39,8 @@ if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
 from benchmarks.host import cpu_name, emit  # noqa: E402
-from npu_deploy.kernels.fitting import measured_launches  # noqa: E402
-from npu_deploy.kernels.measurements import load  # noqa: E402
-from npu_deploy.kernels.perf import calibration_report, launch_seconds  # noqa: E402
-from npu_deploy.kernels.perf_fidelity import (  # noqa: E402
+from npu_deploy.kernels.definition.registry import SPECS  # noqa: E402
+from npu_deploy.kernels.fidelity.perf_fidelity import (  # noqa: E402
     FOLDS,
     Comparison,
     compare,
@@ -51,7 +49,10 @@ from npu_deploy.kernels.perf_fidelity import (  # noqa: E402
     kfold,
     report_names,
 )
-from npu_deploy.kernels.registry import SPECS  # noqa: E402
+from npu_deploy.kernels.measured.measurements import load  # noqa: E402
+from npu_deploy.kernels.performance.calibration import calibration_report  # noqa: E402
+from npu_deploy.kernels.performance.fitting import measured_launches  # noqa: E402
+from npu_deploy.kernels.performance.model import launch_seconds  # noqa: E402
 
 #: issue 23's targets, over every GEMM launch and over GEMV
 TARGETS = {"median": 0.10, "p90": 0.25, "rank": 0.6}

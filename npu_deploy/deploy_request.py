@@ -190,7 +190,7 @@ def claude_config(agent: str, option: str | None, budget: str) -> dict[str, Any]
 
 def needs_npu(what: str, objects: str | None) -> None:
     """Refused unless this machine can run the xrt backend with `objects`."""
-    from npu_deploy.kernels.xrt_runtime import XrtError, require
+    from npu_deploy.kernels.npu_runtime.xrt_runtime import XrtError, require
 
     try:
         require(objects=objects)

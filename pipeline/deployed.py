@@ -12,10 +12,10 @@ from typing import Any
 import torch
 
 from npu_deploy import progress
-from npu_deploy.kernels.hardware import XDNA2, Hardware
-from npu_deploy.kernels.plan import DispatchPlan
-from npu_deploy.kernels.plan_runner import PlanRunner
-from npu_deploy.kernels.specs import Decode, Mode, Prefill
+from npu_deploy.kernels.definition.hardware import XDNA2, Hardware
+from npu_deploy.kernels.definition.specs import Decode, Mode, Prefill
+from npu_deploy.kernels.plans.plan import DispatchPlan
+from npu_deploy.kernels.plans.plan_runner import PlanRunner
 from npu_deploy.metrics.tokens import Greedy, greedy_step
 from npu_deploy.models.config import ModelArgs
 from npu_deploy.pipeline.recipe import Recipe

@@ -29,7 +29,7 @@ import click
 from npu_deploy import progress
 from npu_deploy.events.describe import check_text, gate_figures
 from npu_deploy.events.payloads import GateEvaluated, HumanDecision, PhaseExited
-from npu_deploy.kernels.specs import Decode, Prefill
+from npu_deploy.kernels.definition.specs import Decode, Prefill
 from npu_deploy.oracle import reference_of
 from npu_deploy.pipeline.deployed import reference_greedy
 from npu_deploy.pipeline.gates.block import block_checks

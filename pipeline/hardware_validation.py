@@ -1,10 +1,10 @@
 """`npu-deploy validate-hardware MODEL`: what a person with a Ryzen AI 300 machine runs to
 find out what this project does on a real NPU, written as one self-contained report
-(kernels.hardware_report) that `npu-deploy import-measurements` adds to the kernel data as
-rows measured here (kernels.measured_here).
+(kernels.npu_runtime.hardware_report) that `npu-deploy import-measurements` adds to the kernel data
+as rows measured here (kernels.measured.measured_here).
 
-In order, on the NPU backend (kernels.npu_backend), every failure recorded with its program
-and stage and the rest going on:
+In order, on the NPU backend (kernels.npu_runtime.npu_backend), every failure recorded with its
+program and stage and the rest going on:
 
 1. every program of the model's prefill and decode plans, baseline and optimized, emitted
    and compiled (or taken from the compile cache);
@@ -33,16 +33,16 @@ from typing import Any
 import numpy as np
 
 from npu_deploy.events.describe import check_text, failing_checks
-from npu_deploy.kernels.air import EmitError
-from npu_deploy.kernels.hardware import XDNA2, Hardware
-from npu_deploy.kernels.hardware_report import NPU_RUNTIME, SCHEMA, SCHEMA_VERSION, seal
-from npu_deploy.kernels.npu_backend import NpuBackend, alone, measure
-from npu_deploy.kernels.optimize import optimize
-from npu_deploy.kernels.plan import DispatchPlan, baseline_plan
-from npu_deploy.kernels.selection import select
-from npu_deploy.kernels.specs import SPECS, Decode, KernelUse, Prefill
-from npu_deploy.kernels.toolchain import Requirement, npu_name
-from npu_deploy.kernels.validate import output_buffers, seeded_inputs, validate_kernel
+from npu_deploy.kernels.air_programs.air import EmitError
+from npu_deploy.kernels.definition.hardware import XDNA2, Hardware
+from npu_deploy.kernels.definition.selection import select
+from npu_deploy.kernels.definition.specs import SPECS, Decode, KernelUse, Prefill
+from npu_deploy.kernels.emulation.validate import output_buffers, seeded_inputs, validate_kernel
+from npu_deploy.kernels.npu_runtime.hardware_report import NPU_RUNTIME, SCHEMA, SCHEMA_VERSION, seal
+from npu_deploy.kernels.npu_runtime.npu_backend import NpuBackend, alone, measure
+from npu_deploy.kernels.npu_runtime.toolchain import Requirement, npu_name
+from npu_deploy.kernels.plans.optimize import optimize
+from npu_deploy.kernels.plans.plan import DispatchPlan, baseline_plan
 from npu_deploy.models.loading import LoadedModel
 from npu_deploy.oracle import reference_of
 from npu_deploy.oracle.prompts import canonical_prompts
@@ -236,7 +236,7 @@ def validate_hardware(model: str, loaded: LoadedModel, backend: NpuBackend, *,
                       runtime: str = NPU_RUNTIME, code_version: str = "0+unknown",
                       hw: Hardware = XDNA2,
                       progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
-    """The whole kit on `backend`, as a sealed report (kernels.hardware_report)."""
+    """The whole kit on `backend`, as a sealed report (kernels.npu_runtime.hardware_report)."""
     session = HardwareValidation(model, loaded, backend, seq_len, repeats, hw, progress)
     programs = session.compile_programs()
     kernels = session.validate_kernels()

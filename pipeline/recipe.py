@@ -13,10 +13,10 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from npu_deploy.kernels.hardware import XDNA2, Hardware
-from npu_deploy.kernels.plan import DispatchPlan, baseline_plan
-from npu_deploy.kernels.specs import Mode, Prefill
-from npu_deploy.kernels.transforms import TRANSFORMS
+from npu_deploy.kernels.definition.hardware import XDNA2, Hardware
+from npu_deploy.kernels.definition.specs import Mode, Prefill
+from npu_deploy.kernels.plans.plan import DispatchPlan, baseline_plan
+from npu_deploy.kernels.plans.transforms import TRANSFORMS
 from npu_deploy.models.config import ModelArgs
 
 

@@ -5,7 +5,7 @@ give the same numbers for the same configuration. A retry that changes nothing f
 same way, so the autopilot retries only with a concrete change, named in the proposal:
 
 - phase 1: each failing kernel use moves to its next valid configuration in selection's
-  ranking (`kernels.selection.ranked_configs`: the other tile configurations of the high
+  ranking (`kernels.definition.selection.ranked_configs`: the other tile configurations of the high
   precision tier first, then those of the low tier, e.g. another GEMM method, whose own
   tolerance the gate applies), skipping every configuration an earlier attempt ran;
 - phases 4 and 5: the last transform the phase kept is taken out of the recipe and not
@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from npu_deploy.events.payloads import RetryChange
-from npu_deploy.kernels.selection import ranked_configs
-from npu_deploy.kernels.specs import SPECS, KernelUse
+from npu_deploy.kernels.definition.selection import ranked_configs
+from npu_deploy.kernels.definition.specs import SPECS, KernelUse
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.toolbox import kernel_uses_cached
 from npu_deploy.pipeline.workspace import Workspace, workspace_of

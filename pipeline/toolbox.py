@@ -25,14 +25,14 @@ from npu_deploy.events.payloads import (
     ProfileRecorded,
     SkillLoaded,
 )
-from npu_deploy.kernels.checker import check
-from npu_deploy.kernels.hardware import Hardware
-from npu_deploy.kernels.perf import Profile
-from npu_deploy.kernels.plan import Dispatch, DispatchPlan, config_key
-from npu_deploy.kernels.selection import select
-from npu_deploy.kernels.specs import SPECS, Decode, KernelUse, Mode, Prefill
-from npu_deploy.kernels.transforms import TRANSFORMS, IllegalTransform
-from npu_deploy.kernels.validate import validate_kernel
+from npu_deploy.kernels.definition.checker import check
+from npu_deploy.kernels.definition.hardware import Hardware
+from npu_deploy.kernels.definition.selection import select
+from npu_deploy.kernels.definition.specs import SPECS, Decode, KernelUse, Mode, Prefill
+from npu_deploy.kernels.emulation.validate import validate_kernel
+from npu_deploy.kernels.performance.model import Profile
+from npu_deploy.kernels.plans.plan import Dispatch, DispatchPlan, config_key
+from npu_deploy.kernels.plans.transforms import TRANSFORMS, IllegalTransform
 from npu_deploy.metrics.comparison import compare
 from npu_deploy.metrics.tokens import Greedy, topk_check
 from npu_deploy.models.config import ModelArgs
@@ -452,7 +452,7 @@ class Toolbox:
         """The MLIR-AIR program of every dispatch of the deployed prefill and decode plans:
         each source a blob, and a file in the run's directory (air/prefill, air/decode),
         ready for mlir-air's XRT backend."""
-        from npu_deploy.kernels.air import emit_plan, write_programs
+        from npu_deploy.kernels.air_programs.air import emit_plan, write_programs
 
         ws = self.ws
 

@@ -8,9 +8,9 @@ agent holds in memory. The loaded model is the one exception: it is a pure funct
 model spec in `run.started`, so it is cached per process.
 
 The backend is the run's choice (`--backend`): the emulator (the NPU's numerics on the CPU,
-times modeled) or the NPU through XRT (`kernels.npu_backend`: times measured). `Workspace.time`
-gives a plan's profile either way, saying which it is. Files a run writes (the MLIR-AIR
-programs, the Claude agent's scratch) live in its directory next to the store
+times modeled) or the NPU through XRT (`kernels.npu_runtime.npu_backend`: times measured).
+`Workspace.time` gives a plan's profile either way, saying which it is. Files a run writes (the
+MLIR-AIR programs, the Claude agent's scratch) live in its directory next to the store
 (`workspace_dir`).
 """
 
@@ -27,13 +27,13 @@ from typing import Any
 import torch
 
 from npu_deploy import progress
-from npu_deploy.kernels.emulator import EmulatorBackend
-from npu_deploy.kernels.hardware import HARDWARE, Hardware
-from npu_deploy.kernels.npu_backend import REPEATS
-from npu_deploy.kernels.perf import Profile, estimate
-from npu_deploy.kernels.plan import DispatchPlan
-from npu_deploy.kernels.plan_runner import PlanRunner
-from npu_deploy.kernels.specs import Prefill
+from npu_deploy.kernels.definition.hardware import HARDWARE, Hardware
+from npu_deploy.kernels.definition.specs import Prefill
+from npu_deploy.kernels.emulation.emulator import EmulatorBackend
+from npu_deploy.kernels.npu_runtime.npu_backend import REPEATS
+from npu_deploy.kernels.performance.model import Profile, estimate
+from npu_deploy.kernels.plans.plan import DispatchPlan
+from npu_deploy.kernels.plans.plan_runner import PlanRunner
 from npu_deploy.oracle.prompts import DEFAULT_SEQ_LEN, Prompt, canonical_prompts
 from npu_deploy.pipeline.deployed import DeployedModel
 from npu_deploy.pipeline.recipe import Recipe
@@ -88,7 +88,7 @@ def _npu_backend(ws: Workspace) -> Any:
     """The NPU backend of an xrt run: pyxrt and mlir-air, unless the run's config names
     another runtime (`npu_runtime`, module:function of the workspace returning the
     backend's `runner` and `compiler`: the simulated NPU of the tests is one)."""
-    from npu_deploy.kernels.npu_backend import NpuBackend
+    from npu_deploy.kernels.npu_runtime.npu_backend import NpuBackend
     s = ws.settings
     if not s.air_objects:
         raise ValueError("a run on the xrt backend needs its micro-kernel objects "
@@ -185,7 +185,7 @@ class Workspace:
         modeled."""
         if not self.settings.measured:
             return estimate(plan, self.hw)
-        from npu_deploy.kernels.npu_backend import measure
+        from npu_deploy.kernels.npu_runtime.npu_backend import measure
         runner = self.runner
         ids = self.ids(self.block_prompt())
         if isinstance(plan.mode, Prefill):

@@ -8,8 +8,8 @@ written once, an intermediate left on the device, an input written, an output re
 path): the simulated pyxrt and a compiler that writes placeholder binaries. Nothing here
 imports pyxrt or mlir-air, and no figure it yields is an NPU's. The simulated device keeps
 its own clock (`clock`, given to the XrtRunner): the host's perf_counter, except that a run
-takes the dispatch's modeled device time (kernels.perf.device_s), not the emulator's time
-to compute it. Host writes and reads are timed as they happen. So what the performance
+takes the dispatch's modeled device time (kernels.performance.model.device_s), not the emulator's
+time to compute it. Host writes and reads are timed as they happen. So what the performance
 model says a transform saves on the device shows in the "measured" times of a simulated
 deployment, above the host's noise; they are still the model's figures, never an NPU's.
 """
@@ -24,15 +24,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from npu_deploy.kernels.air import Program
-from npu_deploy.kernels.emulator import EmulatorBackend
-from npu_deploy.kernels.perf import device_s
-from npu_deploy.kernels.plan import Dispatch
-from npu_deploy.kernels.plan_runner import _physical
-from npu_deploy.kernels.registry import family
-from npu_deploy.kernels.tensors import unpad_heads
-from npu_deploy.kernels.toolchain import Requirement
-from npu_deploy.kernels.xrt_runtime import Artifact
+from npu_deploy.kernels.air_programs.air import Program
+from npu_deploy.kernels.definition.registry import family
+from npu_deploy.kernels.emulation.emulator import EmulatorBackend
+from npu_deploy.kernels.emulation.tensors import unpad_heads
+from npu_deploy.kernels.npu_runtime.toolchain import Requirement
+from npu_deploy.kernels.npu_runtime.xrt_runtime import Artifact
+from npu_deploy.kernels.performance.model import device_s
+from npu_deploy.kernels.plans.plan import Dispatch
+from npu_deploy.kernels.plans.plan_runner import _physical
 
 COMPLETED, TIMEOUT = "ERT_CMD_STATE_COMPLETED", "ERT_CMD_STATE_TIMEOUT"
 
@@ -265,7 +265,7 @@ def compiler_for(sim: SimulatedXrt, cache: Path) -> Any:
 
 def runtime(ws: Any, sim: SimulatedXrt | None = None) -> dict[str, Any]:
     """The `npu_runtime` of a run on the simulated NPU: its runner, compiler and lock."""
-    from npu_deploy.kernels.xrt_runtime import XrtRunner
+    from npu_deploy.kernels.npu_runtime.xrt_runtime import XrtRunner
 
     sim = sim or SimulatedXrt(ws.loaded.args.head_dim)
     return {"runner": XrtRunner(sim, clock=sim.clock),
@@ -309,7 +309,7 @@ def machine(bench: Any) -> dict[str, Any]:
     fake_npu:machine` sees it: the simulated NPU's runtime, and a toolchain that has every
     requirement of the real-NPU path, each marked as simulated (so is the report's runtime,
     and import-measurements refuses it)."""
-    from npu_deploy.kernels.toolchain import requirements
+    from npu_deploy.kernels.npu_runtime.toolchain import requirements
 
     toolchain = [Requirement(r.key, r.what, f"simulated by {__name__}", version="simulated")
                  for r in requirements(None)]

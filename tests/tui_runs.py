@@ -243,11 +243,11 @@ def wide_gate_run(store: EventStore, run_id: str = "wide-gate") -> str:
 class _CheckerGate:
     """Phase 1's gate as pipeline/gates/kernels.py writes it for a kernel whose tile
     configuration the constraint checker refuses: the checker's finding is the check's
-    message (kernels/rules.py words it), and a second kernel passes."""
+    message (kernels/definition/rules.py words it), and a second kernel passes."""
 
     def evaluate(self, run: Any) -> GateEvaluated:
-        from npu_deploy.kernels.hardware import XDNA2
-        from npu_deploy.kernels.rules import l1
+        from npu_deploy.kernels.definition.hardware import XDNA2
+        from npu_deploy.kernels.definition.rules import l1
         from npu_deploy.pipeline.gates.kernels import checks_of_kernel
 
         findings: list[Any] = []
@@ -291,9 +291,9 @@ ALL_RUNS = (finished_run, stopped_run, failed_gate_run, checkpoint_run, working_
 
 class _PlanningAgent(FakeAgent):
     """The fake agent, but in phases 4 and 5 it does what the autopilot does there, with the
-    real planner and performance model (kernels/plan.py, kernels/perf.py) on SmolLM2-135M:
-    profile the plan, try each transform (kept when it is faster), profile again. Every
-    time is MODELED; every plan is stored as a blob, as pipeline/toolbox.py stores them."""
+    real planner and performance model (kernels/plans/plan.py, kernels/performance/model.py) on
+    SmolLM2-135M: profile the plan, try each transform (kept when it is faster), profile again.
+    Every time is MODELED; every plan is stored as a blob, as pipeline/toolbox.py stores them."""
 
     MODEL = "smollm2-135m"
 
@@ -312,16 +312,16 @@ class _PlanningAgent(FakeAgent):
         if run.phase not in (4, 5):
             super().work(run)
             return
-        from npu_deploy.kernels.specs import Decode, Prefill
+        from npu_deploy.kernels.definition.specs import Decode, Prefill
 
         self._optimize(run, Prefill(128) if run.phase == 4 else Decode(128))
 
     def _optimize(self, run: Any, mode: Any) -> None:
         from npu_deploy.events.payloads import ProfileRecorded
-        from npu_deploy.kernels.hardware import XDNA2
-        from npu_deploy.kernels.perf import estimate
-        from npu_deploy.kernels.specs import Prefill
-        from npu_deploy.kernels.transforms import TRANSFORMS, IllegalTransform
+        from npu_deploy.kernels.definition.hardware import XDNA2
+        from npu_deploy.kernels.definition.specs import Prefill
+        from npu_deploy.kernels.performance.model import estimate
+        from npu_deploy.kernels.plans.transforms import TRANSFORMS, IllegalTransform
         from npu_deploy.models import CATALOG
         from npu_deploy.pipeline.toolbox import mode_text, plan_json, profile_payload
 

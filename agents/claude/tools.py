@@ -21,8 +21,8 @@ from npu_deploy.agents.claude.sandbox import (
     hidden_paths,
     run_command,
 )
-from npu_deploy.kernels.specs import Decode, Mode, Prefill
-from npu_deploy.kernels.transforms import IllegalTransform
+from npu_deploy.kernels.definition.specs import Decode, Mode, Prefill
+from npu_deploy.kernels.plans.transforms import IllegalTransform
 from npu_deploy.machine import NeedsHuman, ToolFailed
 from npu_deploy.pipeline.report.write import write_report
 from npu_deploy.pipeline.toolbox import Toolbox

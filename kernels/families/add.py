@@ -6,14 +6,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..air_parts import EmitError, LaunchLayout, Writer, stored_length
-from ..family import KernelFamily, KernelSpec, Numerics, Shape, Tensors, TimedLaunch, product_space
-from ..measurements import Source, TableSource, markdown_tables, rows_at
-from ..tensors import bf16_out, bound_layout, f32
+from ..air_programs.air_parts import EmitError, LaunchLayout, Writer, stored_length
+from ..definition.family import (
+    KernelFamily,
+    KernelSpec,
+    Numerics,
+    Shape,
+    Tensors,
+    TimedLaunch,
+    product_space,
+)
+from ..emulation.tensors import bf16_out, bound_layout, f32
+from ..measured.measurements import Source, TableSource, markdown_tables, rows_at
 from . import streaming
 
 if TYPE_CHECKING:
-    from ..plan import Launch
+    from ..plans.plan import Launch
 
 # --- spec --------------------------------------------------------------------------------
 

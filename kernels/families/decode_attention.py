@@ -13,8 +13,7 @@ import torch
 
 from npu_deploy.oracle import reference as ref_ops
 
-from .. import rules
-from ..air_parts import (
+from ..air_programs.air_parts import (
     NPU_DEPLOY,
     Buffer,
     ChannelDecl,
@@ -33,7 +32,8 @@ from ..air_parts import (
     head_rows,
     open_herd,
 )
-from ..family import (
+from ..definition import rules
+from ..definition.family import (
     BF16,
     FP32,
     AirProgram,
@@ -46,14 +46,14 @@ from ..family import (
     Work,
     product_space,
 )
-from ..hardware import Hardware
-from ..numerics import to_bf16
-from ..rules import Finding
+from ..definition.hardware import Hardware
+from ..definition.rules import Finding
+from ..emulation.numerics import to_bf16
 from . import flash_attention, streaming
 
 if TYPE_CHECKING:
-    from ..perf import PerfParams
-    from ..plan import Launch
+    from ..performance.model import PerfParams
+    from ..plans.plan import Launch
 
 # --- specs: FlashAttention's operands with Lq = 1 -------------------------------------------
 

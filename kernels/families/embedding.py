@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..family import BF16, HostOp, KernelFamily, KernelSpec, Operand, Shape
+from ..definition.family import BF16, HostOp, KernelFamily, KernelSpec, Operand, Shape
 
 if TYPE_CHECKING:
-    from ..perf import PerfParams
+    from ..performance.model import PerfParams
 
 # --- spec --------------------------------------------------------------------------------
 

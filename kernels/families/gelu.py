@@ -8,7 +8,7 @@ an `herd_x x herd_y` herd. The registry page GELU_bf16.md measures it: memory-bo
 GB/s at its largest size, and, with one input, only 2 DMA streams per tile, so a second
 row of tiles places (best herd 8x2 = 16 tiles) where the 3-stream element-wise kernels
 stop at 8. That cap is not inherited here: the shared shim rule counts this kernel's own
-streams (kernels.rules.shim), which gives 16.
+streams (kernels.definition.rules.shim), which gives 16.
 
 Numerics. The emulator computes in FP32 from the bf16 input and casts once to bf16, as
 the other FP32-vector kernels do, so its error against the FP32 reference is bf16's
@@ -25,16 +25,24 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..air_parts import LaunchLayout, Writer
-from ..family import KernelFamily, KernelSpec, Numerics, Shape, Tensors, TimedLaunch, product_space
-from ..hardware import Hardware
-from ..measurements import Source, TableSource, markdown_tables, rows_at
-from ..rules import Finding
-from ..tensors import bf16_out, f32
+from ..air_programs.air_parts import LaunchLayout, Writer
+from ..definition.family import (
+    KernelFamily,
+    KernelSpec,
+    Numerics,
+    Shape,
+    Tensors,
+    TimedLaunch,
+    product_space,
+)
+from ..definition.hardware import Hardware
+from ..definition.rules import Finding
+from ..emulation.tensors import bf16_out, f32
+from ..measured.measurements import Source, TableSource, markdown_tables, rows_at
 from . import streaming
 
 if TYPE_CHECKING:
-    from ..plan import Launch
+    from ..plans.plan import Launch
 
 # --- spec: rows x width, one input, one output, bf16 --------------------------------------
 

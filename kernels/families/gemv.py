@@ -22,8 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .. import rules
-from ..air_parts import (
+from ..air_programs.air_parts import (
     Extern,
     KernelSource,
     LaunchLayout,
@@ -34,7 +33,8 @@ from ..air_parts import (
     extern,
     stream_segment,
 )
-from ..family import (
+from ..definition import rules
+from ..definition.family import (
     BF16,
     AirProgram,
     Cost,
@@ -49,8 +49,11 @@ from ..family import (
     product_space,
     timed,
 )
-from ..hardware import Hardware
-from ..measurements import (
+from ..definition.hardware import Hardware
+from ..definition.rules import Finding
+from ..emulation.numerics import gemv_fp32acc
+from ..emulation.tensors import f32
+from ..measured.measurements import (
     TO_BASE,
     Source,
     TableSource,
@@ -60,14 +63,11 @@ from ..measurements import (
     scaled,
     table,
 )
-from ..numerics import gemv_fp32acc
-from ..rules import Finding
-from ..tensors import f32
-from .gemm import ATOL_BF16_PARTIALS, unit_scale
+from .gemm_numerics import ATOL_BF16_PARTIALS, unit_scale
 
 if TYPE_CHECKING:
-    from ..perf import PerfParams
-    from ..plan import Launch
+    from ..performance.model import PerfParams
+    from ..plans.plan import Launch
 
 # --- spec --------------------------------------------------------------------------------
 
@@ -180,7 +180,8 @@ def candidates(spec: KernelSpec, s: Shape, hw: Hardware) -> Iterator[dict[str, A
     """SPACE, with m_input only where it divides tile_m."""
     return (c for c in product_space(SPACE)(spec, s, hw) if c["tile_m"] % c["m_input"] == 0)
 
-# --- numerics: mv.cc's 64 FP32 lanes, one cast (kernels.numerics.gemv_fp32acc) -------------
+# --- numerics: mv.cc's 64 FP32 lanes, one cast (kernels.emulation.numerics.gemv_fp32acc)
+# -------------
 
 
 def emulate(s: Shape, c: dict[str, Any], x: Tensors, out: Tensors | None = None) -> Tensors:

@@ -11,8 +11,8 @@ import torch
 
 from npu_deploy.oracle import reference as ref_ops
 
-from ..air_parts import LaunchLayout, Writer, buf
-from ..family import (
+from ..air_programs.air_parts import LaunchLayout, Writer, buf
+from ..definition.family import (
     FP32,
     Cost,
     KernelFamily,
@@ -23,12 +23,12 @@ from ..family import (
     TimedLaunch,
     product_space,
 )
-from ..measurements import Source, TableSource, markdown_tables, rows_at
-from ..tensors import bf16_out, f32
+from ..emulation.tensors import bf16_out, f32
+from ..measured.measurements import Source, TableSource, markdown_tables, rows_at
 from . import streaming
 
 if TYPE_CHECKING:
-    from ..plan import Launch
+    from ..plans.plan import Launch
 
 # --- spec --------------------------------------------------------------------------------
 

@@ -10,9 +10,17 @@ import torch.nn.functional as F
 
 from npu_deploy.oracle import reference as ref_ops
 
-from ..family import KernelFamily, KernelSpec, Numerics, Shape, Tensors, TimedLaunch, product_space
-from ..measurements import Source, TableSource, markdown_tables, rows_at
-from ..tensors import bf16_out, f32
+from ..definition.family import (
+    KernelFamily,
+    KernelSpec,
+    Numerics,
+    Shape,
+    Tensors,
+    TimedLaunch,
+    product_space,
+)
+from ..emulation.tensors import bf16_out, f32
+from ..measured.measurements import Source, TableSource, markdown_tables, rows_at
 from . import streaming
 
 # --- spec --------------------------------------------------------------------------------

@@ -16,8 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import rules
-from ..air_parts import (
+from ..air_programs.air_parts import (
     Buffer,
     Extern,
     KernelSource,
@@ -28,7 +27,8 @@ from ..air_parts import (
     cdiv,
     stream_segment,
 )
-from ..family import (
+from ..definition import rules
+from ..definition.family import (
     BF16,
     AirProgram,
     Cost,
@@ -40,13 +40,13 @@ from ..family import (
     Work,
     timed,
 )
-from ..hardware import Hardware
-from ..measurements import TO_BASE, load, scaled
-from ..rules import Finding
+from ..definition.hardware import Hardware
+from ..definition.rules import Finding
+from ..measured.measurements import TO_BASE, load, scaled
 
 if TYPE_CHECKING:
-    from ..perf import PerfParams
-    from ..plan import Launch
+    from ..performance.model import PerfParams
+    from ..plans.plan import Launch
 
 
 # --- spec -------------------------------------------------------------------------------

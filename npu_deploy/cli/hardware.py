@@ -74,9 +74,9 @@ def validate_hardware_cmd(model: str, out: Path | None, seq_len: int, repeats: i
     \b
         npu-deploy import-measurements REPORT.json
     """
-    from npu_deploy.kernels.hardware_report import NPU_RUNTIME
-    from npu_deploy.kernels.npu_backend import NpuBackend
-    from npu_deploy.kernels.toolchain import requirements
+    from npu_deploy.kernels.npu_runtime.hardware_report import NPU_RUNTIME
+    from npu_deploy.kernels.npu_runtime.npu_backend import NpuBackend
+    from npu_deploy.kernels.npu_runtime.toolchain import requirements
     from npu_deploy.models.loading import load_model
     from npu_deploy.pipeline.hardware_validation import Bench, validate_hardware
     from npu_deploy.pipeline.workspace import air_cache_dir
@@ -143,13 +143,13 @@ def import_measurements_cmd(report: Path, as_json: bool) -> None:
     nothing. The rows go to ~/.local/share/npu-deploy/measured_here.json
     ($NPU_DEPLOY_MEASUREMENTS), and `npu-deploy kernels MODEL` shows them.
     """
-    from npu_deploy.kernels.hardware_report import ReportError, read_report
-    from npu_deploy.kernels.measured_here import (
+    from npu_deploy.kernels.measured.measured_here import (
         MeasuredDataError,
         import_report,
         label,
         provenance,
     )
+    from npu_deploy.kernels.npu_runtime.hardware_report import ReportError, read_report
 
     try:
         data = read_report(report)

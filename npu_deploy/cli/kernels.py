@@ -25,7 +25,7 @@ MAX_SEQ_LEN = 2048
 def decode_at(model: str, args: Any, pos: int) -> Any:
     """The decode step at `pos`, refused past the model's context (max_position_embeddings):
     a position the model was never trained to see has no plan worth modelling."""
-    from npu_deploy.kernels.specs import Decode
+    from npu_deploy.kernels.definition.specs import Decode
 
     if pos >= args.max_positions:
         fail(f"position {pos} is past {model}'s context ({args.max_positions} positions, "
@@ -50,9 +50,9 @@ def kernels_cmd(model: str, seq_len: int, decode_pos: int | None, hw_name: str,
     MODEL is a name from `npu-deploy models` (shapes only) or any loadable model.
     """
     from npu_deploy.kernels import HARDWARE, XDNA2, Prefill, model_kernels
-    from npu_deploy.kernels.figures import KernelFigures, kernel_figures
-    from npu_deploy.kernels.measured_here import MeasuredDataError
-    from npu_deploy.kernels.selection import select_all
+    from npu_deploy.kernels.definition.selection import select_all
+    from npu_deploy.kernels.measured.figures import KernelFigures, kernel_figures
+    from npu_deploy.kernels.measured.measured_here import MeasuredDataError
 
     hw = HARDWARE[hw_name]
     described, args = model_shape(model)
@@ -156,10 +156,10 @@ def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, optimize: boo
     NPU.
     """
     from npu_deploy.kernels import XDNA2
-    from npu_deploy.kernels.optimize import optimize as run_optimize
-    from npu_deploy.kernels.perf import estimate
-    from npu_deploy.kernels.plan import baseline_plan
-    from npu_deploy.kernels.specs import Prefill
+    from npu_deploy.kernels.definition.specs import Prefill
+    from npu_deploy.kernels.performance.model import estimate
+    from npu_deploy.kernels.plans.optimize import optimize as run_optimize
+    from npu_deploy.kernels.plans.plan import baseline_plan
 
     described, args = model_shape(model)
     step_mode = Prefill(seq_len) if mode == "prefill" else decode_at(
@@ -176,8 +176,8 @@ def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, optimize: boo
         profile = estimate(plan, XDNA2)
     verdict = None
     if emit_air is not None or check_air:
-        from npu_deploy.kernels.air import EmitError, emit_plan, write_programs
-        from npu_deploy.kernels.air_verify import check_programs
+        from npu_deploy.kernels.air_programs.air import EmitError, emit_plan, write_programs
+        from npu_deploy.kernels.air_programs.air_verify import check_programs
         try:
             programs = emit_plan(plan, XDNA2)
             if emit_air is not None:
@@ -216,7 +216,7 @@ def _print_verdict(verdict: Any) -> None:
 
 def _plan_json(described: str, plan: Any, profile: Any, attempts: Any) -> dict[str, Any]:
     from npu_deploy.kernels import XDNA2
-    from npu_deploy.kernels.plan import Dispatch
+    from npu_deploy.kernels.plans.plan import Dispatch
 
     steps = []
     for step, prof in zip(plan.steps, profile.steps, strict=True):
@@ -253,7 +253,7 @@ def _plan_json(described: str, plan: Any, profile: Any, attempts: Any) -> dict[s
 
 def _print_plan(described: str, plan: Any, profile: Any, attempts: Any) -> None:
     from npu_deploy.kernels import XDNA2
-    from npu_deploy.kernels.specs import Prefill
+    from npu_deploy.kernels.definition.specs import Prefill
 
     out = console()
     out.print(data(f"{described}, {plan.mode}, on {XDNA2.name}"))
@@ -321,7 +321,7 @@ def doctor_cmd(objects: str | None, as_json: bool) -> None:
     """Whether this machine can run deployments on a real NPU (`--backend xrt`): each
     requirement found (and where) or missing (and the fix), one line each. Exit 0 only
     when every one is present."""
-    from npu_deploy.kernels.toolchain import requirements
+    from npu_deploy.kernels.npu_runtime.toolchain import requirements
 
     found = requirements(objects)
     if as_json:

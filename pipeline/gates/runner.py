@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from npu_deploy.events.phases import phase
-from npu_deploy.kernels.specs import Decode, Prefill
+from npu_deploy.kernels.definition.specs import Decode, Prefill
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.toolbox import Toolbox
 from npu_deploy.pipeline.workspace import Workspace, read_json

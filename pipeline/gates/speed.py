@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from npu_deploy.events.phases import phase
-from npu_deploy.kernels.specs import Decode, Prefill
+from npu_deploy.kernels.definition.specs import Decode, Prefill
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.toolbox import Toolbox, spread_text
 from npu_deploy.pipeline.workspace import Workspace

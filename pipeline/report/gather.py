@@ -14,9 +14,9 @@ from typing import Any
 from npu_deploy.events import PHASE_NAMES, fold
 from npu_deploy.events.describe import check_text, evidence_text, failing_checks
 from npu_deploy.events.envelope import parse_ts
-from npu_deploy.kernels.figures import measured_figure
-from npu_deploy.kernels.perf import DDR_ROOF, estimate
-from npu_deploy.kernels.specs import Decode, Prefill
+from npu_deploy.kernels.definition.specs import Decode, Prefill
+from npu_deploy.kernels.measured.figures import measured_figure
+from npu_deploy.kernels.performance.model import DDR_ROOF, estimate
 from npu_deploy.pipeline.report.render import KernelPoint, PhaseSpan, ReportData, render_report
 from npu_deploy.pipeline.workspace import Workspace
 

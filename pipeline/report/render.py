@@ -2,7 +2,7 @@
 
 Every time in the report names where it comes from. NPU times (prefill, decode, the
 optimization steps, the kernels) are either modeled by the performance model
-(`kernels/perf.py`) or measured on the NPU; the phase times come from the event log and
+(`kernels/performance/model.py`) or measured on the NPU; the phase times come from the event log and
 are measured on the CPU of this host. The plots are drawn with matplotlib's Agg canvas,
 never pyplot, so no display and no global state are involved.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from npu_deploy.kernels.perf import Rates
+from npu_deploy.kernels.performance.model import Rates
 
 TIME_SOURCES = ("modeled", "measured-npu")
 KERNEL_SOURCES = ("modeled", "measured-npu", "measured-cpu")

@@ -26,16 +26,16 @@ from conftest import assert_one_error
 from fake_npu import machine
 
 from npu_deploy.cli import main
-from npu_deploy.kernels.air import emit_plan
-from npu_deploy.kernels.hardware import XDNA2
-from npu_deploy.kernels.hardware_report import NPU_RUNTIME, check_report, seal
-from npu_deploy.kernels.measured_here import ENV
-from npu_deploy.kernels.npu_backend import alone
-from npu_deploy.kernels.perf import device_s
-from npu_deploy.kernels.plan import config_key
-from npu_deploy.kernels.specs import SPECS
-from npu_deploy.kernels.toolchain import requirements
-from npu_deploy.kernels.xrt_runtime import XrtError
+from npu_deploy.kernels.air_programs.air import emit_plan
+from npu_deploy.kernels.definition.hardware import XDNA2
+from npu_deploy.kernels.definition.specs import SPECS
+from npu_deploy.kernels.measured.measured_here import ENV
+from npu_deploy.kernels.npu_runtime.hardware_report import NPU_RUNTIME, check_report, seal
+from npu_deploy.kernels.npu_runtime.npu_backend import alone
+from npu_deploy.kernels.npu_runtime.toolchain import requirements
+from npu_deploy.kernels.npu_runtime.xrt_runtime import XrtError
+from npu_deploy.kernels.performance.model import device_s
+from npu_deploy.kernels.plans.plan import config_key
 from npu_deploy.pipeline.hardware_validation import model_plans
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.toolbox import model_kernel_uses

@@ -45,7 +45,7 @@ def test_the_agents_and_the_catalog_take_the_phase_skills_from_the_table():
 
 
 def test_the_values_that_live_elsewhere_are_the_tables():
-    from npu_deploy.kernels.validate import RTOL
+    from npu_deploy.kernels.emulation.validate import RTOL
     from npu_deploy.metrics.tokens import TOP_K
 
     assert RTOL == threshold("phase1.rtol") == 1.6e-2

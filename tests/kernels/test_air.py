@@ -14,13 +14,19 @@ import pytest
 
 from npu_deploy.cli.models import model_shape
 from npu_deploy.kernels import SPECS, XDNA2
-from npu_deploy.kernels.air import EmitError, emit_dispatch, emit_plan, layout_of, write_programs
-from npu_deploy.kernels.checker import check_with_usage
-from npu_deploy.kernels.families.gemm import method_name
-from npu_deploy.kernels.optimize import optimize
-from npu_deploy.kernels.plan import Binding, Dispatch, Launch, baseline_plan
-from npu_deploy.kernels.selection import select
-from npu_deploy.kernels.specs import Decode, KernelUse, Prefill
+from npu_deploy.kernels.air_programs.air import (
+    EmitError,
+    emit_dispatch,
+    emit_plan,
+    layout_of,
+    write_programs,
+)
+from npu_deploy.kernels.definition.checker import check_with_usage
+from npu_deploy.kernels.definition.selection import select
+from npu_deploy.kernels.definition.specs import Decode, KernelUse, Prefill
+from npu_deploy.kernels.families.gemm_numerics import method_name
+from npu_deploy.kernels.plans.optimize import optimize
+from npu_deploy.kernels.plans.plan import Binding, Dispatch, Launch, baseline_plan
 
 BYTES = {"bf16": 2, "f32": 4}
 
@@ -276,7 +282,7 @@ def test_a_merged_dispatch_declares_each_micro_kernel_with_the_types_it_is_calle
     them. An upstream symbol is one name for every size (silu_and_mul_bf16 takes n at run
     time), so two launches that hand it L1 buffers of other sizes would declare it twice
     with other types, which func.call's verifier refuses: the emitter refuses it first."""
-    from npu_deploy.kernels.transforms import TRANSFORMS
+    from npu_deploy.kernels.plans.transforms import TRANSFORMS
     from npu_deploy.models import CATALOG
 
     args = CATALOG["qwen2.5-0.5b"].args

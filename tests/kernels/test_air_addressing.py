@@ -1,261 +1,39 @@
-"""The MLIR-AIR programs' DDR addressing, held to the layout each operand is bound in. A small
-evaluator runs the emitted source's syntax tree symbolically: it enumerates every
-air.launch, air.segment and air.herd index and every loop iteration, evaluates the `at(...)`
-affine helper (nested too) and the names assigned from it, and for each DMA (ChannelPut,
-ChannelGet, dma_memcpy_nd) that touches a function argument computes the flat elements its
-offsets, sizes and strides walk, in order. Those are compared with the elements torch finds
-for the logical slice in the operand's physical layout: seq-first [L, heads * head_dim] or
-head-first [heads, L, head_dim] for attention, row-major [M, N] or [N / head_dim, M, head_dim]
-for a GEMM's C, and the position of each stored row for RoPE. Every emitted program also uses
-only names it defines or imports, and keeps its hierarchy bodies isolated from above. mlir-air
-is not installed here: nothing is built."""
+"""The MLIR-AIR programs' DDR addressing, held to the layout each operand is bound in. The
+evaluator of air_source_evaluator.py runs the emitted source's syntax tree symbolically and
+lists, for each DMA (ChannelPut, ChannelGet, dma_memcpy_nd) that touches a function argument,
+the flat elements its offsets, sizes and strides walk, in order. Those are compared with the
+elements torch finds for the logical slice in the operand's physical layout: seq-first
+[L, heads * head_dim] or head-first [heads, L, head_dim] for attention, row-major [M, N] or
+[N / head_dim, M, head_dim] for a GEMM's C, and the position of each stored row for RoPE.
+Every emitted program also uses only names it defines or imports, and keeps its hierarchy
+bodies isolated from above. mlir-air is not installed here: nothing is built."""
 
 from __future__ import annotations
 
 import ast
 import builtins
-import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import torch
+from air_source_evaluator import (
+    STAR,
+    Op,
+    attention_elements,
+    c_elements,
+    covers_once,
+    decorator_of,
+    emit,
+    follow,
+    make_launch,
+    touching,
+    trace,
+)
 
 from npu_deploy.kernels import SPECS, XDNA2
-from npu_deploy.kernels.air import EmitError, emit_dispatch, pad_sequences
-from npu_deploy.kernels.plan import Binding, Dispatch, Launch
-from npu_deploy.kernels.selection import select
-from npu_deploy.kernels.specs import KernelUse
-
-HIERARCHY = ("launch", "segment", "herd")
-#: what the evaluator records: DMAs, micro-kernel calls, inline code's vector stores
-ISSUED = ("ChannelPut", "ChannelGet", "dma_memcpy_nd", "CallOp", "transfer_write")
-#: What the programs' two star imports (air.dialects.air, air.ir) may provide.
-STAR = {"launch", "segment", "herd", "Channel", "ChannelGet", "ChannelPut", "dma_memcpy_nd",
-        "module_builder", "T", "MemorySpace", "MemRefType", "IntegerAttr", "StringAttr",
-        "UnitAttr", "AffineMap", "AffineExpr", "AffineConstantExpr", "AffineSymbolExpr",
-        "StridedLayoutAttr", "ShapedType", "IntegerSet", "InsertionPoint"}
-
-
-# --- building launches -----------------------------------------------------------------------
-
-def make_launch(kernel: str, shape: dict[str, int], config: dict[str, Any] | None = None,
-                layouts: dict[str, str] | None = None) -> Launch:
-    """A launch of `kernel` whose operands are bound in `layouts` (seq-first otherwise)."""
-    spec = SPECS[kernel]
-    config = config if config is not None else select(KernelUse(kernel, spec, shape), XDNA2).config
-    bindings = tuple(Binding(o.name, f"t.{o.name}", "input" if o.role != "output" else "output",
-                             (layouts or {}).get(o.name, "seq-first"))  # type: ignore[arg-type]
-                     for o in spec.operands(shape))
-    return Launch(kernel, kernel, 0, tuple(sorted(shape.items())),
-                  tuple(sorted(config.items())), bindings)
-
-
-def emit(launch: Launch, head_dim: int | None = None) -> str:
-    return emit_dispatch(Dispatch("one", (launch,)), XDNA2, head_dim).source
-
-
-# --- the evaluator ---------------------------------------------------------------------------
-
-def _kw(call: ast.Call, name: str) -> ast.expr | None:
-    return next((k.value for k in call.keywords if k.arg == name), None)
-
-
-def _callee(node: ast.AST) -> str | None:
-    return ast.unparse(node.func) if isinstance(node, ast.Call) else None
-
-
-def value(node: ast.expr, env: dict[str, int]) -> int:
-    """An index expression of the program: a literal, a name bound to an index, `at(...)` (its
-    terms may be `at` calls themselves), or an i32 made from one (arith.ConstantOp,
-    arith.index_cast)."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return -value(node.operand, env)
-    if isinstance(node, ast.Name):
-        return env[node.id]
-    if isinstance(node, ast.Call) and _callee(node) in ("arith.ConstantOp", "arith.index_cast"):
-        return value(node.args[1], env)
-    if isinstance(node, ast.Call) and _callee(node) == "at":
-        # at(terms, constant=0, divisor=1) = (sum(value * multiplier) + constant) floordiv divisor
-        params = dict(zip(("terms", "constant", "divisor"), node.args, strict=False))
-        params.update({k.arg: k.value for k in node.keywords if k.arg})
-        terms = params["terms"]
-        assert isinstance(terms, ast.List)
-        total = 0
-        for term in terms.elts:
-            assert isinstance(term, ast.Tuple) and len(term.elts) == 2
-            total += value(term.elts[0], env) * value(term.elts[1], env)
-        constant = value(params["constant"], env) if "constant" in params else 0
-        divisor = value(params["divisor"], env) if "divisor" in params else 1
-        assert divisor > 0
-        return (total + constant) // divisor
-    raise ValueError(f"not an index expression: {ast.unparse(node)}")
-
-
-@dataclass(frozen=True)
-class Op:
-    """One DMA or micro-kernel call the program issues, with the index values it is issued at
-    and, for each buffer name in scope, the function argument or allocation it is."""
-
-    call: ast.Call
-    env: dict[str, int]
-    refs: dict[str, str]
-
-    @property
-    def kind(self) -> str:
-        return ast.unparse(self.call.func)
-
-    def ref(self, i: int) -> str:
-        """The buffer positional argument `i` names."""
-        arg = self.call.args[i]
-        assert isinstance(arg, ast.Name)
-        return self.refs[arg.id]
-
-    def channel(self) -> str:
-        return ast.literal_eval(self.call.args[0])
-
-    def index(self, name: str) -> list[int]:
-        node = _kw(self.call, name)
-        assert isinstance(node, ast.List), f"{name} missing in {ast.unparse(self.call)}"
-        return [value(e, self.env) for e in node.elts]
-
-    def pattern(self, prefix: str = "", whole: int | None = None) -> torch.Tensor:
-        """The flat element indices the [prefix]offsets/sizes/strides pattern walks, in order:
-        sum(offset_d * stride_d) + sum(i_d * stride_d) over the sizes. With no pattern, the
-        DMA moves the `whole` buffer contiguously."""
-        if _kw(self.call, prefix + "sizes") is None:
-            assert whole is not None, f"no {prefix}sizes in {ast.unparse(self.call)}"
-            return torch.arange(whole)
-        sizes, strides = self.index(prefix + "sizes"), self.index(prefix + "strides")
-        offsets = self.index(prefix + "offsets") if _kw(self.call, prefix + "offsets") \
-            else [0] * len(sizes)
-        assert len(sizes) == len(strides) == len(offsets)
-        idx = torch.tensor([sum(o * s for o, s in zip(offsets, strides, strict=True))])
-        for size, stride in zip(sizes, strides, strict=True):
-            idx = (idx[:, None] + torch.arange(size) * stride).reshape(-1)
-        return idx
-
-
-def _decorator(fn: ast.FunctionDef) -> tuple[str, ast.Call] | None:
-    for d in fn.decorator_list:
-        if isinstance(d, ast.Call) and isinstance(d.func, ast.Name) and d.func.id in HIERARCHY:
-            return d.func.id, d
-    return None
-
-
-def _walk(body: list[ast.stmt], env: dict[str, int], refs: dict[str, str],
-          out: list[Op]) -> None:
-    env, refs = dict(env), dict(refs)
-    for stmt in body:
-        if isinstance(stmt, ast.FunctionDef) and (deco := _decorator(stmt)) is not None:
-            # launch, segment, herd: isolated from above, so only the operands pass in
-            _, call = deco
-            operands = _kw(call, "operands")
-            assert isinstance(operands, ast.List)
-            names = [e.id for e in operands.elts if isinstance(e, ast.Name)]
-            assert len(names) == len(operands.elts)
-            params = [a.arg for a in stmt.args.args]
-            ids = params[:len(params) - len(names)]
-            sizes_node = _kw(call, "sizes")
-            sizes: list[int] = ast.literal_eval(sizes_node) if sizes_node is not None else []
-            assert len(ids) == 2 * len(sizes)      # (x, y, size_x, size_y) when sized
-            inner_refs = {p: refs[n] for p, n in zip(params[len(ids):], names, strict=True)
-                          if n in refs}
-            passed = {p: env[n] for p, n in zip(params[len(ids):], names, strict=True)
-                      if n not in refs}
-            for point in itertools.product(*(range(s) for s in sizes)):
-                inner = {**passed, **dict(zip(ids, [*point, *sizes], strict=True))}
-                _walk(stmt.body, inner, inner_refs, out)
-        elif isinstance(stmt, ast.For):
-            loop = stmt.iter
-            assert isinstance(loop, ast.Call) and _callee(loop) == "range_"
-            assert isinstance(stmt.target, ast.Name)
-            lo, hi = (value(a, env) for a in loop.args)
-            for i in range(lo, hi):
-                _walk(stmt.body, {**env, stmt.target.id: i}, refs, out)
-        elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
-                and isinstance(stmt.targets[0], ast.Name):
-            name = stmt.targets[0].id
-            if _callee(stmt.value) == "at":
-                env[name] = value(stmt.value, env)
-            elif _callee(stmt.value) == "AllocOp":
-                refs[name] = name
-            elif _callee(stmt.value) == "subview":
-                # a core's slab of a buffer allocated outside the herd: a buffer of its own
-                source = stmt.value.args[0]             # type: ignore[attr-defined]
-                assert isinstance(source, ast.Name)
-                refs[name] = f"{refs[source.id]}[slab]"
-        elif isinstance(stmt, ast.Expr) and _callee(stmt.value) in ISSUED:
-            assert isinstance(stmt.value, ast.Call)
-            out.append(Op(stmt.value, env, refs))
-
-
-def _function(source: str) -> ast.FunctionDef:
-    module = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)
-                  and n.name == "build_module")
-    return next(n for n in module.body if isinstance(n, ast.FunctionDef)
-                and any(_callee(d) == "FuncOp.from_py_func" for d in n.decorator_list))
-
-
-def trace(source: str) -> tuple[list[str], list[Op]]:
-    """The function's arguments (one per operand, in the spec's order for one launch) and
-    every DMA and call the program issues, over all indices and iterations."""
-    func = _function(source)
-    args = [a.arg for a in func.args.args]
-    ops: list[Op] = []
-    _walk(func.body, {}, {a: a for a in args}, ops)
-    return args, ops
-
-
-def follow(source: str) -> int:
-    """Evaluate every index every DMA and call of the program is issued with (a name that does
-    not reach its region raises KeyError); how many there are."""
-    _, ops = trace(source)
-    for op in ops:
-        for k in op.call.keywords:
-            if isinstance(k.value, ast.List) and k.arg:
-                op.index(k.arg)
-        if op.kind == "CallOp":
-            args = op.call.args[1]
-            assert isinstance(args, ast.List)
-            for a in args.elts:
-                if isinstance(a, ast.Call):
-                    value(a, op.env)
-    return len(ops)
-
-
-def touching(ops: list[Op], kind: str, buffer: str, position: int) -> list[Op]:
-    """The ops of `kind` whose positional argument `position` is `buffer`."""
-    return [op for op in ops if op.kind == kind and op.ref(position) == buffer]
-
-
-def attention_elements(heads: int, length: int, hd: int, layout: str) -> torch.Tensor:
-    """[heads, length, hd]: where each element of an attention operand is, as a flat index
-    into its DDR buffer, stored [heads, length, hd] (head-first) or [length, heads * hd]."""
-    n = heads * length * hd
-    if layout == "head-first":
-        return torch.arange(n).reshape(heads, length, hd)
-    return torch.arange(n).reshape(length, heads, hd).transpose(0, 1)
-
-
-def c_elements(M: int, N: int, layout: str, head_dim: int | None) -> torch.Tensor:
-    """[M, N]: where each element of a GEMM's C is in DDR, stored [M, N] or, head-first,
-    [N / head_dim, M, head_dim]."""
-    if layout == "head-first":
-        assert head_dim is not None
-        return torch.arange(M * N).reshape(N // head_dim, M, head_dim).transpose(0, 1) \
-            .reshape(M, N)
-    return torch.arange(M * N).reshape(M, N)
-
-
-def covers_once(patterns: list[torch.Tensor], numel: int) -> bool:
-    """The patterns together touch each of the buffer's `numel` elements exactly once."""
-    every = torch.cat(patterns).sort().values
-    return torch.equal(every, torch.arange(numel))
-
+from npu_deploy.kernels.air_programs.air import EmitError, emit_dispatch, pad_sequences
+from npu_deploy.kernels.plans.plan import Dispatch
 
 # --- FlashAttention --------------------------------------------------------------------------
 
@@ -651,7 +429,7 @@ def undefined(source: str) -> list[tuple[str, str]]:
                     missing.append((scopes[-1][1], node.id))
                 if isinstance(node, ast.FunctionDef):
                     own = _bound(node.body) | {a.arg for a in node.args.args}
-                    outer = scopes[:2] if _decorator(node) is not None else scopes
+                    outer = scopes[:2] if decorator_of(node) is not None else scopes
                     check(node.body, [*outer, (own, node.name)])
 
     check(tree.body, [module])
@@ -696,7 +474,7 @@ def test_decode_attention_refuses_columns_without_a_kv_head() -> None:
 def test_gemm_reads_b_stored_in_column_blocks(parts: int, tile_n: int, herd_n: int) -> None:
     """B as b_parts column blocks [b_parts, K, N / b_parts] (the layout the NPU backend writes,
     `column_blocks`): every K step of every launch column reads its window of B."""
-    from npu_deploy.kernels.families.gemm import column_blocks
+    from npu_deploy.kernels.families.gemm_numerics import column_blocks
 
     K, N = GEMM["K"], GEMM["N"]
     config = {**TILES, "tile_k_l2": 64, "tile_n": tile_n, "herd_n": herd_n, "b_parts": parts}

@@ -1,7 +1,7 @@
-"""The program verifier (kernels.air_verify) on programs written here: known-good ones in the
-shapes of mlir-air's examples come out clean, and each check catches the known-bad program
+"""The program verifier (kernels.air_programs.air_verify) on programs written here: known-good ones
+in the shapes of mlir-air's examples come out clean, and each check catches the known-bad program
 made to break it. The programs are sources for mlir-air's builder, run against the recording
-stand-in (kernels.air_recorder)."""
+stand-in (kernels.air_programs.recording_builder)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import textwrap
 import pytest
 
 from npu_deploy.cli.models import model_shape
-from npu_deploy.kernels.air import emit_plan
-from npu_deploy.kernels.air_recorder import BuildError, build
-from npu_deploy.kernels.air_verify import CHECKS, verify_programs, verify_source
-from npu_deploy.kernels.optimize import optimize
-from npu_deploy.kernels.plan import baseline_plan
-from npu_deploy.kernels.specs import Prefill
+from npu_deploy.kernels.air_programs.air import emit_plan
+from npu_deploy.kernels.air_programs.air_verify import CHECKS, verify_programs, verify_source
+from npu_deploy.kernels.air_programs.recording_builder import BuildError, build
+from npu_deploy.kernels.definition.specs import Prefill
+from npu_deploy.kernels.plans.optimize import optimize
+from npu_deploy.kernels.plans.plan import baseline_plan
 
 HEADER = """\
 from air.dialects import arith
@@ -239,8 +239,8 @@ def test_the_stand_in_refuses_what_the_builder_refuses():
 def _attention_program(model: str, mode):
     from npu_deploy.cli.models import model_shape
     from npu_deploy.kernels import XDNA2
-    from npu_deploy.kernels.air import emit_dispatch
-    from npu_deploy.kernels.plan import baseline_plan
+    from npu_deploy.kernels.air_programs.air import emit_dispatch
+    from npu_deploy.kernels.plans.plan import baseline_plan
 
     _, args = model_shape(model)
     plan = baseline_plan(model, args, mode, XDNA2)
@@ -251,16 +251,16 @@ def _attention_program(model: str, mode):
 
 @pytest.mark.parametrize("model", ["smollm2-135m", "qwen3-0.6b"])   # head_dim 64 and 128
 def test_flash_attention_at_prefill_passes_every_check(model):
-    from npu_deploy.kernels.air_verify import verify
-    from npu_deploy.kernels.specs import Prefill
+    from npu_deploy.kernels.air_programs.air_verify import verify
+    from npu_deploy.kernels.definition.specs import Prefill
 
     program = _attention_program(model, Prefill(256))
     assert [v.line() for v in verify(program)] == []
 
 
 def test_flash_attention_merges_its_stages_over_balanced_cascade_channels():
-    from npu_deploy.kernels.air_verify import verify
-    from npu_deploy.kernels.specs import Prefill
+    from npu_deploy.kernels.air_programs.air_verify import verify
+    from npu_deploy.kernels.definition.specs import Prefill
 
     program = _attention_program("qwen3-0.6b", Prefill(256))
     trace, _ = build(program.source)
@@ -285,10 +285,10 @@ DECODE_MODELS = ["smollm2-135m", "qwen2.5-0.5b", "qwen3-0.6b", "llama-3.2-3b"]  
 def test_decode_attention_passes_every_check(model, position):
     from npu_deploy.cli.models import model_shape
     from npu_deploy.kernels import XDNA2
-    from npu_deploy.kernels.air import emit_dispatch
-    from npu_deploy.kernels.air_verify import verify
-    from npu_deploy.kernels.plan import baseline_plan
-    from npu_deploy.kernels.specs import Decode
+    from npu_deploy.kernels.air_programs.air import emit_dispatch
+    from npu_deploy.kernels.air_programs.air_verify import verify
+    from npu_deploy.kernels.definition.specs import Decode
+    from npu_deploy.kernels.plans.plan import baseline_plan
 
     _, args = model_shape(model)
     plan = baseline_plan(model, args, Decode(position), XDNA2)
@@ -304,10 +304,10 @@ def test_decode_attention_that_outgrows_l1_is_caught_by_the_checker_and_the_veri
     """The score rows grow with the cache: where they no longer fit a tile's 64 KiB, the
     checker says so, and the verifier finds the same buffers too large."""
     from npu_deploy.kernels import SPECS, XDNA2
-    from npu_deploy.kernels.air import emit_dispatch, layout_of
-    from npu_deploy.kernels.air_verify import verify
-    from npu_deploy.kernels.checker import check_with_usage
-    from npu_deploy.kernels.plan import Binding, Dispatch, Launch
+    from npu_deploy.kernels.air_programs.air import emit_dispatch, layout_of
+    from npu_deploy.kernels.air_programs.air_verify import verify
+    from npu_deploy.kernels.definition.checker import check_with_usage
+    from npu_deploy.kernels.plans.plan import Binding, Dispatch, Launch
 
     shape = {"heads": 14, "kv_heads": 2, "Lq": 1, "Lk": 2500, "head_dim": 64}
     config = {"k_tile": 64, "herd_n": 8}
@@ -375,8 +375,8 @@ def test_a_prefill_no_tile_divides_verifies_clean_in_gemm_rope_and_flash_attenti
 def test_coverage_asks_for_the_data_of_a_padded_head_first_output_not_its_padding():
     """A head-first output padded from L to L_pad rows per head holds data at L rows of
     each head: those must be written, the padding rows need not be."""
-    from npu_deploy.kernels.air_verify import data_ranges
-    from npu_deploy.kernels.plan import Binding
+    from npu_deploy.kernels.air_programs.air_verify import data_ranges
+    from npu_deploy.kernels.plans.plan import Binding
 
     b = Binding("o", "t.o", "output", "head-first", seq_pad=(100, 128))
     assert data_ranges(b, 4 * 100 * 64, 64) == [(h * 128 * 64, 100 * 64) for h in range(4)]

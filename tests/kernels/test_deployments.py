@@ -1,6 +1,6 @@
-"""Plans the chip can run (issue 23, point 4): the merge rules of kernels.checker, upstream's
-deployments as data (kernels/data/deployments.json) and the comparison of our merged plans
-with them."""
+"""Plans the chip can run (issue 23, point 4): the merge rules of kernels.definition.checker,
+upstream's deployments as data (kernels/data/deployments.json) and the comparison of our merged
+plans with them."""
 
 from __future__ import annotations
 
@@ -10,22 +10,26 @@ import pytest
 from paths import MIRROR
 
 from npu_deploy.kernels import XDNA2
-from npu_deploy.kernels.checker import check_merge, check_with_usage
-from npu_deploy.kernels.deployments import (
+from npu_deploy.kernels.definition.checker import check_merge, check_with_usage
+from npu_deploy.kernels.definition.registry import SPECS, family
+from npu_deploy.kernels.definition.rules import blocking
+from npu_deploy.kernels.definition.selection import select
+from npu_deploy.kernels.definition.specs import KernelUse
+from npu_deploy.kernels.measured.deployments import (
     OUR_READING,
     TARGETS,
     compare_dispatches,
     provenance,
     upstream_deployments,
 )
-from npu_deploy.kernels.ingest import Mirror, dumps, ingest_deployments
-from npu_deploy.kernels.llm_pages import SPLIT_KINDS, architecture_elfs, readme_figures
-from npu_deploy.kernels.measurements import DATA_DIR
-from npu_deploy.kernels.perf import reference_decode, reference_prefill
-from npu_deploy.kernels.registry import SPECS, family
-from npu_deploy.kernels.rules import blocking
-from npu_deploy.kernels.selection import select
-from npu_deploy.kernels.specs import KernelUse
+from npu_deploy.kernels.measured.ingest import Mirror, dumps, ingest_deployments
+from npu_deploy.kernels.measured.measurements import DATA_DIR
+from npu_deploy.kernels.measured.upstream_llm_pages import (
+    SPLIT_KINDS,
+    architecture_elfs,
+    readme_figures,
+)
+from npu_deploy.kernels.performance.calibration import reference_decode, reference_prefill
 from npu_deploy.models import CATALOG
 
 NINE = ("llama-3.2-1b", "llama-3.2-3b", "smollm2-1.7b", "qwen2.5-0.5b", "qwen2.5-1.5b",

@@ -8,10 +8,10 @@ import torch
 from paths import ROOT
 
 from npu_deploy.kernels import SPECS, XDNA2
-from npu_deploy.kernels.emulator import EmulatorBackend
+from npu_deploy.kernels.emulation.emulator import EmulatorBackend
+from npu_deploy.kernels.emulation.numerics import to_bf16
+from npu_deploy.kernels.emulation.validate import seeded_inputs, validate_kernel
 from npu_deploy.kernels.families.rope import cos_sin
-from npu_deploy.kernels.numerics import to_bf16
-from npu_deploy.kernels.validate import seeded_inputs, validate_kernel
 from npu_deploy.oracle import reference_of
 
 EMU = EmulatorBackend()
@@ -38,8 +38,8 @@ CASES = [
 @pytest.mark.parametrize("kernel,shape", CASES, ids=[f"{k}-{'x'.join(map(str, s.values()))}"
                                                       for k, s in CASES])
 def test_every_kernel_passes_against_its_fp32_reference(kernel, shape):
-    from npu_deploy.kernels.selection import select
-    from npu_deploy.kernels.specs import KernelUse
+    from npu_deploy.kernels.definition.selection import select
+    from npu_deploy.kernels.definition.specs import KernelUse
 
     config = select(KernelUse(kernel, SPECS[kernel], shape), XDNA2).config
     report = validate_kernel(SPECS[kernel], shape, config, EMU)
@@ -119,7 +119,7 @@ def test_seeded_inputs_are_bf16_and_repeatable():
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3"])
 def test_a_whole_prefill_runs_on_the_emulator_close_to_the_reference(tiny_models, name):
-    from npu_deploy.kernels.emulated_model import EmulatedModel
+    from npu_deploy.kernels.emulation.emulated_model import EmulatedModel
 
     loaded = tiny_models[name]
     tokens = torch.arange(3, 99)
@@ -151,8 +151,8 @@ def test_validate_kernel_on_the_oracle_golden_tensors(tiny_models):
     w = loaded.weights.layers[1]
     a = to_bf16(goldens["L01.attn_norm"])
     shape = {"M": a.shape[0], "K": a.shape[1], "N": w.wq.shape[0]}
-    from npu_deploy.kernels.selection import select
-    from npu_deploy.kernels.specs import KernelUse
+    from npu_deploy.kernels.definition.selection import select
+    from npu_deploy.kernels.definition.specs import KernelUse
 
     config = select(KernelUse("q_proj", SPECS["gemm_bf16"], shape), XDNA2).config
     report = validate_kernel(SPECS["gemm_bf16"], shape, config, EMU,
@@ -166,7 +166,7 @@ def per_head_attention(s, x):
     """The attention kernel written the slow, obvious way: gemm_bfp16 per head."""
     import math
 
-    from npu_deploy.kernels.numerics import gemm_bfp16, softmax_bf16
+    from npu_deploy.kernels.emulation.numerics import gemm_bfp16, softmax_bf16
 
     q, k, v = x["q"], x["k"], x["v"]
     group, start = s["heads"] // s["kv_heads"], s["Lk"] - s["Lq"]
@@ -185,7 +185,7 @@ def per_head_attention(s, x):
     {"heads": 9, "kv_heads": 3, "Lq": 700, "Lk": 700, "head_dim": 64},
 ])
 def test_batched_attention_equals_gemm_bfp16_per_head_bit_for_bit(shape):
-    from npu_deploy.kernels.emulator import EMULATED
+    from npu_deploy.kernels.emulation.emulator import EMULATED
 
     x = seeded_inputs(SPECS["flash_attention"], shape, seed=5)
     got = EMULATED["flash_attention"](shape, {}, x)["o"]
@@ -198,7 +198,7 @@ def test_batched_attention_equals_gemm_bfp16_per_head_bit_for_bit(shape):
     ("flash_attention", {"heads": 4, "kv_heads": 2, "Lq": 300, "Lk": 300, "head_dim": 64}),
 ])
 def test_blas_ordered_fp32_sums_stay_within_1e6_of_the_exact_tile_order(kernel, shape):
-    from npu_deploy.kernels.emulator import EMULATED
+    from npu_deploy.kernels.emulation.emulator import EMULATED
     from npu_deploy.metrics.comparison import compare
 
     x = seeded_inputs(SPECS[kernel], shape, seed=2)

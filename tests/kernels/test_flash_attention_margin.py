@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-from npu_deploy.kernels.emulator import REFERENCE, EmulatorBackend
-from npu_deploy.kernels.hardware import XDNA2
-from npu_deploy.kernels.selection import select
-from npu_deploy.kernels.specs import SPECS, KernelUse
-from npu_deploy.kernels.validate import RTOL, atol_for, output_buffers, seeded_inputs
+from npu_deploy.kernels.definition.hardware import XDNA2
+from npu_deploy.kernels.definition.selection import select
+from npu_deploy.kernels.definition.specs import SPECS, KernelUse
+from npu_deploy.kernels.emulation.emulator import REFERENCE, EmulatorBackend
+from npu_deploy.kernels.emulation.validate import RTOL, atol_for, output_buffers, seeded_inputs
 from npu_deploy.models.random_models import RANDOM_MODELS
 
 FA = SPECS["flash_attention"]

@@ -13,13 +13,13 @@ import torch
 from paths import ROOT
 
 from npu_deploy.kernels import SPECS, XDNA1, XDNA2, blocking, check
-from npu_deploy.kernels.emulator import EmulatorBackend
-from npu_deploy.kernels.measurements import table
-from npu_deploy.kernels.perf import PerfParams, launch_seconds, launch_work
-from npu_deploy.kernels.plan import Binding, Launch
-from npu_deploy.kernels.selection import select
-from npu_deploy.kernels.specs import KernelUse
-from npu_deploy.kernels.validate import validate_kernel
+from npu_deploy.kernels.definition.selection import select
+from npu_deploy.kernels.definition.specs import KernelUse
+from npu_deploy.kernels.emulation.emulator import EmulatorBackend
+from npu_deploy.kernels.emulation.validate import validate_kernel
+from npu_deploy.kernels.measured.measurements import table
+from npu_deploy.kernels.performance.model import PerfParams, launch_seconds, launch_work
+from npu_deploy.kernels.plans.plan import Binding, Launch
 
 GELU = SPECS["gelu"]
 #: SmolVLA's SigLIP MLP activation, upstream's main shape: N = 1024 x 3072.

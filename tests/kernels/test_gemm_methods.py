@@ -2,7 +2,7 @@
 (kernel registry rows, kernels/data/gemm_*.json), and the Phase-1 atol per precision tier.
 
 Every emulated figure here is computed on the CPU under mlir-air's protocol
-(kernels.numerics_fidelity); the rows sampled are small, or run on their first 64 rows of M
+(kernels.fidelity.numerics_fidelity); the rows sampled are small, or run on their first 64 rows of M
 (each row of C depends on its own row of A: the full run's values for those rows).
 """
 
@@ -11,16 +11,16 @@ from __future__ import annotations
 import pytest
 
 from npu_deploy.kernels import SPECS
-from npu_deploy.kernels.emulator import EmulatorBackend
-from npu_deploy.kernels.families.gemm import ATOL, ATOL_BF16_PARTIALS
-from npu_deploy.kernels.numerics_fidelity import (
+from npu_deploy.kernels.emulation.emulator import EmulatorBackend
+from npu_deploy.kernels.emulation.validate import atol_for, seeded_inputs, validate_kernel
+from npu_deploy.kernels.families.gemm_numerics import ATOL, ATOL_BF16_PARTIALS
+from npu_deploy.kernels.fidelity.numerics_fidelity import (
     BAND,
     compare_rows,
     emulated_mean_rel_l1,
     measured_rows,
     summarize,
 )
-from npu_deploy.kernels.validate import atol_for, seeded_inputs, validate_kernel
 
 EMU = EmulatorBackend()
 

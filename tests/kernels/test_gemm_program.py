@@ -1,5 +1,5 @@
-"""A GEMM's MLIR-AIR program passes the program verifier (kernels.air_verify) for every method
-when M is a multiple of tile_m x herd_m: bounds, DMA element counts, calls against their
+"""A GEMM's MLIR-AIR program passes the program verifier (kernels.air_programs.air_verify) for every
+method when M is a multiple of tile_m x herd_m: bounds, DMA element counts, calls against their
 declarations and linked objects, L1 with the accumulator's per-core slabs, L2, and every
 element of C written."""
 
@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from npu_deploy.kernels import SPECS, XDNA2
-from npu_deploy.kernels.air import emit_dispatch
-from npu_deploy.kernels.air_recorder import build
-from npu_deploy.kernels.air_verify import verify
-from npu_deploy.kernels.plan import Binding, Dispatch, Launch
+from npu_deploy.kernels.air_programs.air import emit_dispatch
+from npu_deploy.kernels.air_programs.air_verify import verify
+from npu_deploy.kernels.air_programs.recording_builder import build
+from npu_deploy.kernels.plans.plan import Binding, Dispatch, Launch
 
 
 def gemm(kernel: str, shape: dict[str, int], config: dict[str, Any]) -> Launch:

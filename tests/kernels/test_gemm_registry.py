@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from npu_deploy.kernels.checker import blocking, check
+from npu_deploy.kernels.definition.checker import blocking, check
+from npu_deploy.kernels.definition.hardware import XDNA2
+from npu_deploy.kernels.definition.registry import SPECS
+from npu_deploy.kernels.definition.selection import select, select_all
+from npu_deploy.kernels.definition.specs import Decode, KernelUse, Prefill, model_kernels
 from npu_deploy.kernels.families.gemm import CONFIG_KEYS, row_config
-from npu_deploy.kernels.hardware import XDNA2
-from npu_deploy.kernels.measurements import load, table
-from npu_deploy.kernels.registry import SPECS
-from npu_deploy.kernels.selection import select, select_all
-from npu_deploy.kernels.specs import Decode, KernelUse, Prefill, model_kernels
+from npu_deploy.kernels.measured.measurements import load, table
 from npu_deploy.models import CATALOG
 
 GEMMS = ("gemm_bf16", "gemm_fp32")

@@ -146,7 +146,7 @@ def test_head_dim_128_seq_first_attention_hangs():
 def test_attention_resources_follow_the_mlir_air_program():
     """32 tiles for 4 q tiles x 4 cascade stages
     (docs/hardware-facts.md#measured-kernel-throughput); the example unrolls two heads."""
-    from npu_deploy.kernels.checker import check_with_usage
+    from npu_deploy.kernels.definition.checker import check_with_usage
 
     shape = {"heads": 32, "kv_heads": 8, "Lq": 2048, "Lk": 2048, "head_dim": 64}
     findings, usage = check_with_usage(SPECS["flash_attention"], shape, {}, XDNA2)
@@ -174,7 +174,7 @@ def test_attention_configurations_that_cannot_exist(config, needle):
 
 
 def test_odd_head_counts_get_one_head_per_unroll():
-    from npu_deploy.kernels.selection import select
+    from npu_deploy.kernels.definition.selection import select
 
     uses = {u.role: u for u in model_kernels(CATALOG["smollm2-135m"].args, Prefill(2048))}
     chosen = select(uses["attention"], XDNA2)
@@ -241,7 +241,7 @@ def test_bytes_moved_counts_every_operand():
 
 @pytest.mark.parametrize("name", list(CATALOG))
 def test_selection_finds_a_valid_configuration_for_every_kernel(name):
-    from npu_deploy.kernels.selection import select_all
+    from npu_deploy.kernels.definition.selection import select_all
 
     for mode in (Prefill(2048), Prefill(77), Decode(2047)):
         for sel in select_all(model_kernels(CATALOG[name].args, mode), XDNA2):
@@ -252,7 +252,7 @@ def test_selection_finds_a_valid_configuration_for_every_kernel(name):
 
 
 def test_selection_keeps_the_calibrated_config_where_it_fits():
-    from npu_deploy.kernels.selection import select_all
+    from npu_deploy.kernels.definition.selection import select_all
 
     sels = {s.roles[0]: s for s in select_all(
         model_kernels(CATALOG["llama-3.2-1b"].args, Prefill(2048)), XDNA2)}
@@ -262,7 +262,7 @@ def test_selection_keeps_the_calibrated_config_where_it_fits():
 
 
 def test_unaligned_widths_get_a_smaller_tile_n():
-    from npu_deploy.kernels.selection import select_all
+    from npu_deploy.kernels.definition.selection import select_all
 
     sels = {s.roles[0]: s for s in select_all(
         model_kernels(CATALOG["qwen2.5-0.5b"].args, Prefill(2048)), XDNA2)}
@@ -273,7 +273,7 @@ def test_unaligned_widths_get_a_smaller_tile_n():
 
 
 def test_odd_sequence_lengths_are_padded_and_the_waste_recorded():
-    from npu_deploy.kernels.selection import select_all
+    from npu_deploy.kernels.definition.selection import select_all
 
     sels = {s.roles[0]: s for s in select_all(
         model_kernels(CATALOG["smollm2-135m"].args, Prefill(77)), XDNA2)}
@@ -305,8 +305,8 @@ def test_cli_kernels_table_and_json(cli):
 def test_a_gemv_takes_whole_rows_of_k_in_64_wide_vectors():
     # mv.cc sums a row in 64-wide vectors with no tail (matvec.py asserts K % 64 == 0); it
     # fills m_input of tile_m's rows per call
-    from npu_deploy.kernels.selection import select
-    from npu_deploy.kernels.specs import KernelUse
+    from npu_deploy.kernels.definition.selection import select
+    from npu_deploy.kernels.definition.specs import KernelUse
 
     found = blocking(check(SPECS["gemv"], {"M": 576, "K": 600}, {}, XDNA2))
     assert any(f.kind == "divisible" and "K=600" in f.message for f in found)
@@ -321,7 +321,7 @@ def test_gemvs_that_mv_o_cannot_serve_at_once_are_not_merged_into_one_elf():
     # mv.cc's symbols take no suffix: each tile_m is its own object (DIM_M_OUTPUT) exporting
     # the same names, and one module declares matvec_vectorized_bf16_bf16 with one set of
     # L1 buffer types
-    from npu_deploy.kernels.checker import check_merge
+    from npu_deploy.kernels.definition.checker import check_merge
 
     gemv, q = SPECS["gemv"], {"M": 896, "K": 896}
     same = {"tile_m": 16, "m_input": 8}

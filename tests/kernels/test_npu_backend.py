@@ -1,8 +1,8 @@
 """The XRT backend of a deployment, on a simulated NPU (tests/fake_npu.py: pyxrt's calls
 recorded, each run computed with the emulator's numerics on the buffer objects' bytes).
 
-A plan run through `kernels.npu_backend.NpuBackend` must give the emulator's bits: that holds only
-if every argument got the buffer its binding kind says (a weight written once, an
+A plan run through `kernels.npu_runtime.npu_backend.NpuBackend` must give the emulator's bits: that
+holds only if every argument got the buffer its binding kind says (a weight written once, an
 intermediate left on the device and shared by the programs that bind it, an input written,
 an output read back) and the wiring of merged dispatches is right. The measured profile,
 the emitted programs in the run's directory, and a whole deployment on the xrt backend
@@ -22,15 +22,15 @@ import torch
 from fake_npu import SimulatedXrt, compiler_for
 from paths import TESTS
 
-from npu_deploy.kernels.air import pad_sequences, tensor_key
-from npu_deploy.kernels.emulator import EmulatorBackend
-from npu_deploy.kernels.npu_backend import NpuBackend, argument_kinds, measure
-from npu_deploy.kernels.perf import Profile, device_s, estimate
-from npu_deploy.kernels.plan import baseline_plan
-from npu_deploy.kernels.plan_runner import PlanRunner
-from npu_deploy.kernels.specs import Decode, Prefill
-from npu_deploy.kernels.transforms import TRANSFORMS
-from npu_deploy.kernels.xrt_runtime import XrtRunner
+from npu_deploy.kernels.air_programs.air import pad_sequences, tensor_key
+from npu_deploy.kernels.definition.specs import Decode, Prefill
+from npu_deploy.kernels.emulation.emulator import EmulatorBackend
+from npu_deploy.kernels.npu_runtime.npu_backend import NpuBackend, argument_kinds, measure
+from npu_deploy.kernels.npu_runtime.xrt_runtime import XrtRunner
+from npu_deploy.kernels.performance.model import Profile, device_s, estimate
+from npu_deploy.kernels.plans.plan import baseline_plan
+from npu_deploy.kernels.plans.plan_runner import PlanRunner
+from npu_deploy.kernels.plans.transforms import TRANSFORMS
 
 L = 24
 
@@ -244,7 +244,7 @@ def test_a_gemm_with_b_in_column_blocks_gets_its_weight_in_that_layout(tiny_mode
     """b_parts > 1: the backend writes the LM head's B as column blocks, which the program
     reads (tests/kernels/test_air_addressing.py); the simulated NPU reads it back the same way
     and the logits are the emulator's bits, while the bytes on the device are not B [K, N]."""
-    from npu_deploy.kernels.plan import Dispatch
+    from npu_deploy.kernels.plans.plan import Dispatch
 
     m = tiny_models["tiny-llama"]
     base = baseline_plan("tiny-llama", m.args, Prefill(L))

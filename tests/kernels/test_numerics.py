@@ -1,4 +1,5 @@
-"""npu_deploy.kernels.numerics: bf16 storage, bfp16ebs8 blocks, the BFP16 GEMM and the FP32 GEMV.
+"""npu_deploy.kernels.emulation.numerics: bf16 storage, bfp16ebs8 blocks, the BFP16 GEMM and the
+FP32 GEMV.
 
 Exact cases are worked by hand (in the comments) or by slow reference code written straight
 from the format's description; fidelity is checked against the hardware's figures at the four
@@ -17,7 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from npu_deploy.kernels.numerics import (
+from npu_deploy.kernels.emulation.numerics import (
     BFP16EBS8,
     GEMM_MEAN_REL_L1_BAND,
     GEMV_MEAN_REL_L1_MAX,
@@ -445,7 +446,10 @@ def _blocks(seed: int, n: int = 8192) -> list[torch.Tensor]:
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_compiled_quantizer_is_bit_identical_to_the_torch_one(seed):
-    from npu_deploy.kernels.numerics import _quantize_bfp16ebs8_fast, _quantize_blocks_torch
+    from npu_deploy.kernels.emulation.numerics import (
+        _quantize_bfp16ebs8_fast,
+        _quantize_blocks_torch,
+    )
 
     for x in _blocks(seed):
         want = _quantize_blocks_torch(x.clone(), BFP16EBS8)
@@ -455,7 +459,7 @@ def test_compiled_quantizer_is_bit_identical_to_the_torch_one(seed):
 
 
 def test_compiled_quantizer_leaves_inf_and_nan_to_the_torch_path():
-    from npu_deploy.kernels.numerics import _quantize_bfp16ebs8_fast, to_bfp16
+    from npu_deploy.kernels.emulation.numerics import _quantize_bfp16ebs8_fast, to_bfp16
 
     x = torch.randn(4096, 8)
     x[100, 3] = float("inf")
@@ -468,7 +472,7 @@ def test_compiled_quantizer_leaves_inf_and_nan_to_the_torch_path():
 # --- the attention softmax ----------------------------------------------------------------------
 
 def test_exp_is_within_one_ulp_of_the_correctly_rounded_value():
-    from npu_deploy.kernels.numerics import exp_fp32
+    from npu_deploy.kernels.emulation.numerics import exp_fp32
 
     x = torch.cat((-torch.rand(200_000, generator=torch.Generator().manual_seed(0)) * 110,
                    torch.tensor([0.0, -1e-30, -87.3, -103.9, -104.5, float("-inf")])))
@@ -483,7 +487,7 @@ def test_exp_is_within_one_ulp_of_the_correctly_rounded_value():
 @pytest.mark.parametrize("rows,cols,spread", [(5, 77, 1.0), (64, 300, 8.0), (700, 2048, 30.0),
                                               (3, 1, 1.0), (17, 1000, 1e4)])
 def test_compiled_softmax_is_the_definition_bit_for_bit(rows, cols, spread):
-    from npu_deploy.kernels.numerics import softmax_bf16, softmax_bfp16
+    from npu_deploy.kernels.emulation.numerics import softmax_bf16, softmax_bfp16
 
     g = torch.Generator().manual_seed(rows)
     scores = torch.randn(rows, cols, generator=g) * spread
@@ -496,7 +500,7 @@ def test_compiled_softmax_is_the_definition_bit_for_bit(rows, cols, spread):
 
 
 def test_softmax_matches_torch_within_bf16_rounding():
-    from npu_deploy.kernels.numerics import softmax_bf16
+    from npu_deploy.kernels.emulation.numerics import softmax_bf16
 
     g = torch.Generator().manual_seed(3)
     scores = torch.randn(256, 512, generator=g) * 6
@@ -510,7 +514,7 @@ def test_softmax_matches_torch_within_bf16_rounding():
 
 
 def test_softmax_of_non_finite_scores_propagates_them():
-    from npu_deploy.kernels.numerics import softmax_bfp16
+    from npu_deploy.kernels.emulation.numerics import softmax_bfp16
 
     scores = torch.randn(4, 64)
     scores[2, 5] = float("nan")

@@ -10,21 +10,22 @@ from __future__ import annotations
 
 import pytest
 
-from npu_deploy.kernels.families.gemm import GEMM_BF16, GEMM_FP32, METHODS
-from npu_deploy.kernels.fitting import fit_groups, measured_launches
-from npu_deploy.kernels.measurements import table
-from npu_deploy.kernels.perf import (
-    PerfParams,
-    launch_seconds,
-)
-from npu_deploy.kernels.perf_fidelity import (
+from npu_deploy.kernels.definition.registry import SPECS
+from npu_deploy.kernels.families.gemm import GEMM_BF16, GEMM_FP32
+from npu_deploy.kernels.families.gemm_numerics import METHODS
+from npu_deploy.kernels.fidelity.perf_fidelity import (
     compare,
     fidelity,
     held_out_elfs,
     kfold,
     rank_correlations,
 )
-from npu_deploy.kernels.registry import SPECS
+from npu_deploy.kernels.measured.measurements import table
+from npu_deploy.kernels.performance.fitting import fit_groups, measured_launches
+from npu_deploy.kernels.performance.model import (
+    PerfParams,
+    launch_seconds,
+)
 
 P = PerfParams()
 
@@ -225,14 +226,14 @@ def test_auto_is_upstreams_method_rule_and_an_unknown_method_is_refused():
 
 
 def test_selection_can_import_launch_seconds_without_a_cycle():
-    """kernels.plan imports the selection: the performance model must not import plan
+    """kernels.plans.plan imports the selection: the performance model must not import plan
     before it is asked to price one, so that the selection can rank by launch_seconds."""
     import subprocess
     import sys
 
-    code = ("import sys, npu_deploy.kernels.perf as perf; "
-            "assert 'npu_deploy.kernels.plan' not in sys.modules; "
-            "assert 'npu_deploy.kernels.selection' not in sys.modules; "
+    code = ("import sys, npu_deploy.kernels.performance.model as perf; "
+            "assert 'npu_deploy.kernels.plans.plan' not in sys.modules; "
+            "assert 'npu_deploy.kernels.definition.selection' not in sys.modules; "
             "assert callable(perf.launch_seconds)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

@@ -15,26 +15,25 @@ import pytest
 import torch
 
 from npu_deploy.kernels import XDNA2
-from npu_deploy.kernels.air import emit_plan
-from npu_deploy.kernels.air_verify import check_programs
-from npu_deploy.kernels.checker import check_merge, shared_configs
-from npu_deploy.kernels.emulator import EmulatorBackend
-from npu_deploy.kernels.perf import (
-    CALIBRATION,
-    PerfParams,
+from npu_deploy.kernels.air_programs.air import emit_plan
+from npu_deploy.kernels.air_programs.air_verify import check_programs
+from npu_deploy.kernels.definition.checker import check_merge, shared_configs
+from npu_deploy.kernels.definition.rules import blocking
+from npu_deploy.kernels.definition.selection import select
+from npu_deploy.kernels.definition.specs import SPECS, Decode, KernelUse, Prefill
+from npu_deploy.kernels.emulation.emulator import EmulatorBackend
+from npu_deploy.kernels.performance.calibration import (
     _first_with_role,
     calibrate,
     deployed,
-    estimate,
     reference_decode,
     reference_prefill,
 )
-from npu_deploy.kernels.plan import Dispatch, HostStep, baseline_plan
-from npu_deploy.kernels.plan_runner import PlanRunner
-from npu_deploy.kernels.rules import blocking
-from npu_deploy.kernels.selection import select
-from npu_deploy.kernels.specs import SPECS, Decode, KernelUse, Prefill
-from npu_deploy.kernels.transforms import (
+from npu_deploy.kernels.performance.calibration_set import CALIBRATION
+from npu_deploy.kernels.performance.model import PerfParams, estimate
+from npu_deploy.kernels.plans.plan import Dispatch, HostStep, baseline_plan
+from npu_deploy.kernels.plans.plan_runner import PlanRunner
+from npu_deploy.kernels.plans.transforms import (
     TRANSFORMS,
     IllegalTransform,
     align_layouts,
@@ -84,7 +83,7 @@ def test_no_baseline_decode_launch_runs_at_a_configuration_the_checker_refuses()
     """benchmarks/air_programs.py emits every launch of these plans: a launch at a
     configuration with blocking findings is a program that cannot run (qwen2.5-3b's decode
     attention at p=2048 filled 74.5 KiB of a 64 KiB compute tile)."""
-    from npu_deploy.kernels.checker import check
+    from npu_deploy.kernels.definition.checker import check
 
     for name, entry in CATALOG.items():
         plan = baseline_plan(name, entry.args, Decode(2048))
@@ -97,7 +96,7 @@ def test_decode_attention_without_a_valid_configuration_runs_on_the_host_with_th
     """qwen2.5-3b groups 8 queries per KV head at head_dim 128: at p=2048 their FP32 score
     rows overflow L1, so the baseline takes the CPU fallback and says why; at p=100 the
     NPU program fits and stays."""
-    from npu_deploy.kernels.optimize import optimize
+    from npu_deploy.kernels.plans.optimize import optimize
 
     args = CATALOG["qwen2.5-3b"].args
     plan = baseline_plan("qwen2.5-3b", args, Decode(2048))
@@ -370,7 +369,7 @@ def test_every_report_carries_its_source_and_the_roofline():
 
 
 def test_optimize_keeps_only_faster_steps():
-    from npu_deploy.kernels.optimize import optimize
+    from npu_deploy.kernels.plans.optimize import optimize
 
     result = optimize(baseline_plan("llama-3.2-1b", LLAMA, Prefill(2048)))
     kept = [a for a in result.attempts if a.kept]

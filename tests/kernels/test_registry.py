@@ -15,17 +15,19 @@ import pytest
 from cogapp import Cog
 from paths import MIRROR, ROOT
 
-from npu_deploy.kernels import measurements, tables
-from npu_deploy.kernels.ingest import Mirror, dumps, ingest
-from npu_deploy.kernels.measurements import CURATED, DATA_DIR, best_rate, load, read_row
-from npu_deploy.kernels.perf import CALIBRATION, PerfParams
-from npu_deploy.kernels.registry import FAMILIES, SPECS
+from npu_deploy.kernels.definition import kernels_md
+from npu_deploy.kernels.definition.registry import FAMILIES, SPECS
+from npu_deploy.kernels.measured import measurements
+from npu_deploy.kernels.measured.ingest import Mirror, dumps, ingest
+from npu_deploy.kernels.measured.measurements import CURATED, DATA_DIR, best_rate, load, read_row
+from npu_deploy.kernels.performance.calibration_set import CALIBRATION
+from npu_deploy.kernels.performance.model import PerfParams
 
 #: Where package code lives (the folders linked under npu_deploy/, and the CLI).
 PACKAGES = ["events", "store", "machine", "models", "oracle", "metrics", "kernels", "skills",
             "pipeline", "agents", "npu_tui", "npu_deploy/cli"]
 #: Where a kernel's name may decide something: its own module and the registry.
-FAMILY_HOMES = ("kernels/families/", "kernels/registry.py")
+FAMILY_HOMES = ("kernels/families/", "kernels/definition/registry.py")
 #: The kernel names, and the fragments code has matched them by (startswith("gemm"),
 #: "attention" in name).
 NAMES = set(FAMILIES) | {"gemm", "attention", "gelu"}
@@ -119,7 +121,8 @@ def test_each_family_declares_what_the_machinery_asks_of_it(name):
 def test_each_data_file_is_owned_by_one_family():
     owners = [f.data for f in FAMILIES.values() if f.source is not None]
     files = sorted(p.stem for p in DATA_DIR.glob("*.json"))
-    # deployments.json (upstream's LLM deployments, kernels.llm_pages) belongs to no family
+    # deployments.json (upstream's LLM deployments, kernels.measured.upstream_llm_pages) belongs to
+    # no family
     assert sorted(owners) == sorted(set(owners)) \
         == [s for s in files if s not in (*CURATED, "deployments")]
 
@@ -201,7 +204,7 @@ def test_docs_kernels_md_is_what_the_registry_and_the_data_render():
 
 
 def test_docs_kernels_md_goes_stale_when_a_measured_figure_changes(monkeypatch):
-    original = tables.load
+    original = kernels_md.load
 
     def changed(name: str) -> dict:
         data = original(name)
@@ -211,5 +214,5 @@ def test_docs_kernels_md_goes_stale_when_a_measured_figure_changes(monkeypatch):
         data["tables"]["shapes"]["rows"][0]["bandwidth"] = math.pi
         return data
 
-    monkeypatch.setattr(tables, "load", changed)
+    monkeypatch.setattr(kernels_md, "load", changed)
     assert cog_check() != 0

@@ -1,4 +1,5 @@
-"""What the real-NPU path needs, found or missing (kernels.toolchain, `npu-deploy doctor`).
+"""What the real-NPU path needs, found or missing (kernels.npu_runtime.toolchain, `npu-deploy
+doctor`).
 
 The probes run in a separate interpreter, as the project runs them: a package on the path
 is built here as files (an unrelated PyPI-style `air`, or mlir-air's wheel layout with its
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-PROBE = ("import json; from npu_deploy.kernels.toolchain import requirements; "
+PROBE = ("import json; from npu_deploy.kernels.npu_runtime.toolchain import requirements; "
          "print(json.dumps({r.key: [r.found, r.problem] for r in requirements()}))")
 
 
@@ -123,9 +124,9 @@ def test_doctor_lists_every_requirement_and_fails_here(cli):
 def test_programs_ask_aircc_for_upstreams_runtime_loop_tiling(kernel, sizes):
     from test_air import launch_of
 
-    from npu_deploy.kernels.air import emit_dispatch
-    from npu_deploy.kernels.hardware import XDNA2
-    from npu_deploy.kernels.plan import Dispatch
+    from npu_deploy.kernels.air_programs.air import emit_dispatch
+    from npu_deploy.kernels.definition.hardware import XDNA2
+    from npu_deploy.kernels.plans.plan import Dispatch
 
     shape = {"M": 256, "K": 256, "N": 256} if kernel.startswith("gemm") else \
         {"M": 2048, "K": 2048}

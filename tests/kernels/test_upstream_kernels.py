@@ -12,9 +12,9 @@ import re
 import pytest
 from paths import MIRROR
 
-from npu_deploy.kernels.ingest import Mirror
-from npu_deploy.kernels.measurements import load
-from npu_deploy.kernels.upstream_kernels import (
+from npu_deploy.kernels.measured.ingest import Mirror
+from npu_deploy.kernels.measured.measurements import load
+from npu_deploy.kernels.measured.upstream_kernels import (
     DATA,
     elements,
     evaluate,

@@ -18,9 +18,8 @@ import torch
 from fake_npu import FakeXrt
 
 from npu_deploy.kernels import XDNA2
-from npu_deploy.kernels.air import emit_dispatch
-from npu_deploy.kernels.plan import Binding, Dispatch, Launch
-from npu_deploy.kernels.xrt_runtime import (
+from npu_deploy.kernels.air_programs.air import emit_dispatch
+from npu_deploy.kernels.npu_runtime.xrt_runtime import (
     Artifact,
     XrtError,
     XrtRunner,
@@ -29,6 +28,7 @@ from npu_deploy.kernels.xrt_runtime import (
     npu_lock,
     require,
 )
+from npu_deploy.kernels.plans.plan import Binding, Dispatch, Launch
 
 
 def add_dispatch(n: int = 2) -> Dispatch:

@@ -76,7 +76,7 @@ def test_the_reference_and_the_deployed_model_count_their_greedy_tokens(
         monkeypatch, tiny_models, tmp_path):
     """The token loops are the models' own: a stage over two prompts of 6 steps sees 12
     tokens counted one by one, and reach() closes each prompt's share."""
-    from npu_deploy.kernels.emulator import EmulatorBackend
+    from npu_deploy.kernels.emulation.emulator import EmulatorBackend
     from npu_deploy.oracle import reference_of
     from npu_deploy.pipeline.deployed import DeployedModel
     from npu_deploy.pipeline.recipe import Recipe

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from npu_deploy.kernels.specs import Decode, Prefill
+from npu_deploy.kernels.definition.specs import Decode, Prefill
 from npu_deploy.models.catalog import CATALOG
 from npu_deploy.pipeline.recipe import Recipe
 

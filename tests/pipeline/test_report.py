@@ -262,8 +262,8 @@ def test_upstreams_measured_figure_stands_beside_the_modeled_time_with_its_sourc
 
 
 def test_the_report_gathers_upstreams_figure_for_a_measured_shape():
-    from npu_deploy.kernels.figures import measured_figure
-    from npu_deploy.kernels.registry import SPECS
+    from npu_deploy.kernels.definition.registry import SPECS
+    from npu_deploy.kernels.measured.figures import measured_figure
 
     figure = measured_figure(SPECS["gemm_bf16"], {"M": 2048, "K": 8192, "N": 2048})
     assert figure is not None and figure.config["method"] == "fused-cast"

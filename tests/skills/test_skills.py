@@ -57,7 +57,7 @@ def test_the_catalog_is_valid_and_complete():
 
 
 def test_the_transforms_name_optimization_skills_of_the_catalog():
-    from npu_deploy.kernels.transforms import TRANSFORMS
+    from npu_deploy.kernels.plans.transforms import TRANSFORMS
 
     catalog = load_catalog()
     for t in TRANSFORMS.values():

@@ -1,0 +1,222 @@
+"""What the real-NPU path needs on a machine, each found (and where) or missing (and the fix).
+
+The XRT backend needs the amdxdna kernel driver and its device node, the NPU firmware, XRT
+and its Python bindings (pyxrt), mlir-air's Python package with its compiler driver
+`aircc`, Peano (llvm-aie) for the AIE cores, and the micro-kernel objects the programs
+link. `npu-deploy doctor` prints the list; `kernels.npu_runtime.xrt_runtime.require` refuses the xrt
+backend with what is missing.
+
+Nothing here imports pyxrt or mlir-air into this process. A package named `air` is only
+taken for mlir-air after a separate interpreter has imported mlir-air's own modules from it
+(`air.ir`, `air.dialects.air`, `air.backend.xrt.XRTBackend`): an unrelated PyPI package
+called `air` has none of them. `aircc` and Peano are looked for where mlir-air's own tools
+look (mlir-air python/air/tools.py `resolve_tool`: the binary bundled in its wheel, then
+PATH; python/air/backend/xrt.py: PEANO_INSTALL_DIR, then the llvm-aie package).
+
+Where a tool says its version, the requirement carries it (`version`), read where the tool
+writes it: XRT's install has a `version.json` (XRT src/CMake/version.cmake installs it into
+the install directory, BUILD_VERSION), pyxrt is the XRT it was installed with, mlir-air and
+llvm-aie are package versions, a Peano build says it in `clang --version`, and the amdxdna
+driver shows the running NPU firmware as `fw_version` on its PCI device (xdna-driver
+src/driver/amdxdna/amdxdna_sysfs.c). `validate-hardware` records them in its report.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import site
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+DEVICE_NODE = Path("/dev/accel/accel0")
+DRIVER_MODULE = Path("/sys/module/amdxdna")
+FIRMWARE_DIR = Path("/lib/firmware/amdnpu")
+XRT_DIR = Path("/opt/xilinx/xrt")
+#: The NPU's PCI device behind the device node, where amdxdna puts vbnv and fw_version.
+DEVICE_SYSFS = Path("/sys/class/accel/accel0/device")
+
+#: What a separate interpreter runs to tell mlir-air from another package named `air`.
+_PROBE = """
+import json, air
+import air.ir, air.dialects.air
+from air.backend.xrt import XRTBackend
+version = None
+try:
+    import importlib.metadata as md
+    version = md.version("mlir_air")
+except Exception:
+    pass
+print(json.dumps({"file": air.__file__, "version": version}))
+"""
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One thing the real-NPU path needs: where it was found, or why not and what to do."""
+
+    key: str                 # pyxrt | air | aircc | peano | npu | driver | firmware | xrt |
+    #                          objects
+    what: str
+    found: str | None        # where it is
+    problem: str = ""        # why it is not usable, when it is not
+    fix: str = ""
+    version: str | None = None   # as the tool reports it, where it does
+
+    @property
+    def ok(self) -> bool:
+        return self.found is not None
+
+    def line(self) -> str:
+        if self.ok:
+            return f"found    {self.what}: {self.found}" + (
+                f" (version {self.version})" if self.version else "")
+        return f"missing  {self.what}: {self.problem}; {self.fix}"
+
+
+def _mlir_air(python: str = sys.executable) -> tuple[Requirement, Path | None]:
+    what = "mlir-air's Python package (air)"
+    fix = ("build github.com/Xilinx/mlir-air with its Python bindings (or install its wheel) "
+           "and put it on PYTHONPATH")
+    spec = importlib.util.find_spec("air")
+    if spec is None:
+        return Requirement("air", what, None, "no package named air", fix), None
+    done = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONSAFEPATH": "1"})
+    where = spec.origin or ", ".join(spec.submodule_search_locations or [])
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return Requirement("air", what, None, f"the package named air at {where} is not "
+                           f"mlir-air ({last})", "remove it (pip uninstall air) and " + fix), \
+            None
+    probed = json.loads(done.stdout.strip().splitlines()[-1])
+    path = Path(probed["file"]).resolve()
+    return Requirement("air", what, str(path.parent), version=probed.get("version")), path
+
+
+def _aircc(air_init: Path | None) -> Requirement:
+    """mlir-air's wheel bundles it in mlir_air/bin (air/__init__.py is in
+    mlir_air/python/air); a source build puts it on PATH."""
+    what = "mlir-air's compiler driver aircc"
+    if air_init is not None:
+        bundled = air_init.parents[2] / "bin" / "aircc"
+        if bundled.is_file() and os.access(bundled, os.X_OK):
+            return Requirement("aircc", what, str(bundled))
+    on_path = shutil.which("aircc")
+    if on_path:
+        return Requirement("aircc", what, on_path)
+    return Requirement("aircc", what, None, "not in mlir-air's wheel (mlir_air/bin) nor on "
+                       "PATH", "install mlir-air's wheel, or add the bin directory of an "
+                       "mlir-air build to PATH")
+
+
+def _peano() -> Requirement:
+    what = "Peano (llvm-aie), the AIE cores' compiler"
+    fix = "pip install llvm-aie, or set PEANO_INSTALL_DIR to a Peano build"
+    given = os.environ.get("PEANO_INSTALL_DIR", "")
+    if given:
+        if Path(given).is_dir():
+            return Requirement("peano", what, given, version=_clang_version(Path(given)))
+        return Requirement("peano", what, None, f"PEANO_INSTALL_DIR={given} is not a "
+                           "directory", fix)
+    try:
+        dist = importlib.metadata.distribution("llvm-aie")
+        located = Path(str(dist.locate_file("llvm-aie")))
+        if located.is_dir():
+            return Requirement("peano", what, str(located), version=dist.version)
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    dirs = list(site.getsitepackages()) + [site.getusersitepackages()]
+    for d in dirs:
+        for match in glob.glob(os.path.join(d, "llvm-aie")):
+            if os.path.isdir(match):
+                return Requirement("peano", what, match, version=_clang_version(Path(match)))
+    return Requirement("peano", what, None, "PEANO_INSTALL_DIR is not set and no llvm-aie "
+                       "package is installed", fix)
+
+
+def _clang_version(peano: Path) -> str | None:
+    """The first line of a Peano build's `clang --version`."""
+    clang = peano / "bin" / "clang"
+    if not clang.is_file():
+        return None
+    try:
+        done = subprocess.run([str(clang), "--version"], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.strip().splitlines()
+    return lines[0].strip() if done.returncode == 0 and lines else None
+
+
+def _read(path: Path) -> str | None:
+    """A one-line file's text (a sysfs attribute), or None."""
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def xrt_version(directory: Path) -> str | None:
+    """BUILD_VERSION of the XRT installed in `directory` (its version.json)."""
+    try:
+        value = json.loads((directory / "version.json").read_text()).get("BUILD_VERSION")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(value) if value else None
+
+
+def npu_name() -> str | None:
+    """The NPU as its driver names it ("RyzenAI-npu4"): vbnv on the device."""
+    return _read(DEVICE_SYSFS / "vbnv")
+
+
+def _path(key: str, what: str, path: Path, problem: str, fix: str,
+          version: str | None = None) -> Requirement:
+    return Requirement(key, what, str(path), fix=fix, version=version) if path.exists() \
+        else Requirement(key, what, None, problem, fix)
+
+
+def requirements(objects: str | None = "") -> list[Requirement]:
+    """Every requirement of the xrt backend on this machine, in the order to fix them.
+    `objects` is the micro-kernel directory to check ("" leaves it out; None: not given)."""
+    driver = "install the amdxdna driver (github.com/amd/xdna-driver, or Linux >= 6.14)"
+    pyxrt = importlib.util.find_spec("pyxrt")
+    air, air_init = _mlir_air()
+    xrt_dir = Path(os.environ.get("XILINX_XRT", XRT_DIR))
+    # pyxrt is installed in XRT's python/ directory: it is the version of that XRT
+    pyxrt_xrt = None if pyxrt is None or not pyxrt.origin else \
+        Path(pyxrt.origin).resolve().parent.parent
+    out = [
+        Requirement("pyxrt", "XRT's Python bindings (pyxrt)",
+                    None if pyxrt is None else str(pyxrt.origin), "no module named pyxrt",
+                    "`source /opt/xilinx/xrt/setup.sh` (it puts pyxrt on PYTHONPATH)",
+                    version=None if pyxrt_xrt is None else xrt_version(pyxrt_xrt)),
+        air, _aircc(air_init), _peano(),
+        _path("driver", "the amdxdna kernel driver", DRIVER_MODULE,
+              f"{DRIVER_MODULE} does not exist (the module is not loaded)", driver,
+              _read(DRIVER_MODULE / "version")),
+        _path("npu", "an XDNA 2 NPU device node", DEVICE_NODE,
+              f"{DEVICE_NODE} does not exist", driver + " on a Ryzen AI 300 machine",
+              npu_name()),
+        _path("firmware", "the NPU firmware", FIRMWARE_DIR, f"{FIRMWARE_DIR} does not exist",
+              "install the NPU firmware (linux-firmware's amdnpu/, or xdna-driver's packages)",
+              _read(DEVICE_SYSFS / "fw_version")),
+        _path("xrt", "XRT", xrt_dir, "neither $XILINX_XRT nor /opt/xilinx/xrt exists",
+              "install XRT >= 2.19 and `source /opt/xilinx/xrt/setup.sh`",
+              xrt_version(xrt_dir)),
+    ]
+    if objects is None or objects:
+        fix = ("build them with Peano from mlir-air's AIE kernel sources and give their "
+               "directory with --air-objects or $NPU_DEPLOY_AIR_OBJECTS")
+        out.append(Requirement("objects", "the micro-kernel objects (mm_*.o, ...)",
+                               objects if objects and Path(objects).is_dir() else None,
+                               "no directory given" if not objects else
+                               f"{objects} is not a directory", fix))
+    return out

@@ -1,0 +1,293 @@
+"""Dispatch plans: which kernels run in which NPU dispatch, which tensors stay on the device,
+which ops stay on the CPU. What a plan is made of lives in kernels.plans.steps (re-exported
+here); this module builds the baseline.
+
+A `DispatchPlan` is an ordered list of steps. A `Dispatch` is one NPU submission (one ELF)
+holding one or more `Launch`es of registry kernels with their configurations; a `HostStep`
+runs on the CPU (embedding lookup, a layout transpose, decode attention against the KV cache,
+the final norm of the last row, KV-cache bookkeeping). Every operand of every step is bound to
+a named tensor with a `Binding` that says how the tensor lives:
+
+* ``static``: a weight in a device buffer written once and kept;
+* ``intermediate``: produced and consumed on the device, never synced to the host;
+* ``input``: written from the host before the step (a weight that is re-uploaded is one);
+* ``output``: read back to the host after the step;
+
+and in which layout: ``seq-first`` ([L, heads*head_dim], the GEMM layout) or ``head-first``
+([heads, L, head_dim]).
+
+`baseline_plan` builds the plan a first deployment starts from, the way the IRON baseline
+runs: one dispatch per kernel, every buffer written and read back on each call, weights
+re-uploaded, the LM head over the whole sequence. `kernels.plans.transforms` improves it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from npu_deploy.models.config import ModelArgs
+
+from ..definition.checker import check
+from ..definition.family import Layout
+from ..definition.hardware import XDNA2, Hardware
+from ..definition.registry import family
+from ..definition.rules import blocking
+from ..definition.selection import select
+from ..definition.specs import SPECS, Decode, KernelUse, Mode, Prefill, Shape
+from .steps import (
+    HOST_OPS,
+    KINDS,
+    Binding,
+    Dispatch,
+    DispatchPlan,
+    HostStep,
+    Kind,
+    Launch,
+    Step,
+    config_key,
+    on_host,
+)
+
+# --- the baseline --------------------------------------------------------------------------
+
+def _frozen(d: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(d.items()))
+
+
+class PlanBuilder:
+    """Emits one dispatch per kernel, every activation an input/output synced each call,
+    every weight re-uploaded (`input`)."""
+
+    def __init__(self, args: ModelArgs, hw: Hardware,
+                 configs: Mapping[str, dict[str, Any]] | None = None,
+                 gemm_datapath: str | None = None) -> None:
+        self.args, self.hw = args, hw
+        self.steps: list[Step] = []
+        self._configs: dict[Any, dict[str, Any]] = {}
+        self.chosen = dict(configs or {})       # config_key -> a configuration chosen earlier
+        self.gemm_datapath = gemm_datapath
+
+    def config(self, kernel: str, shape: Shape) -> dict[str, Any]:
+        use = KernelUse(kernel, SPECS[kernel], shape)
+        if use.key not in self._configs:
+            chosen = self.chosen.get(config_key(kernel, shape))
+            config = dict(chosen) if chosen is not None else select(use, self.hw).config
+            if "eps" in config:                 # compiled into the norm kernels
+                config = {**config, "eps": self.args.norm_eps}
+            if self.gemm_datapath and "datapath" in SPECS[kernel].tunables:
+                config = {**config, "datapath": self.gemm_datapath}
+            self._configs[use.key] = config
+        return self._configs[use.key]
+
+    def launch(self, kernel: str, role: str, layer: int | None, shape: Shape,
+               config_extra: dict[str, Any] | None = None, **operands: str | Binding) -> None:
+        spec = SPECS[kernel]
+        config = {**self.config(kernel, shape), **(config_extra or {})}
+        bindings = []
+        for op in spec.operands(shape):
+            bound = operands[op.name]
+            if isinstance(bound, Binding):
+                bindings.append(replace(bound, operand=op.name))
+                continue
+            kind: Kind = "output" if op.role == "output" else "input"
+            bindings.append(Binding(op.name, bound, kind))
+        name = role if layer is None else f"L{layer}.{role}"
+        ln = Launch(kernel, role, layer, _frozen(shape), _frozen(config), tuple(bindings))
+        refused = self.refused(ln)
+        if refused:
+            self.steps.append(on_host(ln, f"{config_key(kernel, shape)} does not fit "
+                                          f"{self.hw.name}: {refused}"))
+        else:
+            self.steps.append(Dispatch(name, (ln,)))
+
+    def refused(self, ln: Launch) -> str:
+        """Why a launch with a host counterpart cannot run on the NPU at its configuration
+        (the checker's blocking findings), or "": such a launch falls back to the host
+        rather than emit a program that overflows a tile. A launch without one keeps its
+        findings for selection to report (`kernels` exits 1 on them)."""
+        if family(ln.kernel).host_alternative is None:
+            return ""
+        found = blocking(check(ln.spec, ln.shape_dict, ln.config_dict, self.hw))
+        return "; ".join(f.message for f in found)
+
+    def host(self, op: str, role: str, layer: int | None, shape: Shape,
+             bindings: dict[str, tuple[str, Kind] | Binding], **params: Any) -> None:
+        bs = tuple(b if isinstance(b, Binding) else Binding(name, b[0], b[1])
+                   for name, b in bindings.items())
+        self.steps.append(HostStep(op, role, layer, _frozen(shape), bs, _frozen(params)))
+
+
+def baseline_plan(model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2, *,
+                  configs: Mapping[str, dict[str, Any]] | None = None,
+                  gemm_datapath: str | None = None) -> DispatchPlan:
+    """The plan a first deployment starts from (see the module docstring). `configs`
+    (config_key -> configuration) are used where given, the selection elsewhere;
+    `gemm_datapath` sets every GEMM's matmul datapath ("bfp16" or "bf16")."""
+    if args.o_bias or args.mlp_bias:
+        raise NotImplementedError("O-projection and MLP biases have no kernel yet")
+    b = PlanBuilder(args, hw, configs, gemm_datapath)
+    if isinstance(mode, Prefill):
+        _prefill_steps(b, mode.seq)
+        return DispatchPlan(model, args, mode, tuple(b.steps), "full")
+    _decode_steps(b, mode.pos)
+    return DispatchPlan(model, args, mode, tuple(b.steps), "last-token")  # one token
+
+
+def _w(layer: int | None, name: str) -> str:
+    return f"w.{name}" if layer is None else f"w.L{layer}.{name}"
+
+
+def _prefill_steps(b: PlanBuilder, L: int) -> None:
+    a = b.args
+    h, hd, q, kv = a.hidden, a.head_dim, a.q_dim, a.kv_dim
+    rows = {"rows": L, "width": h}
+    hf: Layout = "head-first"
+    pre_bias = "0" if a.qkv_bias else ""     # projections write here, the bias add reads it
+    b.host("embedding", "embed", None, {"rows": L, "width": h, "vocab": a.vocab},
+           {"tokens": ("tokens", "input"), "table": (_w(None, "embed"), "static"),
+            "y": ("x.0", "output")})
+    for i in range(a.n_layers):
+        x, t = f"x.{i}", f"L{i}."
+        b.launch("rmsnorm", "attn_norm", i, rows, x=x, weight=_w(i, "attn_norm"), y=t + "n1")
+        for role, n, out in (("q_proj", q, "q"), ("k_proj", kv, "k"), ("v_proj", kv, "v")):
+            b.launch("gemm_bf16", role, i, {"M": L, "K": h, "N": n}, a=t + "n1",
+                     b=_w(i, role), c=t + out + pre_bias)
+        if a.qkv_bias:
+            for name, n in (("q", q), ("k", kv), ("v", kv)):
+                b.launch("bias_add", f"{name}_bias", i, {"rows": L, "width": n},
+                         x=t + name + "0", bias=_w(i, f"{name}_bias"), y=t + name)
+        # Head-first for RoPE and attention: host transposes in the baseline.
+        for name, heads in (("q", a.n_heads), ("k", a.n_kv_heads), ("v", a.n_kv_heads)):
+            b.host("transpose", f"{name}_to_head_first", i,
+                   {"rows": L, "heads": heads, "head_dim": hd},
+                   {"x": (t + name, "input"),
+                    "y": Binding("y", t + name + "h", "output", hf)}, to=hf)
+        if a.qk_norm:
+            for name, heads in (("q", a.n_heads), ("k", a.n_kv_heads)):
+                b.launch("qk_norm", f"{name}_norm", i, {"rows": heads * L, "width": hd},
+                         x=Binding("x", t + name + "h", "input", hf),
+                         weight=_w(i, f"{name}_norm"),
+                         y=Binding("y", t + name + "hn", "output", hf))
+        src = "hn" if a.qk_norm else "h"
+        for name, heads in (("q", a.n_heads), ("k", a.n_kv_heads)):
+            b.launch("rope", f"rope_{name}", i, {"rows": heads * L, "width": hd, "seq": L},
+                     x=Binding("x", t + name + src, "input", hf),
+                     lut="rope.lut",
+                     y=Binding("y", t + name + "r", "output", hf))
+        b.launch("flash_attention", "attention", i,
+                 {"heads": a.n_heads, "kv_heads": a.n_kv_heads, "Lq": L, "Lk": L, "head_dim": hd},
+                 {"layout": hf},     # the head-first program, as its operands are here
+                 q=Binding("q", t + "qr", "input", hf), k=Binding("k", t + "kr", "input", hf),
+                 v=Binding("v", t + "vh", "input", hf), o=Binding("o", t + "oh", "output", hf))
+        b.host("transpose", "o_to_seq_first", i, {"rows": L, "heads": a.n_heads, "head_dim": hd},
+               {"x": Binding("x", t + "oh", "input", hf), "y": (t + "o", "output")},
+               to="seq-first")
+        b.launch("gemm_bf16", "o_proj", i, {"M": L, "K": q, "N": h}, a=t + "o",
+                 b=_w(i, "o_proj"), c=t + "attn")
+        b.launch("add", "attn_residual", i, rows, a=x, b=t + "attn", y=t + "h1")
+        b.launch("rmsnorm", "ffn_norm", i, rows, x=t + "h1", weight=_w(i, "ffn_norm"),
+                 y=t + "n2")
+        for role in ("gate_proj", "up_proj"):
+            b.launch("gemm_bf16", role, i, {"M": L, "K": h, "N": a.ffn}, a=t + "n2",
+                     b=_w(i, role), c=t + role[:-5])
+        b.launch("silu_mul", "silu_mul", i, {"rows": L, "width": a.ffn}, gate=t + "gate",
+                 up=t + "up", y=t + "act")
+        b.launch("gemm_bf16", "down_proj", i, {"M": L, "K": a.ffn, "N": h}, a=t + "act",
+                 b=_w(i, "down_proj"), c=t + "ffn")
+        b.launch("add", "ffn_residual", i, rows, a=t + "h1", b=t + "ffn", y=f"x.{i + 1}")
+        # The layer's K and V go to the host for decode (after the layer's dispatches, so
+        # that they can merge).
+        b.host("kv_store", "kv_store", i, {"kv_heads": a.n_kv_heads, "Lk": L, "head_dim": hd},
+               {"k": Binding("k", t + "kr", "input", hf), "v": Binding("v", t + "vh", "input", hf),
+                "k_cache": Binding("k_cache", t + "k_cache", "output", hf),
+                "v_cache": Binding("v_cache", t + "v_cache", "output", hf)})
+    x = f"x.{a.n_layers}"
+    b.launch("rmsnorm", "final_norm", None, rows, x=x, weight=_w(None, "final_norm"), y="xn")
+    b.launch("gemm_fp32", "lm_head", None, {"M": L, "K": h, "N": a.vocab}, a="xn",
+             b=_w(None, "lm_head"), c="logits")
+
+
+def _decode_steps(b: PlanBuilder, p: int) -> None:
+    a = b.args
+    h, hd, q, kv = a.hidden, a.head_dim, a.q_dim, a.kv_dim
+    rows = {"rows": 1, "width": h}
+    hf: Layout = "head-first"
+    pre_bias = "0" if a.qkv_bias else ""
+    b.host("embedding", "embed", None, {"rows": 1, "width": h, "vocab": a.vocab},
+           {"tokens": ("tokens", "input"), "table": (_w(None, "embed"), "static"),
+            "y": ("x.0", "output")})
+    for i in range(a.n_layers):
+        x, t = f"x.{i}", f"L{i}."
+        b.launch("rmsnorm", "attn_norm", i, rows, x=x, weight=_w(i, "attn_norm"), y=t + "n1")
+        for role, n, out in (("q_proj", q, "q"), ("k_proj", kv, "k"), ("v_proj", kv, "v")):
+            b.launch("gemv", role, i, {"M": n, "K": h}, w=_w(i, role), x=t + "n1",
+                     y=t + out + pre_bias)
+        if a.qkv_bias:
+            for name, n in (("q", q), ("k", kv), ("v", kv)):
+                b.launch("bias_add", f"{name}_bias", i, {"rows": 1, "width": n},
+                         x=t + name + "0", bias=_w(i, f"{name}_bias"), y=t + name)
+        src = ""
+        if a.qk_norm:
+            for name, heads in (("q", a.n_heads), ("k", a.n_kv_heads)):
+                b.launch("qk_norm", f"{name}_norm", i, {"rows": heads, "width": hd},
+                         x=t + name, weight=_w(i, f"{name}_norm"), y=t + name + "n")
+            src = "n"
+        for name, heads in (("q", a.n_heads), ("k", a.n_kv_heads)):
+            b.launch("rope", f"rope_{name}", i, {"rows": heads, "width": hd, "seq": 1},
+                     x=t + name + src, lut="rope.lut", y=t + name + "r")
+        b.host("kv_append", "kv_append", i, {"kv_heads": a.n_kv_heads, "head_dim": hd},
+               {"k": (t + "kr", "input"), "v": (t + "v", "input"),
+                "k_cache": Binding("k_cache", t + "k_cache", "output", hf),
+                "v_cache": Binding("v_cache", t + "v_cache", "output", hf)}, pos=p)
+        shape = {"heads": a.n_heads, "kv_heads": a.n_kv_heads, "Lq": 1, "Lk": p + 1,
+                 "head_dim": hd}
+        b.launch("npu_decode_attention", "attention", i, shape, q=t + "qr",
+                 k=Binding("k", t + "k_cache", "input", hf),
+                 v=Binding("v", t + "v_cache", "input", hf), o=t + "o")
+        b.launch("gemv", "o_proj", i, {"M": h, "K": q}, w=_w(i, "o_proj"), x=t + "o",
+                 y=t + "attn")
+        b.launch("add", "attn_residual", i, rows, a=x, b=t + "attn", y=t + "h1")
+        b.launch("rmsnorm", "ffn_norm", i, rows, x=t + "h1", weight=_w(i, "ffn_norm"),
+                 y=t + "n2")
+        for role in ("gate_proj", "up_proj"):
+            b.launch("gemv", role, i, {"M": a.ffn, "K": h}, w=_w(i, role), x=t + "n2",
+                     y=t + role[:-5])
+        b.launch("silu_mul", "silu_mul", i, {"rows": 1, "width": a.ffn}, gate=t + "gate",
+                 up=t + "up", y=t + "act")
+        b.launch("gemv", "down_proj", i, {"M": h, "K": a.ffn}, w=_w(i, "down_proj"),
+                 x=t + "act", y=t + "ffn")
+        b.launch("add", "ffn_residual", i, rows, a=t + "h1", b=t + "ffn", y=f"x.{i + 1}")
+    x = f"x.{a.n_layers}"
+    b.launch("rmsnorm", "final_norm", None, rows, x=x, weight=_w(None, "final_norm"), y="xn")
+    lm_head_gemv(b, "xn", rows_total=a.vocab)
+
+
+# Upstream measures the LM head as GEMV partitions of 16384 x hidden
+# (docs/hardware-facts.md#calibration-set); a partition of a multiple of 1024 rows leaves no
+# unaligned tail (symptom table: "pad to 1024-aligned").
+LM_HEAD_PARTITION_ROWS = 16384
+_PARTITION_ALIGN = 1024
+
+
+def lm_head_gemv(b: PlanBuilder, x: str, rows_total: int) -> None:
+    """The LM head as GEMV launches over partitions of the vocabulary, one dispatch each: at
+    least as many as the checker needs for the repeat count, and none over the measured
+    16384 rows; each but the last a multiple of 1024 rows."""
+    h = b.args.hidden
+    need = int(b.config("gemv", {"M": rows_total, "K": h})["partitions"])
+    parts = max(need, math.ceil(rows_total / LM_HEAD_PARTITION_ROWS))
+    step = math.ceil(math.ceil(rows_total / parts) / _PARTITION_ALIGN) * _PARTITION_ALIGN
+    for k, r0 in enumerate(range(0, rows_total, step)):
+        r1 = min(rows_total, r0 + step)
+        shape = {"M": r1 - r0, "K": h}
+        b.launch("gemv", f"lm_head.{k}", None, shape, {"partitions": 1},
+                 w=Binding("w", _w(None, "lm_head"), "input", rows=(r0, r1)), x=x,
+                 y=Binding("y", "logits", "output", rows=(r0, r1)))
+
+
+__all__ = ["HOST_OPS", "KINDS", "Binding", "Decode", "Dispatch", "DispatchPlan", "HostStep",
+           "Kind", "Launch", "PlanBuilder", "Prefill", "Step", "baseline_plan", "config_key",
+           "lm_head_gemv", "on_host"]

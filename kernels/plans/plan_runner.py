@@ -1,0 +1,264 @@
+"""Run a dispatch plan: every launch on a backend, every host step on the CPU.
+
+The runner keeps each tensor in the layout its binding gives it (a head-first tensor is
+[heads, L, head_dim], a seq-first one [L, heads * head_dim]) and hands a kernel its
+operands together with their layouts (`config["layouts"]`), as the DMA patterns of the
+compiled program would read them. Whether a binding is static, intermediate, input or
+output changes what a step costs (see kernels.performance.model), never what it computes: a plan and
+every transform of it that runs the same kernels give the same bits.
+
+A backend with `run_dispatch` (the NPU, kernels.npu_runtime.npu_backend) takes a whole dispatch at
+once, as one submission; the emulator takes launch by launch. With `trace` set, the runner appends
+each step's wall time, measured on the host around the step.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from npu_deploy.models.adapters import Weights
+from npu_deploy.models.config import ModelArgs
+from npu_deploy.oracle import reference as ref_ops
+
+from ..definition.registry import HOST_KERNELS, family
+from ..definition.specs import Operand, Prefill
+from ..emulation.numerics import to_bf16
+from ..families.rope import lut as rope_lut
+from .plan import Binding, Dispatch, DispatchPlan, HostStep, Launch
+
+Tensors = dict[str, torch.Tensor]
+
+
+@dataclass
+class PlanResult:
+    logits: torch.Tensor           # [L, vocab] FP32 (full LM head) or [1, vocab] bf16
+    cache: Tensors                 # "L{i}.k_cache" / "L{i}.v_cache": [kv_heads, T, head_dim]
+    tensors: Tensors               # every tensor the plan produced, by name
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One step of a plan run: its wall on the host (the backend's clock around the call:
+    the host's perf_counter but on a simulated device that keeps its own)."""
+
+    name: str
+    where: str                     # npu (a dispatch) | cpu (a host step)
+    seconds: float
+
+
+def _device_weights(args: ModelArgs, weights: Weights) -> Tensors:
+    """The model's weights as the device holds them (bf16), under the plan's names."""
+    w: Tensors = {"w.embed": weights.embed, "w.final_norm": weights.final_norm,
+                  "w.lm_head": weights.lm_head}
+    for i, lw in enumerate(weights.layers):
+        names = {"attn_norm": lw.attn_norm, "ffn_norm": lw.ffn_norm, "q_proj": lw.wq,
+                 "k_proj": lw.wk, "v_proj": lw.wv, "o_proj": lw.wo, "gate_proj": lw.w_gate,
+                 "up_proj": lw.w_up, "down_proj": lw.w_down, "q_bias": lw.bq, "k_bias": lw.bk,
+                 "v_bias": lw.bv, "q_norm": lw.q_norm, "k_norm": lw.k_norm}
+        for name, t in names.items():
+            if t is not None:
+                w[f"w.L{i}.{name}"] = t
+    return {name: to_bf16(t) for name, t in w.items()}
+
+
+class PlanRunner:
+    """Executes plans of one model on `backend` (kernels) and the CPU (host steps)."""
+
+    def __init__(self, args: ModelArgs, weights: Weights, backend: Any, *,
+                 exact_tiles: bool = False) -> None:
+        self.args, self.backend = args, backend
+        # Whole-model runs let BLAS order the FP32 sums (see numerics.gemm_bfp16).
+        self.exact_tiles = exact_tiles
+        self.weights = _device_weights(args, weights)
+        self._gemm_b: Tensors = {}      # GEMM B operands: the weight transposed to [K, N]
+        self.trace: list[StepTime] | None = None
+
+    # --- the plan ---------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def run(self, plan: DispatchPlan, tokens: torch.Tensor,
+            cache: Tensors | None = None) -> PlanResult:
+        """Prefill `tokens` ([L]), or decode one token ([1]) at the plan's position with
+        `cache` (from the prefill or the previous step; not modified)."""
+        a = self.args
+        if isinstance(plan.mode, Prefill):
+            if int(tokens.shape[0]) != plan.mode.seq:
+                raise ValueError(f"plan is for L={plan.mode.seq}, got {tokens.shape[0]} tokens")
+            positions = torch.arange(plan.mode.seq)
+        else:
+            if int(tokens.shape[0]) != 1 or cache is None:
+                raise ValueError("a decode plan takes one token and the KV cache")
+            positions = torch.tensor([plan.mode.pos])
+        cos, sin = ref_ops.rope_table(a, positions)
+        # the RoPE kernel's table: a [cos | sin] LUT row per position (rope_halfsplit.cc)
+        tensors: Tensors = {"tokens": tokens, "rope.lut": to_bf16(rope_lut(cos, sin))}
+        if cache is not None:
+            tensors.update(cache)
+        self._row_sizes = _row_sizes(plan)
+        whole = getattr(self.backend, "run_dispatch", None)
+        prepare = getattr(self.backend, "prepare", None)
+        if prepare is not None:
+            prepare(plan)       # a device backend sizes the plan's buffers once (padding)
+        clock = getattr(self.backend, "clock", time.perf_counter)
+        for step in plan.steps:
+            t0 = clock()
+            if isinstance(step, Dispatch):
+                if whole is not None:
+                    whole(step, [self._operands(ln, tensors) for ln in step.launches],
+                          a.head_dim)
+                else:
+                    for launch in step.launches:
+                        self.backend.run(launch.spec, launch.shape_dict,
+                                         *self._operands(launch, tensors))
+            else:
+                self._host(step, tensors)
+            if self.trace is not None:
+                self.trace.append(StepTime(step.name if isinstance(step, Dispatch)
+                                           else step.label,
+                                           "npu" if isinstance(step, Dispatch) else "cpu",
+                                           clock() - t0))
+        new_cache = {k: v for k, v in tensors.items() if k.endswith(("k_cache", "v_cache"))}
+        logits = tensors["logits"]
+        if logits.dim() == 1:
+            logits = logits[None]
+        return PlanResult(logits, new_cache, tensors)
+
+    # --- launches ---------------------------------------------------------------------
+
+    def _operands(self, launch: Launch, tensors: Tensors
+                  ) -> tuple[dict[str, Any], Tensors, Tensors]:
+        """The launch's config (with its operands' layouts) and its input and output
+        tensors by operand, as the kernel reads them."""
+        spec, shape = launch.spec, launch.shape_dict
+        config = dict(launch.config_dict)
+        config["layouts"] = {b.operand: b.layout for b in launch.bindings}
+        config["head_dim"] = self.args.head_dim
+        kernel = family(spec.name)
+        if kernel.exact_tiles:
+            config["exact_tiles"] = self.exact_tiles
+        if kernel.transposed_weight is not None:     # a weight converted once (static_b)
+            config["static_b"] = launch.binding(kernel.transposed_weight).tensor.startswith("w.")
+        inputs, outputs = {}, {}
+        for op in spec.operands(shape):
+            b = launch.binding(op.name)
+            dims = _physical(op, b, self.args.head_dim)
+            if op.role == "output":
+                outputs[op.name] = self._output(b, op, dims, tensors)
+            else:
+                inputs[op.name] = self._input(launch, b, dims, tensors)
+        return config, inputs, outputs
+
+    def _input(self, launch: Launch, b: Binding, dims: tuple[int, ...],
+               tensors: Tensors) -> torch.Tensor:
+        if b.tensor.startswith("w."):
+            transposed = b.operand == family(launch.kernel).transposed_weight
+            t = self._weight(b.tensor, gemm_b=transposed)
+        elif b.tensor in tensors:
+            t = tensors[b.tensor]
+        else:
+            raise KeyError(f"{launch.label}: reads {b.tensor!r} before any step wrote it")
+        if b.rows is not None:
+            t = t[b.rows[0]:b.rows[1]]
+        if tuple(t.shape) != dims:
+            if t.dim() == 3 and len(dims) == 3 and t.shape[1] >= dims[1]:
+                t = t[:, :dims[1]]          # the first Lk positions of a KV cache
+            else:
+                t = t.reshape(dims)
+        return t
+
+    def _output(self, b: Binding, op: Operand, dims: tuple[int, ...],
+                tensors: Tensors) -> torch.Tensor:
+        dtype = torch.float32 if op.elem_bytes == 4 else torch.bfloat16
+        if b.rows is None:
+            tensors[b.tensor] = torch.empty(dims, dtype=dtype)
+            return tensors[b.tensor]
+        if b.tensor not in tensors:
+            tensors[b.tensor] = torch.empty(self._row_sizes[b.tensor], *dims[1:], dtype=dtype)
+        return tensors[b.tensor][b.rows[0]:b.rows[1]]
+
+    def _weight(self, name: str, gemm_b: bool) -> torch.Tensor:
+        if name not in self.weights:
+            raise KeyError(f"the plan reads weight {name!r}, which this model does not have")
+        if not gemm_b:
+            return self.weights[name]
+        if name not in self._gemm_b:        # [out, in] -> [K, N], written once
+            with torch.inference_mode(False):   # a normal tensor: the emulator keys on it
+                self._gemm_b[name] = self.weights[name].t().contiguous()
+        return self._gemm_b[name]
+
+    # --- host steps -------------------------------------------------------------------
+
+    def _host(self, step: HostStep, tensors: Tensors) -> None:
+        a, s, p = self.args, step.shape_dict, step.params_dict
+
+        def get(operand: str) -> torch.Tensor:
+            name = step.binding(operand).tensor
+            return self.weights[name] if name.startswith("w.") else tensors[name]
+
+        def put(operand: str, value: torch.Tensor) -> None:
+            tensors[step.binding(operand).tensor] = value
+
+        kernel = HOST_KERNELS.get(step.op)
+        if kernel is not None and kernel.host is not None:     # a kernel family on the host
+            kernel.host.run(s, get, put)
+        elif step.op == "transpose":
+            x, hd = get("x"), s["head_dim"]
+            if p["to"] == "head-first":
+                put("y", x.reshape(s["rows"], s["heads"], hd).transpose(0, 1).contiguous())
+            else:
+                put("y", x.transpose(0, 1).reshape(s["rows"], s["heads"] * hd).contiguous())
+        elif step.op == "kv_store":
+            for name in ("k", "v"):
+                t = get(name)
+                if step.binding(name).layout == "seq-first":
+                    t = t.reshape(s["Lk"], s["kv_heads"], s["head_dim"]).transpose(0, 1)
+                put(f"{name}_cache", t.reshape(s["kv_heads"], s["Lk"], s["head_dim"]).clone())
+        elif step.op == "kv_append":
+            pos, kvh, hd = int(p["pos"]), s["kv_heads"], s["head_dim"]
+            for name in ("k", "v"):
+                old = get(f"{name}_cache")
+                if old.shape[1] != pos:
+                    raise ValueError(f"{step.label}: the cache holds {old.shape[1]} positions, "
+                                     f"the plan decodes position {pos}")
+                row = get(name).reshape(kvh, 1, hd)
+                put(f"{name}_cache", torch.cat((old, row), dim=1))
+        elif step.op == "final_norm_last_row":
+            # The rmsnorm kernel's numerics on one row: FP32, one cast to bf16.
+            x = get("x")[-1:]
+            put("y", to_bf16(ref_ops.rms_norm(x.to(torch.float32),
+                                              get("weight").to(torch.float32), a.norm_eps)))
+        else:
+            raise ValueError(f"{step.label}: no host implementation of {step.op!r}")
+
+
+def _physical(op: Operand, b: Binding, head_dim: int) -> tuple[int, ...]:
+    """The stored shape of operand `op` bound with layout `b.layout`. Attention operands are
+    [heads, L, head_dim] in the spec; GEMM outputs [M, N]."""
+    dims = op.dims
+    if len(dims) == 3 and b.layout == "seq-first":
+        return (dims[1], dims[0] * dims[2])
+    if len(dims) == 2 and b.layout == "head-first" and op.role == "output" \
+            and dims[1] % head_dim == 0 and op.name == "c":
+        return (dims[1] // head_dim, dims[0], head_dim)
+    if b.rows is not None:
+        return (b.rows[1] - b.rows[0], *dims[1:])
+    return dims
+
+
+def _row_sizes(plan: DispatchPlan) -> dict[str, int]:
+    """For tensors written in row ranges (LM head partitions), their total rows."""
+    sizes: dict[str, int] = {}
+    for step in plan.steps:
+        launches = step.launches if isinstance(step, Dispatch) else ()
+        for launch in launches:
+            for b in launch.bindings:
+                if b.rows is not None:
+                    sizes[b.tensor] = max(sizes.get(b.tensor, 0), b.rows[1])
+    return sizes
+
+
+__all__ = ["PlanResult", "PlanRunner", "StepTime"]
