@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from npu_deploy import progress
+from npu_deploy.events import progress
 from npu_deploy.kernels.hardware import XDNA2, Hardware
 from npu_deploy.kernels.plan import DispatchPlan
 from npu_deploy.kernels.plan_runner import PlanRunner

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from npu_deploy import progress
+from npu_deploy.events import progress
 from npu_deploy.kernels.emulator import EmulatorBackend
 from npu_deploy.kernels.hardware import HARDWARE, Hardware
 from npu_deploy.kernels.npu_backend import REPEATS

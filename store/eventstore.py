@@ -44,7 +44,6 @@ from npu_deploy.events.envelope import (
     hash_preimage,
 )
 from npu_deploy.events.state import REDUCED_TYPES, reduce_body
-from npu_deploy.locations import default_db_path
 
 from .anchor import (
     HEAD_FIELDS,
@@ -58,6 +57,7 @@ from .anchor import (
     user_key,
 )
 from .errors import StoreCorrupt, StoreError, UnknownRun
+from .locations import default_db_path
 from .schema import connect, release
 from .transaction import read_snapshot, transaction
 
@@ -177,7 +177,7 @@ class EventStore:
         return self.path.with_name(self.path.name + ".locks") / f"{run_id}.lock"
 
     def progress_path(self, run_id: str) -> Path:
-        """Where the run's step in flight says how far it has got (machine/progress.py)."""
+        """Where the run's step in flight says how far it has got (store/progress.py)."""
         return self.lock_path(run_id).with_suffix(".progress")
 
     def is_locked(self, run_id: str) -> bool:
