@@ -27,14 +27,16 @@ from .errors import (
 from .locations import default_db_path
 
 if TYPE_CHECKING:
-    from .eventstore import EventStore, RunSummary, VerifyReport
+    from .eventstore import EventStore
+    from .reading import RunSummary
     from .schema import SCHEMA_VERSION
     from .transfer import ExportedRun, export_run, import_run, read_export
+    from .verification import VerifyReport
     from .writer import RunWriter
 
 #: Each name loaded on first use, and the module that holds it.
 _LAZY = {
-    "EventStore": "eventstore", "RunSummary": "eventstore", "VerifyReport": "eventstore",
+    "EventStore": "eventstore", "RunSummary": "reading", "VerifyReport": "verification",
     "SCHEMA_VERSION": "schema", "ExportedRun": "transfer", "export_run": "transfer",
     "import_run": "transfer", "read_export": "transfer", "RunWriter": "writer",
 }
