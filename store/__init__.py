@@ -50,6 +50,10 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = [
     "SCHEMA_VERSION", "CommandAlreadyConsumed", "EventStore", "IdempotencyConflict",
     "ImportRefused", "NewerSchema", "NotAStore", "RunLocked", "RunSummary", "RunWriter",
