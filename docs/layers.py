@@ -113,12 +113,20 @@ def rows_of(dotted: str) -> list[str]:
     return [p.name for p in PARTS if p.name == part_of(dotted)]
 
 
-def imported(dotted: str, file: Path) -> set[str]:
+def imported(dotted: str, file: Path, *, for_types: bool = True) -> set[str]:
     """The modules of ours a module imports (as dotted names; `from npu_deploy.x import y`
-    gives `npu_deploy.x.y`, which is in the same part as `npu_deploy.x`)."""
+    gives `npu_deploy.x.y`, which is in the same part as `npu_deploy.x`); without those
+    under `if TYPE_CHECKING:` when not `for_types`."""
     found: set[str] = set()
     package = dotted.split(".") if file.name == "__init__.py" else dotted.split(".")[:-1]
-    for node in ast.walk(ast.parse(file.read_text(), str(file))):
+    tree = ast.parse(file.read_text(), str(file))
+    typing_only = set() if for_types else {
+        id(inner) for node in ast.walk(tree) if isinstance(node, ast.If)
+        and "TYPE_CHECKING" in ast.unparse(node.test)
+        for stmt in node.body for inner in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
