@@ -12,7 +12,7 @@ Per entry point, with its own store in a temporary folder:
 - `resume RUN` (headless: the command line has no TUI resume; its first line is its paint).
 
 first line: from the Enter that starts the command (the shell's fork and exec included)
-until the pane shows what it loads (npu_deploy/launch.py's line, written before the
+until the pane shows what it loads (npu_deploy/loading.py's line, written before the
 imports) or its header. first frame: until the pane shows the entry point's header: the run
 screen's title line (its "times UTC"), the run browser's title ("N runs"), resume's first
 line. quit: `--quit-after` seconds after the first frame (so a deploy's conductor is
@@ -47,7 +47,7 @@ WIDTH, HEIGHT = 160, 45
 RUN_TITLE = re.compile(r"times UTC")                 # the run screen's title line
 RUNS_TITLE = re.compile(r"npu-deploy .* \d+ runs")   # the run browser's title line
 RESUMED = re.compile(r"resumed at v\d+")             # resume's first line
-LOADING = re.compile(r"npu-deploy \w+.*: (opening|loading) .*…")   # launch.py's line
+LOADING = re.compile(r"npu-deploy \w+.*: (opening|loading) .*…")   # npu_deploy/loading.py's line
 
 
 class Pane:

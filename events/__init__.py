@@ -1,7 +1,9 @@
 """The vocabulary of a deployment: events, their canonical form and hash chain,
-typed payloads, and the pure fold into a `DeploymentState`; the phase table (phases.py),
-which decisions a run takes now (decisions.py), and what an event says (describe.py). No
-I/O here, and no imports from the rest of the project."""
+typed payloads (checked by checking.py), and the pure fold into a `DeploymentState`; the
+phase table (phases.py), which decisions a run takes now (decisions.py), what an event says
+(describe.py), and the stages a long step marks (progress.py, not events: the one place the
+oracle, the pipeline and the conductor all reach). No I/O here, and no imports from the rest
+of the project."""
 
 from .decisions import OpenDecisions, Waiting, open_decisions, refusal, waiting_on
 from .describe import EventView, describe, view

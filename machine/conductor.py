@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from npu_deploy import progress
 from npu_deploy.events import DeploymentState, Event, NewEvent, PhaseState
 from npu_deploy.events.decisions import refusal
 from npu_deploy.events.describe import check_text, evidence_text, failed_metrics, failing_checks
@@ -55,7 +54,7 @@ from npu_deploy.events.payloads import (
 )
 from npu_deploy.events.phases import thresholds_in_force
 from npu_deploy.events.state import GATE_TOOL, PHASE_NAMES
-from npu_deploy.store import EventStore, RunWriter
+from npu_deploy.store import EventStore, RunWriter, progress
 
 from .machine import DEFAULT_BUDGET, PHASES, DeploymentMachine, state_of, trigger_for
 

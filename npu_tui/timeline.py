@@ -21,7 +21,7 @@ from npu_deploy.events import fold as fold_events
 from npu_deploy.events.describe import describe, glyph_of, tone_of
 from npu_deploy.events.state import GateSummary
 from npu_deploy.store import EventStore, StoreError
-from npu_deploy.store.eventstore import EVENT_COLUMNS, event_from_row
+from npu_deploy.store.rows import EVENT_COLUMNS, event_from_row
 
 PAGE: Final = 256              # event lines read per query
 PAGES_KEPT: Final = 64         # about 16k lines in memory, whatever the run's length

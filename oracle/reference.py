@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from npu_deploy import progress
+from npu_deploy.events import progress
 from npu_deploy.models.adapters import LayerWeights, Weights
 from npu_deploy.models.config import ModelArgs, RopeScaling
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from npu_deploy import progress
+from npu_deploy.events import progress
 from npu_deploy.kernels.definition.hardware import XDNA2, Hardware
 from npu_deploy.kernels.definition.specs import Decode, Mode, Prefill
 from npu_deploy.kernels.plans.plan import DispatchPlan

@@ -26,7 +26,7 @@ from typing import Any
 
 import click
 
-from npu_deploy import progress
+from npu_deploy.events import progress
 from npu_deploy.events.describe import check_text, gate_figures
 from npu_deploy.events.payloads import GateEvaluated, HumanDecision, PhaseExited
 from npu_deploy.kernels.definition.specs import Decode, Prefill

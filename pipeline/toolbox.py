@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from npu_deploy import progress
+from npu_deploy.events import progress
 from npu_deploy.events.payloads import (
     ExperienceRecorded,
     LessonRecorded,

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from npu_deploy import progress
+from npu_deploy.events import progress
 from npu_deploy.kernels.definition.hardware import HARDWARE, Hardware
 from npu_deploy.kernels.definition.specs import Prefill
 from npu_deploy.kernels.emulation.emulator import EmulatorBackend

@@ -1,6 +1,15 @@
 """The append-only, hash-chained SQLite event log (through sqlite-utils): runs,
 events, content-addressed blobs, snapshots, the inbox of human commands, the
-per-run writer lock, verification, and export/import."""
+per-run writer lock, verification, and export/import.
+
+The names below load their modules when first used (PEP 562): the entry point imports
+`npu_deploy.store.locations` before anything heavy, and importing a module of this package
+runs this file first, which must not pull sqlite-utils (and numpy with it) in."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from .errors import (
     CommandAlreadyConsumed,
@@ -15,10 +24,35 @@ from .errors import (
     Unanchored,
     UnknownRun,
 )
-from .eventstore import EventStore, RunSummary, VerifyReport, default_db_path
-from .schema import SCHEMA_VERSION
-from .transfer import ExportedRun, export_run, import_run, read_export
-from .writer import RunWriter
+from .locations import default_db_path
+
+if TYPE_CHECKING:
+    from .eventstore import EventStore
+    from .reading import RunSummary
+    from .schema import SCHEMA_VERSION
+    from .transfer import ExportedRun, export_run, import_run, read_export
+    from .verification import VerifyReport
+    from .writer import RunWriter
+
+#: Each name loaded on first use, and the module that holds it.
+_LAZY = {
+    "EventStore": "eventstore", "RunSummary": "reading", "VerifyReport": "verification",
+    "SCHEMA_VERSION": "schema", "ExportedRun": "transfer", "export_run": "transfer",
+    "import_run": "transfer", "read_export": "transfer", "RunWriter": "writer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "SCHEMA_VERSION", "CommandAlreadyConsumed", "EventStore", "IdempotencyConflict",

@@ -39,8 +39,9 @@ from npu_deploy.events import (
 
 from .anchor import anchor_head, user_key
 from .errors import ImportRefused, StoreError
-from .eventstore import EventStore, validate_run_id
+from .eventstore import EventStore
 from .files import atomic_file, check_writable_target, regular_or_missing
+from .rows import validate_run_id
 from .schema import SCHEMA_VERSION
 from .transaction import read_snapshot, transaction
 from .writer import insert_row, insert_run_row, take_run_lock, update_run_summary

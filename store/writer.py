@@ -48,8 +48,11 @@ from .errors import (
     Unanchored,
     UnknownRun,
 )
-from .eventstore import EVENT_COLUMNS, EventStore, event_from_row, validate_run_id
+from .rows import EVENT_COLUMNS, event_from_row, validate_run_id
+from .snapshots import Snapshots
+from .storefile import StoreFile
 from .transaction import transaction
+from .verification import Verifier
 
 #: A snapshot is cached every this many events (and when the writer closes).
 SNAPSHOT_EVERY = 1000
@@ -106,7 +109,7 @@ def insert_run_row(conn: sqlite3.Connection, first: Event) -> None:
          p.get("parent_run_id"), p.get("parent_version"), first.prev_hash, "new"))
 
 
-def take_run_lock(store: EventStore, run_id: str) -> FileLock:
+def take_run_lock(store: StoreFile, run_id: str) -> FileLock:
     """The OS file lock that makes a process the only writer of a run."""
     path = store.lock_path(run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -120,19 +123,20 @@ def take_run_lock(store: EventStore, run_id: str) -> FileLock:
 
 
 class RunWriter:
-    def __init__(self, store: EventStore, run_id: str, lock: FileLock, *,
+    def __init__(self, store: StoreFile, run_id: str, lock: FileLock, *,
                  adopt: bool = False) -> None:
         self.store = store
         self.run_id = run_id
         self._lock = lock
         # Our own connection: commits from it move other connections' data_version.
         # Autocommit: a lone INSERT is its own transaction; larger ones are `transaction`s.
-        self._store = EventStore.open(store.path)
+        self._store = StoreFile.open(store.path)
         self._conn = self._store.conn
         self._conn.isolation_level = None
+        self._snapshots = Snapshots(self._store)
         self._key = signing_key()
         # Never extend a chain that does not verify: the new links would vouch for it.
-        report = self._store.verify(run_id)
+        report = Verifier(self._store).verify(run_id)
         if not report.ok or report.state is None:
             self._store.close()
             raise StoreCorrupt(f"run {run_id} fails verification, refusing to append: "
@@ -156,7 +160,7 @@ class RunWriter:
     # --- opening ------------------------------------------------------------------
 
     @classmethod
-    def attach(cls, store: EventStore, run_id: str, *, adopt: bool = False) -> RunWriter:
+    def attach(cls, store: StoreFile, run_id: str, *, adopt: bool = False) -> RunWriter:
         """The writer of an existing run; `adopt` lets this user's key anchor a run that
         verifies but is not anchored by it (store/anchor.py)."""
         if store.readonly:
@@ -171,7 +175,7 @@ class RunWriter:
             raise
 
     @classmethod
-    def create(cls, store: EventStore, started: RunStarted | RunForked | dict[str, Any], *,
+    def create(cls, store: StoreFile, started: RunStarted | RunForked | dict[str, Any], *,
                run_id: str | None = None, actor: str = "harness",
                first_type: str = "run.started") -> RunWriter:
         """A new run, opened by `started`: a RunStarted or RunForked value, or the JSON
@@ -313,7 +317,7 @@ class RunWriter:
     # --- closing ------------------------------------------------------------------------
 
     def snapshot(self) -> None:
-        self._store.save_snapshot(self.state)
+        self._snapshots.save(self.state)
         self._since_snapshot = 0
 
     def _check_open(self) -> None:

@@ -66,7 +66,8 @@ class FakeClock:
 
 #: Each module that bound the name at import time reads the clock or draws ids through it.
 _PATCHED = (("npu_deploy.events.envelope", "utc_now"), ("npu_deploy.events.envelope", "uuid7"),
-            ("npu_deploy.store.eventstore", "utc_now"), ("npu_deploy.store.eventstore", "uuid7"),
+            ("npu_deploy.store.snapshots", "utc_now"), ("npu_deploy.store.blobs", "utc_now"),
+            ("npu_deploy.store.inbox", "utc_now"), ("npu_deploy.store.inbox", "uuid7"),
             ("npu_deploy.store.writer", "utc_now"))
 
 

@@ -95,7 +95,7 @@ def _run_id(value: str | None) -> str | None:
     """--run-id, checked before any store is opened: a name no run id can have (a space,
     a trailing newline, 65 characters) is a usage error, not a run stored under it."""
     from npu_deploy.events import InvalidEvent
-    from npu_deploy.store.eventstore import validate_run_id
+    from npu_deploy.store.rows import validate_run_id
 
     try:
         return None if value is None else validate_run_id(value)

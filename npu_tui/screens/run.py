@@ -18,12 +18,11 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
-from npu_deploy import progress
 from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
 from npu_deploy.events import fold as fold_events
 from npu_deploy.events.decisions import open_decisions, refusal, waiting_text
 from npu_deploy.events.describe import one_line, printable
-from npu_deploy.store import EventStore
+from npu_deploy.store import EventStore, progress
 
 from ..legend import PLAIN_TONES, TONE_CLASSES, tone_styles
 from ..messages import CursorMoved, EventsArrived, Seek, ShowEvent

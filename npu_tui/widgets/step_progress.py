@@ -1,7 +1,7 @@
 """What the run is doing now when that takes a while: loading (the pipeline, torch, the model)
 before its first event, or a step in flight (a tool requested and not yet completed). A
 Textual ProgressBar shows it: by the step's own count of what it has done (its stages, from
-npu_deploy/progress.py) when it counts, else against how long the same step took in earlier
+store/progress.py's file) when it counts, else against how long the same step took in earlier
 runs of the same model when the store has them, else as an indeterminate bar. The time
 estimate is shown beside the count when there is one."""
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from npu_deploy import progress
+from npu_deploy.events import progress
 from npu_deploy.events.phases import phase
 from npu_deploy.metrics.comparison import compare
 from npu_deploy.models.errors import OracleError

@@ -1,6 +1,6 @@
-"""The entry point's loading line (npu_deploy/launch.py): a command that takes seconds to
-open says at once what it opens; one that answers at once says nothing; what a person typed
-is shown as text, never as terminal control."""
+"""The entry point's loading line (npu_deploy/loading.py, written by npu_deploy/launch.py): a
+command that takes seconds to open says at once what it opens; one that answers at once says
+nothing; what a person typed is shown as text, never as terminal control."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from npu_deploy.launch import loading_line
+from npu_deploy.loading import loading_line
 
 
 @pytest.mark.parametrize(("argv", "said"), [

@@ -1,6 +1,7 @@
-"""A long step says how far it has got (npu_deploy/progress.py): stages counted by their
-unit, nested, written beside the run's lock while the step runs and gone after it; the
-greedy loops of the reference and of the deployed model count their tokens."""
+"""A long step says how far it has got: stages marked (events/progress.py) and counted by
+their unit, nested, written beside the run's lock while the step runs and gone after it
+(store/progress.py); the greedy loops of the reference and of the deployed model count
+their tokens."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from typing import Any
 import pytest
 from fake_pipeline import FakeGate, FakeMatcher
 
-from npu_deploy import progress
+from npu_deploy.events import progress
 from npu_deploy.machine import Conductor, Pipeline, Policy
+from npu_deploy.store import progress as progress_file
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
@@ -22,12 +24,12 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 def recorded(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     """Every state a reporter was asked to write, held back or not."""
     seen: list[dict[str, Any]] = []
-    write = progress.Reporter.write
+    write = progress_file.Reporter.write
 
-    def keep(self: progress.Reporter, *, force: bool = False) -> None:
+    def keep(self: progress_file.Reporter, *, force: bool = False) -> None:
         seen.append(asdict(self.progress))
         write(self, force=force)
-    monkeypatch.setattr(progress.Reporter, "write", keep)
+    monkeypatch.setattr(progress_file.Reporter, "write", keep)
     return seen
 
 
@@ -37,23 +39,23 @@ def distinct(counts: list[int]) -> list[int]:
 
 
 def test_nested_stages_count_their_own_unit_and_fill_the_outer_bar(tmp_path, monkeypatch):
-    monkeypatch.setattr(progress, "WRITE_S", 0.0)        # every count written at once
+    monkeypatch.setattr(progress_file, "WRITE_S", 0.0)        # every count written at once
     path = tmp_path / "r.progress"
-    with progress.reporting(path, "p7.a1.gate", "gate"):
+    with progress_file.reporting(path, "p7.a1.gate", "gate"):
         with progress.stage("independent check", 4):
             progress.advance()                          # one part of four
             with progress.stage("greedy runs", 10, "token"):
                 for _ in range(5):
                     progress.advance("token")
                 progress.advance("tile")                # no stage counts tiles: nothing
-                shown = progress.read(path)
+                shown = progress_file.read(path)
                 assert shown is not None and shown.call_id == "p7.a1.gate"
                 assert shown.text() == ("independent check 1/4 parts · greedy runs 5/10 "
                                         "tokens")
                 assert shown.fraction() == pytest.approx((1 + 0.5) / 4)
                 progress.reach("token", 9)
             # the inner stage closed: the outer count is written again, its own
-            assert progress.read(path).text() == "independent check 1/4 parts"
+            assert progress_file.read(path).text() == "independent check 1/4 parts"
     assert not path.exists()                            # the step ended: nothing to show
 
 
@@ -68,8 +70,8 @@ def test_outside_a_step_nothing_counts_or_writes(tmp_path):
 def test_a_file_that_is_not_progress_reads_as_none(tmp_path, text):
     path = tmp_path / "r.progress"
     path.write_text(text)
-    assert progress.read(path) is None
-    assert progress.read(tmp_path / "absent.progress") is None
+    assert progress_file.read(path) is None
+    assert progress_file.read(tmp_path / "absent.progress") is None
 
 
 def test_the_reference_and_the_deployed_model_count_their_greedy_tokens(
@@ -85,7 +87,7 @@ def test_the_reference_and_the_deployed_model_count_their_greedy_tokens(
     seen = recorded(monkeypatch)
     loaded = tiny_models["tiny-llama"]
     ids = loaded.tokenizer("The capital of France is", return_tensors="pt").input_ids[0]
-    with progress.reporting(tmp_path / "r.progress", "c", "build_oracle"):
+    with progress_file.reporting(tmp_path / "r.progress", "c", "build_oracle"):
         for p in counted(["a", "b"], 6, "greedy runs"):
             assert p in ("a", "b")
             reference_of(loaded).generate(ids, 6)
@@ -96,7 +98,7 @@ def test_the_reference_and_the_deployed_model_count_their_greedy_tokens(
     seen.clear()
     deployed = DeployedModel("tiny-llama", loaded.args, loaded.weights, Recipe(),
                              EmulatorBackend())
-    with progress.reporting(tmp_path / "r.progress", "c", "run_model"):
+    with progress_file.reporting(tmp_path / "r.progress", "c", "run_model"):
         with progress.stage("greedy run", 5, "token"):
             deployed.generate(ids, 5)
     assert distinct([s["stages"][0]["done"] for s in seen if s["stages"]]) == list(range(6))
@@ -130,7 +132,7 @@ def test_a_conductor_step_writes_its_progress_beside_the_lock_and_removes_it(
     worker.start()
     path: Path = store.progress_path("r1")
     assert agent.counted.wait(timeout=30)
-    shown = progress.read(path)
+    shown = progress_file.read(path)
     step = [e for e in store.events("r1", types=("tool.requested",))][-1]
     assert shown is not None and shown.call_id == step.payload["call_id"]
     assert shown.tool == "count"
@@ -147,11 +149,11 @@ def make_gates() -> dict[int, Any]:
 
 def test_a_count_held_back_reaches_the_file_however_long_the_next_one_takes(tmp_path):
     path = tmp_path / "r.progress"
-    with progress.reporting(path, "c", "t"), progress.stage("greedy runs", 10, "token"):
+    with progress_file.reporting(path, "c", "t"), progress.stage("greedy runs", 10, "token"):
         progress.advance("token", 4)            # within WRITE_S of the stage's opening
-        assert progress.read(path).text() == "greedy runs 0/10 tokens"
+        assert progress_file.read(path).text() == "greedy runs 0/10 tokens"
         deadline = time.monotonic() + 5
-        while progress.read(path).text() != "greedy runs 4/10 tokens":
+        while progress_file.read(path).text() != "greedy runs 4/10 tokens":
             assert time.monotonic() < deadline, "the held-back count was never written"
             time.sleep(0.05)
     assert not path.exists()

@@ -792,14 +792,14 @@ async def test_the_header_and_what_loads_paint_before_the_driver_has_loaded(stor
 
 
 async def test_a_long_step_shows_its_count_and_a_bar_filled_by_it(store, db_path):
-    """A step that counts (npu_deploy/progress.py) shows `tool (phase k): stage done/total`
+    """A step that counts (events/progress.py) shows `tool (phase k): stage done/total`
     and a bar at its fraction while it runs; the bar goes when the step ends."""
     import threading
 
     from fake_pipeline import FakeGate, FakeMatcher
     from textual.widgets import ProgressBar
 
-    from npu_deploy import progress
+    from npu_deploy.events import progress
     from npu_deploy.machine import Pipeline
     from npu_deploy.tui.widgets.step_progress import StepProgress
 

@@ -1,23 +1,15 @@
-"""How far a long step has got, for whoever watches the run: the TUI of this process or of
-another (`attach`).
+"""The progress file of a run's step in flight: what the step's work counts
+(events/progress.py: its stages, marked by the oracle's and the pipeline's work) is written
+here for whoever watches the run, the TUI of this process or of another (`attach`).
 
 Progress is not history. It is not an event and not in the chain: a step's result is. The
-conductor writes it to a small JSON file beside the run's lock (`<store>.locks/RUN.progress`),
-replaced whole at most every `WRITE_S` (a count held back is written when that has passed)
-and removed when the step ends, so the watcher never
-contends with the run's writer for the database.
+conductor writes it to a small JSON file beside the run's lock (`<store>.locks/RUN.progress`,
+`EventStore.progress_path`), replaced whole at most every `WRITE_S` (a count held back is
+written when that has passed) and removed when the step ends, so the watcher never
+contends with the run's writer for the database; `read` is the watcher's side.
 
-A step's work marks its stages. A stage counts its own unit ("part", "token", ...):
-`advance(unit)` counts in the innermost open stage of that unit and is a no-op when there is
-none, so a loop deep in the model (each greedy token) costs one lookup when nobody counts:
-
-    with stage("phase-3 check", total=len(prompts) * steps, unit="token"):
-        for p in prompts:
-            model.generate(...)         # advance("token") per token
-            reach("token", (i + 1) * steps)
-
-Stages nest (the independent check's parts, each with its tokens); the watcher shows them all
-and fills its bar from the outermost, the inner one's fraction included.
+The watcher shows every stage and fills its bar from the outermost, the inner one's
+fraction included.
 """
 
 from __future__ import annotations
@@ -28,9 +20,10 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from npu_deploy.events.progress import counting, current
 
 WRITE_S = 0.2               # the file is replaced at most this often (and at a stage's edges)
 
@@ -70,7 +63,8 @@ class Progress:
 
 
 class Reporter:
-    """The progress of one step, written to `path` for the watcher."""
+    """The progress of one step, written to `path` for the watcher: the counter that
+    events/progress.py's marks count into while the step runs."""
 
     def __init__(self, path: Path, call_id: str, tool: str) -> None:
         self.path, self.progress = path, Progress(call_id, tool)
@@ -133,52 +127,19 @@ class Reporter:
                 self.path.unlink()
 
 
-_reporter: ContextVar[Reporter | None] = ContextVar("npu_deploy_progress", default=None)
-
-
 @contextlib.contextmanager
 def reporting(path: Path, call_id: str, tool: str) -> Iterator[Reporter]:
     """While a step runs: what its work counts goes to `path`, removed after (a step within
     a step writes over its parent's until it ends)."""
     reporter = Reporter(path, call_id, tool)
-    token = _reporter.set(reporter)
     try:
-        yield reporter
+        with counting(reporter):
+            yield reporter
     finally:
-        _reporter.reset(token)
         reporter.remove()
-        outer = _reporter.get()
+        outer = current()
         if outer is not None:
             outer.write(force=True)
-
-
-@contextlib.contextmanager
-def stage(name: str, total: int, unit: str = "part") -> Iterator[None]:
-    """A stage of the running step of `total` `unit`s (nothing when no step counts)."""
-    reporter = _reporter.get()
-    if reporter is None:
-        yield
-        return
-    s = reporter.open(name, total, unit)
-    try:
-        yield
-    finally:
-        reporter.close(s)
-
-
-def advance(unit: str = "part", n: int = 1) -> None:
-    """`n` more `unit`s done in the innermost stage that counts them."""
-    reporter = _reporter.get()
-    if reporter is not None:
-        reporter.count(unit, n)
-
-
-def reach(unit: str, done: int) -> None:
-    """The innermost stage of `unit` has `done` of them (a run that stopped early skips the
-    rest of its count)."""
-    reporter = _reporter.get()
-    if reporter is not None:
-        reporter.count(unit, done, absolute=True)
 
 
 def read(path: Path) -> Progress | None:

@@ -1,0 +1,59 @@
+"""One store file and the files beside it: its connection (opened read-write, creating and
+migrating it, or read-only), the per-run writer locks and the progress files. What the
+store's roles (reading.py, snapshots.py, verification.py, blobs.py, inbox.py) and the
+writer (writer.py) share; `EventStore` is one of these with all its roles."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Self
+
+from sqlite_utils import Database
+
+from .locations import default_db_path
+from .schema import connect, release
+
+
+class StoreFile:
+    """An open store file. `StoreFile.open(path)` opens it read-write (creating and
+    migrating it), `StoreFile.open(path, readonly=True)` read-only; no path, the default
+    store (store/locations.py)."""
+
+    def __init__(self, path: Path, db: Database, *, readonly: bool) -> None:
+        self.path = path
+        self.db = db
+        self.readonly = readonly
+        self._closed = False
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str] | None = None, *,
+             readonly: bool = False) -> Self:
+        p = Path(path) if path is not None else default_db_path()
+        return cls(p, connect(p, readonly=readonly), readonly=readonly)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.db.close()
+        release(self.path)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def conn(self) -> sqlite3.Connection:
+        return self.db.conn
+
+    def lock_path(self, run_id: str) -> Path:
+        """The run's writer lock (writer.py takes it)."""
+        return self.path.with_name(self.path.name + ".locks") / f"{run_id}.lock"
+
+    def progress_path(self, run_id: str) -> Path:
+        """Where the run's step in flight says how far it has got (store/progress.py)."""
+        return self.lock_path(run_id).with_suffix(".progress")
