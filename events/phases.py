@@ -60,8 +60,8 @@ PHASES: tuple[Phase, ...] = (
     Phase(1, "kernel validation", "phase-1-kernel-validation", "phase1.kernels", (
         Threshold("rtol", 1.6e-2,
                   "docs/design.md#phase-1-kernel-validation: |out-ref| <= atol + rtol |ref| "
-                  "on every element, rtol of bf16; the atol is per kernel (kernels/validate.py "
-                  "ATOL, measured)"),
+                  "on every element, rtol of bf16; the atol is per kernel "
+                  "(kernels/emulation/validate.py ATOL, measured)"),
         Threshold("within_frac", 1.0, "every element within atol + rtol |ref|"),
         Threshold("blocking_findings", 0.0,
                   "no [error] or [corrupt] finding of the hardware checker "

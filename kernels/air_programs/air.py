@@ -249,8 +249,8 @@ def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2,
     w = Writer()
     w('"""MLIR-AIR program of dispatch ' + f"{dispatch.name!r}: {len(layouts)} launch(es).")
     w("")
-    w("Written by npu-deploy (kernels/air.py) from the dispatch plan; `python` this file to")
-    w("print the module. Compile with mlir-air's XRT backend, output_format="
+    w("Written by npu-deploy (kernels/air_programs/air.py) from the dispatch plan; `python` this")
+    w("file to print the module. Compile with mlir-air's XRT backend, output_format="
       f"{'elf' if len(layouts) > 1 else 'xclbin'!r},")
     w(f"instance_name={function!r}; link objects: {', '.join(objects)}.")
     w('"""')

@@ -215,8 +215,8 @@ def _float(value: object) -> float | None:
 def _source_line(data: ReportData) -> str:
     if data.time_source == "modeled":
         npu = ("The NPU times in this report (prefill, decode, optimization steps, kernels) "
-               "are modeled by the performance model (`kernels/perf.py`), not measured: "
-               "nothing here was timed on an NPU.")
+               "are modeled by the performance model (`kernels/performance/model.py`), not "
+               "measured: nothing here was timed on an NPU.")
     else:
         npu = ("The prefill, decode and optimization-step times in this report were measured "
                "on the NPU through XRT: each dispatch timed from the host, start to the end "
