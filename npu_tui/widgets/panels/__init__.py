@@ -25,8 +25,8 @@ from textual.strip import Strip
 from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
 from npu_deploy.events.describe import describe, gate_figures, one_line, printable, tone_of
 
-from ..legend import PLAIN_TONES, SPARK_BARS, TONE_CLASSES, TREND_MARKS, gate_mark, tone_styles
-from ..timeline import GateRow, gate_rows
+from ...legend import PLAIN_TONES, SPARK_BARS, TONE_CLASSES, TREND_MARKS, gate_mark, tone_styles
+from ...timeline import GateRow, gate_rows
 
 LAYER_PREFIX = re.compile(r"^L\d+\.")
 SOURCE_LABEL = {"modeled": "MODELED (performance model, not measured)",
