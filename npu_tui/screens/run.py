@@ -272,7 +272,7 @@ class RunScreen(Screen[None]):
         widget = self.query_one(StepProgress)
         loading = self.deploy_app.loading.get(self.run_id)
         if loading:
-            widget.loading(loading)
+            widget.show_loading(loading)
         elif self.follow and not self.head_state.terminal:
             if self._step_reader is None or self._step_reader.is_finished:
                 self._step_reader = self._read_step()

@@ -30,7 +30,7 @@ class StepProgress(Horizontal):
         self.opened = time.monotonic() if opened is None else opened
         self._seen: dict[str, float] = {}    # call id -> when this widget first saw it
 
-    def loading(self, what: str) -> None:
+    def show_loading(self, what: str) -> None:
         """The run's driver loads `what` before the run's first event."""
         self.show(f"loading: {what}", elapsed_s=time.monotonic() - self.opened)
 
