@@ -9,6 +9,7 @@ from textual.message import Message
 
 from npu_deploy.deploy_request import DeployRequest
 from npu_deploy.events import Event
+from npu_deploy.progress import Progress
 
 
 @dataclass
@@ -17,6 +18,25 @@ class EventsArrived(Message):
 
     run_id: str
     events: list[Event]
+
+
+@dataclass
+class KeyframesWarm(Message):
+    """The run's keyframes are all made: a seek folds at most KEYFRAME events from now."""
+
+    run_id: str
+
+
+@dataclass
+class StepRead(Message):
+    """The run's step in flight at its newest event, read from the store: its tool, phase
+    and call id (None: no step runs), how long it took in earlier runs of the same model
+    by (tool, phase), and what the step says it has done (store/progress.py)."""
+
+    run_id: str
+    step: tuple[str, int | None, str] | None
+    estimates: dict[tuple[str, int | None], float]
+    counted: Progress | None
 
 
 @dataclass

@@ -1,5 +1,12 @@
 """The run screen: one screen for watching a run live and for replaying it (live is replay
-pinned to the newest event). Everything on it is drawn from the log at the cursor."""
+pinned to the newest event). Everything on it is drawn from the log at the cursor.
+
+The screen holds the cursor, the run's newest state and the timeline, runs the workers
+that read the store (new events, keyframes, the step in flight), and takes the keys. Its
+widgets draw what it gives them and send up what the person does: the title
+(widgets/run_title.py), the phase strip, the banner (widgets/banner.py), the step in
+flight (widgets/step_progress.py), the event stream, the tabs (widgets/run_tabs.py) and
+the scrubber; the replay's play state is a `Player` (player.py)."""
 
 from __future__ import annotations
 
@@ -8,35 +15,29 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar
 
-from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
-from textual.widgets import Footer, Static, TabbedContent, TabPane
-from textual.worker import get_current_worker
+from textual.widgets import Footer, TabbedContent
+from textual.worker import Worker, get_current_worker
 
-from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
+from npu_deploy.events import DeploymentState
 from npu_deploy.events import fold as fold_events
-from npu_deploy.events.decisions import open_decisions, refusal, waiting_text
-from npu_deploy.events.describe import one_line, printable
+from npu_deploy.events.decisions import open_decisions, refusal
 from npu_deploy.store import EventStore, progress
 
-from ..legend import PLAIN_TONES, TONE_CLASSES, tone_styles
-from ..messages import CursorMoved, EventsArrived, Seek, ShowEvent
+from ..legend import TONE_CLASSES
+from ..messages import CursorMoved, EventsArrived, KeyframesWarm, Seek, ShowEvent, StepRead
+from ..player import Player
 from ..timeline import RunTimeline, step_estimates, step_in_flight
+from ..widgets.banner import Banner
 from ..widgets.event_stream import EventPane, EventStream
-from ..widgets.panels import (
-    AgentPanel,
-    GatesPanel,
-    PerformancePanel,
-    PlanPanel,
-    PlanView,
-    Tones,
-)
-from ..widgets.phase_strip import SHORT, PhaseStrip
+from ..widgets.phase_strip import PhaseStrip
+from ..widgets.run_tabs import RunTabs
+from ..widgets.run_title import RunTitle, fit_title, unique_prefix
 from ..widgets.scrubber import Scrubber
 from ..widgets.step_progress import StepProgress
 
@@ -47,9 +48,7 @@ POLL_S = 0.1                 # how often the live worker looks at the store
 LIVE_S = 0.1                 # new events reach the stream, strip and title this often
 REPAINT_S = 0.25             # heavy panels repaint at most this often while events stream in
 FREEZE_S = 1.0               # what the screen made and kept leaves the collector this often
-LONG_STEP_S = 1.0            # a step shows its bar when it takes (or took before) this long
 STEP_S = 0.5                 # the step in flight and its progress bar, this often
-SPEEDS = (1, 4, 16, 64, 256, 1024)     # replay speeds, events per second
 #: The palette's decisions about a phase (k): title and help.
 DECISION_COMMANDS = {
     "approve": ("Approve phase {k}", "phase {k} passed its gate"),
@@ -57,55 +56,8 @@ DECISION_COMMANDS = {
     "pick": ("Pick a debug direction for phase {k}", "{n} proposed"),
     "override": ("Override the failed gate of phase {k}", "approve although the gate failed"),
 }
-
-
-#: The title's parts, in the order they show: run id, model, backend and agent, replay
-#: mode, phase, status, verdict, the time zone. Each part is a tuple of forms, longest
-#: first; a narrow terminal takes the next form of the first part of TITLE_CUTS that has
-#: one, and again, until the title fits. Status and verdict keep a form at every width.
-TITLE_CUTS = (7, 2, 3, 6, 4, 1, 4, 1, 5, 0)
-TITLE_STYLES = ("bold", "", "", "bold", "", "bold", "bold", "muted")
-
-
-def fit_title(parts: list[tuple[str, ...]], width: int, tones: Tones = PLAIN_TONES) -> Text:
-    """The run title in `width` cells (app.tcss gives it one line): lower-priority parts are
-    shortened or left out before the status and the verdict are ever cut. A style that
-    names a tone is drawn in `tones` (the screen's theme)."""
-    form = [0] * len(parts)
-
-    def shown() -> list[str]:
-        return [p[f] for p, f in zip(parts, form, strict=True)]
-
-    def length() -> int:
-        words = [w for w in shown() if w]
-        return sum(len(w) for w in words) + 2 * (len(words) - 1)
-
-    for i in TITLE_CUTS:
-        if length() <= width:
-            break
-        form[i] = min(form[i] + 1, len(parts[i]) - 1)
-    text = Text()
-    for word, style in zip(shown(), TITLE_STYLES, strict=True):
-        if word:
-            text.append("  " if text else "")
-            text.append(word, tones.get(style, style))
-    text.no_wrap = True
-    return text
-
-
-def abbreviate(text: str, width: int) -> str:
-    """`text` in at most `width` characters, cut with an ellipsis."""
-    return text if len(text) <= width else text[:width - 1] + "…"
-
-
-def unique_prefix(run_id: str, others: Iterable[str], least: int = 8) -> str:
-    """The shortest start of `run_id`, of at least `least` characters, that starts no other
-    run id: what `npu-deploy show` and the other commands accept for it."""
-    others = [o for o in others if o != run_id]
-    for n in range(least, len(run_id)):
-        if not any(o.startswith(run_id[:n]) for o in others):
-            return run_id[:n]
-    return run_id
+#: The title's functions are named here too, where they were first (widgets/run_title.py).
+__all__ = ["DECISION_COMMANDS", "RunScreen", "fit_title", "unique_prefix"]
 
 
 class RunScreen(Screen[None]):
@@ -139,18 +91,22 @@ class RunScreen(Screen[None]):
         super().__init__()
         self.run_id = run_id
         self.follow = live
-        self.playing = False
-        self.speed = 3                       # index into SPEEDS
+        self.player = Player()
         self._dirty = self._live_dirty = False
         self._grown = False          # objects were made since the last _freeze
-        self._stale_tabs: set[str] = set()
-        self._status: tuple[float, str] = (0.0, "")
-        self._play_from = 0.0
-        self._play_start = 0
         self.cursor = 0
         self._opened = time.monotonic()
         self._estimates: dict[tuple[str, int | None], float] | None = None
-        self._step_seen: dict[str, float] = {}    # call id -> when the screen first saw it
+        self._step_reader: Worker[None] | None = None
+
+    @property
+    def playing(self) -> bool:
+        return self.player.playing
+
+    @property
+    def speed(self) -> int:
+        """The replay's speed, an index into SPEEDS."""
+        return self.player.speed
 
     @property
     def deploy_app(self) -> DeployApp:
@@ -165,23 +121,16 @@ class RunScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         self.timeline = RunTimeline(self.store, self.run_id)
         self.head_state = self.timeline.state_at(self.timeline.head)
-        self._short_id = unique_prefix(self.run_id, self.store.run_ids())
         self.cursor = self.timeline.head if self.follow else min(1, self.timeline.head)
-        yield Static(id="run-title")
+        store, run_id = self.store, self.run_id
+        yield RunTitle(run_id, unique_prefix(run_id, store.run_ids()),
+                       lambda status: store.live_status(run_id, status), id="run-title")
         yield PhaseStrip(id="phases")
-        yield Static(id="banner")
-        yield StepProgress(id="step-progress")
+        yield Banner(id="banner")
+        yield StepProgress(opened=self._opened, id="step-progress")
         with Horizontal(id="run-body"):
             yield EventPane(self.timeline, id="stream-pane")
-            with TabbedContent(id="tabs", initial="tab-gates"):
-                with TabPane("Gates", id="tab-gates"):
-                    yield GatesPanel(id="gates")
-                with TabPane("Performance", id="tab-perf"):
-                    yield PerformancePanel(id="perf")
-                with TabPane("Agent", id="tab-agent"):
-                    yield AgentPanel(id="agent")
-                with TabPane("Plan", id="tab-plan"):
-                    yield PlanPanel(id="plan")
+            yield RunTabs(self.timeline, initial="tab-gates", id="tabs")
         with Vertical(id="replay-bar"):
             yield Scrubber(self.timeline, id="scrubber")
         yield Footer()
@@ -255,10 +204,28 @@ class RunScreen(Screen[None]):
         finally:
             store.close()
         if not worker.is_cancelled:
-            try:
-                self.app.call_from_thread(self._freeze)
-            except RuntimeError:          # the app closed meanwhile
-                pass
+            self.post_message(KeyframesWarm(self.run_id))
+
+    def on_keyframes_warm(self, _message: KeyframesWarm) -> None:
+        self._freeze()
+
+    @work(thread=True, group="step")
+    def _read_step(self) -> None:
+        """The step in flight at the newest event and what it says it has done; how long
+        steps took in earlier runs of the model, read once. One message. One read at a
+        time: `show_step` starts none while one runs."""
+        worker = get_current_worker()
+        estimates = self._estimates
+        store = EventStore.open(self.store.path, readonly=True)
+        try:
+            step = step_in_flight(store, self.run_id)
+            if step is not None and estimates is None:
+                estimates = step_estimates(store, self.run_id)
+            counted = progress.read(store.progress_path(self.run_id)) if step else None
+        finally:
+            store.close()
+        if not worker.is_cancelled:
+            self.post_message(StepRead(self.run_id, step, estimates or {}, counted))
 
     # --- live events ----------------------------------------------------------------------
 
@@ -300,36 +267,29 @@ class RunScreen(Screen[None]):
     def show_step(self) -> None:
         """What loads, or the step in flight at the newest event, with what it says it has
         done and how long it took in earlier runs of the same model (a live run only: a
-        replay shows the past)."""
+        replay shows the past). The step is read by a worker (`_read_step`)."""
         widget = self.query_one(StepProgress)
         loading = self.deploy_app.loading.get(self.run_id)
         if loading:
-            widget.show(f"loading: {loading}", elapsed_s=time.monotonic() - self._opened)
-            return
-        step = step_in_flight(self.store, self.run_id) if self.follow \
-            and not self.head_state.terminal else None
-        if step is None:
+            widget.show_loading(loading)
+        elif self.follow and not self.head_state.terminal:
+            if self._step_reader is None or self._step_reader.is_finished:
+                self._step_reader = self._read_step()
+        else:
             widget.show(None)
-            return
-        tool, phase, call_id = step
-        if self._estimates is None:
-            self._estimates = step_estimates(self.store, self.run_id)
-        # since this screen saw it requested (the stored time may be another clock's)
-        seen = self._step_seen.setdefault(call_id, time.monotonic())
-        elapsed, estimate = time.monotonic() - seen, self._estimates.get((tool, phase))
-        counted = progress.read(self.store.progress_path(self.run_id))
-        if counted is not None and (counted.call_id != call_id or not counted.stages):
-            counted = None                # a step's that has ended, or not counting now
-        if counted is None and (estimate if estimate is not None else elapsed) < LONG_STEP_S:
-            widget.show(None)             # not a long step: no bar flickers by
-            return
-        where = f" (phase {phase})" if phase is not None else ""
-        widget.show(f"{tool}{where}", elapsed_s=elapsed, estimate_s=estimate,
-                    counts=counted.text() if counted else "",
-                    fraction=counted.fraction() if counted else None)
+
+    @on(StepRead)
+    def _step_read(self, message: StepRead) -> None:
+        if message.run_id != self.run_id or self.deploy_app.loading.get(self.run_id):
+            return                        # loading is drawn at once by show_step
+        if message.step is not None and self._estimates is None:
+            self._estimates = message.estimates
+        following = self.follow and not self.head_state.terminal
+        self.query_one(StepProgress).step(message.step if following else None,
+                                          message.estimates, message.counted)
 
     def _flush(self) -> None:
-        if self.playing:
+        if self.player.playing:
             self._advance_play()
         self._show_live()             # when following, the tabs are drawn at the newest event
         if self._dirty:
@@ -372,123 +332,18 @@ class RunScreen(Screen[None]):
         self.query_one(Scrubber).show(self.cursor)
         self._show_title(state)
         self._show_banner()
-        active = self.query_one(TabbedContent).active
-        self._stale_tabs = {"tab-gates", "tab-perf", "tab-agent", "tab-plan"}
-        self._show_tab(active, state)
+        self.query_one(RunTabs).show(state, self.cursor)
 
     def _show_title(self, state: DeploymentState) -> None:
-        mode = "LIVE" if self.follow else ("PLAY x" + str(SPEEDS[self.speed]) if self.playing
-                                           else "REPLAY")
-        k = state.current_phase
-        verdict = self.head_state.verdict
-        title = self.query_one("#run-title", Static)
-        # the run id and the model name are data: Text, never markup
-        title.update(fit_title([
-            (printable(self.run_id), printable(self._short_id) +
-             ("…" if self._short_id != self.run_id else "")),
-            (printable(state.model or "?", 200), abbreviate(printable(state.model or "?"), 16),
-             abbreviate(printable(state.model or "?"), 8)),
-            (printable(f"{state.backend}  agent {state.agent}", 200), ""),
-            (f"{mode} v{self.cursor}/{self.timeline.head}", mode),
-            (f"phase {k} {PHASE_NAMES[k]}", f"phase {k} {SHORT[k]}", f"p{k}")
-            if k is not None else ("not started", "p-"),
-            (f"run {self._run_status()}", self._run_status()),
-            (f"verdict {verdict}",) if verdict else ("no verdict yet", "verdict —"),
-            ("times UTC", ""),
-        ], (self.size.width or self.app.size.width) - 2,      # the title's padding: 0 1
-            tone_styles(self)),
-            layout=False)           # one line, always (app.tcss): no relayout of the screen
+        self.query_one(RunTitle).show(state, self.head_state, self.cursor, self.timeline.head,
+                                      self.player.mode(self.follow))
 
     def on_resize(self) -> None:
         self._show_title(self.state_at_cursor())
 
-    def _run_status(self) -> str:
-        """running / crashed / ...: probing the writer's lock file, at most once a second."""
-        now = time.monotonic()
-        if now - self._status[0] > 1.0 or self.head_state.terminal:
-            self._status = (now, self.store.live_status(self.run_id, self.head_state.status))
-        return self._status[1]
-
     def _show_banner(self) -> None:
-        banner = self.query_one("#banner", Static)
-        text = waiting_text(self.head_state)
-        if text is None:
-            banner.display = False
-            return
-        banner.display = True
-        now = "" if self.cursor >= self.timeline.head else "at the newest event, "
-        # an exit reason is an agent's words: data, never markup
-        banner.update(Text.assemble(f"⚠  {now}{one_line(text, 200)}  —  press ", ("d", "bold"),
-                                    " to decide"))
-
-    def _show_tab(self, tab: str, state: DeploymentState | None = None) -> None:
-        if tab not in self._stale_tabs:
-            return
-        self._stale_tabs.discard(tab)
-        state = state or self.state_at_cursor()
-        c = self.cursor
-        if tab == "tab-gates":
-            line = self.timeline.line(c)
-            phase = line.phase if line is not None and line.phase is not None else \
-                state.current_phase
-            self.query_one(GatesPanel).show(state, phase)
-        elif tab == "tab-perf":
-            ref = self._report_ref(c)
-            self.query_one(PerformancePanel).show(
-                self.timeline.profiles_at(c), self.timeline.blob_json(ref) if ref else None, ref)
-        elif tab == "tab-agent":
-            self.query_one(AgentPanel).show(state, self.timeline.transcript_at(c))
-        elif tab == "tab-plan":
-            results = self.timeline.plan_results_at(c)
-            recipe = None
-            for e in reversed(results):
-                r = e.payload["result"]
-                if isinstance(r.get("recipe"), str):
-                    recipe = self.timeline.blob_json(r["recipe"])
-                    break
-            self.query_one(PlanPanel).show(results, recipe, self._plans_at(c, results))
-
-    def _plans_at(self, version: int, results: list[Event]) -> list[PlanView]:
-        """The current prefill and decode plans at `version`, from the transforms tried: the
-        newest one's plan after it if it was kept, else the plan it started from. Each is
-        timed by the newest profile of its scope recorded after the plan became current
-        (an older profile timed another plan)."""
-        profiles = self.timeline.profiles_at(version)
-        views = []
-        for scope in ("prefill", "decode"):
-            tried = [e for e in results if e.payload["tool"] == "apply_transform"
-                     and str(e.payload["result"].get("mode", "")).startswith(scope)]
-            if not tried:
-                continue
-            newest = tried[-1].payload["result"]
-            ref = newest.get("plan_after") if newest["kept"] else newest.get("plan_before")
-            plan = self.timeline.blob_json(ref)
-            if not isinstance(ref, str) or not isinstance(plan, dict):
-                continue
-            kept = [e.run_version for e in tried if e.payload["result"]["kept"]]
-            profile = profiles.get(scope)
-            if profile is not None and kept and profile.run_version < kept[-1]:
-                profile = None
-            first = tried[0].payload["result"]
-            trend = (first["before_s"], *(
-                e.payload["result"]["after_s"] if e.payload["result"]["kept"]
-                else e.payload["result"]["before_s"] for e in tried))
-            views.append(PlanView(scope, str(newest.get("mode", scope)), ref, plan, profile,
-                                  trend, str(first.get("source", "modeled"))))
-        return views
-
-    def _report_ref(self, version: int) -> str | None:
-        """The blob of the newest phase-6 report data at `version`, if it reads as one."""
-        for e in reversed(self.timeline.plan_results_at(version)):
-            if e.payload["tool"] == "write_report":
-                ref = e.payload["result"].get("report_data")
-                return ref if isinstance(self.timeline.blob_json(ref), dict) else None
-        return None
-
-    @on(TabbedContent.TabActivated)
-    def _tab_shown(self, event: TabbedContent.TabActivated) -> None:
-        pane = event.pane.id or ""
-        self._show_tab(pane)
+        self.query_one(Banner).show(self.head_state,
+                                    at_newest=self.cursor >= self.timeline.head)
 
     # --- replay actions ----------------------------------------------------------------------
 
@@ -517,25 +372,22 @@ class RunScreen(Screen[None]):
         self._jump("decision", 1, "decision")
 
     def action_play(self) -> None:
-        self.playing = not self.playing
-        if self.playing:
+        player = self.player
+        player.playing = not player.playing
+        if player.playing:
             if self.cursor >= self.timeline.head:
                 self.seek(1)
-            self._play_from, self._play_start = time.monotonic(), self.cursor
+            player.start(self.cursor)
             self.follow = False
         self.update_all()
 
     def action_speed(self, step: int) -> None:
-        self.speed = max(0, min(len(SPEEDS) - 1, self.speed + step))
-        self._play_from, self._play_start = time.monotonic(), self.cursor
-        self.notify(f"replay speed {SPEEDS[self.speed]} events/s", timeout=2)
+        self.player.faster(step, self.cursor)
+        self.notify(f"replay speed {self.player.rate} events/s", timeout=2)
         self._show_title(self.state_at_cursor())
 
     def _advance_play(self) -> None:
-        target = self._play_start + int((time.monotonic() - self._play_from) * SPEEDS[self.speed])
-        if target >= self.timeline.head:
-            self.playing = False
-            target = self.timeline.head
+        target = self.player.due(self.timeline.head)
         if target != self.cursor:
             self.seek(target)
 
@@ -549,7 +401,7 @@ class RunScreen(Screen[None]):
         self.app.push_screen(GotoDialog(self.timeline.head), go)
 
     def action_follow(self) -> None:
-        self.playing = False
+        self.player.playing = False
         self.seek(self.timeline.head, follow=True)
 
     def action_fork(self) -> None:

@@ -7,16 +7,54 @@ estimate is shown beside the count when there is one."""
 
 from __future__ import annotations
 
+import time
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import ProgressBar, Static
 
 from npu_deploy.events.describe import printable
+from npu_deploy.progress import Progress
+
+LONG_STEP_S = 1.0            # a step shows its bar when it takes (or took before) this long
 
 
 class StepProgress(Horizontal):
-    """One line: what runs, and a bar. Hidden when nothing slow runs."""
+    """One line: what runs, and a bar. Hidden when nothing slow runs. It keeps when it first
+    saw each step requested: the stored time may be another clock's."""
+
+    def __init__(self, *, opened: float | None = None, id: str | None = None) -> None:
+        """`opened`: when the screen opened (time.monotonic), what loading is timed from."""
+        super().__init__(id=id)
+        self.opened = time.monotonic() if opened is None else opened
+        self._seen: dict[str, float] = {}    # call id -> when this widget first saw it
+
+    def show_loading(self, what: str) -> None:
+        """The run's driver loads `what` before the run's first event."""
+        self.show(f"loading: {what}", elapsed_s=time.monotonic() - self.opened)
+
+    def step(self, step: tuple[str, int | None, str] | None,
+             estimates: dict[tuple[str, int | None], float], counted: Progress | None
+             ) -> None:
+        """The step in flight (tool, phase, call id), or none; `estimates`: how long each
+        (tool, phase) took in earlier runs; `counted`: what a step says it has done. A step
+        shows when it counts, or when it takes (or took before) LONG_STEP_S or more."""
+        if step is None:
+            self.show(None)
+            return
+        tool, phase, call_id = step
+        seen = self._seen.setdefault(call_id, time.monotonic())
+        elapsed, estimate = time.monotonic() - seen, estimates.get((tool, phase))
+        if counted is not None and (counted.call_id != call_id or not counted.stages):
+            counted = None                # a step's that has ended, or not counting now
+        if counted is None and (estimate if estimate is not None else elapsed) < LONG_STEP_S:
+            self.show(None)               # not a long step: no bar flickers by
+            return
+        where = f" (phase {phase})" if phase is not None else ""
+        self.show(f"{tool}{where}", elapsed_s=elapsed, estimate_s=estimate,
+                  counts=counted.text() if counted else "",
+                  fraction=counted.fraction() if counted else None)
 
     def compose(self) -> ComposeResult:
         yield Static(id="step-label")

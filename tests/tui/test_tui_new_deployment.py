@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from test_tui import SIZE, start, until
 from textual.widgets import Button, Input, Select, Static, Switch
+from tui_pilot import SIZE, start, until
 
 from npu_deploy.cli.tui import ConductorDriver
 from npu_deploy.machine.conductor import run_config

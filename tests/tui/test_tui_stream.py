@@ -7,7 +7,7 @@ import json
 import tempfile
 
 import pytest
-from test_tui import SIZE, start, until
+from tui_pilot import SIZE, start, until
 
 from npu_deploy.machine import Policy
 from npu_deploy.store import EventStore
