@@ -26,7 +26,7 @@ class PlanView:
     scope: str                       # prefill or decode
     mode: str                        # "prefill L=128", as the transform results say it
     ref: str                         # the plan's blob
-    plan: dict[str, Any]             # kernels/plan.py as pipeline/toolbox.py plan_json stores it
+    plan: dict[str, Any]             # kernels/plans/plan.py as toolbox.py plan_json stores it
     profile: Event | None            # the newest profile of this plan, if it was profiled
     trend: tuple[float, ...]         # the plan's time before the first transform and after each
     trend_source: str                # where those times came from (modeled, measured-npu, ...)
