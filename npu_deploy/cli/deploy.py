@@ -222,7 +222,8 @@ def _deploy_in_tui(model: str, policy: Any, pipeline_spec: str, config: dict[str
 def resume_cmd(run: str, pipeline_spec: str | None, no_wait: bool, adopt: bool) -> None:
     """Go on with a run that crashed, was paused, or stopped for a person."""
     from npu_deploy.machine import PipelineRefused, RunEnded, resume, stored_pipeline
-    from npu_deploy.machine.conductor import canonical_pipeline, run_config
+    from npu_deploy.machine.pipelines import canonical_pipeline
+    from npu_deploy.machine.reopen import run_config
 
     store = EventStore.open(db_path())
     run_id = store.resolve_run(run)
