@@ -3,7 +3,7 @@ second (click, the store's sqlite-utils, which imports numpy) and the TUI as muc
 (Textual); loading a pipeline imports torch, seconds. A command that opens the TUI or drives
 a run first says, on one line, what it opens and that it is loading, so the terminal is
 never blank while Python imports; the TUI erases the line once it has left its screen
-(cli/tui.py, `run_app`).
+(cli/tui.py, `run_app`; the line's state is terminal_line.py, which both import).
 
 Nothing here may import more than the standard library (and platformdirs, for where the
 store is): its point is to write before that. For a run, the line is the run screen's
@@ -17,6 +17,7 @@ import os
 import sqlite3
 import sys
 
+from npu_deploy import terminal_line
 from npu_deploy.locations import default_db_path
 
 #: The commands that open the TUI (deploy without --headless), and those that load a
@@ -29,8 +30,6 @@ LOADING = {
               "model)",
     "resume": "loading the store and the run's pipeline",
 }
-#: Set when the line was written, for the TUI to erase it.
-said = False
 
 
 def plain(text: str, limit: int = 48) -> str:
@@ -131,21 +130,9 @@ def run_count(db: str) -> int | None:
 
 
 def main() -> None:
-    global said
     line = loading_line(sys.argv)
     if line is not None and sys.stdout.isatty() and os.environ.get("TERM") != "dumb":
-        sys.stdout.write(line + "\n")
-        sys.stdout.flush()
-        said = True
+        terminal_line.say(line)
     from npu_deploy.cli import main as cli
 
     cli()
-
-
-def erase() -> None:
-    """Take the loading line back off the terminal (the TUI has been and gone)."""
-    global said
-    if said and sys.stdout.isatty():
-        sys.stdout.write("\x1b[1A\x1b[2K")          # up one line, and clear it
-        sys.stdout.flush()
-        said = False

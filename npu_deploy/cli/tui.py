@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from npu_deploy import launch
+from npu_deploy import terminal_line
 from npu_deploy.deploy_request import DeployRequest, checked, resume_run
 from npu_deploy.events.describe import printable
 from npu_deploy.store import EventStore
@@ -124,7 +124,7 @@ def run_app(run_id: str | None, *, live: bool, driver: Any = None,
 
     app = DeployApp(db_path(), run_id=run_id, live=live, driver=driver, drive=drive)
     app.run()
-    launch.erase()          # the line that said what was loading (launch.py)
+    terminal_line.erase()   # the line that said what was loading (launch.py)
     # The terminal is restored. What is left is slow and loses nothing if cut: a conductor
     # of this process mid-step (it has a pause in its inbox; a step cut short is re-run by
     # `npu-deploy resume` under its idempotency key, as after a crash), readers' threads,
