@@ -6,27 +6,15 @@ from __future__ import annotations
 
 import ast
 import json
-import os
-import subprocess
-import sys
-from typing import Any
 
 import pytest
+from benchmark_runs import run_benchmark
 from paths import ROOT
 
 #: The benchmarks that run on their own (host.py holds helpers; tui_terminal.py is run by
 #: tui_bench.py --terminal).
 BENCHMARKS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py")
                     if 'if __name__ == "__main__":' in p.read_text())
-
-
-def bench(name: str, *args: str, **run: Any) -> subprocess.CompletedProcess[str]:
-    """`python -m benchmarks.NAME ARGS` from the repository's root, as `make bench` runs it:
-    -m finds the package in the working directory (PYTHONSAFEPATH, which the tests set for
-    what they start, would keep it off the path)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
-    return subprocess.run([sys.executable, "-m", f"benchmarks.{name}", *args], cwd=ROOT,
-                          env=env, capture_output=True, text=True, **run)
 
 
 def test_no_benchmark_changes_the_import_path():
@@ -48,15 +36,15 @@ def test_no_benchmark_changes_the_import_path():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", BENCHMARKS)
 def test_every_benchmark_starts_as_a_module(name):
-    result = bench(name, "--help", timeout=300)
+    result = run_benchmark(name, "--help", timeout=300)
     assert result.returncode == 0, result.stderr
     assert "usage:" in result.stdout.lower(), result.stdout
 
 
 def test_store_bench_runs_end_to_end_and_labels_its_figures(tmp_path):
-    result = bench("store_bench", "--single", "30", "--batch-events", "300", "--batch-size",
-                   "50", "--repeats", "1", "--polls", "50", "--dir", str(tmp_path), "--json",
-                   "--quiet", timeout=300)
+    result = run_benchmark("store_bench", "--single", "30", "--batch-events", "300",
+                           "--batch-size", "50", "--repeats", "1", "--polls", "50", "--dir",
+                           str(tmp_path), "--json", "--quiet", timeout=300)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["source"] == "measured-cpu"
@@ -70,8 +58,8 @@ def test_store_bench_runs_end_to_end_and_labels_its_figures(tmp_path):
 
 @pytest.mark.slow
 def test_tui_bench_runs_end_to_end_and_labels_its_figures(tmp_path):
-    result = bench("tui_bench", "--quick", "--json", "--cache-dir", str(tmp_path),
-                   timeout=300)
+    result = run_benchmark("tui_bench", "--quick", "--json", "--cache-dir", str(tmp_path),
+                           timeout=300)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["source"] == "measured-cpu"
@@ -89,7 +77,8 @@ def test_tui_bench_runs_end_to_end_and_labels_its_figures(tmp_path):
 
 
 def test_resume_bench_runs_and_labels_its_figures():
-    result = bench("resume_bench", "--events", "3000", "--repeats", "1", "--json", timeout=300)
+    result = run_benchmark("resume_bench", "--events", "3000", "--repeats", "1", "--json",
+                           timeout=300)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["source"] == "measured-cpu" and report["events"] == 3000
@@ -98,7 +87,7 @@ def test_resume_bench_runs_and_labels_its_figures():
 
 
 def test_perf_fidelity_labels_its_figures_modeled_against_measured_on_npu():
-    result = bench("perf_fidelity", "--json", timeout=300)
+    result = run_benchmark("perf_fidelity", "--json", timeout=300)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert (report["source"], report["held_against"]) == ("modeled", "measured-npu")
@@ -118,7 +107,7 @@ def test_hardware_fidelity_holds_issue_23s_acceptance_figures():
     every measured configuration and rejects every reported failure, every shape gets a
     valid configuration, selection finds upstream's fastest at every measured shape, every
     emulated error is within its band, and the nine targets are compared end to end."""
-    result = bench("hardware_fidelity", "--json", "--numerics-rows", "16", timeout=900)
+    result = run_benchmark("hardware_fidelity", "--json", "--numerics-rows", "16", timeout=900)
     assert result.returncode == 0, result.stderr
     r = json.loads(result.stdout)
     assert r["sources"]["perf"] == "modeled against measured-npu"
@@ -145,8 +134,8 @@ def test_air_programs_counts_every_program_and_finds_them_clean():
     the verifier (Qwen3-0.6B's O GEMV reads K 2048 beside Gate/Up's 1024: its decode ELF
     holds mv.o and mv_bf16.o)."""
     models = ("smollm2-135m", "qwen3-0.6b")
-    result = bench("air_programs", "--json", "--models", ",".join(models), "--lengths", "300",
-                   timeout=900)
+    result = run_benchmark("air_programs", "--json", "--models", ",".join(models), "--lengths",
+                           "300", timeout=900)
     assert result.returncode == 0, result.stderr
     r = json.loads(result.stdout)
     for name in models:
