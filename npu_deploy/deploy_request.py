@@ -226,14 +226,17 @@ def _quiet(what: str) -> None:
 
 def resume_checked(store: Any, run_id: str, pipeline: str | None = None) -> str:
     """The pipeline `run_id` resumes with (`pipeline`, the person's own choice, else the
-    registered one the run names: machine.pipelines.PipelineRefused otherwise), once this
-    machine can go on with it: Claude's key for a run Claude works, the NPU for an xrt run
-    (Refused). Nothing is loaded nor stored."""
-    from npu_deploy.machine.pipelines import canonical_pipeline, stored_pipeline
+    registered one the run names), once this machine can go on with it: Claude's key for a
+    run Claude works, the NPU for an xrt run. Refused otherwise (an unregistered pipeline is
+    no usage error: the run names it). Nothing is loaded nor stored."""
+    from npu_deploy.machine.pipelines import PipelineRefused, canonical_pipeline, stored_pipeline
     from npu_deploy.machine.reopen import run_config
 
-    # The run's own pipeline only if registered: its name may come from an export file.
-    spec = canonical_pipeline(pipeline) if pipeline else stored_pipeline(store, run_id)
+    try:
+        # The run's own pipeline only if registered: its name may come from an export file.
+        spec = canonical_pipeline(pipeline) if pipeline else stored_pipeline(store, run_id)
+    except PipelineRefused as e:
+        raise Refused([Problem("pipeline", str(e), usage=False)]) from None
     config = run_config(store, run_id)
     if spec == CLAUDE_PIPELINE:
         needs_key(f"run {run_id} is worked by Claude: resuming it")

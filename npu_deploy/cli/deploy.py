@@ -224,7 +224,7 @@ def _deploy_in_tui(model: str, policy: Any, pipeline_spec: str, config: dict[str
                    "store): your key vouches for it from then on.")
 def resume_cmd(run: str, pipeline_spec: str | None, no_wait: bool, adopt: bool) -> None:
     """Go on with a run that crashed, was paused, or stopped for a person."""
-    from npu_deploy.machine import PipelineRefused, RunEnded
+    from npu_deploy.machine import RunEnded
 
     store = EventStore.open(db_path())
     run_id = store.resolve_run(run)
@@ -232,8 +232,6 @@ def resume_cmd(run: str, pipeline_spec: str | None, no_wait: bool, adopt: bool) 
     try:
         conductor = resume_run(store, run_id, pipeline=pipeline_spec,
                                on_event=_progress(out), adopt=adopt)
-    except PipelineRefused as e:
-        fail(str(e))
     except Refused as e:
         _refused(e)
     except (RunLocked, Unanchored, RunEnded) as e:
