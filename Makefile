@@ -47,13 +47,15 @@ test-matrix: setup
 test-fast: setup
 	PYTHONSAFEPATH=1 $(PY) -m pytest -q -m "not slow and not e2e and not tui"
 
+# Each benchmark is a module of the package benchmarks/, run from here with -m (which finds
+# the package in the working directory); none changes sys.path.
 bench: setup
-	$(PY) benchmarks/store_bench.py
-	$(PY) benchmarks/resume_bench.py
-	$(PY) benchmarks/metrics_bench.py
-	$(PY) benchmarks/deploy_smollm2.py
-	$(PY) benchmarks/hardware_fidelity.py
-	$(PY) benchmarks/air_programs.py
+	$(PY) -m benchmarks.store_bench
+	$(PY) -m benchmarks.resume_bench
+	$(PY) -m benchmarks.metrics_bench
+	$(PY) -m benchmarks.deploy_smollm2
+	$(PY) -m benchmarks.hardware_fidelity
+	$(PY) -m benchmarks.air_programs
 
 # Regenerate what the docs generate (the CLI reference, the kernel tables); a test fails
 # while they are stale.

@@ -12,7 +12,7 @@ Peano and XRT are not installed here.
 
 A failing program is a finding, not an error: the exit code is 0.
 
-    .venv/bin/python benchmarks/air_programs.py [--models a,b] [--lengths 2048,300] [--json]
+    .venv/bin/python -m benchmarks.air_programs [--models a,b] [--lengths 2048,300] [--json]
 """
 
 from __future__ import annotations
@@ -20,23 +20,17 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-# Run from a checkout without installing the project: its packages live at the repo root.
-_ROOT = Path(__file__).resolve().parent.parent
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
-
-from benchmarks.host import cpu_name, emit  # noqa: E402
-from npu_deploy.cli.models import model_shape  # noqa: E402
-from npu_deploy.kernels import XDNA2  # noqa: E402
-from npu_deploy.kernels.air_programs.air import emit_plan  # noqa: E402
-from npu_deploy.kernels.air_programs.air_verify import CHECKS, Violation, verify_programs  # noqa: E402
-from npu_deploy.kernels.definition.specs import Decode, Prefill  # noqa: E402
-from npu_deploy.kernels.plans.optimize import optimize  # noqa: E402
-from npu_deploy.kernels.plans.plan import baseline_plan  # noqa: E402
-from npu_deploy.models import CATALOG  # noqa: E402
+from benchmarks.host import cpu_name, emit
+from npu_deploy.cli.models import model_shape
+from npu_deploy.kernels import XDNA2
+from npu_deploy.kernels.air_programs.air import emit_plan
+from npu_deploy.kernels.air_programs.air_verify import CHECKS, Violation, verify_programs
+from npu_deploy.kernels.definition.specs import Decode, Prefill
+from npu_deploy.kernels.plans.optimize import optimize
+from npu_deploy.kernels.plans.plan import baseline_plan
+from npu_deploy.models import CATALOG
 
 
 def model_programs(model: str, lengths: list[int]) -> dict[str, Any]:

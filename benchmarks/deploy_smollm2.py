@@ -1,6 +1,6 @@
 """Benchmark: the whole SmolLM2-135M deployment with the offline autopilot, phase by phase.
 
-    python benchmarks/deploy_smollm2.py [--model smollm2-135m] [--seq-len 128] [--db PATH]
+    python -m benchmarks.deploy_smollm2 [--model smollm2-135m] [--seq-len 128] [--db PATH]
 
 Runs `deploy MODEL --headless --auto-approve` through the library in a fresh store (a
 temporary one unless --db is given), then prints, measured on this machine's CPU:
@@ -23,9 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from benchmarks.host import cpu_name  # noqa: E402
+from benchmarks.host import cpu_name
 
 WALL_TARGET_S = 15 * 60
 HARNESS_TARGET = 0.02

@@ -17,20 +17,15 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-_ROOT = Path(__file__).resolve().parent.parent
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
+import torch
 
-import torch  # noqa: E402
-
-from benchmarks.host import cpu_name  # noqa: E402
-from npu_deploy.kernels.emulation.emulated_model import EmulatedModel  # noqa: E402
-from npu_deploy.kernels.emulation.emulator import EmulatorBackend  # noqa: E402
-from npu_deploy.metrics.comparison import compare  # noqa: E402
-from npu_deploy.models.loading import load_model  # noqa: E402
+from benchmarks.host import cpu_name
+from npu_deploy.kernels.emulation.emulated_model import EmulatedModel
+from npu_deploy.kernels.emulation.emulator import EmulatorBackend
+from npu_deploy.metrics.comparison import compare
+from npu_deploy.models.loading import load_model
 
 TARGET_RATIO = 1.5
 

@@ -22,7 +22,7 @@ In one run it measures:
 A MISS against a target is a measurement, not an error: the exit code is 0 unless something
 failed.
 
-    .venv/bin/python benchmarks/gemm_fidelity.py [--rows 2048] [--tile-k 32] [--seed 0]
+    .venv/bin/python -m benchmarks.gemm_fidelity [--rows 2048] [--tile-k 32] [--seed 0]
         [--repeats 1] [--json]
 """
 
@@ -36,18 +36,12 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
 import torch
 
-# Run from a checkout without installing the project: its packages live at the repo root.
-_ROOT = Path(__file__).resolve().parent.parent
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
-
-from benchmarks.host import cpu_name, emit  # noqa: E402
-from npu_deploy.kernels.emulation.numerics import (  # noqa: E402
+from benchmarks.host import cpu_name, emit
+from npu_deploy.kernels.emulation.numerics import (
     BFP16EBS8,
     DEFAULT_TILE_K,
     GEMM_MEAN_REL_L1_BAND,
@@ -60,7 +54,7 @@ from npu_deploy.kernels.emulation.numerics import (  # noqa: E402
     gemv_operands,
     to_bf16,
 )
-from npu_deploy.metrics.comparison import compare  # noqa: E402
+from npu_deploy.metrics.comparison import compare
 
 SEQ = 2048
 # (K, N, role): the calibration set (docs/hardware-facts.md#calibration-set), M = seq 2048.

@@ -22,7 +22,7 @@ Every row is run; none is skipped. `--rows R` emulates the first R rows of M of 
 (each row of C depends on its own row of A and on B: the full run's values for those rows,
 so the figures move by sampling noise only) to make a run shorter.
 
-    .venv/bin/python benchmarks/gemm_method_numerics.py [--rows R] [--seed 0] [--no-contrast]
+    .venv/bin/python -m benchmarks.gemm_method_numerics [--rows R] [--seed 0] [--no-contrast]
         [--json]
 """
 
@@ -35,18 +35,12 @@ import platform
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 
-# Run from a checkout without installing the project: its packages live at the repo root.
-_ROOT = Path(__file__).resolve().parent.parent
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
-
-from benchmarks.host import cpu_name, emit  # noqa: E402
-from npu_deploy.kernels.fidelity.numerics_fidelity import (  # noqa: E402
+from benchmarks.host import cpu_name, emit
+from npu_deploy.kernels.fidelity.numerics_fidelity import (
     BAND,
     GEMM_KERNELS,
     RowFidelity,
@@ -55,7 +49,7 @@ from npu_deploy.kernels.fidelity.numerics_fidelity import (  # noqa: E402
     measured_rows,
     summarize,
 )
-from npu_deploy.kernels.measured.measurements import provenance  # noqa: E402
+from npu_deploy.kernels.measured.measurements import provenance
 
 WORST = 8
 

@@ -26,7 +26,7 @@ each data file in kernels/data/ names the repository, path and commit). No NPU i
 
 A MISS against a target is a measurement, not an error: the exit code is 0.
 
-    .venv/bin/python benchmarks/hardware_fidelity.py [--numerics-rows R] [--json]
+    .venv/bin/python -m benchmarks.hardware_fidelity [--numerics-rows R] [--json]
 """
 
 from __future__ import annotations
@@ -35,26 +35,20 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-# Run from a checkout without installing the project: its packages live at the repo root.
-_ROOT = Path(__file__).resolve().parent.parent
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
-
-from benchmarks.host import cpu_name, emit  # noqa: E402
-from npu_deploy.kernels.fidelity import numerics_fidelity, selection_fidelity  # noqa: E402
-from npu_deploy.kernels.fidelity.perf_fidelity import report  # noqa: E402
-from npu_deploy.kernels.measured.deployments import (  # noqa: E402
+from benchmarks.host import cpu_name, emit
+from npu_deploy.kernels.fidelity import numerics_fidelity, selection_fidelity
+from npu_deploy.kernels.fidelity.perf_fidelity import report
+from npu_deploy.kernels.measured.deployments import (
     TARGETS,
     compare_dispatches,
     upstream_deployments,
 )
-from npu_deploy.kernels.measured.deployments import provenance as deployments_source  # noqa: E402
-from npu_deploy.kernels.performance.calibration import reference_decode, reference_prefill  # noqa: E402
-from npu_deploy.kernels.performance.model import estimate  # noqa: E402
-from npu_deploy.models import CATALOG  # noqa: E402
+from npu_deploy.kernels.measured.deployments import provenance as deployments_source
+from npu_deploy.kernels.performance.calibration import reference_decode, reference_prefill
+from npu_deploy.kernels.performance.model import estimate
+from npu_deploy.models import CATALOG
 
 SEQ = 2048
 #: issue 23's targets for the performance model, over all GEMM rows and over GEMV

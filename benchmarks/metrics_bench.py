@@ -21,7 +21,7 @@ elements, 400 MB per tensor) and cand = ref + 1e-3 noise. In the same run it mea
 A MISS against a target is a measurement, not an error: the exit code is 0 unless
 something failed.
 
-    .venv/bin/python benchmarks/metrics_bench.py [--elems 100000000] [--dim 151936]
+    .venv/bin/python -m benchmarks.metrics_bench [--elems 100000000] [--dim 151936]
         [--repeats 5] [--json]
 """
 
@@ -43,13 +43,8 @@ from typing import Any
 import numpy as np
 import torch
 
-# Run from a checkout without installing the project: its packages live at the repo root.
-_ROOT = Path(__file__).resolve().parent.parent
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
-
-from benchmarks.host import cpu_name, emit  # noqa: E402
-from npu_deploy.metrics.comparison import Comparison, compare  # noqa: E402
+from benchmarks.host import ROOT, child, cpu_name, emit
+from npu_deploy.metrics.comparison import Comparison, compare
 
 ATOL, RTOL = 1e-5, 1.6e-2
 MB = 1e6
@@ -130,8 +125,9 @@ def measure_extra_peak_mb(elems: int, dim: int) -> float | None:
     if not Path("/proc/self/clear_refs").exists():
         return None
     result = subprocess.run(
-        [sys.executable, __file__, "--memory-child", "--elems", str(elems), "--dim", str(dim)],
-        capture_output=True, text=True, timeout=600, check=True)
+        child("benchmarks.metrics_bench", "--memory-child", "--elems", str(elems), "--dim",
+              str(dim)),
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=True)
     return int(result.stdout.split()[-1]) / MB
 
 
@@ -149,8 +145,8 @@ def measure_first_calls_s() -> tuple[float, float]:
     with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
         env = {**os.environ, "NUMBA_CACHE_DIR": cache}
         compiled, loaded = (
-            float(subprocess.run([sys.executable, __file__, "--first-call-child"], env=env,
-                                 capture_output=True, text=True, timeout=600,
+            float(subprocess.run(child("benchmarks.metrics_bench", "--first-call-child"),
+                                 env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
                                  check=True).stdout.split()[-1]) for _ in range(2))
     return compiled, loaded
 

@@ -20,7 +20,7 @@ SmolLM2-1.7B's prefill, Llama-3.2-3B's decode GEMVs), which nothing is fitted to
 
 A MISS against a target is a measurement, not an error: the exit code is 0.
 
-    .venv/bin/python benchmarks/perf_fidelity.py [--registry-only] [--launches] [--json]
+    .venv/bin/python -m benchmarks.perf_fidelity [--registry-only] [--launches] [--json]
 """
 
 from __future__ import annotations
@@ -30,17 +30,11 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any
 
-# Run from a checkout without installing the project: its packages live at the repo root.
-_ROOT = Path(__file__).resolve().parent.parent
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
-
-from benchmarks.host import cpu_name, emit  # noqa: E402
-from npu_deploy.kernels.definition.registry import SPECS  # noqa: E402
-from npu_deploy.kernels.fidelity.perf_fidelity import (  # noqa: E402
+from benchmarks.host import cpu_name, emit
+from npu_deploy.kernels.definition.registry import SPECS
+from npu_deploy.kernels.fidelity.perf_fidelity import (
     FOLDS,
     Comparison,
     compare,
@@ -49,10 +43,10 @@ from npu_deploy.kernels.fidelity.perf_fidelity import (  # noqa: E402
     kfold,
     report_names,
 )
-from npu_deploy.kernels.measured.measurements import load  # noqa: E402
-from npu_deploy.kernels.performance.calibration import calibration_report  # noqa: E402
-from npu_deploy.kernels.performance.fitting import measured_launches  # noqa: E402
-from npu_deploy.kernels.performance.model import launch_seconds  # noqa: E402
+from npu_deploy.kernels.measured.measurements import load
+from npu_deploy.kernels.performance.calibration import calibration_report
+from npu_deploy.kernels.performance.fitting import measured_launches
+from npu_deploy.kernels.performance.model import launch_seconds
 
 #: issue 23's targets, over every GEMM launch and over GEMV
 TARGETS = {"median": 0.10, "p90": 0.25, "rank": 0.6}

@@ -1,7 +1,7 @@
 """The red team's table: every case under tests/redteam/ (issue 26), what it did before the
 fix (the test's `before`) and what it does now (the test's outcome on this machine).
 
-    python benchmarks/redteam.py [pytest args]
+    python -m benchmarks.redteam [pytest args]
 
 Prints one row per case and the counts; exits non-zero if any case fails."""
 

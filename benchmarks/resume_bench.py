@@ -23,13 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-_ROOT = Path(__file__).resolve().parent.parent
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
-
-from benchmarks.host import cpu_name, emit  # noqa: E402
-from npu_deploy.events import NewEvent  # noqa: E402
-from npu_deploy.store import EventStore, RunWriter  # noqa: E402
+from benchmarks.host import cpu_name, emit
+from npu_deploy.events import NewEvent
+from npu_deploy.store import EventStore, RunWriter
 
 TARGET_S = 1.0
 BATCH = 10_000

@@ -23,7 +23,7 @@ the repeats (all samples are in the --json output). All figures are measured
 on this machine's CPU and disk. A MISS against a target is a measurement, not
 an error: the exit code is 0 unless something failed.
 
-    .venv/bin/python benchmarks/store_bench.py [--single 2000] [--batch-events 20000]
+    .venv/bin/python -m benchmarks.store_bench [--single 2000] [--batch-events 20000]
         [--batch-size 100] [--repeats 3] [--polls 20000] [--dir DIR] [--keep] [--json]
 """
 
@@ -46,20 +46,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Protocol
 
-# Run from a checkout without installing the project: its packages live at the repo root.
-_ROOT = Path(__file__).resolve().parent.parent
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
+from eventsourcing.application import Application
+from eventsourcing.domain import Aggregate, event
+from eventsourcing.persistence import InfrastructureFactory
+from eventsourcing.utils import Environment
 
-from eventsourcing.application import Application  # noqa: E402
-from eventsourcing.domain import Aggregate, event  # noqa: E402
-from eventsourcing.persistence import InfrastructureFactory  # noqa: E402
-from eventsourcing.utils import Environment  # noqa: E402
-
-from benchmarks.host import cpu_name  # noqa: E402
-from npu_deploy.events import NewEvent  # noqa: E402
-from npu_deploy.events.keys import STEP, AttemptKey  # noqa: E402
-from npu_deploy.store import EventStore  # noqa: E402
+from benchmarks.host import cpu_name
+from npu_deploy.events import NewEvent
+from npu_deploy.events.keys import STEP, AttemptKey
+from npu_deploy.store import EventStore
 
 Workload = list[tuple[str, dict[str, Any]]]
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Benchmark the TUI (npu_tui) on a generated run of --events events (100k by default).
 
-    .venv/bin/python benchmarks/tui_bench.py [--events 100000] [--seeks 200]
+    .venv/bin/python -m benchmarks.tui_bench [--events 100000] [--seeks 200]
         [--live-seconds 10] [--rate 1000] [--cache-dir DIR] [--quick] [--json]
-    .venv/bin/python benchmarks/tui_bench.py --terminal [--repeats 3] [--json]
+    .venv/bin/python -m benchmarks.tui_bench --terminal [--repeats 3] [--json]
 
 --terminal measures something else: the first paint and the quit of every entry point
 (deploy, tui, replay, attach, resume) started as a real process in tmux; see
@@ -80,15 +80,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Run from a checkout without installing the project: its packages live at the repo root.
-_ROOT = Path(__file__).resolve().parent.parent
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
-
-from benchmarks.host import cpu_name, emit  # noqa: E402
-from npu_deploy.events import PHASE_NAMES, NewEvent  # noqa: E402
-from npu_deploy.events.keys import FACT, MESSAGE, RUN_FINISHED, STEP, AttemptKey  # noqa: E402
-from npu_deploy.store import EventStore  # noqa: E402
+from benchmarks.host import ROOT, child, cpu_name, emit
+from npu_deploy.events import PHASE_NAMES, NewEvent
+from npu_deploy.events.keys import FACT, MESSAGE, RUN_FINISHED, STEP, AttemptKey
+from npu_deploy.store import EventStore
 
 FIRST_PAINT_TARGET_S = 0.5
 SEEK_P95_TARGET_MS = 50.0
@@ -477,8 +472,8 @@ def generate(path: Path, run_id: str, events: int, seed: int,
 
 
 def run_child(*args: str) -> dict[str, Any]:
-    """Run this script as a child process; its last stdout line is JSON."""
-    result = subprocess.run([sys.executable, str(Path(__file__).resolve()), *args],
+    """Run this benchmark as a child process; its last stdout line is JSON."""
+    result = subprocess.run(child("benchmarks.tui_bench", *args), cwd=ROOT,
                             capture_output=True, text=True, timeout=1800)
     if result.returncode != 0:
         raise RuntimeError(f"child {args[0]} failed:\n{result.stderr}")
@@ -778,12 +773,12 @@ async def live_session(db: Path, rate: float, seconds: float, seed: int) -> dict
     """Follow a live run while a writer process appends to it."""
     from npu_deploy.tui import DeployApp
 
-    child = await asyncio.create_subprocess_exec(
-        sys.executable, str(Path(__file__).resolve()), "--writer-child", str(db), "--run-id",
-        LIVE_RUN_ID, "--rate", str(rate), "--live-seconds", str(seconds), "--seed", str(seed),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
-    assert child.stdin is not None and child.stdout is not None
-    if (await child.stdout.readline()).strip() != b"ready":
+    writer = await asyncio.create_subprocess_exec(
+        *child("benchmarks.tui_bench", "--writer-child", str(db), "--run-id", LIVE_RUN_ID, "--rate",
+               str(rate), "--live-seconds", str(seconds), "--seed", str(seed)),
+        cwd=ROOT, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+    assert writer.stdin is not None and writer.stdout is not None
+    if (await writer.stdout.readline()).strip() != b"ready":
         raise RuntimeError("the writer child did not attach to the live run")
     reader = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
     app, watch = DeployApp(db, run_id=LIVE_RUN_ID, live=True), Watch()
@@ -809,10 +804,10 @@ async def live_session(db: Path, rate: float, seconds: float, seed: int) -> dict
             batches0, events0 = watch.arrived_batches, watch.arrived_events
             cpu0 = time.process_time()
             with gc_pauses() as pauses:
-                child.stdin.write(b"go\n")
-                await child.stdin.drain()
+                writer.stdin.write(b"go\n")
+                await writer.stdin.drain()
                 w0 = time.perf_counter()
-                result = json.loads(await child.stdout.readline())
+                result = json.loads(await writer.stdout.readline())
                 stream_s = time.perf_counter() - w0
                 probe.stop()
             cpu_share = (time.process_time() - cpu0) / stream_s
@@ -825,7 +820,7 @@ async def live_session(db: Path, rate: float, seconds: float, seed: int) -> dict
             except TimeoutError:
                 catch_up = None
             final_head = screen.timeline.head
-    await child.wait()
+    await writer.wait()
     reader.close()
     late = probe.late_ms
     return {"first_paint_s": paint_s, "writer": result, "lateness_ms": stats(late),

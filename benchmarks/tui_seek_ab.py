@@ -2,11 +2,11 @@
 made seeking slower, as a ratio measured here rather than against a figure of another day.
 
     git worktree add /tmp/base REV
-    .venv/bin/python benchmarks/tui_seek_ab.py /tmp/base . [--tabs gates,perf,agent,plan]
+    .venv/bin/python -m benchmarks.tui_seek_ab /tmp/base . [--tabs gates,perf,agent,plan]
         [--reps 3] [--seeks 100]
 
 Each measurement is a fresh process with the checkout first on PYTHONPATH (the venv's
-libraries are shared). It opens the run that `benchmarks/tui_bench.py` generates and caches
+libraries are shared). It opens the run that `benchmarks.tui_bench` generates and caches
 (run it once first) in replay at 160 x 45, shows the tab, waits until the keyframes are
 warm, then times `seek(v)` and the frame drawn after it (`pilot.pause(0)`) at --seeks random
 versions, the same ones for both checkouts. Printed: per tab and checkout the medians over
@@ -80,7 +80,7 @@ def main() -> None:
     ap.add_argument("--seeks", type=int, default=100)
     args = ap.parse_args()
     if not RUN.exists():
-        raise SystemExit(f"no cached run at {RUN}: run benchmarks/tui_bench.py once first")
+        raise SystemExit(f"no cached run at {RUN}: run `python -m benchmarks.tui_bench` once first")
     print(f"warm seek + drawn frame, ms, median of {args.reps} runs of {args.seeks} seeks each "
           f"(measured on the CPU); A = {args.a}, B = {args.b}")
     print(f"  {'tab':6} {'A p50':>7} {'B p50':>7} {'B/A':>5}   "

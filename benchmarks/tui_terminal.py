@@ -2,7 +2,7 @@
 a real process in a tmux pane (a private server socket, `tmux -L`), and the pane is read
 back until it shows what the person waits for.
 
-    .venv/bin/python benchmarks/tui_bench.py --terminal [--repeats 3] [--model tiny-llama]
+    .venv/bin/python -m benchmarks.tui_bench --terminal [--repeats 3] [--model tiny-llama]
         [--quit-after 1.0] [--json]
 
 Per entry point, with its own store in a temporary folder:

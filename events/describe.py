@@ -60,6 +60,16 @@ def one_line(text: str, limit: int | None = SHOWN_CHARS) -> str:
     return " ".join(printable(text, limit).split())
 
 
+#: How the command line starts the one line of an error on stderr.
+ERROR_PREFIX: Final = "npu-deploy: error:"
+
+
+def error_line(message: str) -> str:
+    """The command line's one-line error (cli/output.py `fail`), whatever `message` quotes;
+    the TUI shows the same line for the same refusal (a resume, npu_tui/app.py)."""
+    return f"{ERROR_PREFIX} {one_line(message, None)}"
+
+
 #: A piece of text and what it is: "" plain, "strong", "pass", "fail", "muted".
 Span = tuple[str, str]
 Line = tuple[Span, ...]

@@ -9,45 +9,35 @@ idempotency key derived from (phase, attempt, what) (events.keys.AttemptKey), so
 conductor killed at any point and resumed writes each event once: an agent re-run after a
 crash replays its completed steps from the log instead of doing them again.
 
-Agents, gates and debug matchers are interfaces (`Pipeline`); the autopilot issue fills
-them with the real phases.
+Agents, gates and debug matchers are interfaces (`Pipeline`, phase_run.py, with
+`PhaseRun`, what an agent sees); the autopilot issue fills them with the real phases. A
+stored run is opened again by reopen.py (resume, fork), its pipeline loaded by name by
+pipelines.py.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from npu_deploy.events import DeploymentState, Event, NewEvent, PhaseState
 from npu_deploy.events.decisions import refusal
 from npu_deploy.events.describe import check_text, evidence_text, failed_metrics, failing_checks
-from npu_deploy.events.keys import FACT, MESSAGE, MODEL_CALL, RUN_FINISHED, STEP, AttemptKey
+from npu_deploy.events.keys import RUN_FINISHED, AttemptKey
 from npu_deploy.events.payloads import (
-    RETRY_AS_IS,
-    AgentMessage,
     CheckpointRequested,
-    DebugDirection,
     DebugProposed,
     Decision,
     ErrorRaised,
-    ExperienceRecorded,
-    GateEvaluated,
     HumanDecision,
-    LessonRecorded,
     ModelCalled,
     Outcome,
     Payload,
     PhaseEntered,
     PhaseExited,
-    ProfileRecorded,
     RunFinished,
-    RunForked,
-    RunResumed,
     RunStarted,
-    SkillLoaded,
     ToolCompleted,
     ToolRequested,
     validate_payload,
@@ -56,7 +46,16 @@ from npu_deploy.events.phases import thresholds_in_force
 from npu_deploy.events.state import GATE_TOOL, PHASE_NAMES
 from npu_deploy.store import EventStore, RunWriter, progress
 
-from .machine import DEFAULT_BUDGET, PHASES, DeploymentMachine, state_of, trigger_for
+from .machine import PHASES, DeploymentMachine, state_of, trigger_for
+from .phase_run import (
+    Halt,
+    NeedsHuman,
+    PhaseRun,
+    Pipeline,
+    Policy,
+    StepInterrupted,
+    ToolFailed,
+)
 
 POLL_S = 0.2                # how often a waiting conductor looks at the inbox
 OVERRIDDEN = "a person overrode the failed gate"   # the phase.exited reason; the evaluator fails it
@@ -64,174 +63,10 @@ OVERRIDDEN = "a person overrode the failed gate"   # the phase.exited reason; th
 #: follows): a person redirects (e.g. "use tile_n 64 for q_proj") or overrides.
 NOTHING_TO_CHANGE = ("the gate fails the same way on every unchanged retry and no direction "
                      "changes anything left to try; a person decides: ")
-#: What `PhaseRun.record` takes: facts, never moves of the machine.
-AGENT_FACTS = (ProfileRecorded, SkillLoaded, LessonRecorded, ExperienceRecorded)
-
-
-# --- the interfaces ------------------------------------------------------------------------
-
-class Agent(Protocol):
-    """Does a phase's work through `PhaseRun.step` and `PhaseRun.say`. An agent that reads
-    only some instructions may also have `refuses(phase, instruction) -> str | None`: why it
-    cannot follow a redirect, which is then refused and leaves the wait open."""
-
-    name: str
-
-    def work(self, run: PhaseRun) -> None: ...
-
-
-class Gate(Protocol):
-    """Evaluates a phase's gate from stored artifacts: its `gate.evaluated` payload."""
-
-    def evaluate(self, run: PhaseRun) -> GateEvaluated: ...
-
-
-class DebugMatcher(Protocol):
-    """Ranks debug directions (DebugDirection payloads) for a failed gate."""
-
-    def propose(self, run: PhaseRun, gate: dict[str, Any]) -> list[DebugDirection]: ...
-
-
-class _RetryAsIs:
-    def propose(self, run: PhaseRun, gate: dict[str, Any]) -> list[DebugDirection]:
-        return [RETRY_AS_IS]
-
-
-@dataclass
-class Pipeline:
-    agent: Agent
-    gates: dict[int, Gate]
-    matcher: DebugMatcher = field(default_factory=_RetryAsIs)
-
-
-@dataclass(frozen=True)
-class Policy:
-    """Who decides at checkpoints and debug picks: a person (interactive), or the
-    auto-approve policy except at the phases in `pause_at`."""
-
-    auto_approve: bool = False
-    pause_at: frozenset[int] = frozenset()
-    budget: int = DEFAULT_BUDGET
-
-    @property
-    def name(self) -> str:
-        base = "auto-approve" if self.auto_approve else "interactive"
-        return base + (f" pause-at {sorted(self.pause_at)}" if self.pause_at else "")
-
-    def decides(self, phase: int) -> bool:
-        return self.auto_approve and phase not in self.pause_at
-
-
-@dataclass(frozen=True)
-class Halt:
-    """Why `Conductor.run` returned: finished, aborted, paused, needs_human, or waiting for
-    a person (awaiting_human, awaiting_pick) when asked not to wait."""
-
-    reason: str
-    detail: str = ""
-
-
-class NeedsHuman(RuntimeError):
-    """Raised by an agent: the attempt cannot go on without a person (a budget spent, a
-    refusal, a request to change the skill catalog). The phase exits as needs_human with
-    this message as its reason."""
-
-
-class StepInterrupted(NeedsHuman):
-    """A step that is not idempotent was found started but not finished."""
-
-
-class ToolFailed(RuntimeError):
-    """A step whose work raised one of the errors its caller expects (a bad argument from a
-    model, a missing file): recorded as a failed `tool.completed`, raised again on replay."""
 
 
 class _Stop(Exception):
     """Unwinds an agent's work when a person paused or aborted the run."""
-
-
-# --- what an agent sees ---------------------------------------------------------------------
-
-class PhaseRun:
-    """One attempt of one phase, as its agent and gate see it."""
-
-    def __init__(self, conductor: Conductor, phase: int, attempt: int, role: str = "") -> None:
-        self.conductor, self.phase, self.attempt = conductor, phase, attempt
-        self.role = role            # "" for the agent; the gate's steps get their own keys
-        self._keys = AttemptKey(phase, attempt, role)
-        ph = conductor.state.phases[phase]
-        self.instruction: str | None = ph.instruction
-        self.debug_direction: str | None = ph.debug_direction
-        # what the picked direction's retry changes (a RetryChange as JSON), if it says
-        self.debug_change: dict[str, Any] | None = ph.debug_change
-        self._n = 0
-
-    @property
-    def name(self) -> str:
-        return PHASE_NAMES[self.phase]
-
-    def _next(self, kind: str) -> AttemptKey:
-        """The key of this run's next message, fact, model call or step."""
-        self._n += 1
-        return self._keys.counted(kind, self._n)
-
-    def say(self, text: str, *, answering: str | None = None) -> None:
-        """An agent message, recorded once; `answering`: the id of the event it answers
-        (a person's decision), as its causation."""
-        self.conductor._record(AgentMessage(role="assistant", text=text),
-                               phase=self.phase, attempt=self.attempt, actor="agent",
-                               key=self._next(MESSAGE), causation_id=answering)
-
-    def decision(self) -> Event | None:
-        """The person's decision this attempt follows (its redirect or pick), if any."""
-        found = None
-        for e in self.conductor.store.events(self.conductor.run_id, phase=self.phase,
-                                             types=("human.decision",)):
-            if e.payload["decision"] in ("redirect", "pick") and (e.attempt or 0) < self.attempt:
-                found = e
-        return found
-
-    def record(self, fact: Payload) -> None:
-        """A fact the agent (or gate) establishes, recorded once: a profile, a loaded skill,
-        a lesson, an experience (AGENT_FACTS)."""
-        if not isinstance(fact, AGENT_FACTS):
-            raise ValueError(f"an agent records {', '.join(c.event_type for c in AGENT_FACTS)}"
-                             f", not {fact.event_type}")
-        self.conductor._record(fact, phase=self.phase, attempt=self.attempt,
-                               actor="harness" if self.role else "agent",
-                               key=self._next(FACT))
-
-    def step(self, tool: str, arguments: dict[str, Any], fn: Callable[[], dict[str, Any]],
-             *, idempotent: bool = True, backend: bool = False,
-             expected: tuple[type[Exception], ...] = ()) -> dict[str, Any]:
-        """Run `fn` as a recorded tool step and return its result. A step already completed
-        in the log (a resumed run) returns the stored result without running again. An
-        exception of `expected` is recorded as a failed step and raised as `ToolFailed`."""
-        return self.conductor._step(self._next(STEP), tool, arguments, fn,
-                                    idempotent=idempotent, backend=backend,
-                                    actor="harness" if self.role else "agent",
-                                    expected=expected)
-
-    def exchange(self, call: Callable[[], ModelCalled | ErrorRaised]) -> Event:
-        """A model call, recorded once: `call()` returns its ModelCalled, or an ErrorRaised
-        when the call failed. A resumed run gets the stored event back and the model is not
-        called (nor paid) twice."""
-        key = self._next(MODEL_CALL)
-        stored = self.conductor._stored(key)
-        if stored is not None:
-            return stored
-        self.conductor._between_steps()
-        outcome = call()
-        if not isinstance(outcome, ModelCalled | ErrorRaised):
-            raise ValueError(f"a model call records model.called or error, not {outcome!r}")
-        return self.conductor._record(outcome, phase=self.phase, attempt=self.attempt,
-                                      actor="agent", key=key)
-
-    def events(self, *types: str) -> list[Event]:
-        """This attempt's events so far (of `types`, if given)."""
-        return [e for e in self.conductor.store.events(self.conductor.run_id, phase=self.phase,
-                                                       types=types)
-                if e.attempt == self.attempt]
 
 
 # --- the conductor -------------------------------------------------------------------------
@@ -655,168 +490,3 @@ AFTER_DECISION: dict[tuple[str, str], Callable[[Conductor, int, PhaseState], Non
 def _parse(where: str) -> tuple[int, str]:
     _, phase, sub = where.split(".")
     return int(phase[1:]), sub
-
-
-# --- resume and fork -------------------------------------------------------------------------
-
-class RunEnded(RuntimeError):
-    """The run is finished or aborted: there is nothing to resume."""
-
-
-def run_config(store: EventStore, run_id: str) -> dict[str, Any]:
-    """The configuration the run was started (or forked) with."""
-    first = store.event_at(run_id, 1)
-    if first is None:
-        raise KeyError(f"run {run_id} has no events")
-    return dict(first.payload.get("config") or {})
-
-
-def policy_of(config: dict[str, Any]) -> Policy:
-    return Policy(auto_approve=bool(config.get("auto_approve", False)),
-                  pause_at=frozenset(int(p) for p in config.get("pause_at", ())),
-                  budget=int(config.get("budget", DEFAULT_BUDGET)))
-
-
-def resume(store: EventStore, run_id: str, pipeline: Pipeline, *,
-           on_event: Callable[[Event], None] | None = None, adopt: bool = False) -> Conductor:
-    """Take the run's lock, fold its log (from the newest valid snapshot), rebuild the
-    machine where the run stopped, and record `run.resumed`. The returned conductor goes on
-    with `run()`: it consumes the pending inbox commands first (a pending pause before
-    `run.resumed`, which answers it), re-runs an unfinished
-    idempotent step under its idempotency key, and stops for a person at a step that was
-    started and cannot be repeated. A run this user's key did not anchor (an import from
-    another key's store) is refused unless `adopt`."""
-    writer = RunWriter.attach(store, run_id, adopt=adopt)
-    try:
-        s = writer.state
-        if s.terminal:
-            raise RunEnded(f"run {run_id} is {s.status} (verdict {s.verdict}); nothing to "
-                           "resume. Fork it (npu-deploy fork RUN --at VERSION) to try again")
-        conductor = Conductor(store, writer, pipeline, policy_of(run_config(store, run_id)),
-                              on_event)
-        # A pause posted before this resume (the TUI leaves one when it quits mid-step) is
-        # answered by it: recorded as the decision it was, then resumed from, not obeyed
-        # at the first step boundary.
-        conductor._consume_inbox(only=("pause",))
-        s = writer.state
-        unfinished = _unfinished_step(store, run_id)
-        reason = s.status if s.status in ("paused", "needs_human") else "crashed"
-        conductor._record(RunResumed(from_version=s.version, reason=reason,
-                                     unfinished_step=unfinished))
-        return conductor
-    except BaseException:
-        writer.close()
-        raise
-
-
-def _unfinished_step(store: EventStore, run_id: str) -> str | None:
-    """The call id of a step requested and never completed nor abandoned, if any."""
-    open_calls: dict[str, str] = {}
-    for e in store.events(run_id, types=("tool.requested", "tool.completed", "tool.abandoned")):
-        if e.type == "tool.requested":
-            open_calls[e.payload["call_id"]] = e.payload["tool"]
-        elif e.type in ("tool.completed", "tool.abandoned"):
-            open_calls.pop(e.payload["call_id"], None)
-    return next(iter(open_calls), None)
-
-
-def fork(store: EventStore, run_id: str, at_version: int, note: str | None = None,
-         *, new_run_id: str | None = None) -> str:
-    """A new run whose history is `run_id`'s first `at_version` events (the source is only
-    read), starting with `run.forked`. Resume it to go on from that state. The source must
-    verify, anchored by this user's key: a fork's new chain would vouch for what it copies."""
-    report = store.verify(run_id, fold=False)
-    if not report.trusted:
-        raise ValueError(f"run {run_id} does not verify, fork refused: {report.line()}")
-    events = list(store.events(run_id, upto_version=at_version))
-    if not events or events[-1].run_version != at_version:
-        last = store.fold(run_id).version
-        raise ValueError(f"run {run_id} has versions 1..{last}; --at must be one of them")
-    first = events[0].payload
-    forked = RunForked(parent_run_id=run_id, parent_version=at_version,
-                       parent_hash=events[-1].hash, model=first["model"],
-                       backend=first["backend"], agent=first["agent"],
-                       code_version=first["code_version"], policy=first.get("policy", ""),
-                       note=note, config=dict(first.get("config") or {}))
-    with RunWriter.create(store, forked, run_id=new_run_id) as w:
-        w.append_batch([NewEvent(e.type, e.payload, actor=e.actor, phase=e.phase,
-                                 attempt=e.attempt, causation_id=e.causation_id,
-                                 correlation_id=e.correlation_id,
-                                 idempotency_key=e.idempotency_key)
-                        for e in events[1:]])
-        return w.run_id
-
-
-DEFAULT_PIPELINE = "npu_deploy.agents.autopilot:pipeline"
-CLAUDE_PIPELINE = "npu_deploy.agents.claude:pipeline"
-
-#: The pipelines a run's stored configuration may name: a resume loads (imports and calls)
-#: the one its run names, so the name is code, and a run can come from anyone's export file.
-#: Others are registered by the code that brings them (`register_pipeline`), or by the
-#: person in NPU_DEPLOY_PIPELINES (comma-separated); `--pipeline` on the command line is
-#: the person's own choice and needs no registration.
-REGISTERED_PIPELINES: set[str] = {DEFAULT_PIPELINE, CLAUDE_PIPELINE}
-PIPELINES_ENV = "NPU_DEPLOY_PIPELINES"
-
-
-class PipelineRefused(ValueError):
-    """A run names a pipeline that is not registered: it is not loaded."""
-
-
-def register_pipeline(spec: str) -> None:
-    REGISTERED_PIPELINES.add(canonical_pipeline(spec))
-
-
-def is_registered(spec: str) -> bool:
-    env = {canonical_pipeline(s.strip())
-           for s in os.environ.get(PIPELINES_ENV, "").split(",") if s.strip()}
-    return canonical_pipeline(spec) in REGISTERED_PIPELINES | env
-
-
-def stored_pipeline(store: EventStore, run_id: str) -> str:
-    """The registered pipeline a run names in its configuration (the autopilot's when it
-    names none); a name nobody registered is refused, and nothing of it is imported."""
-    named = run_config(store, run_id).get("pipeline") or DEFAULT_PIPELINE
-    spec = canonical_pipeline(str(named))
-    if not is_registered(spec):
-        raise PipelineRefused(
-            f"run {run_id} names pipeline {spec!r}, which is not a registered pipeline, so "
-            "nothing of it was run; pass --pipeline MODULE:FUNCTION to choose one yourself, "
-            f"or add it to {PIPELINES_ENV} if you trust it")
-    return spec
-
-
-#: Pipelines under the names their modules had before the project moved under one installed
-#: namespace: runs stored then name them so in `run.started`, and still resume.
-MOVED_PIPELINES = {"skills.autopilot:pipeline": "npu_deploy.agents.autopilot:pipeline",
-                   "skills.claude:pipeline": "npu_deploy.agents.claude:pipeline"}
-
-
-def canonical_pipeline(spec: str) -> str:
-    """The current name of the pipeline `spec` names."""
-    return MOVED_PIPELINES.get(spec, spec)
-
-
-def load_pipeline(spec: str) -> Pipeline:
-    """A pipeline from "module:function" (the function returns a Pipeline)."""
-    import importlib
-
-    module, _, attr = canonical_pipeline(spec).partition(":")
-    if not module or not attr:
-        raise ValueError(f"pipeline {spec!r}: expected module:function")
-    try:
-        factory = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"pipeline {spec!r} cannot be loaded: {e}") from None
-    if not callable(factory):
-        raise ValueError(f"pipeline {spec!r} names a {type(factory).__name__}, not a function "
-                         "returning a Pipeline")
-    try:
-        pipeline = factory()
-    except Exception as e:   # code the user named: whatever it raises is their error
-        raise ValueError(f"pipeline {spec!r} failed when called with no arguments "
-                         f"({type(e).__name__}: {e}); name a function that returns a "
-                         "Pipeline") from None
-    if not isinstance(pipeline, Pipeline):
-        raise ValueError(f"pipeline {spec!r} returned {type(pipeline).__name__}, not a Pipeline")
-    return pipeline

@@ -4,7 +4,7 @@ element-wise and aggregate figure; `topk_check` (metrics.tokens) is the token-se
 two greedy runs."""
 
 from .comparison import Comparison, compare
-from .tokens import TOP_K, Greedy, TokenCheck, greedy_step, topk_check
+from .tokens import Greedy, TokenCheck, greedy_step, top_k, topk_check
 
-__all__ = ["TOP_K", "Comparison", "Greedy", "TokenCheck", "compare", "greedy_step",
+__all__ = ["Comparison", "Greedy", "TokenCheck", "compare", "greedy_step", "top_k",
            "topk_check"]

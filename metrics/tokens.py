@@ -1,7 +1,7 @@
 """The token-set check: does a deployed model choose the tokens its reference chooses?
 
 A greedy run (`Greedy`) keeps, at every step, the token it chose and the k tokens it found
-most likely (best first, k = TOP_K unless generated otherwise). `topk_check` compares two
+most likely (best first, k = `top_k()` unless generated otherwise). `topk_check` compares two
 such runs, a candidate ("ours") and its reference, by this rule, the idea of vLLM's
 `check_logprobs_close` (vllm-project/vllm, tests/models/utils.py):
 
@@ -31,9 +31,12 @@ import torch
 
 from npu_deploy.events.phases import phase
 
-#: How many candidates a greedy run keeps per step: the phase-3 token-set check's k (the
-#: phase table, events/phases.py).
-TOP_K = int(phase(3).threshold("top_k"))
+
+def top_k() -> int:
+    """How many candidates a greedy run keeps per step: the phase-3 token-set check's k (the
+    phase table, events/phases.py, read at every call)."""
+    return int(phase(3).threshold("top_k"))
+
 
 
 @dataclass(frozen=True)
@@ -60,9 +63,10 @@ class Greedy:
         return cls([int(t) for t in d["tokens"]], [[int(t) for t in k] for k in d["topk"]])
 
 
-def greedy_step(logits: torch.Tensor, k: int = TOP_K) -> tuple[int, list[int]]:
+def greedy_step(logits: torch.Tensor, k: int | None = None) -> tuple[int, list[int]]:
     """The token greedy decoding chooses from one step's logits [vocab], and the step's
-    k most likely tokens, best first."""
+    k most likely tokens, best first (k: the phase table's, `top_k()`, unless given)."""
+    k = top_k() if k is None else k
     top = torch.topk(logits.float(), k).indices.tolist()
     return int(logits.float().argmax()), [int(t) for t in top]
 

@@ -1,8 +1,10 @@
 """What a new deployment is asked for, and the checks it passes before any run is created:
 the one home of the rules that `npu-deploy deploy` and the TUI's new-deployment form share
 (the model must load, the backend must be on this machine, Claude needs its key, the prompt
-length has bounds). The checks import what they check lazily: the command line and the TUI
-read the choices below without importing torch or the NPU runtime."""
+length has bounds). A stored run resumed passes the same checks of its key and its NPU, by
+one function that `npu-deploy resume` and the TUI's resume both call (`resume_run`). The
+checks import what they check lazily: the command line and the TUI read the choices below
+without importing torch or the NPU runtime."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ T = TypeVar("T")
 #: ones (npu_deploy.models; `npu-deploy models` lists them with the catalog).
 TINY_MODELS = tuple(RANDOM_MODELS)
 
-#: As machine.conductor registers them (named here too: the CLI imports the machine lazily).
+#: As machine.pipelines registers them (named here too: the CLI imports the machine lazily).
 DEFAULT_PIPELINE = "npu_deploy.agents.autopilot:pipeline"
 CLAUDE_PIPELINE = "npu_deploy.agents.claude:pipeline"
 
@@ -214,3 +216,48 @@ def npu_config(backend: str, air_objects: str | None, repeats: int | None) -> di
     return {"backend": "xrt", "air_objects": str(Path(str(air_objects)).resolve()),
             "air_cache": str(air_cache_dir()),
             **({"npu_repeats": repeats} if repeats is not None else {})}
+
+
+# --- a stored run resumed -----------------------------------------------------------------
+
+def _quiet(what: str) -> None:
+    """`resume_run`'s `loading` when no one shows it."""
+
+
+def resume_checked(store: Any, run_id: str, pipeline: str | None = None) -> str:
+    """The pipeline `run_id` resumes with (`pipeline`, the person's own choice, else the
+    registered one the run names), once this machine can go on with it: Claude's key for a
+    run Claude works, the NPU for an xrt run. Refused otherwise (an unregistered pipeline is
+    no usage error: the run names it). Nothing is loaded nor stored."""
+    from npu_deploy.machine.pipelines import PipelineRefused, canonical_pipeline, stored_pipeline
+    from npu_deploy.machine.reopen import run_config
+
+    try:
+        # The run's own pipeline only if registered: its name may come from an export file.
+        spec = canonical_pipeline(pipeline) if pipeline else stored_pipeline(store, run_id)
+    except PipelineRefused as e:
+        raise Refused([Problem("pipeline", str(e), usage=False)]) from None
+    config = run_config(store, run_id)
+    if spec == CLAUDE_PIPELINE:
+        needs_key(f"run {run_id} is worked by Claude: resuming it")
+    if config.get("backend") == "xrt":
+        needs_npu(f"run {run_id} runs on the NPU: resuming it", config.get("air_objects"))
+    return spec
+
+
+def resume_run(store: Any, run_id: str, *, pipeline: str | None = None,
+               on_event: Callable[[Any], None] | None = None, adopt: bool = False,
+               loading: Callable[[str], None] = _quiet) -> Any:
+    """The one resume of a stored run, for `npu-deploy resume` and the TUI: the checks of
+    `resume_checked`, the pipeline loaded (a pipeline that cannot load is Refused), then
+    machine.resume, which returns the conductor that goes on (or raises RunLocked,
+    Unanchored, RunEnded). Before machine.resume nothing is stored."""
+    from npu_deploy.machine import load_pipeline, resume
+
+    spec = resume_checked(store, run_id, pipeline)
+    loading(f"loading the pipeline {spec} …")
+    try:
+        loaded = load_pipeline(spec)
+    except ValueError as e:
+        raise Refused([Problem("pipeline", str(e))]) from None
+    return resume(store, run_id, loaded, on_event=on_event, adopt=adopt)

@@ -19,10 +19,10 @@ from textual.binding import Binding, BindingType
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
-from npu_deploy.deploy_request import DeployRequest
+from npu_deploy.deploy_request import DeployRequest, Refused
 from npu_deploy.events import uuid7
 from npu_deploy.events.decisions import queued
-from npu_deploy.events.describe import printable
+from npu_deploy.events.describe import error_line, printable
 from npu_deploy.store import EventStore
 
 from .screens.run import RunScreen
@@ -211,6 +211,13 @@ class DeployApp(App[None]):
                 with contextlib.suppress(RuntimeError):     # the app closed meanwhile
                     self.call_from_thread(self._refused, run_id, str(e))
                 return
+            if how == "resume" and isinstance(e, Refused):
+                # refused before the run was touched, as `npu-deploy resume` refuses it
+                # (deploy_request.resume_run: its pipeline, Claude's key, the NPU)
+                done.set()
+                with contextlib.suppress(RuntimeError):
+                    self.call_from_thread(self._resume_refused, run_id, str(e))
+                return
         except Exception as e:  # noqa: BLE001 - shown to the person, recorded by the conductor
             outcome = f"stopped: {type(e).__name__}: {e}"
         finally:
@@ -227,6 +234,13 @@ class DeployApp(App[None]):
         self.loading.pop(run_id, None)
         self.refused = why
         self.exit(return_code=EXIT_REFUSED)
+
+    def _resume_refused(self, run_id: str, why: str) -> None:
+        """A resume refused before its conductor opened the run: the command line's error
+        line, and the run as it was."""
+        self.driving.discard(run_id)
+        self._loading(run_id, "")
+        self.notify(error_line(why), severity="error", timeout=10)
 
     def _created(self, run_id: str) -> bool:
         with EventStore.open(self.store.path, readonly=True) as store:

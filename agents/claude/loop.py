@@ -20,7 +20,7 @@ from npu_deploy.agents.claude.tools import Context, run_tool, tool_schemas
 from npu_deploy.agents.claude.transport import MessagesAPI
 from npu_deploy.events.payloads import ErrorRaised, ModelCalled
 from npu_deploy.machine import NeedsHuman
-from npu_deploy.machine.conductor import run_config
+from npu_deploy.machine.reopen import run_config
 from npu_deploy.pipeline.workspace import Workspace, read_json, workspace_of
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
@@ -20,8 +20,7 @@ from npu_deploy.deploy_request import (
     DeployRequest,
     Refused,
     checked,
-    needs_key,
-    needs_npu,
+    resume_run,
 )
 from npu_deploy.events import PHASE_NAMES, Event
 from npu_deploy.events.decisions import naming, open_decisions, waiting_on
@@ -88,7 +87,11 @@ def _needs(check: Any, *args: Any) -> Any:
     try:
         return check(*args)
     except Refused as e:
-        fail(str(e), EXIT_USAGE if e.problems[0].usage else EXIT_FAILED)
+        _refused(e)
+
+
+def _refused(e: Refused) -> NoReturn:
+    fail(str(e), EXIT_USAGE if e.problems[0].usage else EXIT_FAILED)
 
 
 def _run_id(value: str | None) -> str | None:
@@ -221,30 +224,17 @@ def _deploy_in_tui(model: str, policy: Any, pipeline_spec: str, config: dict[str
                    "store): your key vouches for it from then on.")
 def resume_cmd(run: str, pipeline_spec: str | None, no_wait: bool, adopt: bool) -> None:
     """Go on with a run that crashed, was paused, or stopped for a person."""
-    from npu_deploy.machine import PipelineRefused, RunEnded, resume, stored_pipeline
-    from npu_deploy.machine.conductor import canonical_pipeline, run_config
+    from npu_deploy.machine import RunEnded
 
     store = EventStore.open(db_path())
     run_id = store.resolve_run(run)
-    try:
-        # The run's own pipeline only if registered: its name may come from an export file.
-        spec = (canonical_pipeline(pipeline_spec) if pipeline_spec
-                else stored_pipeline(store, run_id))
-    except PipelineRefused as e:
-        fail(str(e))
-    config = run_config(store, run_id)
-    if spec == CLAUDE_PIPELINE:
-        _needs(needs_key, f"run {run_id} is worked by Claude: resuming it")
-    if config.get("backend") == "xrt":
-        _needs(needs_npu, f"run {run_id} runs on the NPU: resuming it",
-               config.get("air_objects"))
-    pipeline = load_pipeline_or_fail(spec)
     out = console()
     try:
-        conductor = resume(store, run_id, pipeline, on_event=_progress(out), adopt=adopt)
-    except (RunLocked, Unanchored) as e:
-        fail(str(e))
-    except RunEnded as e:
+        conductor = resume_run(store, run_id, pipeline=pipeline_spec,
+                               on_event=_progress(out), adopt=adopt)
+    except Refused as e:
+        _refused(e)
+    except (RunLocked, Unanchored, RunEnded) as e:
         fail(str(e))
     out.print(data(f"run {run_id} resumed at v{conductor.state.version}"))
     _drive(conductor, out, wait=not no_wait)

@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 
-from npu_deploy.events.describe import one_line
+from npu_deploy.events.describe import error_line
 
 EXIT_FAILED = 1   # the command ran and found a problem (bad input, broken chain)
 EXIT_USAGE = 2    # a wrong flag or argument
@@ -27,7 +27,7 @@ def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
 
 def say_error(message: str) -> None:
     """`fail`'s line, for a caller that leaves by another way (the TUI, cli/tui.py)."""
-    click.echo(f"npu-deploy: error: {one_line(message, None)}", err=True)
+    click.echo(error_line(message), err=True)
 
 
 def console() -> Console:

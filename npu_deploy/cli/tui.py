@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from npu_deploy.deploy_request import DeployRequest, checked
+from npu_deploy.deploy_request import DeployRequest, checked, resume_run
 from npu_deploy.events.describe import printable
 from npu_deploy.loading import erase as erase_loading_line
 from npu_deploy.store import EventStore
@@ -75,13 +75,12 @@ class ConductorDriver:
                                request.model, deployment.config)
 
     def resume(self, run_id: str, loading: Loading = _quiet) -> str:
-        from npu_deploy.machine import load_pipeline, resume, stored_pipeline
-
+        """Resume the run as `npu-deploy resume` does (deploy_request.resume_run: refused
+        unless its pipeline is registered, Claude's key and the NPU are here, before any
+        event), then drive it."""
         store = EventStore.open(self.store_path)
         try:
-            spec = stored_pipeline(store, run_id)    # refused unless registered
-            loading(f"loading the pipeline {spec} …")
-            conductor = resume(store, run_id, load_pipeline(spec))
+            conductor = resume_run(store, run_id, loading=loading)
             loading("")
             return self._drive(conductor)
         finally:

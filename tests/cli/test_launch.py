@@ -46,6 +46,26 @@ def test_the_entry_point_imports_nothing_but_the_standard_library():
     assert out == "[]"
 
 
+def test_nothing_the_entry_point_starts_imports_it_back():
+    """launch.py imports the command line (in `main`); no module of the package imports
+    launch.py, so there is no cycle: the loading line's state, which the TUI erases, is
+    npu_deploy/loading.py."""
+    import ast
+
+    from paths import ROOT
+
+    importers = []
+    for path in sorted((ROOT / "npu_deploy").rglob("*.py")) + sorted(
+            (ROOT / "npu_tui").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [f"{node.module}.{a.name}" for a in node.names]
+                     if isinstance(node, ast.ImportFrom) and node.module else [])
+            if "npu_deploy.launch" in names:
+                importers.append(str(path.relative_to(ROOT)))
+    assert importers == []
+
+
 @pytest.fixture(scope="module")
 def runs_db(tmp_path_factory: pytest.TempPathFactory):
     import tui_runs

@@ -45,11 +45,39 @@ def test_the_agents_and_the_catalog_take_the_phase_skills_from_the_table():
 
 
 def test_the_values_that_live_elsewhere_are_the_tables():
-    from npu_deploy.kernels.emulation.validate import RTOL
-    from npu_deploy.metrics.tokens import TOP_K
+    from npu_deploy.kernels.emulation.validate import phase1_rtol
+    from npu_deploy.metrics.tokens import top_k
 
-    assert RTOL == threshold("phase1.rtol") == 1.6e-2
-    assert TOP_K == threshold("phase3.top_k") == 5
+    assert phase1_rtol() == threshold("phase1.rtol") == 1.6e-2
+    assert top_k() == threshold("phase3.top_k") == 5
+
+
+def test_the_token_check_reads_its_k_from_the_table_at_every_call(monkeypatch):
+    """A run's thresholds are the table's when it runs (the gates read it per evaluation):
+    the token-set check's k too, not the value at import."""
+    import torch
+
+    from npu_deploy.metrics.tokens import greedy_step
+
+    logits = torch.arange(10, dtype=torch.float32)
+    assert greedy_step(logits) == (9, [9, 8, 7, 6, 5])
+    with_threshold(monkeypatch, "phase3.top_k", 3)
+    assert greedy_step(logits) == (9, [9, 8, 7])
+
+
+def test_the_kernel_check_reads_its_rtol_from_the_table_at_every_call(monkeypatch):
+    """Phase 1's element check holds each kernel to the table's rtol when it runs."""
+    from npu_deploy.kernels import SPECS
+    from npu_deploy.kernels.emulation.emulator import EmulatorBackend
+    from npu_deploy.kernels.emulation.validate import validate_kernel
+
+    def run() -> object:
+        return validate_kernel(SPECS["add"], {"rows": 4, "width": 256}, {}, EmulatorBackend())
+
+    assert run().rtol == 1.6e-2
+    with_threshold(monkeypatch, "phase1.rtol", 0.25)
+    report = run()
+    assert report.rtol == 0.25 and all(c.rtol == 0.25 for c in report.metrics.values())
 
 
 def test_a_new_run_records_the_thresholds_in_force(store, fake):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from paths import ROOT
 
 from npu_deploy.kernels import SPECS, XDNA2
 from npu_deploy.kernels.emulation.emulator import EmulatorBackend
@@ -134,13 +133,10 @@ def test_a_whole_prefill_runs_on_the_emulator_close_to_the_reference(tiny_models
 
 @pytest.mark.slow
 def test_emulator_speed_benchmark_smoke():
-    import subprocess
-    import sys
+    from benchmark_runs import run_benchmark
 
-    root = ROOT
-    out = subprocess.run([sys.executable, str(root / "benchmarks" / "emulator_speed.py"),
-                          "--model", "tiny-qwen3", "--seq-len", "64"], capture_output=True,
-                         text=True, timeout=300)
+    out = run_benchmark("emulator_speed", "--model", "tiny-qwen3", "--seq-len", "64",
+                        timeout=300)
     assert out.returncode == 0, out.stderr
     assert "measured on the CPU" in out.stdout and "emulated / HF FP32 <= 1.5" in out.stdout
 

@@ -15,7 +15,12 @@ from npu_deploy.kernels.definition.hardware import XDNA2
 from npu_deploy.kernels.definition.selection import select
 from npu_deploy.kernels.definition.specs import SPECS, KernelUse
 from npu_deploy.kernels.emulation.emulator import REFERENCE, EmulatorBackend
-from npu_deploy.kernels.emulation.validate import RTOL, atol_for, output_buffers, seeded_inputs
+from npu_deploy.kernels.emulation.validate import (
+    atol_for,
+    output_buffers,
+    phase1_rtol,
+    seeded_inputs,
+)
 from npu_deploy.models.random_models import RANDOM_MODELS
 
 FA = SPECS["flash_attention"]
@@ -36,7 +41,7 @@ def tolerance_used(shape: dict[str, int], seed: int) -> float:
     EmulatorBackend().run(FA, shape, config, inputs, out)
     ref = REFERENCE[FA.name](shape, {**FA.tunables, **config}, inputs)["o"]
     ref, got = ref.reshape(out["o"].shape).double(), out["o"].double()
-    return float(((got - ref).abs() / (atol_for(FA, config) + RTOL * ref.abs())).max())
+    return float(((got - ref).abs() / (atol_for(FA, config) + phase1_rtol() * ref.abs())).max())
 
 
 @pytest.mark.parametrize("seq", (16, 100, 128))

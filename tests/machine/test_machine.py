@@ -332,7 +332,8 @@ def test_a_person_can_override_a_failed_gate_only_explicitly(store, fake, cli):
 def test_a_pipeline_named_before_the_namespace_move_still_loads():
     """Runs stored before the packages moved under `npu_deploy` name their pipeline by the
     old module path in `run.started`; resuming them must find it."""
-    from npu_deploy.machine.conductor import Pipeline, canonical_pipeline, load_pipeline
+    from npu_deploy.machine import Pipeline
+    from npu_deploy.machine.pipelines import canonical_pipeline, load_pipeline
 
     assert canonical_pipeline("skills.autopilot:pipeline").startswith("npu_deploy.")
     pipeline = load_pipeline("skills.autopilot:pipeline")

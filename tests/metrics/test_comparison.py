@@ -4,38 +4,22 @@ streaming pass (the top-k check: test_tokens.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from benchmark_runs import benchmark, run_benchmark
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from paths import ROOT
 
 from npu_deploy.metrics import comparison as metrics
 from npu_deploy.metrics.comparison import Comparison, compare
 
-BENCH = ROOT / "benchmarks" / "metrics_bench.py"
-
-
-def _load_bench() -> Any:
-    """The benchmark script holds the naive numpy computation and the memory probe."""
-    spec = importlib.util.spec_from_file_location("metrics_bench", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-naive = _load_bench().naive_metrics
+naive = benchmark("metrics_bench").naive_metrics  # the naive numpy computation
 FLOAT_FIELDS = ("max_abs", "mean_abs", "rel_l2", "mean_rel_l1", "pearson", "cosine",
                 "cosine_pos_min", "cosine_pos_p5", "cosine_pos_median", "sqnr_db",
                 "within_frac", "worst_ref", "worst_cand", "worst_excess")
@@ -345,9 +329,8 @@ def test_as_dict_is_plain_json():
 def test_a_512_mb_pair_needs_under_64_mb_of_extra_memory():
     """Peak RSS of a child process (the benchmark's probe): catches any full-size temporary,
     numpy's or torch's; a float64 copy of one 4096 x 16384 float32 input adds 537 MB."""
-    result = subprocess.run([sys.executable, str(BENCH), "--memory-child", "--elems",
-                             str(4096 * 16384), "--dim", "16384"],
-                            capture_output=True, text=True, timeout=120)
+    result = run_benchmark("metrics_bench", "--memory-child", "--elems", str(4096 * 16384),
+                           "--dim", "16384", timeout=120)
     assert result.returncode == 0, result.stderr
     extra = int(result.stdout.split()[-1])
     assert extra < 64e6, f"compare used {extra / 1e6:.1f} MB extra"
@@ -355,9 +338,8 @@ def test_a_512_mb_pair_needs_under_64_mb_of_extra_memory():
 
 @pytest.mark.slow
 def test_the_benchmark_script_runs_and_prints_its_targets():
-    result = subprocess.run(
-        [sys.executable, str(BENCH), "--elems", "300000",
-         "--dim", "1000", "--repeats", "1"], capture_output=True, text=True, timeout=120)
+    result = run_benchmark("metrics_bench", "--elems", "300000", "--dim", "1000", "--repeats",
+                           "1", timeout=120)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "measured on the CPU of this machine" in out

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from npu_deploy.metrics.tokens import TOP_K, Greedy, TokenCheck, greedy_step, topk_check
+from npu_deploy.metrics.tokens import Greedy, TokenCheck, greedy_step, top_k, topk_check
 
 REF = Greedy([1, 2, 3, 4], [[1, 9, 8], [2, 7, 6], [3, 5, 0], [4, 0, 0]])
 
@@ -94,5 +94,5 @@ def test_a_stored_greedy_run_reads_back_unchanged():
 
 def test_a_greedy_step_chooses_the_argmax_and_keeps_the_top_k_best_first():
     token, top = greedy_step(logits_ranking(4, 7, 1, 0, 9, 3))
-    assert (token, top) == (4, [4, 7, 1, 0, 9]) and len(top) == TOP_K
+    assert (token, top) == (4, [4, 7, 1, 0, 9]) and len(top) == top_k()
     assert greedy_step(logits_ranking(2, 8), k=2) == (2, [2, 8])

@@ -4,7 +4,7 @@ process (the TUI continuing after a decision) never reads through a store closed
 from __future__ import annotations
 
 from npu_deploy.machine import Conductor, Policy, resume
-from npu_deploy.machine.conductor import PhaseRun
+from npu_deploy.machine.phase_run import PhaseRun
 from npu_deploy.pipeline.workspace import workspace_of
 from npu_deploy.store import EventStore
 

@@ -1,21 +1,50 @@
-"""The benchmark scripts still run (tiny sizes; the figures themselves are not judged here)."""
+"""The benchmarks still run (tiny sizes; the figures themselves are not judged here), each as
+a module of the package benchmarks/ (`python -m benchmarks.NAME`, as `make bench` runs them),
+none changing sys.path."""
 
 from __future__ import annotations
 
+import ast
 import json
-import subprocess
-import sys
 
 import pytest
+from benchmark_runs import run_benchmark
 from paths import ROOT
+
+#: The benchmarks that run on their own (host.py holds helpers; tui_terminal.py is run by
+#: tui_bench.py --terminal).
+BENCHMARKS = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py")
+                    if 'if __name__ == "__main__":' in p.read_text())
+
+
+def test_no_benchmark_changes_the_import_path():
+    """A benchmark that put the repository's root on sys.path would undo the guard against
+    a second copy of a package under its bare name (`kernels` beside `npu_deploy.kernels`,
+    tests/conftest.py): they run as modules instead, their helpers imported as benchmarks.x."""
+    touching = []
+    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "path" and \
+                    isinstance(node.value, ast.Name) and node.value.id == "sys":
+                touching.append(f"{path.name}:{node.lineno}")
+            if isinstance(node, ast.ImportFrom) and node.module == "sys" and \
+                    any(a.name == "path" for a in node.names):
+                touching.append(f"{path.name}:{node.lineno}")
+    assert touching == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_every_benchmark_starts_as_a_module(name):
+    result = run_benchmark(name, "--help", timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "usage:" in result.stdout.lower(), result.stdout
 
 
 def test_store_bench_runs_end_to_end_and_labels_its_figures(tmp_path):
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "store_bench.py"), "--single", "30",
-         "--batch-events", "300", "--batch-size", "50", "--repeats", "1", "--polls", "50",
-         "--dir", str(tmp_path), "--json", "--quiet"],
-        capture_output=True, text=True, timeout=300)
+    result = run_benchmark("store_bench", "--single", "30", "--batch-events", "300",
+                           "--batch-size", "50", "--repeats", "1", "--polls", "50", "--dir",
+                           str(tmp_path), "--json", "--quiet", timeout=300)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["source"] == "measured-cpu"
@@ -29,10 +58,8 @@ def test_store_bench_runs_end_to_end_and_labels_its_figures(tmp_path):
 
 @pytest.mark.slow
 def test_tui_bench_runs_end_to_end_and_labels_its_figures(tmp_path):
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "tui_bench.py"), "--quick", "--json",
-         "--cache-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=300)
+    result = run_benchmark("tui_bench", "--quick", "--json", "--cache-dir", str(tmp_path),
+                           timeout=300)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["source"] == "measured-cpu"
@@ -50,9 +77,8 @@ def test_tui_bench_runs_end_to_end_and_labels_its_figures(tmp_path):
 
 
 def test_resume_bench_runs_and_labels_its_figures():
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "resume_bench.py"), "--events", "3000",
-         "--repeats", "1", "--json"], capture_output=True, text=True, timeout=300)
+    result = run_benchmark("resume_bench", "--events", "3000", "--repeats", "1", "--json",
+                           timeout=300)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["source"] == "measured-cpu" and report["events"] == 3000
@@ -61,9 +87,7 @@ def test_resume_bench_runs_and_labels_its_figures():
 
 
 def test_perf_fidelity_labels_its_figures_modeled_against_measured_on_npu():
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "perf_fidelity.py"), "--json"],
-        capture_output=True, text=True, timeout=300)
+    result = run_benchmark("perf_fidelity", "--json", timeout=300)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert (report["source"], report["held_against"]) == ("modeled", "measured-npu")
@@ -83,9 +107,7 @@ def test_hardware_fidelity_holds_issue_23s_acceptance_figures():
     every measured configuration and rejects every reported failure, every shape gets a
     valid configuration, selection finds upstream's fastest at every measured shape, every
     emulated error is within its band, and the nine targets are compared end to end."""
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "hardware_fidelity.py"), "--json",
-         "--numerics-rows", "16"], capture_output=True, text=True, timeout=900)
+    result = run_benchmark("hardware_fidelity", "--json", "--numerics-rows", "16", timeout=900)
     assert result.returncode == 0, result.stderr
     r = json.loads(result.stdout)
     assert r["sources"]["perf"] == "modeled against measured-npu"
@@ -112,10 +134,8 @@ def test_air_programs_counts_every_program_and_finds_them_clean():
     the verifier (Qwen3-0.6B's O GEMV reads K 2048 beside Gate/Up's 1024: its decode ELF
     holds mv.o and mv_bf16.o)."""
     models = ("smollm2-135m", "qwen3-0.6b")
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "air_programs.py"), "--json",
-         "--models", ",".join(models), "--lengths", "300"],
-        capture_output=True, text=True, timeout=900)
+    result = run_benchmark("air_programs", "--json", "--models", ",".join(models), "--lengths",
+                           "300", timeout=900)
     assert result.returncode == 0, result.stderr
     r = json.loads(result.stdout)
     for name in models:

@@ -16,7 +16,7 @@ from textual.widgets import Button, Input, Select, Static, Switch
 from tui_pilot import SIZE, start, until
 
 from npu_deploy.cli.tui import ConductorDriver
-from npu_deploy.machine.conductor import run_config
+from npu_deploy.machine.reopen import run_config
 from npu_deploy.store import EventStore
 from npu_deploy.tui import DeployApp
 from npu_deploy.tui.screens.help import HelpScreen
