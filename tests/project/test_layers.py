@@ -79,34 +79,3 @@ def test_the_check_finds_a_module_in_no_row_and_an_import_up_the_layers(
     assert layers.broken() == [
         "npu_deploy.events.fold imports npu_deploy.store: 'events' may import nothing of ours",
         "npu_deploy.store.log imports npu_deploy.progress: no row holds it"]
-
-
-@pytest.mark.parametrize("package", ["events", "store"])
-def test_the_modules_of_the_event_log_import_each_other_one_way(package):
-    """Inside `events` and `store` too (eventstore.py and writer.py imported each other):
-    no module imports, through any chain, one that imports it. The package's __init__,
-    which every module's import runs first, is left out, and so are the imports of types
-    for the type checker alone (`if TYPE_CHECKING:`)."""
-    prefix = f"npu_deploy.{package}"
-    files = {d: f for d, f in layers.modules() if d.startswith(prefix + ".")}
-
-    def module_of(target: str) -> str | None:
-        while target and target not in files:
-            target = target.rpartition(".")[0]
-        return target or None
-
-    graph = {d: {m for t in layers.imported(d, f, for_types=False)
-                 if (m := module_of(t)) and m != d}
-             for d, f in files.items()}
-    cycles = []
-    for start in graph:
-        stack, seen = [(start, (start,))], set()
-        while stack:
-            node, path = stack.pop()
-            for nxt in graph[node]:
-                if nxt == start:
-                    cycles.append(" -> ".join((*path, start)))
-                elif nxt not in seen:
-                    seen.add(nxt)
-                    stack.append((nxt, (*path, nxt)))
-    assert not cycles, "\n".join(sorted(set(cycles)))
