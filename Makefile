@@ -32,8 +32,13 @@ demo: setup
 # PYTHONSAFEPATH: neither pytest nor a process a test starts may import from the working
 # directory, where the package folders would load under their bare names (`kernels`) beside
 # the installed `npu_deploy.kernels`; everything must import as installed.
+# One worker per core (pytest-xdist), each test handed out as a worker frees up (worksteal):
+# the long end-to-end tests do not queue behind one another on a single worker.
+WORKERS ?= auto
+XDIST   := -n $(WORKERS) --dist worksteal
+
 test: setup
-	@PYTHONSAFEPATH=1 $(PY) -m pytest -q; rc=$$?; \
+	@PYTHONSAFEPATH=1 $(PY) -m pytest -q $(XDIST); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; \
 	exit $$rc
 
@@ -42,10 +47,10 @@ test: setup
 # every tiny model at 16, 100, 128 and 2048 tokens and the bundled one at 16, 100 and 128,
 # deployed end to end (about 25 minutes on 2 cores; `make test` deploys each model once)
 test-matrix: setup
-	PYTHONSAFEPATH=1 $(PY) -m pytest -q -m matrix tests/agents/test_defaults_pass.py
+	PYTHONSAFEPATH=1 $(PY) -m pytest -q $(XDIST) -m matrix tests/agents/test_defaults_pass.py
 
 test-fast: setup
-	PYTHONSAFEPATH=1 $(PY) -m pytest -q -m "not slow and not e2e and not tui"
+	PYTHONSAFEPATH=1 $(PY) -m pytest -q $(XDIST) -m "not slow and not e2e and not tui"
 
 # Each benchmark is a module of the package benchmarks/, run from here with -m (which finds
 # the package in the working directory); none changes sys.path.
