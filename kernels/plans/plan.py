@@ -1,24 +1,10 @@
-"""Dispatch plans: which kernels run in which NPU dispatch, which tensors stay on the device,
-which ops stay on the CPU. What a plan is made of lives in kernels.plans.steps (re-exported
-here); this module builds the baseline.
+"""The baseline dispatch plan: what a plan is made of (`DispatchPlan`, `Dispatch`, `Launch`,
+`HostStep`, `Binding`) lives in kernels.plans.steps and is re-exported here; this module
+builds the plan a first deployment starts from.
 
-A `DispatchPlan` is an ordered list of steps. A `Dispatch` is one NPU submission (one ELF)
-holding one or more `Launch`es of registry kernels with their configurations; a `HostStep`
-runs on the CPU (embedding lookup, a layout transpose, decode attention against the KV cache,
-the final norm of the last row, KV-cache bookkeeping). Every operand of every step is bound to
-a named tensor with a `Binding` that says how the tensor lives:
-
-* ``static``: a weight in a device buffer written once and kept;
-* ``intermediate``: produced and consumed on the device, never synced to the host;
-* ``input``: written from the host before the step (a weight that is re-uploaded is one);
-* ``output``: read back to the host after the step;
-
-and in which layout: ``seq-first`` ([L, heads*head_dim], the GEMM layout) or ``head-first``
-([heads, L, head_dim]).
-
-`baseline_plan` builds the plan a first deployment starts from, the way the IRON baseline
-runs: one dispatch per kernel, every buffer written and read back on each call, weights
-re-uploaded, the LM head over the whole sequence. `kernels.plans.transforms` improves it.
+`baseline_plan` runs the way the IRON baseline does: one dispatch per kernel, every buffer
+written and read back on each call, weights re-uploaded, the LM head over the whole sequence.
+`kernels.plans.transforms` improves it.
 """
 
 from __future__ import annotations
