@@ -9,7 +9,7 @@ from textual.message import Message
 
 from npu_deploy.deploy_request import DeployRequest
 from npu_deploy.events import Event
-from npu_deploy.progress import Progress
+from npu_deploy.store.progress import Progress
 
 
 @dataclass

@@ -83,7 +83,7 @@ def kernels_cmd(model: str, seq_len: int, decode_pos: int | None, hw_name: str,
     table = Table(title_justify="left", title="kernels (configurations checked against the "
                   "hardware model; measured = upstream's NPU2 figure at this shape, "
                   + ("here = measured on NPU by validate-hardware, imported; " if here else "")
-                  + "modeled = kernels.performance"
+                  + "modeled = cost model"
                   + ("" if here else "; nothing ran on an NPU here")
                   + ")")
     numeric = ("tiles", "L1 KiB", "L2 KiB", "modeled us", "measured us (NPU2)",

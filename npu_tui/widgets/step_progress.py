@@ -15,7 +15,7 @@ from textual.containers import Horizontal
 from textual.widgets import ProgressBar, Static
 
 from npu_deploy.events.describe import printable
-from npu_deploy.progress import Progress
+from npu_deploy.store.progress import Progress
 
 LONG_STEP_S = 1.0            # a step shows its bar when it takes (or took before) this long
 
