@@ -100,6 +100,47 @@ def test_the_cycle_check_finds_a_cycle_through_a_function_level_import(tmp_path:
     assert cycles(graph) == [["npu_deploy.a.x", "npu_deploy.a.y"]]   # z: TYPE_CHECKING only
 
 
+def unresolved_imports(package: Path | None = None) -> list[str]:
+    """Imports of ours that name nothing: `from npu_deploy.x import y` where npu_deploy.x is
+    no module, or defines no `y` and has no submodule `y` (a module moved, an importer left
+    behind: found here before any process tries it)."""
+    if package is not None:
+        layers.PACKAGE, saved = package, layers.PACKAGE
+    try:
+        files = dict(layers.modules())
+    finally:
+        if package is not None:
+            layers.PACKAGE = saved
+    problems = []
+    for name, file in files.items():
+        for target in sorted(layers.imported(name, file)):
+            if target in files:
+                continue
+            module, _, attribute = target.rpartition(".")
+            if module not in files:
+                problems.append(f"{name} imports {target}: no such module")
+            elif attribute not in defined_names(files[module]):
+                problems.append(f"{name} imports {target}: {module} defines no {attribute}")
+    return problems
+
+
+def test_every_import_of_ours_names_a_module_or_a_name_it_defines():
+    assert unresolved_imports() == []
+
+
+def test_the_import_check_finds_a_moved_module_and_a_missing_name(tmp_path: Path):
+    pkg = tmp_path / "npu_deploy"
+    (pkg / "a").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a" / "__init__.py").write_text("from .x import X\n")
+    (pkg / "a" / "x.py").write_text("X = 1\n")
+    (pkg / "a" / "y.py").write_text("from npu_deploy.progress import P\nfrom .x import Y, X\n"
+                                    "from npu_deploy.a import X as Z\n")
+    assert unresolved_imports(pkg) == [
+        "npu_deploy.a.y imports npu_deploy.a.x.Y: npu_deploy.a.x defines no Y",
+        "npu_deploy.a.y imports npu_deploy.progress.P: no such module"]
+
+
 # --- module size ----------------------------------------------------------------------------
 
 def test_no_module_is_over_600_lines():
@@ -131,7 +172,8 @@ def where_to_find(page: Path) -> dict[str, str]:
 
 def defined_names(path: Path) -> set[str]:
     """What a module defines at any depth (functions, classes, assigned names, attributes of
-    a class) and the string constants it holds (binding ids, keys, environment variables)."""
+    a class, the names it imports), and the string constants it holds (binding ids, keys,
+    environment variables)."""
     if path.is_dir():
         return set().union(*(defined_names(p) for p in path.rglob("*.py")))
     tree = ast.parse(path.read_text())
@@ -144,6 +186,8 @@ def defined_names(path: Path) -> set[str]:
             names.update(t.id for t in targets for t in ast.walk(t) if isinstance(t, ast.Name))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             names.add(node.value)
+        elif isinstance(node, ast.Import | ast.ImportFrom):       # what it re-exports
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
     return names
 
 
