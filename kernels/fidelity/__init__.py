@@ -2,19 +2,9 @@
 (`numerics_fidelity`), the performance model to upstream's measured times
 (`perf_fidelity`), and the selection to upstream's measured choices (`selection_fidelity`).
 
-Importing this package imports none of its modules: each public name below is imported the
-first time it is asked for (kernels._public_face)."""
+Importing this package imports none of its modules: each public name, listed in
+`__init__.pyi`, is imported the first time it is asked for (lazy_loader)."""
 
-from typing import TYPE_CHECKING
+import lazy_loader as lazy
 
-from .._public_face import public_face
-
-if TYPE_CHECKING:
-    from .numerics_fidelity import compare_rows, summarize
-    from .perf_fidelity import held_out_elfs, kfold
-    from .selection_fidelity import registry_acceptance, selection_agreement
-
-__all__ = ["compare_rows", "held_out_elfs", "kfold", "registry_acceptance", "selection_agreement",
-           "summarize"]
-
-__getattr__, __dir__ = public_face(__name__, __file__)
+__getattr__, __dir__, __all__ = lazy.attach_stub(__name__, __file__)

@@ -4,21 +4,9 @@ cost coefficients on upstream's measured launches (`fitting`), and the calibrati
 derives every parameter, with the reports that hold the model against the figures
 (`calibration`).
 
-Importing this package imports none of its modules: each public name below is imported the
-first time it is asked for (kernels._public_face)."""
+Importing this package imports none of its modules: each public name, listed in
+`__init__.pyi`, is imported the first time it is asked for (lazy_loader)."""
 
-from typing import TYPE_CHECKING
+import lazy_loader as lazy
 
-from .._public_face import public_face
-
-if TYPE_CHECKING:
-    from .calibration import calibrate, calibration_report, reference_decode, reference_prefill
-    from .calibration_set import CALIBRATION, Calibration
-    from .fitting import fit_kernels, measured_launches
-    from .model import DEFAULT_PARAMS, PerfParams, Profile, estimate, launch_seconds
-
-__all__ = ["CALIBRATION", "Calibration", "DEFAULT_PARAMS", "PerfParams", "Profile", "calibrate",
-           "calibration_report", "estimate", "fit_kernels", "launch_seconds", "measured_launches",
-           "reference_decode", "reference_prefill"]
-
-__getattr__, __dir__ = public_face(__name__, __file__)
+__getattr__, __dir__, __all__ = lazy.attach_stub(__name__, __file__)

@@ -176,7 +176,8 @@ def defined_names(path: Path) -> set[str]:
     environment variables)."""
     if path.is_dir():
         return set().union(*(defined_names(p) for p in path.rglob("*.py")))
-    tree = ast.parse(path.read_text())
+    stub = path.with_suffix(".pyi")        # a package whose names lazy_loader imports on use
+    tree = ast.parse(path.read_text() + ("\n" + stub.read_text() if stub.exists() else ""))
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
