@@ -64,6 +64,9 @@ def test_the_wheel_installs_one_top_level_name(wheel: Path):
     # the kernel families' measured figures, read at run time
     assert "npu_deploy/kernels/data/gemm_bf16.json" in names
     assert "npu_deploy/kernels/data/calibration.json" in names
+    # the stubs lazy_loader reads the store's and the kernels areas' public names from
+    assert "npu_deploy/store/__init__.pyi" in names
+    assert "npu_deploy/kernels/plans/__init__.pyi" in names
 
 
 def test_the_code_imports_only_through_the_namespace():
