@@ -23,17 +23,34 @@ NOT_MODULES = ("benchmarks", ".venv", ".site", "build")
 
 # --- the import graph -----------------------------------------------------------------------
 
+def package_modules(package: Path | None = None) -> dict[str, Path]:
+    """Every module of the installed package (or of a made-up one) by its dotted name, as
+    docs/layers.py walks it."""
+    if package is None:
+        return dict(layers.modules())
+    layers.PACKAGE, saved = package, layers.PACKAGE
+    try:
+        return dict(layers.modules())
+    finally:
+        layers.PACKAGE = saved
+
+
+def made_up_package(root: Path, modules: dict[str, str]) -> Path:
+    """npu_deploy/ under `root` with an empty __init__ and `modules` (path -> source)."""
+    package = root / "npu_deploy"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for path, source in modules.items():
+        (package / path).parent.mkdir(parents=True, exist_ok=True)
+        (package / path).write_text(source)
+    return package
+
+
 def import_graph(package: Path | None = None) -> dict[str, set[str]]:
     """Module -> the modules of ours it imports, anywhere in it (inside functions too),
     TYPE_CHECKING blocks aside, read by docs/layers.py. `from pkg import name` is an edge to
     pkg.name when that is a module, else to pkg (the name is defined in its __init__)."""
-    if package is not None:
-        layers.PACKAGE, saved = package, layers.PACKAGE
-    try:
-        files = dict(layers.modules())
-    finally:
-        if package is not None:
-            layers.PACKAGE = saved
+    files = package_modules(package)
 
     def module_of(target: str) -> str | None:
         while target and target not in files:
@@ -87,14 +104,12 @@ def test_no_module_imports_itself_back_through_others():
 
 
 def test_the_cycle_check_finds_a_cycle_through_a_function_level_import(tmp_path: Path):
-    pkg = tmp_path / "npu_deploy"
-    (pkg / "a").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "a" / "__init__.py").write_text("from .x import X\n")
-    (pkg / "a" / "x.py").write_text("X = 1\ndef f():\n    from .y import Y\n    return Y\n")
-    (pkg / "a" / "y.py").write_text("from typing import TYPE_CHECKING\nfrom .x import X\nY = X\n"
-                                    "if TYPE_CHECKING:\n    from npu_deploy.a import z\n")
-    (pkg / "a" / "z.py").write_text("from npu_deploy.a.y import Y\n")
+    pkg = made_up_package(tmp_path, {
+        "a/__init__.py": "from .x import X\n",
+        "a/x.py": "X = 1\ndef f():\n    from .y import Y\n    return Y\n",
+        "a/y.py": "from typing import TYPE_CHECKING\nfrom .x import X\nY = X\n"
+                  "if TYPE_CHECKING:\n    from npu_deploy.a import z\n",
+        "a/z.py": "from npu_deploy.a.y import Y\n"})
     graph = import_graph(pkg)
     assert graph["npu_deploy.a"] == {"npu_deploy.a.x"}
     assert cycles(graph) == [["npu_deploy.a.x", "npu_deploy.a.y"]]   # z: TYPE_CHECKING only
@@ -104,13 +119,7 @@ def unresolved_imports(package: Path | None = None) -> list[str]:
     """Imports of ours that name nothing: `from npu_deploy.x import y` where npu_deploy.x is
     no module, or defines no `y` and has no submodule `y` (a module moved, an importer left
     behind: found here before any process tries it)."""
-    if package is not None:
-        layers.PACKAGE, saved = package, layers.PACKAGE
-    try:
-        files = dict(layers.modules())
-    finally:
-        if package is not None:
-            layers.PACKAGE = saved
+    files = package_modules(package)
     problems = []
     for name, file in files.items():
         for target in sorted(layers.imported(name, file)):
@@ -129,13 +138,10 @@ def test_every_import_of_ours_names_a_module_or_a_name_it_defines():
 
 
 def test_the_import_check_finds_a_moved_module_and_a_missing_name(tmp_path: Path):
-    pkg = tmp_path / "npu_deploy"
-    (pkg / "a").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "a" / "__init__.py").write_text("from .x import X\n")
-    (pkg / "a" / "x.py").write_text("X = 1\n")
-    (pkg / "a" / "y.py").write_text("from npu_deploy.progress import P\nfrom .x import Y, X\n"
-                                    "from npu_deploy.a import X as Z\n")
+    pkg = made_up_package(tmp_path, {
+        "a/__init__.py": "from .x import X\n", "a/x.py": "X = 1\n",
+        "a/y.py": "from npu_deploy.progress import P\nfrom .x import Y, X\n"
+                  "from npu_deploy.a import X as Z\n"})
     assert unresolved_imports(pkg) == [
         "npu_deploy.a.y imports npu_deploy.a.x.Y: npu_deploy.a.x defines no Y",
         "npu_deploy.a.y imports npu_deploy.progress.P: no such module"]
