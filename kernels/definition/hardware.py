@@ -44,6 +44,11 @@ class Hardware:
     clock_hz: float
     matmul_flops_per_cycle: int     # per compute tile, bf16 through the matmul unit
     mmul_k_block: int               # the block the matmul datapath shares an exponent over
+    # hardware contexts one process keeps open at once: one per loaded program (ELF).
+    # Upstream finds a process that loads about 10 or more distinct ELFs failing to create
+    # the next context (DRM_IOCTL_AMDXDNA_CREATE_HWCTX err=-22), with spurious timeouts
+    # before that (programming_examples/llms/smolvla/docs/profile.md); we stay at 8.
+    hw_contexts: int = 8
 
     @property
     def tiles(self) -> int:
