@@ -207,8 +207,10 @@ class Autopilot:
         run.say(f"the runner answers: {answer['answer']!r}")
         air = tb.emit_programs()
         run.say(f"MLIR-AIR programs written to {air['directory']}: "
-                f"{air['prefill']['programs']} prefill and {air['decode']['programs']} decode "
-                "dispatches")
+                f"{air['prefill']['programs']} for the {air['prefill']['dispatches']} prefill "
+                f"dispatches and {air['decode']['programs']} for the "
+                f"{air['decode']['dispatches']} decode dispatches, each built once and run "
+                "by every layer")
         write_report(run, tb)
         for lesson in harvest_lessons(tb.ws.store, tb.ws.run_id):
             tb.record_lesson(LessonRecorded.from_dict(lesson))

@@ -452,7 +452,7 @@ class Toolbox:
         """The MLIR-AIR program of every dispatch of the deployed prefill and decode plans:
         each source a blob, and a file in the run's directory (air/prefill, air/decode),
         ready for mlir-air's XRT backend."""
-        from npu_deploy.kernels.air_programs.air import emit_plan, write_programs
+        from npu_deploy.kernels.air_programs.air import plan_programs, write_programs
 
         ws = self.ws
 
@@ -462,12 +462,17 @@ class Toolbox:
             out: dict[str, Any] = {"directory": str(ws.directory / "air")}
             for mode in (Prefill(ws.settings.seq_len), Decode(ws.settings.seq_len)):
                 plan = recipe.plan(ws.settings.model, ws.loaded.args, mode, ws.hw)
-                programs = emit_plan(plan, ws.hw)
+                emitted = plan_programs(plan, ws.hw)
+                programs = list(emitted.programs)
                 written = write_programs(programs, ws.directory / "air" / _scope(mode))
                 for entry, program in zip(written, programs, strict=True):
                     entry["source"] = self.store.put_blob(program.source.encode())
                 listing[_scope(mode)] = {"summary": plan.summary, "programs": written}
-                out[_scope(mode)] = {"programs": len(programs),
+                # distinct programs: what is built and loaded (one per kernel structure,
+                # every layer's dispatch running it on its own buffers)
+                out[_scope(mode)] = {"programs": len(emitted.distinct),
+                                     "dispatches": len(programs),
+                                     "contexts": ws.hw.hw_contexts,
                                      "launches": sum(len(p.layouts) for p in programs),
                                      "objects": sorted({o for p in programs for o in p.objects})}
             out["programs"] = blob_json(self.store, listing)

@@ -6,7 +6,15 @@ loops, the channels it needs and the external micro-kernels it calls, all from t
 spec, the shape and the tile configuration; each kernel family declares it
 (`kernels/families/`, with the parts in `kernels.air_programs.air_parts`), and the segment's body.
 `emit_dispatch(dispatch)` writes one module with one function holding every launch of the
-dispatch, in order, each as `air.launch` -> `air.segment` -> `air.herd`: a bare herd next to
+dispatch, in order, each as `air.launch` -> `air.segment` -> `air.herd`. A module says
+what the program is, never where it runs: its arguments are named by operand, its function
+(the ELF's instance name) by its kernels and its digest, so every layer's dispatch of the
+same shapes is the same program, compiled once and loaded once, each layer running it on
+buffers of its own, as upstream's LLM pipelines do (programming_examples/llms/shared/infra/
+cache.py, `load_and_run`). `plan_programs(plan)` says how many distinct programs a plan
+needs, against the contexts a process may hold (`Hardware.hw_contexts`). Every program
+is an ELF (docs/hardware-facts.md#hardware-contexts-and-output-formats).
+Never a bare herd: a bare herd next to
 other launches is dropped silently on NPU2 (docs/hardware-facts.md#known-failure-symptoms,
 "output all zeros after merging kernels"). Names of segments, herds and channels are prefixed
 per launch (`s0_`, `s1_`...), and launches that bind the same tensor share one function
@@ -70,12 +78,23 @@ def layout_of(launch: Launch, hw: Hardware = XDNA2) -> LaunchLayout:
 
 # --- writing the module ---------------------------------------------------------------------
 
+#: The one output format of every program (`Program.flags`).
+OUTPUT_FORMAT = "elf"
+#: Stands for the function's name while the module is written: the name is the module's
+#: digest with that stand-in, so it says what the program is and never where it runs.
+_FUNCTION = "NPU_DEPLOY_FUNCTION"
+
 @dataclass(frozen=True)
 class Program:
     """One dispatch's module: its source, the function (= the ELF instance name), the
     function's arguments (names, flat shapes, dtypes) with the plan tensor each one holds
     (`tensors`: "L0.q", or "logits[0:4096]" for a row range), per launch the argument each
-    operand is wired to (`wiring`, in the spec's operand order), the objects it links."""
+    operand is wired to (`wiring`, in the spec's operand order), the objects it links.
+
+    The source, and so the digest and the function, are the program's identity: its
+    kernels, shapes, configurations and layouts, never its layer or role. Layer 0's
+    q_proj and layer 1's (and a k_proj of the same shape) are one program, compiled once;
+    what differs per dispatch is `tensors`, the buffers it runs on."""
 
     dispatch: str
     function: str
@@ -93,9 +112,18 @@ class Program:
         return hashlib.sha256(self.source.encode()).hexdigest()
 
     @property
+    def air_launches(self) -> int:
+        """The `air.launch` ops the module holds: one per plan launch, and more where a
+        family adds one (fused-cast GEMM's cast)."""
+        return sum(1 for line in self.source.splitlines() if line.lstrip().startswith("@launch("))
+
+    @property
     def flags(self) -> dict[str, Any]:
-        """The compiler options the launches ask for, merged (the strictest wins)."""
-        out: dict[str, Any] = {"output_format": "elf" if len(self.layouts) > 1 else "xclbin",
+        """The compiler options the launches ask for, merged (the strictest wins). Always an
+        ELF: one output format per process (an ELF and an xclbin context in one process slow
+        each other down), and a module of more than one `air.launch` is mis-run as xclbin
+        (docs/hardware-facts.md#hardware-contexts-and-output-formats)."""
+        out: dict[str, Any] = {"output_format": OUTPUT_FORMAT,
                                "instance_name": self.function, "stack_size": 1024,
                                "omit_pingpong": ""}
         tiling: list[int] | None = None
@@ -197,16 +225,14 @@ def _argument_names(dispatch: Dispatch, layouts: list[LaunchLayout],
         for op in layout.operands:
             b = launch.binding(op.name)
             key = tensor_key(launch, b)
-            if key not in args:
-                args[key] = (identifier(re.sub(r"\W", "_", key)) + f"_{len(args)}",
-                             (sizes[key],), DTYPES[op.elem_bytes])
+            if key not in args:      # named by operand and order, never by tensor (a layer)
+                args[key] = (f"arg{len(args)}_{op.name}", (sizes[key],), DTYPES[op.elem_bytes])
             names.append(args[key][0])
         wiring.append(names)
         for name, like, dtype in layout.scratch:     # device only, sized like its operand
             key = f"scratch:{launch.label}:{name}"
             like_key = tensor_key(launch, launch.binding(like))
-            args[key] = (identifier(re.sub(r"\W", "_", key)) + f"_{len(args)}",
-                         args[like_key][1], dtype)
+            args[key] = (f"arg{len(args)}_{name}", args[like_key][1], dtype)
     return args, wiring
 
 
@@ -224,7 +250,7 @@ def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2,
     `head_dim` (the model's) is needed when an operand is bound head-first; `sizes` are the
     plan's padded tensor sizes (`padded_sizes`), this dispatch's own when not given."""
     layouts = [layout_of(ln, hw) for ln in dispatch.launches]
-    function = identifier(dispatch.name)
+    function = _FUNCTION
     by_tensor, wiring = _argument_names(dispatch, layouts, sizes)
     arguments = list(by_tensor.values())
     externs: dict[str, tuple[Extern, tuple[Buffer, ...]]] = {}
@@ -247,11 +273,13 @@ def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2,
                                 "of other sizes needs a name of its own")
 
     w = Writer()
-    w('"""MLIR-AIR program of dispatch ' + f"{dispatch.name!r}: {len(layouts)} launch(es).")
+    w('"""MLIR-AIR program of ' + f"{len(layouts)} launch(es): "
+      + ", ".join(ly.kernel for ly in layouts) + ".")
     w("")
-    w("Written by npu-deploy (kernels/air_programs/air.py) from the dispatch plan; `python` this")
-    w("file to print the module. Compile with mlir-air's XRT backend, output_format="
-      f"{'elf' if len(layouts) > 1 else 'xclbin'!r},")
+    w("Written by npu-deploy (kernels/air_programs/air.py) from a dispatch plan; one build")
+    w("serves every dispatch of these shapes (each layer with buffers of its own). `python`")
+    w(f"this file to print the module. Compile with mlir-air's XRT backend, output_format="
+      f"{OUTPUT_FORMAT!r},")
     w(f"instance_name={function!r}; link objects: {', '.join(objects)}.")
     w('"""')
     w("")
@@ -271,7 +299,7 @@ def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2,
     # how each object is compiled: its mlir-air source and defines, for the build and the
     # verifier's check of each call against the kernel
     w(f"KERNELS = {{{', '.join(f'{o!r}: {k.recipe()!r}' for o, k in sorted(kernels.items()))}}}")
-    w(f"LAUNCHES = {[ly.label for ly in layouts]!r}")
+    w(f"LAUNCHES = {[ly.kernel for ly in layouts]!r}")
     w("")
     w("")
     w("def at(terms, constant=0, divisor=1):")
@@ -323,9 +351,19 @@ def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2,
     w("")
     w('if __name__ == "__main__":')
     w("    print(build_module())")
-    return Program(dispatch.name, function, "\n".join(w.lines) + "\n", tuple(arguments),
-                   objects, tuple(layouts), tuple(by_tensor),
+    draft = "\n".join(w.lines) + "\n"
+    function = program_name(layouts, hashlib.sha256(draft.encode()).hexdigest())
+    return Program(dispatch.name, function, draft.replace(_FUNCTION, function),
+                   tuple(arguments), objects, tuple(layouts), tuple(by_tensor),
                    tuple(tuple(names) for names in wiring), dispatch.launches, head_dim)
+
+
+def program_name(layouts: list[LaunchLayout], digest: str) -> str:
+    """The function (and ELF instance) name of a module: its kernels, in order, each once
+    (at most three, then how many launches), and its digest's first ten hex digits."""
+    kinds = list(dict.fromkeys(ly.kernel for ly in layouts))
+    head = "_".join(kinds[:3]) + (f"_x{len(layouts)}" if len(kinds) > 3 else "")
+    return identifier(f"{head}_{digest[:10]}")
 
 
 def _emit_launch(w: Writer, i: int, launch: Launch, layout: LaunchLayout,
@@ -334,7 +372,7 @@ def _emit_launch(w: Writer, i: int, launch: Launch, layout: LaunchLayout,
     p = f"s{i}"
     scratch = scratch or {}
     ops = ", ".join([*names, *scratch.values()])
-    w(f"# launch {i}: {layout.label}, {layout.kernel} {launch.shape_dict}, "
+    w(f"# launch {i}: {layout.kernel} {launch.shape_dict}, "
       f"herd {layout.herd[0]}x{layout.herd[1]}, grid {layout.grid[0]}x{layout.grid[1]}")
     w(f"@launch(operands=[{ops}], sizes={list(layout.grid)})")
     w(f"def {p}_launch(lx, ly, lsx, lsy, {ops}):")
@@ -376,23 +414,65 @@ def emit_plan(plan: DispatchPlan, hw: Hardware = XDNA2) -> list[Program]:
     return [emit_dispatch(d, hw, plan.args.head_dim, sizes) for d in dispatches]
 
 
+@dataclass(frozen=True)
+class ProgramSet:
+    """A plan's programs as the device holds them: one build per distinct source, each
+    with the dispatches that run it (every layer, and every role of the same shapes)."""
+
+    programs: tuple[Program, ...]               # one per dispatch, in plan order
+
+    @property
+    def distinct(self) -> dict[str, list[Program]]:
+        """digest -> the dispatches' programs that share that build, in first-use order."""
+        out: dict[str, list[Program]] = {}
+        for p in self.programs:
+            out.setdefault(p.digest, []).append(p)
+        return out
+
+    def within(self, hw: Hardware = XDNA2) -> bool:
+        """Whether every distinct program fits the hardware contexts a process keeps open,
+        so a run of the plan never reloads one (`Hardware.hw_contexts`)."""
+        return len(self.distinct) <= hw.hw_contexts
+
+    def multi_launch(self) -> list[Program]:
+        """The distinct programs of more than one `air.launch` (ELF only)."""
+        return [ps[0] for ps in self.distinct.values() if ps[0].air_launches > 1]
+
+    def largest_buffer(self) -> tuple[int, str]:
+        """The largest buffer object any program binds, in bytes, and its plan tensor."""
+        best = (0, "")
+        for p in self.programs:
+            for (_, shape, dtype), tensor in zip(p.arguments, p.tensors, strict=True):
+                nbytes = math.prod(shape) * (2 if dtype == "bf16" else 4)
+                best = max(best, (nbytes, tensor))
+        return best
+
+
+def plan_programs(plan: DispatchPlan, hw: Hardware = XDNA2) -> ProgramSet:
+    return ProgramSet(tuple(emit_plan(plan, hw)))
+
+
 def write_programs(programs: list[Program], directory: Path, *,
                    by_digest: bool = False) -> list[dict[str, Any]]:
-    """Each program as DIRECTORY/<function>.py (<function>-<digest>.py with `by_digest`,
-    where programs of one dispatch at several shapes meet); what was written, for the
-    log."""
+    """Each distinct program once, as DIRECTORY/<function>.py (the function name carries
+    the digest); what was written, per dispatch, for the log (`by_digest` is kept for
+    callers that name files by digest; the names agree)."""
     directory.mkdir(parents=True, exist_ok=True)
     out = []
+    written: set[str] = set()
     for prog in programs:
         path = directory / (f"{prog.function}-{prog.digest[:12]}.py" if by_digest
                             else f"{prog.function}.py")
-        path.write_text(prog.source)
+        if path.name not in written:
+            path.write_text(prog.source)
+            written.add(path.name)
         out.append({"dispatch": prog.dispatch, "file": path.name, "function": prog.function,
-                    "launches": len(prog.layouts), "objects": list(prog.objects),
-                    "sha256": prog.digest})
+                    "launches": len(prog.layouts), "air_launches": prog.air_launches,
+                    "objects": list(prog.objects), "sha256": prog.digest})
     return out
 
 
-__all__ = ["Buffer", "EmitError", "Extern", "LaunchLayout", "Program", "emit_dispatch",
-           "emit_plan", "identifier", "layout_of", "pad_sequences", "padded_sizes",
+__all__ = ["OUTPUT_FORMAT", "Buffer", "EmitError", "Extern", "LaunchLayout", "Program",
+           "ProgramSet", "emit_dispatch", "emit_plan", "identifier", "layout_of",
+           "plan_programs", "program_name", "pad_sequences", "padded_sizes",
            "sequence_padding", "tensor_key", "write_programs"]

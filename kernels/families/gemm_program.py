@@ -283,7 +283,7 @@ def cast_launch(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: di
     chunk = n // herd_x
     block = math.gcd(chunk, CAST_TILE)
     s_, c_ = arg["c_f32"], arg["c"]
-    w(f"# launch {p}c: fused-cast's cast of {layout.label}'s FP32 C to bf16, "
+    w(f"# launch {p}c: fused-cast's cast of launch {p}'s FP32 C to bf16, "
       f"herd {herd_x}x1")
     w(f"@launch(operands=[{s_}, {c_}], sizes=[1, 1])")
     w(f"def {p}c_launch(lx, ly, lsx, lsy, {s_}, {c_}):")

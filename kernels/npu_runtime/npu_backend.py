@@ -107,6 +107,7 @@ class NpuBackend:
     times: list[DispatchTimes] = field(default_factory=list)
     written: dict[str, dict[str, Any]] = field(default_factory=dict)   # file -> its entry
     _programs: dict[tuple[Any, ...], tuple[Program, Artifact]] = field(default_factory=dict)
+    _builds: dict[str, Artifact] = field(default_factory=dict)   # program digest -> its build
     _sizes: dict[str, int] = field(default_factory=dict)     # tensor -> padded elements
     _padded: dict[Dispatch, Dispatch] = field(default_factory=dict)   # its sequence padded
     _lock: Any = None
@@ -157,7 +158,8 @@ class NpuBackend:
         return emit_dispatch(dispatch, self.hw, head_dim, sizes)
 
     def program(self, dispatch: Dispatch, head_dim: int | None) -> tuple[Program, Artifact]:
-        """The dispatch's program, written to `programs` and compiled (each once)."""
+        """The dispatch's program, written to `programs` and compiled (each distinct program
+        once: the dispatches of every layer share it)."""
         dispatch, sizes = self._device_form(dispatch)
         key = (dispatch, head_dim, tuple(sorted(sizes.items())))
         if key not in self._programs:
@@ -167,7 +169,11 @@ class NpuBackend:
                     self.written[entry["file"]] = entry
             compile_fn = self.compiler or (lambda p: compile_program(p, self.cache,
                                                                      self.objects))
-            self._programs[key] = (program, compile_fn(program))
+            # one build per distinct program: every layer's dispatch of the same shapes
+            # runs it, on its own buffers (`Program.tensors`)
+            if program.digest not in self._builds:
+                self._builds[program.digest] = compile_fn(program)
+            self._programs[key] = (program, self._builds[program.digest])
         return self._programs[key]
 
     def run_dispatch(self, dispatch: Dispatch, operands: list[Operands],

@@ -177,16 +177,20 @@ def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, optimize: boo
         profile = estimate(plan, XDNA2)
     verdict = None
     if emit_air is not None or check_air:
-        from npu_deploy.kernels.air_programs.air import EmitError, emit_plan, write_programs
+        from npu_deploy.kernels.air_programs.air import EmitError, plan_programs, write_programs
         from npu_deploy.kernels.air_programs.air_verify import check_programs
         try:
-            programs = emit_plan(plan, XDNA2)
+            emitted = plan_programs(plan, XDNA2)
+            # one build per distinct program: the dispatches that share one share its file
+            programs = [ps[0] for ps in emitted.distinct.values()]
             if emit_air is not None:
-                written = write_programs(programs, emit_air)
+                write_programs(programs, emit_air)
         except (EmitError, OSError) as e:
             fail(f"--emit-air {emit_air}: {e}", EXIT_USAGE)
         if emit_air is not None and not as_json:
-            click.echo(f"{len(written)} MLIR-AIR programs written to {emit_air}", err=True)
+            click.echo(f"{len(programs)} distinct MLIR-AIR programs for "
+                       f"{len(emitted.programs)} dispatches written to {emit_air} (a process "
+                       f"keeps {XDNA2.hw_contexts} loaded at once)", err=True)
         if check_air:
             verdict = check_programs(programs, XDNA2)
             if emit_air is not None:

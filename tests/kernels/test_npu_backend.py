@@ -102,6 +102,40 @@ def test_plans_on_the_simulated_npu_give_the_emulators_bits(name, tiny_models, t
                                                                      "merge_dispatches"))))
 
 
+def test_every_layer_runs_the_same_compiled_program_on_buffers_of_its_own(tiny_models,
+                                                                          tmp_path):
+    """A program is its kernel, shapes, configuration and layouts, never its layer: layer 0's
+    dispatches and layer 1's are one build and one loaded context, each layer with its own
+    weights and activations (as upstream's `load_and_run` keeps a buffer set per layer)."""
+    m = tiny_models["tiny-llama"]
+    assert m.args.n_layers >= 2
+    backend, sim = npu_backend(tmp_path, m.args.head_dim)
+    built: list[str] = []
+    compile_fn = backend.compiler
+    backend.compiler = lambda program: (built.append(program.digest), compile_fn(program))[1]
+    emulator = PlanRunner(m.args, m.weights, EmulatorBackend())
+    npu = PlanRunner(m.args, m.weights, backend)
+    tokens = torch.arange(L) % m.args.vocab
+    plan = optimized(baseline_plan("tiny-llama", m.args, Prefill(L)))
+    assert torch.equal(npu.run(plan, tokens).logits, emulator.run(plan, tokens).logits)
+    by_layer = {}
+    for d in plan.dispatches:
+        layer = {ln.layer for ln in d.launches}
+        if len(layer) == 1 and None not in layer:
+            program, artifact = backend.program(d, m.args.head_dim)
+            by_layer.setdefault(layer.pop(), []).append((program, artifact))
+    first, second = by_layer[0], by_layer[1]
+    assert [p.digest for p, _ in first] == [p.digest for p, _ in second]
+    assert [p.function for p, _ in first] == [p.function for p, _ in second]
+    assert [a for _, a in first] == [a for _, a in second]          # one build each
+    assert "L0." not in first[0][0].source and "L1." not in second[0][0].source
+    # each distinct program built once, loaded once; the layers' tensors are their own
+    assert len(built) == len(set(built)) == len({p.digest for p, _ in first}) + sum(
+        1 for d in plan.dispatches if any(ln.layer is None for ln in d.launches))
+    assert len([c for c in sim.calls if c[0] == "hw_context"]) == len(set(built))
+    assert set(first[0][0].tensors).isdisjoint(second[0][0].tensors)
+
+
 def test_intermediates_stay_on_the_device_and_weights_are_written_once(tiny_models, tmp_path):
     m = tiny_models["tiny-llama"]
     backend, sim = npu_backend(tmp_path, m.args.head_dim)

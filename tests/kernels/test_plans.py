@@ -424,7 +424,10 @@ def test_plan_command_writes_the_mlir_air_programs(cli, tmp_path):
     result = cli("plan", "smollm2-135m", "--seq-len", "128", "--optimize", "--emit-air", out)
     assert result.exit_code == 0, result.output
     files = sorted(out.glob("*.py"))
-    assert files and f"{len(files)} MLIR-AIR programs written to {out}" in result.output
+    # one file per distinct program (every layer's dispatch shares one), within the
+    # contexts a process keeps loaded
+    assert 0 < len(files) <= XDNA2.hw_contexts
+    assert f"{len(files)} distinct MLIR-AIR programs for " in result.output
     for f in files:
         compile(f.read_text(), str(f), "exec")
     (tmp_path / "taken").write_text("a file")
