@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
