@@ -1,16 +1,26 @@
 #!/usr/bin/env python3
-"""Would the emitted MLIR-AIR programs compile, link and run? Issue 24's acceptance.
+"""How many MLIR-AIR programs a deployment loads, and would each compile, link and run?
+Issues 24 and 36's acceptance.
 
-For each of the ten catalog models, every dispatch of the baseline plan and of the optimized
-plan, prefill at several prompt lengths (by default 2048, 1000 and 300: a multiple of 1024,
-a multiple of neither 128 nor 1024, and a short one) and one decode step, is emitted and
-run through the program verifier (`kernels.air_programs.air_verify`): the program's builder runs
-against a recording stand-in of mlir-air's Python package, and every DMA, channel, extern call,
-L1/L2 footprint and output is checked. Printed per model: programs emitted, clean, and
-the programs failing each check. Nothing is compiled and nothing runs on an NPU: mlir-air,
-Peano and XRT are not installed here.
+For each catalog model, every dispatch of the baseline plan and of the optimized plan,
+prefill at several prompt lengths (by default 2048, 1000 and 300: a multiple of 1024, a
+multiple of neither 128 nor 1024, and a short one) and one decode step, is emitted.
 
-A failing program is a finding, not an error: the exit code is 0.
+* **Programs per mode.** A program is its kernels, shapes, configuration and layouts, never
+  its layer (`kernels.air_programs.air.plan_programs`): printed per model and mode, for
+  the baseline and the deployed (optimized) plan, the dispatches, the distinct programs
+  beside upstream's ELFs for that model and mode (its per-layer ELFs and the LM head's,
+  `kernels/data/deployments.json`), the programs of more than one `air.launch` and their
+  format, the largest buffer object a program binds, and whether the deployed plan is
+  within budget: at most upstream's ELF count and at most the hardware contexts a process
+  keeps open (`Hardware.hw_contexts`). A baseline over the context budget still runs: the
+  runtime closes the least recently used program and loads it again when needed.
+* **The verifier.** Each distinct program runs through the program verifier
+  (`kernels.air_programs.air_verify`): its builder against a recording stand-in of mlir-air's
+  Python package, every DMA, channel, extern call, L1/L2 footprint and output checked.
+
+Nothing is compiled and nothing runs on an NPU: mlir-air, Peano and XRT are not installed
+here. A failing program is a finding, not an error: the exit code is 0.
 
     .venv/bin/python -m benchmarks.air_programs [--models a,b] [--lengths 2048,300] [--json]
 """
@@ -25,52 +35,105 @@ from typing import Any
 from benchmarks.host import cpu_name, emit
 from npu_deploy.cli.models import model_shape
 from npu_deploy.kernels import XDNA2
-from npu_deploy.kernels.air_programs.air import emit_plan
+from npu_deploy.kernels.air_programs.air import OUTPUT_FORMAT, plan_programs
 from npu_deploy.kernels.air_programs.air_verify import CHECKS, Violation, verify_programs
-from npu_deploy.kernels.definition.specs import Decode, Prefill
+from npu_deploy.kernels.definition.specs import Decode, Mode, Prefill
+from npu_deploy.kernels.measured.deployments import upstream_deployments
 from npu_deploy.kernels.plans.optimize import optimize
 from npu_deploy.kernels.plans.plan import baseline_plan
 from npu_deploy.models import CATALOG
 
 
+def upstream_elfs(model: str, mode: Mode) -> tuple[int | None, str]:
+    """The ELFs upstream's deployment of `model` builds for `mode`: its per-layer ELFs and
+    the LM head's GEMV, and the page that lists them (None for a model upstream does not
+    deploy)."""
+    dep = upstream_deployments().get(model)
+    if dep is None:
+        return None, ""
+    phase = dep.phase("prefill" if isinstance(mode, Prefill) else "decode")
+    return len(phase.elfs) + 1, phase.elfs[0].source
+
+
+def mode_row(model: str, mode: Mode, kind: str, plan: Any) -> dict[str, Any]:
+    programs = plan_programs(plan, XDNA2)
+    distinct = programs.distinct
+    size, tensor = programs.largest_buffer()
+    upstream, source = upstream_elfs(model, mode)
+    return {"mode": str(mode), "plan": kind, "dispatches": len(programs.programs),
+            "distinct": len(distinct), "upstream_elfs": upstream, "upstream_from": source,
+            "multi_launch": len(programs.multi_launch()), "format": OUTPUT_FORMAT,
+            "largest_buffer_bytes": size, "largest_buffer": tensor,
+            "within_contexts": programs.within(XDNA2),
+            "within_upstream": upstream is None or len(distinct) <= upstream,
+            "_programs": [ps[0] for ps in distinct.values()]}
+
+
 def model_programs(model: str, lengths: list[int]) -> dict[str, Any]:
-    """Every program of the model's plans, verified: counts, failing programs per check,
-    and the first violation of each check."""
+    """Every plan's program counts and every distinct program verified: counts, failing
+    programs per check, the first violation of each check."""
     _, args = model_shape(model)
     cache: dict[str, list[Violation]] = {}
-    emitted = clean = 0
+    verified = clean = 0
     failing = dict.fromkeys(CHECKS, 0)
     first: dict[str, str] = {}
-    plans = []
+    rows = []
     t0 = time.perf_counter()
     for mode in [*(Prefill(n) for n in lengths), Decode(max(lengths))]:
         base = baseline_plan(model, args, mode, XDNA2)
-        plans += [(mode, "baseline", base), (mode, "optimized", optimize(base, XDNA2).plan)]
-    for mode, kind, plan in plans:
-        for program, found in verify_programs(emit_plan(plan, XDNA2), XDNA2, cache):
-            emitted += 1
+        rows += [mode_row(model, mode, "baseline", base),
+                 mode_row(model, mode, "optimized", optimize(base, XDNA2).plan)]
+    seen: set[str] = set()
+    for row in rows:
+        fresh = [p for p in row.pop("_programs") if p.digest not in seen]
+        seen |= {p.digest for p in fresh}
+        for program, found in verify_programs(fresh, XDNA2, cache):
+            verified += 1
             clean += not found
             for check in sorted({v.check for v in found}):
                 failing[check] += 1
                 v = next(v for v in found if v.check == check)
-                first.setdefault(check, f"{mode} {kind} {program.dispatch}: {v.line()}")
-    return {"programs": emitted, "structures": len(cache), "clean": clean,
-            "failing": failing, "first": first, "seconds": time.perf_counter() - t0}
+                first.setdefault(check, f"{row['mode']} {row['plan']} {program.dispatch}: "
+                                        f"{v.line()}")
+    return {"dispatches": sum(r["dispatches"] for r in rows), "programs": verified,
+            "structures": len(cache), "clean": clean, "failing": failing, "first": first,
+            "modes": rows, "seconds": time.perf_counter() - t0}
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB"
 
 
 def print_report(r: dict[str, Any]) -> None:
-    print(f"MLIR-AIR programs against the verifier (host {r['host']}); lengths "
-          f"{r['lengths']} and decode, baseline and optimized plans; nothing compiled")
-    head = f"{'model':14} {'emitted':>8} {'distinct':>8} {'clean':>7}  " + \
-        " ".join(f"{c:>8}" for c in CHECKS)
+    print(f"MLIR-AIR programs per model and mode (host {r['host']}); lengths {r['lengths']} "
+          f"and decode; every program an {OUTPUT_FORMAT.upper()}; a process keeps "
+          f"{r['contexts']} loaded; nothing compiled")
+    print(f"{'model':14} {'mode':14} {'plan':9} {'dispatches':>10} {'programs':>9} "
+          f"{'upstream':>8} {'multi':>6}  {'largest buffer':>16}  budget")
+    for model, m in r["models"].items():
+        for row in m["modes"]:
+            up = "-" if row["upstream_elfs"] is None else str(row["upstream_elfs"])
+            if row["plan"] == "optimized":
+                ok = "within" if row["within_contexts"] and row["within_upstream"] else "OVER"
+            else:
+                ok = "" if row["within_contexts"] else "reloads (LRU)"
+            print(f"{model:14} {row['mode']:14} {row['plan']:9} {row['dispatches']:10d} "
+                  f"{row['distinct']:9d} {up:>8} {row['multi_launch']:6d}  "
+                  f"{_mb(row['largest_buffer_bytes']):>16}  {ok}")
+    print("(programs: distinct builds, each loaded once and run by every layer; upstream: its "
+          "ELFs for that mode, the per-layer ones and the LM head's; multi: programs of more "
+          "than one air.launch; budget of the deployed plan: at most upstream's ELFs and the "
+          "contexts)")
+    print()
+    head = f"{'model':14} {'verified':>8} {'clean':>7}  " + " ".join(f"{c:>8}" for c in CHECKS)
     print(head)
     for model, m in r["models"].items():
-        print(f"{model:14} {m['programs']:8d} {m['structures']:8d} {m['clean']:7d}  "
+        print(f"{model:14} {m['programs']:8d} {m['clean']:7d}  "
               + " ".join(f"{m['failing'][c]:8d}" for c in CHECKS))
     t = r["total"]
-    print(f"{'all':14} {t['programs']:8d} {'':8} {t['clean']:7d}  "
+    print(f"{'all':14} {t['programs']:8d} {t['clean']:7d}  "
           + " ".join(f"{t['failing'][c]:8d}" for c in CHECKS))
-    print("(each check column: programs failing it)")
+    print("(verified: each distinct program once; each check column: programs failing it)")
     for model, m in r["models"].items():
         for check, line in m["first"].items():
             print(f"  {model} {check}: {line[:220]}")
@@ -87,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     total = {"programs": sum(m["programs"] for m in models.values()),
              "clean": sum(m["clean"] for m in models.values()),
              "failing": {c: sum(m["failing"][c] for m in models.values()) for c in CHECKS}}
-    return emit({"host": cpu_name(), "lengths": lengths, "models": models, "total": total},
-                args.json, print_report)
+    return emit({"host": cpu_name(), "lengths": lengths, "contexts": XDNA2.hw_contexts,
+                 "models": models, "total": total}, args.json, print_report)
 
 
 if __name__ == "__main__":

@@ -29,5 +29,6 @@ class EmulatedModel:
         """Logits [L, vocab] (FP32 out of the LM head GEMM) of a prefill of `tokens`."""
         L = int(tokens.shape[0])
         if L not in self._plans:
-            self._plans[L] = baseline_plan("model", self.args, Prefill(L), self.hw)
+            self._plans[L] = baseline_plan("model", self.args, Prefill(L), self.hw,
+                                           lm_head="full")
         return self.runner.run(self._plans[L], tokens).logits

@@ -32,7 +32,6 @@ from ..plans.steps import Dispatch, DispatchPlan
 from ..plans.transforms import (
     align_layouts,
     decode_attention_on_cpu,
-    last_token_lm_head,
     merge_dispatches,
     reuse_buffers,
 )
@@ -45,8 +44,8 @@ def reference_prefill(model: str, args: ModelArgs, seq: int, hw: Hardware = XDNA
                       ) -> DispatchPlan:
     """The measured deployment's prefill structure: layouts aligned, the last-token LM head,
     buffers reused, launches merged (three dispatches per layer, one for the LM head)."""
-    plan = baseline_plan(model, args, Prefill(seq), hw)
-    plan = reuse_buffers(last_token_lm_head(align_layouts(plan), hw))
+    plan = baseline_plan(model, args, Prefill(seq), hw)     # its LM head on the last token
+    plan = reuse_buffers(align_layouts(plan))
     return merge_dispatches(plan, hw)
 
 
@@ -96,7 +95,7 @@ def calibrate(c: Calibration = CALIBRATION) -> PerfParams:
     # The deployment's plans, priced at the configurations it ran.
     pre = deployed(reference_prefill("llama-3.2-1b", args, c.seq), c)
     dec = deployed(reference_decode("llama-3.2-1b", args, c.decode_pos), c)
-    base_pre = deployed(baseline_plan("llama-3.2-1b", args, Prefill(c.seq)), c)
+    base_pre = deployed(baseline_plan("llama-3.2-1b", args, Prefill(c.seq), lm_head="full"), c)
     base_dec = deployed(baseline_plan("llama-3.2-1b", args, Decode(c.decode_pos)), c)
 
     # 3. Python scheduling: a + b * rows per step, from the prefill and decode figures.
@@ -211,7 +210,7 @@ def calibration_report(p: PerfParams | None = None) -> list[tuple[str, float, fl
             rows.append((f"{what} dispatch holding {role}", measured, step.device_s))
     for mode, measured, what in ((Prefill(c.seq), c.iron_prefill_s, "prefill"),
                                  (Decode(c.decode_pos), c.iron_decode_s, "decode")):
-        base = deployed(baseline_plan("llama-3.2-1b", args, mode))
+        base = deployed(baseline_plan("llama-3.2-1b", args, mode, lm_head="full"))
         rows.append((f"IRON baseline {what}", measured, estimate(base, params=p).total_s))
     return rows
 

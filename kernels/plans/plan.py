@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 from npu_deploy.models.config import ModelArgs
 
@@ -108,16 +108,20 @@ class PlanBuilder:
 
 def baseline_plan(model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2, *,
                   configs: Mapping[str, dict[str, Any]] | None = None,
-                  gemm_datapath: str | None = None) -> DispatchPlan:
+                  gemm_datapath: str | None = None,
+                  lm_head: Literal["full", "last-token"] = "last-token") -> DispatchPlan:
     """The plan a first deployment starts from (see the module docstring). `configs`
     (config_key -> configuration) are used where given, the selection elsewhere;
-    `gemm_datapath` sets every GEMM's matmul datapath ("bfp16" or "bf16")."""
+    `gemm_datapath` sets every GEMM's matmul datapath ("bfp16" or "bf16"). A prefill's LM
+    head runs on the last position only, as GEMV partitions, as upstream's pipelines run
+    it; `lm_head="full"` runs it over every position (a [L, vocab] FP32 GEMM: 1.05 GB of
+    logits for Llama-3.2-1B at 2048), for what needs every position's logits."""
     if args.o_bias or args.mlp_bias:
         raise NotImplementedError("O-projection and MLP biases have no kernel yet")
     b = PlanBuilder(args, hw, configs, gemm_datapath)
     if isinstance(mode, Prefill):
-        _prefill_steps(b, mode.seq)
-        return DispatchPlan(model, args, mode, tuple(b.steps), "full")
+        _prefill_steps(b, mode.seq, lm_head)
+        return DispatchPlan(model, args, mode, tuple(b.steps), lm_head)
     _decode_steps(b, mode.pos)
     return DispatchPlan(model, args, mode, tuple(b.steps), "last-token")  # one token
 
@@ -126,7 +130,8 @@ def _w(layer: int | None, name: str) -> str:
     return f"w.{name}" if layer is None else f"w.L{layer}.{name}"
 
 
-def _prefill_steps(b: PlanBuilder, L: int) -> None:
+def _prefill_steps(b: PlanBuilder, L: int,
+                   lm_head: Literal["full", "last-token"] = "last-token") -> None:
     a = b.args
     h, hd, q, kv = a.hidden, a.head_dim, a.q_dim, a.kv_dim
     rows = {"rows": L, "width": h}
@@ -191,9 +196,26 @@ def _prefill_steps(b: PlanBuilder, L: int) -> None:
                 "k_cache": Binding("k_cache", t + "k_cache", "output", hf),
                 "v_cache": Binding("v_cache", t + "v_cache", "output", hf)})
     x = f"x.{a.n_layers}"
-    b.launch("rmsnorm", "final_norm", None, rows, x=x, weight=_w(None, "final_norm"), y="xn")
-    b.launch("gemm_fp32", "lm_head", None, {"M": L, "K": h, "N": a.vocab}, a="xn",
-             b=_w(None, "lm_head"), c="logits")
+    if lm_head == "full":
+        b.launch("rmsnorm", "final_norm", None, rows, x=x, weight=_w(None, "final_norm"),
+                 y="xn")
+        b.launch("gemm_fp32", "lm_head", None, {"M": L, "K": h, "N": a.vocab}, a="xn",
+                 b=_w(None, "lm_head"), c="logits")
+        return
+    # the next token needs the last position's logits only: its final norm on the host
+    # (one row), the LM head as GEMV partitions (programming_examples/llms/llama32_1b/
+    # docs/profile.md: `lm_head_gemv`, 8 partitions, once per prefill)
+    last_token_head(b, x, _w(None, "final_norm"))
+
+
+def last_token_head(b: PlanBuilder, x: str, norm_weight: str) -> None:
+    """The final norm of `x`'s last row on the host, then the LM head as GEMV partitions
+    over the vocabulary: the logits of the next token only."""
+    b.steps.append(HostStep("final_norm_last_row", "final_norm", None,
+                            (("rows", 1), ("width", b.args.hidden)),
+                            (Binding("x", x, "input"), Binding("weight", norm_weight, "static"),
+                             Binding("y", "xn", "output"))))
+    lm_head_gemv(b, "xn", rows_total=b.args.vocab)
 
 
 def _decode_steps(b: PlanBuilder, p: int) -> None:
@@ -276,4 +298,4 @@ def lm_head_gemv(b: PlanBuilder, x: str, rows_total: int) -> None:
 
 __all__ = ["HOST_OPS", "KINDS", "Binding", "Decode", "Dispatch", "DispatchPlan", "HostStep",
            "Kind", "Launch", "PlanBuilder", "Prefill", "Step", "baseline_plan", "config_key",
-           "lm_head_gemv", "on_host"]
+           "last_token_head", "lm_head_gemv", "on_host"]

@@ -38,7 +38,7 @@ from .plan import (
     Layout,
     PlanBuilder,
     Step,
-    lm_head_gemv,
+    last_token_head,
     on_host,
 )
 
@@ -257,7 +257,8 @@ def _group_name(launches: tuple[Launch, ...]) -> str:
 
 def last_token_lm_head(plan: DispatchPlan, hw: Hardware = XDNA2) -> DispatchPlan:
     """Prefill needs the logits of the last position only: the final norm of that row on
-    the host, the LM head as GEMV partitions."""
+    the host, the LM head as GEMV partitions. The baseline already runs it so
+    (`baseline_plan`); this is for a plan built with the full LM head."""
     if not isinstance(plan.mode, Prefill) or plan.lm_head != "full":
         raise IllegalTransform("last_token_lm_head", "applies to a prefill plan whose LM head "
                                "runs over the whole sequence")
@@ -277,13 +278,8 @@ def last_token_lm_head(plan: DispatchPlan, hw: Hardware = XDNA2) -> DispatchPlan
         steps.append(step)
     if x_name is None or norm_weight is None:
         raise IllegalTransform("last_token_lm_head", "the plan has no final norm")
-    a = plan.args
-    steps.append(HostStep("final_norm_last_row", "final_norm", None,
-                          (("rows", 1), ("width", a.hidden)),
-                          (Binding("x", x_name, "input"), Binding("weight", norm_weight, "static"),
-                           Binding("y", "xn", "output"))))
-    b = PlanBuilder(a, hw)
-    lm_head_gemv(b, "xn", rows_total=a.vocab)
+    b = PlanBuilder(plan.args, hw)
+    last_token_head(b, x_name, norm_weight)
     steps.extend(b.steps)
     return _with(plan, steps, "last_token_lm_head", lm_head="last-token")
 

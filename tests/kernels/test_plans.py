@@ -56,9 +56,16 @@ def test_baseline_prefill_is_one_dispatch_per_kernel_with_everything_synced():
     assert all(len(d.launches) == 1 for d in plan.dispatches)
     kinds = {b.kind for ln in plan.launches() for b in ln.bindings}
     assert kinds == {"input", "output"}                  # weights re-uploaded, all synced
-    assert plan.lm_head == "full"
-    lm = [ln for ln in plan.launches() if ln.role == "lm_head"]
-    assert lm and lm[0].shape_dict == {"M": 2048, "K": 2048, "N": 128256}
+    # the LM head on the last position only, as GEMV partitions (as upstream runs it),
+    # after the final norm of that row on the host: no [2048, 128256] FP32 logits
+    assert plan.lm_head == "last-token"
+    gemv = [ln for ln in plan.launches() if ln.role.startswith("lm_head")]
+    assert len(gemv) == 8 and {ln.kernel for ln in gemv} == {"gemv"}
+    assert sum(ln.shape_dict["M"] for ln in gemv) == LLAMA.vocab
+    assert plan.host_steps[-1].op == "final_norm_last_row"
+    full = baseline_plan("llama-3.2-1b", LLAMA, Prefill(2048), lm_head="full")
+    lm = [ln for ln in full.launches() if ln.role == "lm_head"]
+    assert full.lm_head == "full" and lm[0].shape_dict == {"M": 2048, "K": 2048, "N": 128256}
     ops = [s.op for s in plan.host_steps]
     # q, k, v to head-first and the attention output back, in every layer
     assert ops.count("transpose") == 4 * LLAMA.n_layers and ops[0] == "embedding"
@@ -205,9 +212,16 @@ def test_head_dim_128_aligns_on_head_first_attention(name, tiny_models):
 
 @pytest.mark.parametrize("name", TINY)
 def test_last_token_lm_head_changes_only_the_lm_head_numerics(name, tiny_models, runs):
-    runner, tokens, base = runs[name]
+    runner, tokens, _ = runs[name]
     args = tiny_models[name].args
-    plan = TRANSFORMS["last_token_lm_head"].apply(baseline_plan(name, args, Prefill(L)))
+    full = baseline_plan(name, args, Prefill(L), lm_head="full")
+    base = runner.run(full, tokens)
+    assert base.logits.shape == (L, args.vocab)
+    plan = TRANSFORMS["last_token_lm_head"].apply(full)
+    # the transform gives what the baseline runs by default (issue 36)
+    assert plan.steps == baseline_plan(name, args, Prefill(L)).steps
+    with pytest.raises(IllegalTransform, match="whole sequence"):
+        TRANSFORMS["last_token_lm_head"].apply(plan)
     got = runner.run(plan, tokens)
     assert got.logits.shape == (1, args.vocab) and plan.lm_head == "last-token"
     c = compare(base.logits[-1:], got.logits.float())
@@ -373,8 +387,11 @@ def test_optimize_keeps_only_faster_steps():
 
     result = optimize(baseline_plan("llama-3.2-1b", LLAMA, Prefill(2048)))
     kept = [a for a in result.attempts if a.kept]
-    assert [a.transform for a in kept] == ["align_layouts", "last_token_lm_head",
-                                           "reuse_buffers", "merge_dispatches"]
+    # the baseline's LM head already runs on the last token: that transform does not apply
+    assert [a.transform for a in kept] == ["align_layouts", "reuse_buffers",
+                                           "merge_dispatches"]
+    skipped = next(a for a in result.attempts if a.transform == "last_token_lm_head")
+    assert skipped.after_s is None and "whole sequence" in skipped.reason
     assert all(a.after_s is not None and a.after_s < a.before_s for a in kept)
     assert result.profile.total_s == pytest.approx(
         estimate(reference_prefill("llama-3.2-1b", LLAMA, 2048)).total_s)

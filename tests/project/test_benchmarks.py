@@ -140,7 +140,14 @@ def test_air_programs_counts_every_program_and_finds_them_clean():
     r = json.loads(result.stdout)
     for name in models:
         m = r["models"][name]
-        assert m["programs"] > m["structures"] > 0
+        assert m["dispatches"] > m["programs"] >= m["structures"] > 0
         assert m["clean"] == m["programs"], (name, m["failing"], m["first"])
         assert not any(m["failing"].values()) and not m["first"]
+        # issue 36: the deployed plans are within budget: at most upstream's ELFs (Qwen3-0.6B
+        # is upstream's), at most the contexts a process keeps, every program an ELF
+        for row in m["modes"]:
+            assert row["format"] == "elf" and row["distinct"] <= row["dispatches"]
+            if row["plan"] == "optimized":
+                assert row["within_contexts"] and row["within_upstream"], row
+        assert (name == "qwen3-0.6b") == all(row["upstream_elfs"] for row in m["modes"])
     assert r["total"]["programs"] == sum(r["models"][n]["programs"] for n in models)
