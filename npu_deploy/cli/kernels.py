@@ -250,10 +250,26 @@ def _plan_json(described: str, plan: Any, profile: Any, attempts: Any) -> dict[s
             "calibration": profile.calibration, "transforms": list(plan.history),
             "lm_head": plan.lm_head, "total_s": profile.total_s,
             "one_time_s": profile.one_time_s, "tokens_per_s": profile.tokens_per_s,
-            "eta": profile.eta, "dispatches": len(plan.dispatches), "steps": steps,
+            "eta": profile.eta, "dispatches": len(plan.dispatches),
+            "programs": _programs_needed(plan), "steps": steps,
             "attempts": [{"transform": a.transform, "skill": a.skill, "before_s": a.before_s,
                           "after_s": a.after_s, "kept": a.kept, "reason": a.reason}
                          for a in attempts]}
+
+
+def _programs_needed(plan: Any) -> dict[str, Any]:
+    """The distinct programs the plan's dispatches need (each built once, every layer
+    running it), against the contexts a process keeps loaded."""
+    from npu_deploy.kernels import XDNA2
+    from npu_deploy.kernels.air_programs.air import EmitError, plan_programs
+
+    try:
+        programs = plan_programs(plan, XDNA2)
+    except EmitError as e:
+        return {"distinct": None, "contexts": XDNA2.hw_contexts, "error": str(e)}
+    return {"distinct": len(programs.distinct), "contexts": XDNA2.hw_contexts,
+            "multi_launch": len(programs.multi_launch()),
+            "largest_buffer_bytes": programs.largest_buffer()[0]}
 
 
 def _print_plan(described: str, plan: Any, profile: Any, attempts: Any) -> None:
@@ -287,6 +303,15 @@ def _print_plan(described: str, plan: Any, profile: Any, attempts: Any) -> None:
         t.add_row(prof.name, prof.where, str(n) if n else "-",
                   f"{prof.host_bytes / 1e6:.1f}", f"{prof.seconds * 1e3:.3f}")
     out.print(t)
+    need = _programs_needed(plan)
+    if need["distinct"] is None:
+        out.print(f"programs: none can be emitted ({escape(need['error'])})", highlight=False)
+    else:
+        out.print(f"programs: {need['distinct']} distinct for {len(plan.dispatches)} "
+                  f"dispatches, each built once and run by every layer; a process keeps "
+                  f"{need['contexts']} loaded"
+                  + ("" if need["distinct"] <= need["contexts"] else
+                     " (more are reloaded as needed, least recently used first)"))
     fallbacks: dict[str, list[str]] = {}    # why a step left the NPU -> the steps
     for h in plan.host_steps:
         if h.reason:

@@ -407,6 +407,8 @@ def test_plan_command_prints_the_plan_its_profile_and_the_transform_chain(cli):
     for name in ("align_layouts", "last_token_lm_head", "reuse_buffers", "merge_dispatches"):
         assert name in out
     assert "L0.attention" in out and "TTFT" in out
+    # issue 36: as upstream's Llama-3.2-1B prefill (three per-layer ELFs and the LM head's)
+    assert "programs: 4 distinct for 49 dispatches" in out
 
 
 def test_plan_command_json_for_a_target_without_weights(cli):
