@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -168,7 +169,18 @@ def padded_sizes(pairs: list[tuple[Launch, LaunchLayout]]) -> dict[str, int]:
         for op in layout.operands:
             key = tensor_key(launch, launch.binding(op.name))
             sizes[key] = max(sizes.get(key, 0), op.numel, layout.padded.get(op.name, 0))
-    return sizes
+    # every layer's tensor of one kind gets one size (the residual stream x.16 is written
+    # by the last layer and read by no later GEMM, but its buffer is x.1's size), so the
+    # last layer runs the program the others run
+    kind = {key: _LAYER.sub(r"\1*", key) for key in sizes}
+    most: dict[str, int] = {}
+    for key, n in sizes.items():
+        most[kind[key]] = max(most.get(kind[key], 0), n)
+    return {key: most[kind[key]] for key in sizes}
+
+
+#: A tensor's layer in its name: "L3." (a layer's own), "x.4" (the residual stream).
+_LAYER = re.compile(r"(\bL|^x\.)\d+")
 
 
 def sequence_padding(pairs: list[tuple[Launch, LaunchLayout]]) -> dict[int, int]:
