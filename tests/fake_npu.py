@@ -17,6 +17,7 @@ deployment, above the host's noise; they are still the model's figures, never an
 from __future__ import annotations
 
 import time
+import weakref
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -36,14 +37,36 @@ from npu_deploy.kernels.plans.plan_runner import _physical
 
 COMPLETED, TIMEOUT = "ERT_CMD_STATE_COMPLETED", "ERT_CMD_STATE_TIMEOUT"
 
+#: A process that holds this many hardware contexts cannot create another: upstream sees it
+#: at about 10 distinct ELFs, with the driver's message below
+#: (programming_examples/llms/smolvla/docs/profile.md, its traps 5 and 6). The chip's limit,
+#: not our budget (Hardware.hw_contexts, 8).
+CHIP_CONTEXTS = 10
+CREATE_HWCTX_FAILED = "DRM_IOCTL_AMDXDNA_CREATE_HWCTX IOCTL failed (err=-22)"
+#: What an ELF and an xclbin context alive together do to every run's device time: 2x, a
+#: modeled figure within the 1.4-2.5x upstream measured (the same file, trap 5).
+MIXED_FORMATS_SLOWDOWN = 2.0
+
+
+class Context:
+    """A hardware context: what it was opened from (an ELF, or an xclbin's uuid) and its
+    format. The fake counts it live until the last reference to it goes."""
+
+    def __init__(self, what: Any, output_format: str) -> None:
+        self.what, self.output_format = what, output_format
+
 
 class FakeXrt:
-    """A pyxrt module that records every call; a run 'computes' (`execute`) by copying the
-    first argument's bytes into the last (so reads can be checked), or times out."""
+    """A pyxrt module, standing for one process's, that records every call; a run 'computes'
+    (`execute`) by copying the first argument's bytes into the last (so reads can be
+    checked), or times out. Hardware contexts are counted while alive (`live`, by format):
+    creating one while CHIP_CONTEXTS are alive fails as the driver does."""
 
     def __init__(self, state: str = COMPLETED) -> None:
         self.calls: list[tuple[Any, ...]] = []
         self.state = state
+        self.live = {"elf": 0, "xclbin": 0}         # hardware contexts alive, by format
+        self.peak_live = 0
         log = self.calls
         fake = self
 
@@ -116,9 +139,16 @@ class FakeXrt:
             def get_kernels(self) -> list[Any]:
                 return [SimpleNamespace(get_name=lambda: "MLIR_AIE")]
 
-        def hw_context(device: Any, what: Any) -> Any:
+        def hw_context(device: Any, what: Any) -> Context:
+            if sum(fake.live.values()) >= CHIP_CONTEXTS:
+                log.append(("hw_context failed",))
+                raise RuntimeError(CREATE_HWCTX_FAILED)
             log.append(("hw_context", what if isinstance(what, str) else "elf"))
-            return what                 # an xclbin's uuid, or the ELF
+            context = Context(what, "xclbin" if isinstance(what, str) else "elf")
+            fake.live[context.output_format] += 1
+            fake.peak_live = max(fake.peak_live, sum(fake.live.values()))
+            weakref.finalize(context, fake.closed, context.output_format)
+            return context
 
         def elf(path: str) -> Any:
             log.append(("elf", Path(path).name))
@@ -138,6 +168,16 @@ class FakeXrt:
 
     def names(self) -> list[str]:
         return [c[0] for c in self.calls]
+
+    def closed(self, output_format: str) -> None:
+        """A context's last reference went: XRT frees it."""
+        self.live[output_format] -= 1
+        self.calls.append(("hw_context closed", output_format))
+
+    @property
+    def mixed(self) -> bool:
+        """An ELF and an xclbin context are alive together."""
+        return self.live["elf"] > 0 and self.live["xclbin"] > 0
 
     def execute(self, kernel: Any, bos: list[Any]) -> None:
         bos[-1].data[:] = bos[0].data[:len(bos[-1].data)]
@@ -164,7 +204,8 @@ def _as_bound(kernel: str, config: dict[str, Any], operand: str,
 class SimulatedXrt(FakeXrt):
     """FakeXrt whose runs compute: the launches of the program behind the kernel, each with
     the emulator's numerics, reading and writing the buffer objects' bytes in the layouts
-    the plan binds (as the program's DMA patterns would)."""
+    the plan binds (as the program's DMA patterns would). A run's modeled device time is
+    MIXED_FORMATS_SLOWDOWN times longer while ELF and xclbin contexts are alive together."""
 
     def __init__(self, head_dim: int | None = None, *, virtual: bool = False) -> None:
         super().__init__()
@@ -173,6 +214,7 @@ class SimulatedXrt(FakeXrt):
         self.device_s = 0.0                         # the runs' device time, so far
         self.skew = 0.0                             # device time minus host time, so far
         self.slowdown: Any = None                   # program -> its run's factor on time
+        self.mixed_runs = 0                         # runs slowed by mixed formats
         self.programs: dict[str, Program] = {}      # binary path -> program
         self.emulator = EmulatorBackend()
 
@@ -181,11 +223,12 @@ class SimulatedXrt(FakeXrt):
 
     def execute(self, kernel: Any, bos: list[Any]) -> None:
         began = time.perf_counter()
-        # the kernel's context is the ELF it was opened from, or the xclbin's uuid
+        # the kernel's context was opened from the ELF, or the xclbin's uuid
         context = kernel.context
-        path = context.path if hasattr(context, "path") else context.removeprefix("uuid:")
+        elf = context.output_format == "elf"
+        path = context.what.path if elf else context.what.removeprefix("uuid:")
         program = self.programs[path]
-        if hasattr(context, "path"):
+        if elf:
             assert kernel.name == f"main:{program.function}"     # the instance name
         slot = {name: i for i, (name, _, _) in enumerate(program.arguments)}
         for launch, wiring in zip(program.launches, program.wiring, strict=True):
@@ -217,6 +260,9 @@ class SimulatedXrt(FakeXrt):
         modeled = device_s(Dispatch(program.dispatch, program.launches))
         if self.slowdown is not None:
             modeled *= self.slowdown(program)
+        if self.mixed:
+            modeled *= MIXED_FORMATS_SLOWDOWN
+            self.mixed_runs += 1
         self.device_s += modeled
         self.skew += modeled - (time.perf_counter() - began)
 
@@ -243,13 +289,17 @@ class SimulatedXrt(FakeXrt):
         return time.perf_counter() + self.skew
 
 
-def compiler_for(sim: SimulatedXrt, cache: Path) -> Any:
+def compiler_for(sim: SimulatedXrt, cache: Path, output_format: str | None = "elf") -> Any:
     """A compiler that writes placeholder binaries (mlir-air is not here) and tells the
-    simulated device which program each one is."""
+    simulated device which program each one is. Every program is built as `output_format`
+    (ELF: the one format a process runs, as
+    docs/hardware-facts.md#hardware-contexts-and-output-formats says); None builds what the
+    program's flags ask for."""
     def compile_program(program: Program) -> Artifact:
         where = cache / f"{program.function}-{program.digest[:12]}"
         where.mkdir(parents=True, exist_ok=True)
-        elf = program.flags["output_format"] == "elf"
+        fmt = output_format or program.flags["output_format"]
+        elf = fmt == "elf"
         binary = where / ("air.elf" if elf else "air.xclbin")
         binary.write_bytes(program.digest.encode())
         insts = None
@@ -257,7 +307,7 @@ def compiler_for(sim: SimulatedXrt, cache: Path) -> Any:
             insts = where / "air.insts.bin"
             np.arange(4, dtype=np.uint32).tofile(insts)
         sim.add(program, binary)
-        return Artifact(program.function, program.flags["output_format"], binary,
+        return Artifact(program.function, fmt, binary,
                         f"main:{program.function}" if elf else "MLIR_AIE", insts,
                         program.digest, False)
     return compile_program

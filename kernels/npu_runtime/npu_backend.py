@@ -114,7 +114,7 @@ class NpuBackend:
 
     def _runner(self) -> XrtRunner:
         if self.runner is None:
-            self.runner = XrtRunner()
+            self.runner = XrtRunner(hw_contexts=self.hw.hw_contexts)
         return self.runner
 
     def clock(self) -> float:

@@ -220,3 +220,87 @@ def requirements(objects: str | None = "") -> list[Requirement]:
                                "no directory given" if not objects else
                                f"{objects} is not a directory", fix))
     return out
+
+
+# --- the toolchain's identity, for the compile cache's key ------------------------------------
+
+#: Our own AIE kernel sources, compiled into the micro-kernel objects the programs link.
+AIE_SOURCES = Path(__file__).resolve().parent.parent / "aie"
+
+_IDENTITY: dict[str, str] | None = None
+
+
+def _stamp(path: Path) -> str:
+    """name:size:mtime of a file, from one stat (two could straddle a rebuild), or
+    "missing"."""
+    try:
+        st = path.stat()
+    except OSError:
+        return "missing"
+    return f"{path.name}:{st.st_size}:{int(st.st_mtime)}"
+
+
+def _dist_version(*names: str) -> str:
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "missing"
+
+
+def _air_identity() -> tuple[str, str, Path | None]:
+    """mlir-air's compiled passes (`_mlir_libs/_air*.so` in each of the package's search
+    locations: it may be a namespace package), found without importing it; and its
+    `__init__.py`, where there is one (aircc's wheel location is relative to it)."""
+    try:
+        spec = importlib.util.find_spec("air")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return "missing", "missing", None
+    roots = [Path(p) / "_mlir_libs" for p in spec.submodule_search_locations or []]
+    libs = sorted(lib for root in roots for lib in root.glob("_air*.so"))
+    init = Path(spec.origin) if spec.origin and spec.origin.endswith(".py") else None
+    return (_dist_version("mlir_air", "mlir-air"),
+            ";".join(_stamp(lib) for lib in libs) or "missing", init)
+
+
+def _peano_identity() -> str:
+    """The Peano mlir-air's backend compiles with: PEANO_INSTALL_DIR's clang (a local build
+    says nothing in a package version), else the llvm-aie package's version."""
+    given = os.environ.get("PEANO_INSTALL_DIR", "")
+    if given:
+        return _stamp(Path(given) / "bin" / "clang")
+    version = _dist_version("llvm-aie", "llvm_aie")
+    return f"llvm-aie {version}" if version != "missing" else "unset"
+
+
+def _sources_digest(directory: Path = AIE_SOURCES) -> str:
+    import hashlib  # here, so that this part of the module stands alone
+
+    h = hashlib.sha256()
+    files = sorted(directory.glob("*.cc"))
+    for source in files:
+        h.update(source.name.encode() + b"\0" + source.read_bytes())
+    return h.hexdigest() if files else "missing"
+
+
+def toolchain_identity(refresh: bool = False) -> dict[str, str]:
+    """What compiled a program, as the compile cache keys it: mlir-air's package version and
+    a stamp of its compiled `_air*.so` (the piece an mlir-air rebuild changes), aircc's path
+    and stamp, Peano, XRT's version and a digest of our AIE kernel sources. The idea is
+    upstream's (programming_examples/llms/shared/infra/cache.py, `KernelCache._toolchain_id`:
+    a cache built by another mlir-air or Peano must not be served); a part this machine lacks
+    is "missing" (or "unset"), never an error. Computed once per process (`refresh` again)."""
+    global _IDENTITY
+    if _IDENTITY is None or refresh:
+        version, libs, init = _air_identity()
+        aircc = _aircc(init)
+        xrt = xrt_version(Path(os.environ.get("XILINX_XRT", XRT_DIR)))
+        _IDENTITY = {
+            "mlir_air": version, "air_libs": libs,
+            "aircc": f"{aircc.found} {_stamp(Path(aircc.found))}" if aircc.found else "missing",
+            "peano": _peano_identity(), "xrt": xrt or "missing",
+            "aie_sources": _sources_digest()}
+    return dict(_IDENTITY)

@@ -6,7 +6,11 @@ lacks, and `require()` turns that into one error that says how to install it. Th
 protocol, as mlir-air's own XRT backend and its fixes document it (python/air/backend/
 xrt.py; commits on the instance name, numpy 2 and the NPU lock):
 
-* one device and one hardware context per compiled program, opened once;
+* one device, and one hardware context per compiled program, opened when first run; at
+  most `Hardware.hw_contexts` open at once, the least recently used closed first (about
+  10 is where XDNA's driver refuses the next one:
+  programming_examples/llms/smolvla/docs/profile.md), and every context of one process
+  in one output format (docs/hardware-facts.md#hardware-contexts-and-output-formats);
 * a multi-launch program is an ELF whose kernel is ``main:<instance name>``, the
   instance name equal to the function's name (a wrong one runs without configuring the
   tiles and times out); a single launch may also be an xclbin with an instruction buffer
@@ -35,6 +39,8 @@ import os
 import shutil
 import tempfile
 import time
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +50,8 @@ import numpy as np
 import torch
 
 from ..air_programs.air import Program
-from .toolchain import Requirement, requirements
+from ..definition.hardware import XDNA2
+from .toolchain import Requirement, requirements, toolchain_identity
 
 LOCK_PATH = Path(tempfile.gettempdir()) / "npu.lock"
 RUN_TIMEOUT_MS = 60_000         # mlir-air's LLM benchmarks wait 60 s for a run
@@ -112,9 +119,15 @@ class Artifact:
     cached: bool
 
 
-def content_key(program: Program, objects_dir: Path) -> str:
-    """The hash a compiled program is cached under: its source, its compiler options and the
-    bytes of every micro-kernel object it links."""
+def content_key(program: Program, objects_dir: Path,
+                toolchain: dict[str, str] | None = None) -> str:
+    """The hash a compiled program is cached under: its source, its compiler options, the
+    bytes of every micro-kernel object it links, and the toolchain that compiles it
+    (`toolchain`, by default `toolchain.toolchain_identity()`: mlir-air, aircc, Peano, XRT
+    and our AIE kernel sources). Upstream keys its cache on the kernel's name and checks a
+    toolchain identity beside it (programming_examples/llms/shared/infra/cache.py,
+    `KernelCache._toolchain_id`) so a binary from another mlir-air or Peano is never served;
+    here the identity is part of the key, so a new toolchain is a cache miss."""
     h = hashlib.sha256(program.source.encode())
     h.update(json.dumps(program.flags, sort_keys=True).encode())
     for obj in program.objects:
@@ -124,14 +137,20 @@ def content_key(program: Program, objects_dir: Path) -> str:
                            "compile it from mlir-air's AIE kernel sources with Peano for that "
                            "tile shape")
         h.update(obj.encode() + hashlib.sha256(path.read_bytes()).digest())
+    identity = toolchain_identity() if toolchain is None else toolchain
+    h.update(json.dumps(identity, sort_keys=True).encode())
     return h.hexdigest()
 
 
 def compile_program(program: Program, cache: Path, objects_dir: Path,
-                    backend_factory: Callable[..., Any] | None = None) -> Artifact:
+                    backend_factory: Callable[..., Any] | None = None,
+                    toolchain: dict[str, str] | None = None) -> Artifact:
     """Compile with mlir-air's XRTBackend in a directory of its own (it writes air.mlir, the
-    binary and air_project/ into the working directory), unless the cache has it."""
-    key = content_key(program, objects_dir)
+    binary and air_project/ into the working directory), unless the cache has it. Each
+    entry keeps the toolchain identity it was built with (toolchain.json), so whoever
+    finds an entry rebuilt can see what changed."""
+    toolchain = toolchain_identity() if toolchain is None else toolchain
+    key = content_key(program, objects_dir, toolchain)
     flags = program.flags
     elf = flags["output_format"] == "elf"
     where = cache / key
@@ -170,6 +189,8 @@ def compile_program(program: Program, cache: Path, objects_dir: Path,
         os.chdir(cwd)
     if not (work / binary.name).exists():
         raise XrtError(f"mlir-air wrote no {binary.name} for {program.function} in {work}")
+    (work / "toolchain.json").write_text(json.dumps(toolchain, indent=1, sort_keys=True)
+                                         + "\n")
     work.rename(where)
     return Artifact(program.function, flags["output_format"], binary, kernel, insts, key, False)
 
@@ -208,26 +229,95 @@ class _Loaded:
     n_instr: int = 0
 
 
+#: The output format of the first program loaded through each pyxrt module (one per
+#: process; a fake one stands for a process of its own).
+_FORMATS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+@dataclass
+class ContextCounts:
+    """How the runner used its hardware contexts: the budget, how many are open and the
+    most that were, how many programs it loaded (reloads after an eviction included) and
+    how many contexts it closed to stay within the budget."""
+
+    budget: int
+    open: int
+    peak: int
+    loads: int
+    evictions: int
+    output_format: str | None
+
+
 class XrtRunner:
-    """One device, and per compiled program one hardware context and kernel, opened once
-    under the NPU lock. `run` executes one program on named tensors, timed by `clock` (the
+    """One device, and per compiled program one hardware context and kernel, opened under
+    the NPU lock when the program first runs. At most `hw_contexts` are open at once: the
+    least recently run program's context is closed before a new one is opened past that
+    (docs/hardware-facts.md#hardware-contexts-and-output-formats), and reopened when it
+    runs again. Buffer objects are the device's (the ELF path's `xrt.ext.bo`), not a
+    context's, so weights and intermediates stay. Every program of a process is in one
+    output format. `run` executes one program on named tensors, timed by `clock` (the
     host's perf_counter; a simulated device may keep its own)."""
 
     def __init__(self, pyxrt: Any | None = None, timeout_ms: int = RUN_TIMEOUT_MS,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter,
+                 hw_contexts: int = XDNA2.hw_contexts) -> None:
+        if hw_contexts < 1:
+            raise XrtError(f"hw_contexts={hw_contexts}: a runner needs at least one hardware "
+                           "context; give a positive budget")
         if pyxrt is None:
             require()
             pyxrt = importlib.import_module("pyxrt")
         self.xrt, self.timeout_ms, self.clock = pyxrt, timeout_ms, clock
+        self.hw_contexts = hw_contexts
         self.device = pyxrt.device(0)
-        self._loaded: dict[str, _Loaded] = {}
+        self._loaded: OrderedDict[str, _Loaded] = OrderedDict()   # least recently run first
         self._static: dict[str, Any] = {}      # weight tensor -> its BO, written once
         self._device: dict[str, Any] = {}      # plan tensor -> its BO and size
         self.static_write_s: dict[str, float] = {}   # weight -> the seconds of its one write
+        self.loads = self.evictions = self.peak_open = 0
+
+    @property
+    def contexts(self) -> ContextCounts:
+        return ContextCounts(self.hw_contexts, len(self._loaded), self.peak_open, self.loads,
+                             self.evictions, _FORMATS.get(self.xrt))
 
     def load(self, artifact: Artifact) -> _Loaded:
+        """The program's context and kernel, opened if it is not open (closing the least
+        recently run program's first when the budget is reached)."""
         if artifact.key in self._loaded:
+            self._loaded.move_to_end(artifact.key)
             return self._loaded[artifact.key]
+        first = _FORMATS.get(self.xrt)
+        if first is not None and artifact.output_format != first:
+            raise XrtError(f"{artifact.program} is an {artifact.output_format} program, but this "
+                           f"process runs {first} programs (ELF and xclbin contexts in one "
+                           "process slow each other down 1.4-2.5x): compile it as "
+                           f"{first}, or run it in a process of its own")
+        while len(self._loaded) >= self.hw_contexts:
+            self._evict()
+        try:
+            loaded = self._open(artifact)
+        except RuntimeError as e:
+            if isinstance(e, XrtError):
+                raise
+            raise XrtError(f"XRT could not open a hardware context for {artifact.program} "
+                           f"with {len(self._loaded)} open ({e}); the driver refuses about 10 "
+                           f"per process: lower the budget (hw_contexts={self.hw_contexts})") \
+                from e
+        _FORMATS.setdefault(self.xrt, artifact.output_format)
+        self._loaded[artifact.key] = loaded
+        self.loads += 1
+        self.peak_open = max(self.peak_open, len(self._loaded))
+        return loaded
+
+    def _evict(self) -> None:
+        """Close the least recently run program's context: drop every reference to its
+        kernel, context and instruction buffer, so pyxrt frees them."""
+        _, loaded = self._loaded.popitem(last=False)
+        loaded.kernel = loaded.context = loaded.instr = None
+        self.evictions += 1
+
+    def _open(self, artifact: Artifact) -> _Loaded:
         x = self.xrt
         if artifact.output_format == "elf":
             elf = x.elf(str(artifact.binary))
@@ -236,26 +326,23 @@ class XrtRunner:
             except TypeError as e:      # pyxrt builds that bind hw_context(device, uuid) only
                 raise XrtError("this pyxrt cannot open an ELF (hw_context(device, elf)); "
                                "install XRT >= 2.19") from e
-            loaded = _Loaded(artifact, context, x.ext.kernel(context, artifact.kernel))
-        else:
-            xclbin = x.xclbin(str(artifact.binary))
-            self.device.register_xclbin(xclbin)
-            context = x.hw_context(self.device, xclbin.get_uuid())
-            names = [k.get_name() for k in xclbin.get_kernels()]
-            name = next((n for n in names if artifact.kernel in n), None)
-            if name is None:
-                raise XrtError(f"{artifact.binary} has no {artifact.kernel} kernel (it has "
-                               f"{', '.join(names) or 'none'})")
-            kernel = x.kernel(context, name)
-            assert artifact.insts is not None
-            words = np.fromfile(artifact.insts, dtype=np.uint32)
-            instr = x.bo(self.device, words.nbytes, x.bo.cacheable, kernel.group_id(1))
-            view = np.frombuffer(instr.map(), dtype=np.uint8)
-            view[:words.nbytes] = words.view(np.uint8)
-            instr.sync(x.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE)
-            loaded = _Loaded(artifact, context, kernel, instr, int(words.size))
-        self._loaded[artifact.key] = loaded
-        return loaded
+            return _Loaded(artifact, context, x.ext.kernel(context, artifact.kernel))
+        xclbin = x.xclbin(str(artifact.binary))
+        self.device.register_xclbin(xclbin)
+        context = x.hw_context(self.device, xclbin.get_uuid())
+        names = [k.get_name() for k in xclbin.get_kernels()]
+        name = next((n for n in names if artifact.kernel in n), None)
+        if name is None:
+            raise XrtError(f"{artifact.binary} has no {artifact.kernel} kernel (it has "
+                           f"{', '.join(names) or 'none'})")
+        kernel = x.kernel(context, name)
+        assert artifact.insts is not None
+        words = np.fromfile(artifact.insts, dtype=np.uint32)
+        instr = x.bo(self.device, words.nbytes, x.bo.cacheable, kernel.group_id(1))
+        view = np.frombuffer(instr.map(), dtype=np.uint8)
+        view[:words.nbytes] = words.view(np.uint8)
+        instr.sync(x.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE)
+        return _Loaded(artifact, context, kernel, instr, int(words.size))
 
     def _bo(self, loaded: _Loaded, slot: int, nbytes: int) -> Any:
         x = self.xrt
@@ -374,5 +461,5 @@ class XrtRunner:
         self.device = None
 
 
-__all__ = ["LOCK_PATH", "Artifact", "DispatchTimes", "XrtError", "XrtRunner",
+__all__ = ["LOCK_PATH", "Artifact", "ContextCounts", "DispatchTimes", "XrtError", "XrtRunner",
            "compile_program", "content_key", "missing", "npu_lock", "require"]

@@ -22,6 +22,7 @@ import torch
 from fake_npu import SimulatedXrt, compiler_for
 from paths import TESTS
 
+from npu_deploy.kernels import XDNA2
 from npu_deploy.kernels.air_programs.air import pad_sequences, tensor_key
 from npu_deploy.kernels.definition.specs import Decode, Prefill
 from npu_deploy.kernels.emulation.emulator import EmulatorBackend
@@ -35,10 +36,12 @@ from npu_deploy.kernels.plans.transforms import TRANSFORMS
 L = 24
 
 
-def npu_backend(tmp_path: Path, head_dim: int) -> tuple[NpuBackend, SimulatedXrt]:
+def npu_backend(tmp_path: Path, head_dim: int,
+                hw_contexts: int = XDNA2.hw_contexts) -> tuple[NpuBackend, SimulatedXrt]:
     sim = SimulatedXrt(head_dim)
+    runner = XrtRunner(sim, clock=sim.clock, hw_contexts=hw_contexts)
     backend = NpuBackend(cache=tmp_path / "cache", objects=tmp_path / "objects",
-                         programs=tmp_path / "air", runner=XrtRunner(sim, clock=sim.clock),
+                         programs=tmp_path / "air", runner=runner,
                          compiler=compiler_for(sim, tmp_path / "bin"),
                          lock=tmp_path / "npu.lock")
     return backend, sim
@@ -92,6 +95,10 @@ def test_plans_on_the_simulated_npu_give_the_emulators_bits(name, tiny_models, t
             base, tokens).cache)
         got = npu.run(plan, torch.tensor([9]), base_cache)
         assert torch.equal(got.logits, want.logits), plan.history
+    # never more contexts open than the budget, in one format
+    counts = backend.runner.contexts                    # type: ignore[union-attr]
+    assert counts.peak <= XDNA2.hw_contexts and sim.peak_live <= XDNA2.hw_contexts
+    assert counts.output_format == "elf" and sim.mixed_runs == 0
     # every program was written to the programs directory, named by its function
     files = {p.name for p in (tmp_path / "air").iterdir()}
     assert files == set(backend.written) and all(
@@ -171,6 +178,32 @@ def test_intermediates_stay_on_the_device_and_weights_are_written_once(tiny_mode
                           and c[1] in static_bos and c[2] == "to_device"]
     # nor zeroes a padded intermediate again
     assert all([c[1] for c in sim.calls if c[0] == "sync"].count(bo) == 1 for bo in padded)
+
+
+def test_a_plan_of_more_programs_than_contexts_runs_within_the_budget(tiny_models, tmp_path):
+    """More distinct programs than the runner may hold open (a budget of 4 here, below the
+    plan's count; the default 8 works the same way): the least recently run are closed and
+    opened again, the weights and intermediates stay on the device, and the logits are the
+    emulator's bits."""
+    m = tiny_models["tiny-llama"]
+    budget = 4
+    backend, sim = npu_backend(tmp_path, m.args.head_dim, hw_contexts=budget)
+    plan = optimized(baseline_plan("tiny-llama", m.args, Prefill(L)))     # static weights
+    tokens = torch.arange(5, 5 + L) % m.args.vocab
+    want = PlanRunner(m.args, m.weights, EmulatorBackend()).run(plan, tokens)
+    npu = PlanRunner(m.args, m.weights, backend)
+    for _ in range(2):
+        assert torch.equal(npu.run(plan, tokens).logits, want.logits)
+    programs = {artifact.key for _, artifact in backend._programs.values()}
+    counts = backend.runner.contexts                    # type: ignore[union-attr]
+    assert len(programs) > budget
+    assert counts.peak == sim.peak_live == sim.live["elf"] == budget
+    assert counts.evictions > 0 and counts.loads == counts.evictions + counts.open
+    assert counts.loads > len(programs)       # the second run reopened what the first closed
+    # every weight written once, whatever was closed in between
+    static = {bo.id for bo, *_ in backend.runner._static.values()}   # type: ignore[union-attr]
+    writes = [c[1] for c in sim.calls if c[0] == "sync" and c[2] == "to_device"]
+    assert static and all(writes.count(bo) == 1 for bo in static)
 
 
 def test_a_measured_profile_is_per_dispatch_with_its_transfers(tiny_models, tmp_path):

@@ -6,7 +6,11 @@ the one-line refusal of `--backend xrt` on this machine."""
 
 from __future__ import annotations
 
+import importlib
+import json
 import multiprocessing
+import re
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -15,15 +19,25 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from fake_npu import FakeXrt
+from fake_npu import (
+    CHIP_CONTEXTS,
+    COMPLETED,
+    CREATE_HWCTX_FAILED,
+    MIXED_FORMATS_SLOWDOWN,
+    FakeXrt,
+    SimulatedXrt,
+)
 
 from npu_deploy.kernels import XDNA2
-from npu_deploy.kernels.air_programs.air import emit_dispatch
+from npu_deploy.kernels.air_programs.air import Program, emit_dispatch
+from npu_deploy.kernels.npu_runtime import toolchain
+from npu_deploy.kernels.npu_runtime.toolchain import toolchain_identity
 from npu_deploy.kernels.npu_runtime.xrt_runtime import (
     Artifact,
     XrtError,
     XrtRunner,
     compile_program,
+    content_key,
     missing,
     npu_lock,
     require,
@@ -58,7 +72,11 @@ def silu_mul_dispatch() -> Dispatch:
         for i in range(2)))
 
 
-def artifact(tmp_path: Path, fmt: str, function: str) -> Artifact:
+def artifact(tmp_path: Path, fmt: str, function: str, key: str = "") -> Artifact:
+    """A compiled program as mlir-air leaves it (`key`: its cache key, one per program)."""
+    if key:
+        tmp_path = tmp_path / key
+        tmp_path.mkdir(parents=True, exist_ok=True)
     binary = tmp_path / ("air.elf" if fmt == "elf" else "air.xclbin")
     binary.write_bytes(b"binary")
     insts = None
@@ -66,7 +84,7 @@ def artifact(tmp_path: Path, fmt: str, function: str) -> Artifact:
         insts = tmp_path / "air.insts.bin"
         np.arange(6, dtype=np.uint32).tofile(insts)
     kernel = f"main:{function}" if fmt == "elf" else "MLIR_AIE"
-    return Artifact(function, fmt, binary, kernel, insts, "k" + fmt, False)
+    return Artifact(function, fmt, binary, kernel, insts, key or "k" + fmt, False)
 
 
 def kinds_and_tensors(program: Any) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
@@ -179,15 +197,10 @@ def test_a_second_process_waits_on_the_npu_lock(tmp_path: Path):
         holder.join(10)
 
 
-def test_compiled_programs_are_cached_by_content(tmp_path: Path):
-    program = emit_dispatch(silu_mul_dispatch(), XDNA2)
-    objects = tmp_path / "objects"
-    objects.mkdir()
-    for obj in program.objects:
-        (objects / obj).write_bytes(b"object code")
-    built: list[dict[str, Any]] = []
-
-    class Backend:                      # mlir-air's XRTBackend contract: compile() writes here
+def recording_backend(built: list[dict[str, Any]]) -> Any:
+    """mlir-air's XRTBackend contract: built with the options (recorded in `built`),
+    compile() writes the binary into the working directory."""
+    class Backend:
         def __init__(self, **options: Any) -> None:
             built.append(options)
 
@@ -197,20 +210,36 @@ def test_compiled_programs_are_cached_by_content(tmp_path: Path):
         def unload(self) -> None:
             pass
 
-    # the emitted source imports mlir-air, absent here: the same program with a source
-    # whose build_module needs nothing (its flags, objects and function are the real ones)
-    stub = replace(program, source="def build_module():\n    return 'module'\n")
+    return Backend
+
+
+def compilable(tmp_path: Path) -> tuple[Program, Path]:
+    """The SiLU x mul program with its object in a directory. The emitted source imports
+    mlir-air, absent here: the same program with a source whose build_module needs nothing
+    (its flags, objects and function are the real ones)."""
+    program = emit_dispatch(silu_mul_dispatch(), XDNA2)
+    objects = tmp_path / "objects"
+    objects.mkdir()
+    for obj in program.objects:
+        (objects / obj).write_bytes(b"object code")
+    return replace(program, source="def build_module():\n    return 'module'\n"), objects
+
+
+def test_compiled_programs_are_cached_by_content(tmp_path: Path):
+    stub, objects = compilable(tmp_path)
+    built: list[dict[str, Any]] = []
+    Backend = recording_backend(built)
     first = compile_program(stub, tmp_path / "cache", objects, Backend)
     second = compile_program(stub, tmp_path / "cache", objects, Backend)
     assert not first.cached and second.cached and first.binary == second.binary
-    assert len(built) == 1 and built[0]["instance_name"] == program.function
-    assert built[0]["runtime_loop_tiling_sizes"] == program.flags.get(
+    assert len(built) == 1 and built[0]["instance_name"] == stub.function
+    assert built[0]["runtime_loop_tiling_sizes"] == stub.flags.get(
         "runtime_loop_tiling_sizes", [])
-    assert built[0]["output_format"] == "elf" and first.kernel == f"main:{program.function}"
-    (objects / program.objects[0]).write_bytes(b"other object code")   # a new object: rebuilt
+    assert built[0]["output_format"] == "elf" and first.kernel == f"main:{stub.function}"
+    (objects / stub.objects[0]).write_bytes(b"other object code")   # a new object: rebuilt
     third = compile_program(stub, tmp_path / "cache", objects, Backend)
     assert not third.cached and third.key != first.key and len(built) == 2
-    (objects / program.objects[0]).unlink()
+    (objects / stub.objects[0]).unlink()
     with pytest.raises(XrtError, match="not in .*compile it from mlir-air's AIE kernel"):
         compile_program(stub, tmp_path / "cache", objects, Backend)
 
@@ -265,3 +294,212 @@ def test_resuming_an_npu_run_here_fails_in_one_line_and_changes_nothing(cli, db_
         "lacks pyxrt" in line[0]
     with EventStore.open(db_path, readonly=True) as store:
         assert list(store.events(c.run_id)) == before
+
+
+# --- hardware contexts: a budget, one output format -----------------------------------------
+
+def run_programs(runner: XrtRunner, tmp_path: Path, keys: list[str], fmt: str = "elf") -> Any:
+    """Run one compiled program per key (each its own context) on the same tensors; the
+    program's arguments as the runner keeps them."""
+    program = emit_dispatch(add_dispatch(2), XDNA2)
+    kinds, tensors = kinds_and_tensors(program)
+    for key in keys:
+        runner.run(program, artifact(tmp_path, fmt, program.function, key), tensors, kinds)
+    return program
+
+
+def test_the_runner_closes_the_least_recently_run_context_at_its_budget(tmp_path: Path):
+    xrt = FakeXrt()
+    runner = XrtRunner(xrt)
+    budget = XDNA2.hw_contexts
+    assert runner.hw_contexts == budget == 8
+    keys = [f"p{i}" for i in range(budget + 3)]
+    run_programs(runner, tmp_path, keys[:budget])
+    assert xrt.live["elf"] == budget and runner.evictions == 0
+    run_programs(runner, tmp_path, ["p0"])            # p0 is now the most recently run
+    assert runner.loads == budget
+    run_programs(runner, tmp_path, keys[budget:])     # three more: p1, p2, p3 are closed
+    counts = runner.contexts
+    assert (counts.open, counts.peak, counts.loads, counts.evictions) == (
+        budget, budget, budget + 3, 3)
+    # XRT freed what the runner closed: no reference to those contexts is left
+    assert xrt.live["elf"] == xrt.peak_live == budget
+    assert xrt.calls.count(("hw_context closed", "elf")) == 3
+    run_programs(runner, tmp_path, ["p0"])            # still open
+    assert runner.loads == budget + 3
+    program = run_programs(runner, tmp_path, ["p1"])  # reopened, closing p4
+    assert (runner.loads, runner.evictions) == (budget + 4, 4)
+    # buffer objects are the device's: one per tensor for every run, the weight written once
+    bos = [c for c in xrt.calls if c[0] == "bo"]
+    assert len(bos) == len(program.arguments)
+    kinds, _ = kinds_and_tensors(program)
+    weight = bos[list(kinds.values()).index("static")][1]
+    assert [c for c in xrt.calls if c[0] == "sync" and c[1] == weight] == [
+        ("sync", weight, "to_device")]
+    runner.close()
+    assert xrt.live["elf"] == 0
+
+
+def test_a_budget_above_the_chips_limit_fails_as_the_chip_does(tmp_path: Path):
+    """The simulated chip refuses an 11th live context, with the driver's message: a runner
+    whose budget was raised past it (or that kept its closed contexts alive) fails."""
+    xrt = FakeXrt()
+    held = [xrt.hw_context(None, f"uuid:{i}") for i in range(CHIP_CONTEXTS)]
+    with pytest.raises(RuntimeError, match=re.escape(CREATE_HWCTX_FAILED)):
+        xrt.hw_context(None, "uuid:one more")
+    held.pop()
+    xrt.hw_context(None, "uuid:one more")                  # one was freed
+    del held
+    xrt = FakeXrt()
+    runner = XrtRunner(xrt, hw_contexts=CHIP_CONTEXTS + 2)
+    with pytest.raises(XrtError) as e:
+        run_programs(runner, tmp_path, [f"p{i}" for i in range(CHIP_CONTEXTS + 1)])
+    line = str(e.value)
+    assert len(line.splitlines()) == 1 and CREATE_HWCTX_FAILED in line
+    assert f"with {CHIP_CONTEXTS} open" in line and "lower the budget" in line
+    # the runner's own budget runs the same programs
+    xrt = FakeXrt()
+    runner = XrtRunner(xrt)
+    run_programs(runner, tmp_path, [f"p{i}" for i in range(CHIP_CONTEXTS + 1)])
+    assert xrt.peak_live == runner.contexts.peak == XDNA2.hw_contexts < CHIP_CONTEXTS
+    assert runner.evictions == CHIP_CONTEXTS + 1 - XDNA2.hw_contexts
+    with pytest.raises(XrtError, match="hw_contexts=0: .*give a positive budget"):
+        XrtRunner(FakeXrt(), hw_contexts=0)
+
+
+def test_a_process_runs_one_output_format(tmp_path: Path):
+    xrt = FakeXrt()
+    runner = XrtRunner(xrt)
+    program = run_programs(runner, tmp_path, ["e"], "elf")
+    with pytest.raises(XrtError) as e:
+        run_programs(runner, tmp_path, ["x"], "xclbin")
+    line = str(e.value)
+    assert len(line.splitlines()) == 1
+    assert f"{program.function} is an xclbin program, but this process runs elf programs" \
+        in line and "compile it as elf, or run it in a process of its own" in line
+    assert "xclbin" not in xrt.names() and xrt.live == {"elf": 1, "xclbin": 0}
+    assert runner.contexts.output_format == "elf"
+    runner.close()
+    # the process (its pyxrt) keeps the format: another runner there refuses it too
+    with pytest.raises(XrtError, match="this process runs elf programs"):
+        run_programs(XrtRunner(xrt), tmp_path, ["x"], "xclbin")
+    # another process may run xclbins, and then only those
+    other = XrtRunner(FakeXrt())
+    run_programs(other, tmp_path, ["x"], "xclbin")
+    with pytest.raises(XrtError, match="is an elf program, but this process runs xclbin"):
+        run_programs(other, tmp_path, ["e"], "elf")
+
+
+def test_the_simulated_npu_slows_every_run_while_elf_and_xclbin_contexts_live(tmp_path: Path):
+    """Driving the fake pyxrt directly (the runner would refuse to mix). The times are the
+    simulator's modeled seconds, not measurements."""
+    program = emit_dispatch(add_dispatch(2), XDNA2)
+    sim = SimulatedXrt(virtual=True)
+    path = tmp_path / "air.elf"
+    path.write_bytes(b"elf")
+    sim.add(program, path)
+    device = sim.device(0)
+    context = sim.hw_context(device, sim.elf(str(path)))
+    kernel = sim.ext.kernel(context, f"main:{program.function}")
+    bos = [sim.ext.bo(device, int(np.prod(shape)) * 2) for _, shape, _ in program.arguments]
+
+    def run() -> float:
+        before = sim.device_s
+        started = sim.run(kernel)
+        for i, bo in enumerate(bos):
+            started.set_arg(i, bo)
+        started.start()
+        assert started.wait(1000) == COMPLETED
+        return sim.device_s - before
+
+    alone = run()
+    xclbin = sim.hw_context(device, "uuid:another.xclbin")   # an xclbin context alive too
+    assert sim.mixed
+    mixed = run()
+    del xclbin
+    assert not sim.mixed
+    again = run()
+    assert alone > 0 and mixed == pytest.approx(MIXED_FORMATS_SLOWDOWN * alone)
+    assert again == pytest.approx(alone) and sim.mixed_runs == 1
+    assert 1.4 <= MIXED_FORMATS_SLOWDOWN <= 2.5         # within what upstream measured
+
+
+# --- the compile cache and the toolchain's identity -----------------------------------------
+
+def made_up_toolchain(root: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """An mlir-air install (its package, which must not be imported to identify it, its
+    compiled passes, aircc beside it, its version 1.0), a Peano build and an XRT, all under
+    `root`."""
+    site = root / "mlir_air" / "python"
+    libs = site / "air" / "_mlir_libs"
+    libs.mkdir(parents=True)
+    (site / "air" / "__init__.py").write_text("raise ImportError('identifying mlir-air "
+                                              "imported it')\n")
+    (libs / "_air.cpython-311-x86_64-linux-gnu.so").write_bytes(b"passes")
+    aircc = root / "mlir_air" / "bin" / "aircc"
+    aircc.parent.mkdir()
+    aircc.write_text("#!/bin/sh\n")
+    aircc.chmod(0o755)
+    dist = site / "mlir_air-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mlir_air\nVersion: 1.0\n")
+    clang = root / "peano" / "bin" / "clang"
+    clang.parent.mkdir(parents=True)
+    clang.write_bytes(b"clang 1")
+    (root / "xrt").mkdir()
+    (root / "xrt" / "version.json").write_text('{"BUILD_VERSION": "2.19.0"}')
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PEANO_INSTALL_DIR", str(root / "peano"))
+    monkeypatch.setenv("XILINX_XRT", str(root / "xrt"))
+    monkeypatch.setattr(toolchain, "_IDENTITY", None)    # this process's, restored after
+    return {"site": site, "dist": dist, "clang": clang, "aircc": aircc}
+
+
+def test_a_new_mlir_air_or_peano_is_a_cache_miss(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch):
+    made = made_up_toolchain(tmp_path / "tools", monkeypatch)
+    identity = toolchain_identity()
+    assert identity["mlir_air"] == "1.0" and identity["xrt"] == "2.19.0"
+    assert identity["air_libs"].startswith("_air.cpython-311-x86_64-linux-gnu.so:6:")
+    assert identity["aircc"].startswith(f"{made['aircc']} aircc:")
+    assert identity["peano"].startswith("clang:7:") and len(identity["aie_sources"]) == 64
+    assert "air" not in sys.modules                       # found, never imported
+    stub, objects = compilable(tmp_path)
+    built: list[dict[str, Any]] = []
+    Backend, cache = recording_backend(built), tmp_path / "cache"
+    first = compile_program(stub, cache, objects, Backend)
+    assert compile_program(stub, cache, objects, Backend).cached and len(built) == 1
+    # beside the entry, what built it
+    assert json.loads((first.binary.parent / "toolchain.json").read_text()) == identity
+    # mlir-air 1.1: a new key, compiled again (the process's identity read again)
+    made["dist"].rename(made["site"] / "mlir_air-1.1.dist-info")
+    (made["site"] / "mlir_air-1.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: mlir_air\nVersion: 1.1\n")
+    importlib.invalidate_caches()
+    assert compile_program(stub, cache, objects, Backend).cached      # cached per process
+    newer = toolchain_identity(refresh=True)
+    assert newer["mlir_air"] == "1.1"
+    second = compile_program(stub, cache, objects, Backend)
+    assert not second.cached and second.key != first.key and len(built) == 2
+    # a rebuilt Peano: its clang's stamp changes
+    made["clang"].write_bytes(b"clang 1.1")
+    toolchain_identity(refresh=True)
+    third = compile_program(stub, cache, objects, Backend)
+    assert not third.cached and third.key not in (first.key, second.key) and len(built) == 3
+    assert compile_program(stub, cache, objects, Backend).cached and len(built) == 3
+    # an explicit identity: the same one hits, another misses
+    assert content_key(stub, objects, identity) == first.key
+    assert content_key(stub, objects, {**identity, "peano": "clang:8:0"}) != first.key
+
+
+def test_the_toolchain_identity_of_a_machine_without_one(monkeypatch: pytest.MonkeyPatch):
+    """This machine has no mlir-air, Peano or XRT: every part says so, nothing raises."""
+    monkeypatch.delenv("PEANO_INSTALL_DIR", raising=False)
+    monkeypatch.setenv("XILINX_XRT", "/nonexistent/xrt")
+    monkeypatch.setattr(toolchain, "_IDENTITY", None)
+    identity = toolchain_identity()
+    assert {k: v for k, v in identity.items() if k != "aie_sources"} == {
+        "mlir_air": "missing", "air_libs": "missing", "aircc": "missing", "peano": "unset",
+        "xrt": "missing"}
+    assert identity["aie_sources"] != "missing"         # our own kernel sources are here
+    assert toolchain_identity() == identity and toolchain_identity() is not toolchain._IDENTITY
