@@ -289,12 +289,11 @@ class SimulatedXrt(FakeXrt):
         return time.perf_counter() + self.skew
 
 
-def compiler_for(sim: SimulatedXrt, cache: Path, output_format: str | None = "elf") -> Any:
+def compiler_for(sim: SimulatedXrt, cache: Path, output_format: str | None = None) -> Any:
     """A compiler that writes placeholder binaries (mlir-air is not here) and tells the
-    simulated device which program each one is. Every program is built as `output_format`
-    (ELF: the one format a process runs, as
-    docs/hardware-facts.md#hardware-contexts-and-output-formats says); None builds what the
-    program's flags ask for."""
+    simulated device which program each one is. Each program is built as its flags ask
+    (an ELF, as every program is) unless `output_format` says otherwise (a test that
+    mixes formats on purpose)."""
     def compile_program(program: Program) -> Artifact:
         where = cache / f"{program.function}-{program.digest[:12]}"
         where.mkdir(parents=True, exist_ok=True)
