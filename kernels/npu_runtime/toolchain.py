@@ -216,9 +216,10 @@ def _npu(paths: SystemPaths, driver: str) -> Requirement:
     if not paths.device_node.exists():
         return Requirement("npu", what, None, f"{paths.device_node} does not exist", fix)
     npu = identify(paths.device_sysfs)
-    if npu is None:
+    if npu is None or (npu.vbnv is None and npu.device is None):
         return Requirement("npu", what, None, f"{paths.device_node} exists but its device "
-                           f"({paths.device_sysfs}) does not say which NPU it is", fix)
+                           f"({paths.device_sysfs}) does not say which NPU it is (no vbnv, "
+                           "no PCI id)", fix)
     if npu.generation != XDNA2:
         told = ("an XDNA 1 NPU (Phoenix, Hawk Point)" if npu.generation
                 else "an NPU of a generation this project does not build for")
