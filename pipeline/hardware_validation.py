@@ -47,7 +47,7 @@ from npu_deploy.events.describe import check_text, failing_checks
 from npu_deploy.kernels.air_programs.air import EmitError, Program
 from npu_deploy.kernels.definition.hardware import XDNA2, Hardware
 from npu_deploy.kernels.definition.selection import select
-from npu_deploy.kernels.definition.specs import SPECS, Decode, KernelUse, Prefill
+from npu_deploy.kernels.definition.specs import SPECS, KernelUse, Prefill
 from npu_deploy.kernels.emulation.validate import output_buffers, seeded_inputs, validate_kernel
 from npu_deploy.kernels.npu_runtime.control import Control
 from npu_deploy.kernels.npu_runtime.hardware_report import NPU_RUNTIME, SCHEMA, SCHEMA_VERSION, seal
