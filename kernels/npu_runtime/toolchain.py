@@ -263,9 +263,8 @@ def _objects(objects: str | None, needed: set[str] | None) -> Requirement:
     the plans link (`needed`) in it."""
     what = "the micro-kernel objects (mm_*.o, ...)"
     directory = Path(objects) if objects else default_objects_dir()
-    fix = (f"`npu-deploy build-objects --out {directory}` builds them with Peano"
-           + ("" if objects else ", or give their folder with --air-objects DIR "
-              "($NPU_DEPLOY_AIR_OBJECTS)"))
+    fix = (f"`npu-deploy build-objects --out {directory}` builds them with Peano "
+           "(--air-objects DIR or $NPU_DEPLOY_AIR_OBJECTS names another folder)")
     check = check_folder(directory, needed)
     problem = check.problem
     if problem:
