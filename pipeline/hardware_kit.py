@@ -53,10 +53,14 @@ def structure_digest(program: Program) -> str:
 
 def quick_choice(uses: Mapping[str, dict[str, Any]]) -> dict[str, str]:
     """Kernel -> the one (kernel, shape) key of it the quick mode runs: every NPU kernel
-    family the model launches, at one of the model's own shapes (a prefill one first, then
-    the first in key order)."""
+    family the model launches, at one of the model's own shapes: its largest prefill one
+    (the most work of it a deployment does at once), else its largest decode one."""
+    def order(kv: tuple[str, dict[str, Any]]) -> tuple[bool, float, str]:
+        key, use = kv
+        return use["mode"] != "prefill", -SPECS[use["kernel"]].flops(use["shape"]), key
+
     chosen: dict[str, str] = {}
-    for key, use in sorted(uses.items(), key=lambda kv: (kv[1]["mode"] != "prefill", kv[0])):
+    for key, use in sorted(uses.items(), key=order):
         if SPECS[use["kernel"]].where == "npu":
             chosen.setdefault(use["kernel"], key)
     return dict(sorted(chosen.items()))

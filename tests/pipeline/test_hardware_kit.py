@@ -8,7 +8,7 @@ import pytest
 
 from npu_deploy.kernels.air_programs.air import emit_plan
 from npu_deploy.kernels.definition.hardware import XDNA2
-from npu_deploy.kernels.definition.specs import Prefill
+from npu_deploy.kernels.definition.specs import SPECS, Prefill
 from npu_deploy.kernels.plans.plan import baseline_plan
 from npu_deploy.models import CATALOG
 from npu_deploy.pipeline.hardware_kit import (
@@ -50,16 +50,19 @@ def test_programs_of_different_layers_share_a_structure_and_other_shapes_do_not(
 
 
 @pytest.mark.parametrize("model", ["smollm2-135m", "qwen3-0.6b"])
-def test_quick_takes_one_prefill_shape_of_each_npu_kernel(model):
+def test_quick_takes_the_largest_prefill_shape_of_each_npu_kernel(model):
     uses = model_kernel_uses(model, CATALOG[model].args, 128, Recipe(), XDNA2)
     chosen = quick_choice(uses)
     # every kernel the model launches but the embedding lookup, which runs on the CPU
     assert set(chosen) == {u["kernel"] for u in uses.values()} - {"embedding"}
     for kernel, key in chosen.items():
         assert uses[key]["kernel"] == kernel
-        prefill = [k for k, u in uses.items() if u["kernel"] == kernel
+        prefill = [u for u in uses.values() if u["kernel"] == kernel
                    and u["mode"] == "prefill"]
-        assert not prefill or uses[key]["mode"] == "prefill"
+        if prefill:                       # the largest prefill shape of it
+            flops = SPECS[kernel].flops
+            assert uses[key]["mode"] == "prefill"
+            assert flops(uses[key]["shape"]) == max(flops(u["shape"]) for u in prefill)
 
 
 def test_the_verdict_follows_the_control():
