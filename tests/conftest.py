@@ -85,6 +85,18 @@ def measured_here(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def air_objects(tmp_path_factory: pytest.TempPathFactory):
+    """The micro-kernel objects' default folder (build-objects writes there, doctor and
+    validate-hardware look there) is the session's, never the user's: not created, so a
+    test sees no objects unless it builds or writes some."""
+    path = tmp_path_factory.mktemp("air-objects") / "objects"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("NPU_DEPLOY_AIR_OBJECTS", str(path))
+        env.delenv("NPU_DEPLOY_MLIR_AIR_SOURCE", raising=False)
+        yield path
+
+
+@pytest.fixture(scope="session", autouse=True)
 def anchor_key(tmp_path_factory: pytest.TempPathFactory):
     """The key that anchors runs and signs decisions (store/anchor.py) is the session's,
     created on first use in a temporary directory, never the user's; and the fake pipeline

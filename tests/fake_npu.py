@@ -353,13 +353,59 @@ def heating_runtime(ws: Any) -> dict[str, Any]:
     return runtime(ws, sim)
 
 
+def simulated_control(sim: SimulatedXrt, directory: Path) -> Any:
+    """The control on the simulated NPU: upstream's silu_and_mul test
+    (programming_examples/silu_and_mul/silu_and_mul.py: 2,097,152 elements of N(0, 1) from
+    NumPy's generator seeded 0, its reference SiLU(gate) x up in FP32 cast to bf16, np.isclose
+    at rtol 1.6e-2 and atol 8e-2) run through the simulated device, on a runner and a lock
+    of its own, as mlir-air's XRTRunner runs it beside ours."""
+    import time
+
+    from npu_deploy.kernels.definition.hardware import XDNA2
+    from npu_deploy.kernels.definition.selection import select
+    from npu_deploy.kernels.definition.specs import SPECS, KernelUse
+    from npu_deploy.kernels.npu_runtime.control import ELEMENTS, EXAMPLE, ControlResult
+    from npu_deploy.kernels.npu_runtime.npu_backend import NpuBackend
+    from npu_deploy.kernels.npu_runtime.xrt_runtime import XrtRunner
+
+    def run() -> ControlResult:
+        t0 = time.perf_counter()
+        rng = np.random.default_rng(0)
+        shape = {"rows": ELEMENTS // 2048, "width": 2048}
+        gate, up = (torch.from_numpy(rng.standard_normal(ELEMENTS, dtype=np.float32))
+                    .to(torch.bfloat16).view(shape["rows"], shape["width"]) for _ in "gu")
+        g = gate.float()
+        want = ((g / (1 + torch.exp(-g))) * up.float()).to(torch.bfloat16)
+        spec = SPECS["silu_mul"]
+        config = select(KernelUse("ffn", spec, shape), XDNA2).config
+        backend = NpuBackend(cache=directory, objects=directory,
+                             runner=XrtRunner(sim, clock=sim.clock),
+                             compiler=compiler_for(sim, directory), lock=directory / "lock")
+        out = torch.empty(shape["rows"], shape["width"], dtype=torch.bfloat16)
+        try:
+            backend.run(spec, shape, config, {"gate": gate, "up": up}, {"y": out})
+        finally:
+            backend.close()
+        close = np.isclose(out.double().numpy(), want.double().numpy(), rtol=1.6e-2,
+                           atol=8e-2)
+        log = (f"{int((~close).sum())} of {ELEMENTS} elements outside rtol 1.6e-2, atol 8e-2"
+               + ("\nPASS!" if close.all() else "\nfailed."))
+        return ControlResult(EXAMPLE, f"simulated by {__name__}: upstream's test (inputs, "
+                             "reference, tolerances) on the simulated NPU", bool(close.all()),
+                             time.perf_counter() - t0, log)
+    return run
+
+
 def machine(bench: Any) -> dict[str, Any]:
     """A Ryzen AI 300 machine as `npu-deploy validate-hardware --npu-runtime
-    fake_npu:machine` sees it: the simulated NPU's runtime, and a toolchain that has every
+    fake_npu:machine` sees it: the simulated NPU's runtime, a toolchain that has every
     requirement of the real-NPU path, each marked as simulated (so is the report's runtime,
-    and import-measurements refuses it)."""
+    and import-measurements refuses it), and the control run on the same simulated NPU."""
     from npu_deploy.kernels.npu_runtime.toolchain import requirements
 
     toolchain = [Requirement(r.key, r.what, f"simulated by {__name__}", version="simulated")
                  for r in requirements(None)]
-    return {**runtime(bench), "toolchain": toolchain}
+    given = runtime(bench)
+    sim = given["runner"].xrt
+    return {**given, "toolchain": toolchain,
+            "control": simulated_control(sim, bench.directory / "control")}

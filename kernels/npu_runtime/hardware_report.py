@@ -4,25 +4,35 @@ import-measurements` runs on it before it takes a figure from it.
 A report is one self-contained JSON object: everything needed to judge its figures away
 from the machine that made them.
 
-- `schema`, `schema_version`: `npu-deploy/hardware-report`, 1; `created` (UTC, ISO 8601);
+- `schema`, `schema_version`: `npu-deploy/hardware-report`, 2; `created` (UTC, ISO 8601);
   `npu_deploy`, the version that wrote it; `runtime`, what ran the programs: `pyxrt` on an
-  NPU, or the module:function of a simulated one.
+  NPU, or the module:function of a simulated one; `mode`: `quick` or `full`.
 - `model`: `spec` as given, `origin` of the weights, `args` (its shapes); `seq_len`, and
   `repeats` (timed runs of each kernel after its validation run).
 - `machine`: `hostname`, `cpu`, `kernel` (the Linux release), `os`, `python`, `npu`.
 - `tools`: per requirement of the real-NPU path (kernels.npu_runtime.toolchain), `what`, `found`,
   `version` (XRT, pyxrt, mlir-air, Peano, the driver and the NPU firmware, where they say).
-- `programs`: per program of the model's prefill and decode plans, baseline and optimized:
-  `plan`, `dispatch`, `function`, `digest`, `launches`, `compiled`, `cached`, `compile_s`.
+- `control`: upstream's example run first (kernels.npu_runtime.control): `example`, `how`,
+  `passed`, `seconds`, `log` (the end of its output); null when none ran. `diagnosis`:
+  `verdict` (setup, ours, none, unknown) and `text`, what a failure means given the control.
+- `programs`: per program compiled: `plan`, `dispatch`, `function`, `digest`, `structure`
+  (the digest without its names), `programs` (how many programs of the plans share that
+  structure), `launches`, `compiled`, `cached`, `compile_s`, and for one that failed to
+  compile `log` (mlir-air's error with aircc's output) and `ir` (`program`, the source given
+  to mlir-air's builder, and `air_mlir`, what aircc was given, when it got that far); null
+  otherwise.
 - `kernels`: per (kernel, shape) of Phase 1: `kernel`, `shape`, `config`, `roles`, `mode`,
   `seconds` (the median of `runs_s`, each a run from start to the end of its wait),
   `host_write_s`, `host_read_s`, `numerics` (per output: within_frac, max_abs, rel_l2,
   mean_rel_l1, pearson, ...), `atol`, `rtol`, `failed_checks`, `passed` (Phase 1's checks).
 - `block`: layer 0 on the NPU against the FP32 oracle, Phase 2's checks: `tokens`,
   `dispatches`, `seconds`, `runs_s`, `one_time_s`, `metrics`, `checks`, `passed`; null if
-  it could not run.
-- `failures`: `program`, `stage` (emit, compile, run, numerics, block), `message`.
+  it could not run, or in the quick mode.
+- `failures`: `program`, `stage` (control, emit, compile, run, numerics, block), `message`.
 - `digest`: SHA-256 of the canonical JSON of every other field.
+
+Version 1 (before the control, the mode and the compile logs) is still read: its kernel
+rows are the same, and import-measurements takes them as it did.
 
 The digest catches a report damaged or edited after it was written (a figure changed by
 hand no longer matches it). It is a check against accidents, not a signature: whoever
@@ -39,8 +49,10 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA = "npu-deploy/hardware-report"
-SCHEMA_VERSION = 1
-STAGES = ("emit", "compile", "run", "numerics", "block")
+SCHEMA_VERSION = 2
+#: the versions this npu-deploy reads: each one's fields are checked
+READS = (1, 2)
+STAGES = ("control", "emit", "compile", "run", "numerics", "block")
 #: The runtime of a real NPU, as a report names it.
 NPU_RUNTIME = "pyxrt"
 
@@ -192,9 +204,11 @@ def sizes(value: Any, where: str) -> None:
 
 
 TOOL = fields({"what": text, "found": optional(text), "version": optional(text)})
-PROGRAM = fields({"plan": text, "dispatch": text, "function": text, "digest": text,
-                  "launches": count, "compiled": flag, "cached": flag,
-                  "compile_s": optional(duration)})
+PROGRAM_V1 = {"plan": text, "dispatch": text, "function": text, "digest": text,
+              "launches": count, "compiled": flag, "cached": flag,
+              "compile_s": optional(duration)}
+PROGRAM = fields({**PROGRAM_V1, "structure": text, "programs": count, "log": optional(text),
+                  "ir": optional(fields({"program": text, "air_mlir": optional(text)}))})
 KERNEL = fields({"kernel": text, "shape": sizes, "config": anything, "roles": each(text),
                  "mode": text, "seconds": seconds, "runs_s": each(seconds),
                  "host_write_s": duration, "host_read_s": duration,
@@ -204,15 +218,24 @@ BLOCK = fields({"tokens": count, "dispatches": count, "seconds": seconds,
                 "runs_s": each(seconds), "one_time_s": duration,
                 "metrics": mapping(mapping(finite)), "checks": each(anything), "passed": flag})
 FAILURE = fields({"program": text, "stage": one_of(*STAGES), "message": text})
-REPORT = fields({
+CONTROL = fields({"example": text, "how": text, "passed": flag, "seconds": duration,
+                  "log": text})
+DIAGNOSIS = fields({"verdict": one_of("setup", "ours", "none", "unknown"), "text": text})
+COMMON = {
     "created": text, "npu_deploy": text, "runtime": text,
     "model": fields({"spec": text, "origin": text, "args": anything}),
     "seq_len": count, "repeats": count,
     "machine": fields({"hostname": text, "cpu": text, "kernel": text, "os": text,
                        "python": text, "npu": optional(text)}),
-    "tools": mapping(TOOL), "programs": each(PROGRAM), "kernels": each(KERNEL),
-    "block": optional(BLOCK), "failures": each(FAILURE),
-})
+    "tools": mapping(TOOL), "kernels": each(KERNEL), "block": optional(BLOCK),
+    "failures": each(FAILURE),
+}
+#: each version's fields
+REPORTS = {
+    1: fields({**COMMON, "programs": each(fields(PROGRAM_V1))}),
+    2: fields({**COMMON, "mode": one_of("quick", "full"), "control": optional(CONTROL),
+               "diagnosis": DIAGNOSIS, "programs": each(PROGRAM)}),
+}
 
 
 def check_report(data: Any) -> None:
@@ -222,17 +245,18 @@ def check_report(data: Any) -> None:
         raise ReportError(f"this is not a validate-hardware report (no \"schema\": "
                           f"\"{SCHEMA}\"); {AGAIN}")
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version not in READS or isinstance(version, bool):
         raise ReportError(f"the report is of schema version {version!r}, this npu-deploy "
-                          f"reads version {SCHEMA_VERSION}: import it with the npu-deploy "
-                          f"that wrote it ({data.get('npu_deploy', 'unknown')}), or {AGAIN}")
+                          f"reads versions {', '.join(map(str, READS))}: import it with the "
+                          f"npu-deploy that wrote it ({data.get('npu_deploy', 'unknown')}), "
+                          f"or {AGAIN}")
     if not isinstance(data.get("digest"), str):
         raise ReportError(f"the report has no digest; {AGAIN}")
     if data["digest"] != digest_of(data):
         raise ReportError(f"the report changed after validate-hardware wrote it (its "
                           f"digest does not match its content); {AGAIN}")
-    REPORT(data, "")
+    REPORTS[version](data, "")
 
 
-__all__ = ["NPU_RUNTIME", "SCHEMA", "SCHEMA_VERSION", "STAGES", "ReportError",
+__all__ = ["NPU_RUNTIME", "READS", "SCHEMA", "SCHEMA_VERSION", "STAGES", "ReportError",
            "check_report", "digest_of", "read_report", "seal"]

@@ -52,6 +52,7 @@ from .xrt_runtime import (
     XrtError,
     XrtRunner,
     compile_program,
+    content_key,
     npu_lock,
 )
 
@@ -175,6 +176,15 @@ class NpuBackend:
                 self._builds[program.digest] = compile_fn(program)
             self._programs[key] = (program, self._builds[program.digest])
         return self._programs[key]
+
+    def build_dir(self, program: Program) -> Path | None:
+        """Where `compile_program` builds `program` (`.<content key>.building` in the cache,
+        left there when mlir-air fails: its air.mlir is what aircc was given); None when
+        its key cannot be made (an object it links is missing)."""
+        try:
+            return self.cache / f".{content_key(program, self.objects)}.building"
+        except XrtError:
+            return None
 
     def run_dispatch(self, dispatch: Dispatch, operands: list[Operands],
                      head_dim: int | None = None) -> DispatchTimes:

@@ -19,6 +19,14 @@ the install directory, BUILD_VERSION), pyxrt is the XRT it was installed with, m
 llvm-aie are package versions, a Peano build says it in `clang --version`, and the amdxdna
 driver shows the running NPU firmware as `fw_version` on its PCI device (xdna-driver
 src/driver/amdxdna/amdxdna_sysfs.c). `validate-hardware` records them in its report.
+
+Four checks look past presence: the NPU must be XDNA 2, read from the device
+(kernels.npu_runtime.npu_device: an XDNA 1 NPU has a node, a driver and firmware too); the
+firmware must be there for this device, with the version it runs; mlir-aie's aie_api
+headers must be where upstream finds them (Peano compiles every micro-kernel against them);
+and the objects folder must hold objects, each an ELF built for aie2p, and every object the
+plans link (kernels.npu_runtime.aie_objects). The machine's paths are a `SystemPaths`, so a
+test can point them at a folder of its own.
 """
 
 from __future__ import annotations
@@ -32,8 +40,11 @@ import shutil
 import site
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from .aie_objects import AIE_API_HEADER, aie_include_dir, check_folder, default_objects_dir
+from .npu_device import XDNA2, firmware_files, identify
 
 DEVICE_NODE = Path("/dev/accel/accel0")
 DRIVER_MODULE = Path("/sys/module/amdxdna")
@@ -41,6 +52,20 @@ FIRMWARE_DIR = Path("/lib/firmware/amdnpu")
 XRT_DIR = Path("/opt/xilinx/xrt")
 #: The NPU's PCI device behind the device node, where amdxdna puts vbnv and fw_version.
 DEVICE_SYSFS = Path("/sys/class/accel/accel0/device")
+
+
+@dataclass(frozen=True)
+class SystemPaths:
+    """Where this machine's driver, device, firmware and XRT are: the constants above, read
+    when the paths are made (a test points them, or the constants, at folders of its own)."""
+
+    device_node: Path = field(default_factory=lambda: DEVICE_NODE)
+    driver_module: Path = field(default_factory=lambda: DRIVER_MODULE)
+    firmware_dir: Path = field(default_factory=lambda: FIRMWARE_DIR)
+    device_sysfs: Path = field(default_factory=lambda: DEVICE_SYSFS)
+    xrt_dir: Path = field(default_factory=lambda: Path(os.environ.get("XILINX_XRT",
+                                                                      XRT_DIR)))
+
 
 #: What a separate interpreter runs to tell mlir-air from another package named `air`.
 _PROBE = """
@@ -61,8 +86,8 @@ print(json.dumps({"file": air.__file__, "version": version}))
 class Requirement:
     """One thing the real-NPU path needs: where it was found, or why not and what to do."""
 
-    key: str                 # pyxrt | air | aircc | peano | npu | driver | firmware | xrt |
-    #                          objects
+    key: str                 # pyxrt | air | aircc | peano | aie_api | driver | npu |
+    #                          firmware | xrt | objects
     what: str
     found: str | None        # where it is
     problem: str = ""        # why it is not usable, when it is not
@@ -116,7 +141,8 @@ def _aircc(air_init: Path | None) -> Requirement:
                        "mlir-air build to PATH")
 
 
-def _peano() -> Requirement:
+def peano() -> Requirement:
+    """Peano (llvm-aie): where mlir-air's XRT backend looks for it, with its version."""
     what = "Peano (llvm-aie), the AIE cores' compiler"
     fix = "pip install llvm-aie, or set PEANO_INSTALL_DIR to a Peano build"
     given = os.environ.get("PEANO_INSTALL_DIR", "")
@@ -172,9 +198,9 @@ def xrt_version(directory: Path) -> str | None:
     return str(value) if value else None
 
 
-def npu_name() -> str | None:
-    """The NPU as its driver names it ("RyzenAI-npu4"): vbnv on the device."""
-    return _read(DEVICE_SYSFS / "vbnv")
+def npu_name(sysfs: Path | None = None) -> str | None:
+    """The NPU as its driver names it ("RyzenAI-npu4", "NPU Strix"): vbnv on the device."""
+    return _read((sysfs or DEVICE_SYSFS) / "vbnv")
 
 
 def _path(key: str, what: str, path: Path, problem: str, fix: str,
@@ -183,13 +209,80 @@ def _path(key: str, what: str, path: Path, problem: str, fix: str,
         else Requirement(key, what, None, problem, fix)
 
 
-def requirements(objects: str | None = "") -> list[Requirement]:
+def _npu(paths: SystemPaths, driver: str) -> Requirement:
+    """The device node, and an NPU of the generation the programs are built for."""
+    what = "an XDNA 2 NPU (Strix, Strix Halo, Krackan)"
+    fix = driver + " on a Ryzen AI 300 machine (an XDNA 2 NPU)"
+    if not paths.device_node.exists():
+        return Requirement("npu", what, None, f"{paths.device_node} does not exist", fix)
+    npu = identify(paths.device_sysfs)
+    if npu is None or (npu.vbnv is None and npu.device is None):
+        return Requirement("npu", what, None, f"{paths.device_node} exists but its device "
+                           f"({paths.device_sysfs}) does not say which NPU it is (no vbnv, "
+                           "no PCI id)", fix)
+    if npu.generation != XDNA2:
+        told = ("an XDNA 1 NPU (Phoenix, Hawk Point)" if npu.generation
+                else "an NPU of a generation this project does not build for")
+        return Requirement("npu", what, None, f"{paths.device_node} is {told} ({npu.name}): "
+                           "the programs are built for XDNA 2 (aie2p), and a design built "
+                           "for another generation loads and computes nothing",
+                           "run on a Ryzen AI 300 machine (an XDNA 2 NPU)", npu.vbnv)
+    return Requirement("npu", what, f"{paths.device_node} ({npu.name})", version=npu.vbnv)
+
+
+def _firmware(paths: SystemPaths) -> Requirement:
+    """The firmware image the driver loads for this NPU, and the version it runs."""
+    what = "the NPU firmware"
+    fix = "install the NPU firmware (linux-firmware's amdnpu/, or xdna-driver's packages)"
+    npu = identify(paths.device_sysfs)
+    version = None if npu is None else npu.firmware_version
+    if not paths.firmware_dir.is_dir():
+        return Requirement("firmware", what, None, f"{paths.firmware_dir} does not exist",
+                           fix)
+    images = firmware_files(paths.firmware_dir, npu)
+    if not images:
+        folder = None if npu is None else npu.firmware_folder
+        where = paths.firmware_dir / folder if folder else paths.firmware_dir
+        return Requirement("firmware", what, None, f"no firmware image (*.sbin) in {where}"
+                           + (f" for {npu.name}" if npu is not None else ""), fix, version)
+    return Requirement("firmware", what, str(images[0]), version=version)
+
+
+def _aie_api() -> Requirement:
+    what = "mlir-aie's aie_api headers, which Peano compiles the micro-kernels against"
+    found, looked = aie_include_dir()
+    if found is None:
+        return Requirement("aie_api", what, None, f"no {AIE_API_HEADER} found ({looked})",
+                           "put mlir-aie's aie-opt on PATH (its wheel's bin/, or an "
+                           "install's) or set MLIR_AIE_INSTALL_DIR to an mlir-aie install")
+    return Requirement("aie_api", what, str(found))
+
+
+def _objects(objects: str | None, needed: set[str] | None) -> Requirement:
+    """The objects folder: there, not empty, every object an aie2p ELF, and every object
+    the plans link (`needed`) in it."""
+    what = "the micro-kernel objects (mm_*.o, ...)"
+    directory = Path(objects) if objects else default_objects_dir()
+    fix = (f"`npu-deploy build-objects --out {directory}` builds them with Peano "
+           "(--air-objects DIR or $NPU_DEPLOY_AIR_OBJECTS names another folder)")
+    check = check_folder(directory, needed)
+    problem = check.problem
+    if problem:
+        return Requirement("objects", what, None, problem, fix)
+    return Requirement("objects", what, f"{directory} ({len(check.objects)} object(s)"
+                       + (f", all {len(needed)} the plans link" if needed else "") + ")")
+
+
+def requirements(objects: str | None = "", *, needed: set[str] | None = None,
+                 paths: SystemPaths | None = None) -> list[Requirement]:
     """Every requirement of the xrt backend on this machine, in the order to fix them.
-    `objects` is the micro-kernel directory to check ("" leaves it out; None: not given)."""
+    `objects` is the micro-kernel directory to check ("" leaves it out; None: the default,
+    $NPU_DEPLOY_AIR_OBJECTS or the user's data directory); `needed` the objects a model's
+    plans link (kernels.npu_runtime.needed_objects), checked to be there."""
+    paths = paths or SystemPaths()
     driver = "install the amdxdna driver (github.com/amd/xdna-driver, or Linux >= 6.14)"
     pyxrt = importlib.util.find_spec("pyxrt")
     air, air_init = _mlir_air()
-    xrt_dir = Path(os.environ.get("XILINX_XRT", XRT_DIR))
     # pyxrt is installed in XRT's python/ directory: it is the version of that XRT
     pyxrt_xrt = None if pyxrt is None or not pyxrt.origin else \
         Path(pyxrt.origin).resolve().parent.parent
@@ -198,27 +291,18 @@ def requirements(objects: str | None = "") -> list[Requirement]:
                     None if pyxrt is None else str(pyxrt.origin), "no module named pyxrt",
                     "`source /opt/xilinx/xrt/setup.sh` (it puts pyxrt on PYTHONPATH)",
                     version=None if pyxrt_xrt is None else xrt_version(pyxrt_xrt)),
-        air, _aircc(air_init), _peano(),
-        _path("driver", "the amdxdna kernel driver", DRIVER_MODULE,
-              f"{DRIVER_MODULE} does not exist (the module is not loaded)", driver,
-              _read(DRIVER_MODULE / "version")),
-        _path("npu", "an XDNA 2 NPU device node", DEVICE_NODE,
-              f"{DEVICE_NODE} does not exist", driver + " on a Ryzen AI 300 machine",
-              npu_name()),
-        _path("firmware", "the NPU firmware", FIRMWARE_DIR, f"{FIRMWARE_DIR} does not exist",
-              "install the NPU firmware (linux-firmware's amdnpu/, or xdna-driver's packages)",
-              _read(DEVICE_SYSFS / "fw_version")),
-        _path("xrt", "XRT", xrt_dir, "neither $XILINX_XRT nor /opt/xilinx/xrt exists",
+        air, _aircc(air_init), peano(), _aie_api(),
+        _path("driver", "the amdxdna kernel driver", paths.driver_module,
+              f"{paths.driver_module} does not exist (the module is not loaded)", driver,
+              _read(paths.driver_module / "version")),
+        _npu(paths, driver),
+        _firmware(paths),
+        _path("xrt", "XRT", paths.xrt_dir, "neither $XILINX_XRT nor /opt/xilinx/xrt exists",
               "install XRT >= 2.19 and `source /opt/xilinx/xrt/setup.sh`",
-              xrt_version(xrt_dir)),
+              xrt_version(paths.xrt_dir)),
     ]
     if objects is None or objects:
-        fix = ("build them with Peano from mlir-air's AIE kernel sources and give their "
-               "directory with --air-objects or $NPU_DEPLOY_AIR_OBJECTS")
-        out.append(Requirement("objects", "the micro-kernel objects (mm_*.o, ...)",
-                               objects if objects and Path(objects).is_dir() else None,
-                               "no directory given" if not objects else
-                               f"{objects} is not a directory", fix))
+        out.append(_objects(objects, needed))
     return out
 
 

@@ -7,7 +7,7 @@ tampered log) ends as one line on stderr and a non-zero exit (`group.CLI`).
 
 from __future__ import annotations
 
-from . import deploy, hardware, inference, kernels, models, results, runs, tui
+from . import deploy, hardware, inference, kernels, kit, models, results, runs, tui
 from .group import main
 
 # runs in the store
@@ -22,6 +22,7 @@ main.add_command(models.oracle_cmd)
 main.add_command(kernels.kernels_cmd)
 main.add_command(kernels.plan_cmd)
 main.add_command(kernels.doctor_cmd)
+main.add_command(kit.build_objects_cmd)
 main.add_command(hardware.validate_hardware_cmd)
 main.add_command(hardware.import_measurements_cmd)
 # driving a run

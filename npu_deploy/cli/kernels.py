@@ -345,15 +345,37 @@ def _print_plan(described: str, plan: Any, profile: Any, attempts: Any) -> None:
 @click.command("doctor")
 @click.option("--air-objects", "objects", type=str, default=None, metavar="DIR",
               envvar="NPU_DEPLOY_AIR_OBJECTS",
-              help="The micro-kernel objects' directory to check ($NPU_DEPLOY_AIR_OBJECTS).")
+              help="The micro-kernel objects' directory to check (default: "
+                   "$NPU_DEPLOY_AIR_OBJECTS, else where build-objects writes).")
+@click.option("--model", "models", multiple=True, metavar="MODEL",
+              help="Check the objects against this model's plans (repeatable; default: the "
+                   "models build-objects built them for, else smollm2-135m).")
+@click.option("--seq-len", type=click.IntRange(8, MAX_SEQ_LEN), default=None,
+              help="The prefill length of those plans (default: build-objects', else 128).")
 @json_option("Print JSON instead of lines.")
-def doctor_cmd(objects: str | None, as_json: bool) -> None:
+def doctor_cmd(objects: str | None, models: tuple[str, ...], seq_len: int | None,
+               as_json: bool) -> None:
     """Whether this machine can run deployments on a real NPU (`--backend xrt`): each
     requirement found (and where) or missing (and the fix), one line each. Exit 0 only
-    when every one is present."""
+    when every one is present.
+
+    Beyond presence it checks that the NPU is XDNA 2 (an XDNA 1 NPU runs none of these
+    programs), the NPU firmware for this device and its version, mlir-aie's aie_api
+    headers, and that the objects folder holds objects, each an ELF built for aie2p, and
+    every object the plans link.
+    """
+    from npu_deploy.kernels.npu_runtime.aie_objects import default_objects_dir, read_manifest
     from npu_deploy.kernels.npu_runtime.toolchain import requirements
 
-    found = requirements(objects)
+    from .kit import BUNDLED, SEQ_LEN, needed_for
+
+    directory = Path(objects) if objects else default_objects_dir()
+    needed = None
+    if directory.is_dir() and any(directory.glob("*.o")):      # else nothing to match
+        manifest = read_manifest(directory) or {}
+        chosen = list(models) or list(manifest.get("models") or [BUNDLED])
+        needed = set(needed_for(chosen, seq_len or manifest.get("seq_len") or SEQ_LEN))
+    found = requirements(str(directory), needed=needed)
     if as_json:
         emit_json([{"key": r.key, "what": r.what, "found": r.found, "version": r.version,
                     "problem": r.problem, "fix": r.fix} for r in found])

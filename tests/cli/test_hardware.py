@@ -36,6 +36,7 @@ from npu_deploy.kernels.npu_runtime.toolchain import requirements
 from npu_deploy.kernels.npu_runtime.xrt_runtime import XrtError
 from npu_deploy.kernels.performance.model import device_s
 from npu_deploy.kernels.plans.plan import config_key
+from npu_deploy.pipeline.hardware_kit import structure_digest
 from npu_deploy.pipeline.hardware_validation import model_plans
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.toolbox import model_kernel_uses
@@ -128,9 +129,16 @@ def test_the_kit_on_a_simulated_npu_reports_every_field(simulated, tiny_models):
     assert "compiled" in result.stderr and "validated" in result.stderr      # progress
     check_report(report)                  # the import's own checks: every field, the digest
     assert set(report) == {"schema", "schema_version", "created", "npu_deploy", "runtime",
-                           "model", "seq_len", "repeats", "machine", "tools", "programs",
-                           "kernels", "block", "failures", "digest"}
+                           "mode", "model", "seq_len", "repeats", "machine", "tools",
+                           "control", "diagnosis", "programs", "kernels", "block",
+                           "failures", "digest"}
     assert report["runtime"] == "fake_npu:machine" and report["failures"] == []
+    assert report["mode"] == "full" and report["schema_version"] == 2
+    # the control ran first, on the same simulated NPU, and passed: nothing to blame
+    control = report["control"]
+    assert control["passed"] and control["example"] == "programming_examples/silu_and_mul"
+    assert "PASS!" in control["log"] and "simulated" in control["how"]
+    assert report["diagnosis"]["verdict"] == "none"
     assert report["model"]["spec"] == MODEL and report["model"]["args"]["head_dim"] == 64
     m = report["machine"]
     assert m["hostname"] == socket.gethostname() and m["kernel"] == platform.release()
@@ -138,11 +146,18 @@ def test_the_kit_on_a_simulated_npu_reports_every_field(simulated, tiny_models):
     assert set(report["tools"]) == {r.key for r in requirements(None)}
     assert all(t["version"] == "simulated" and t["found"] for t in report["tools"].values())
 
-    # every program of the prefill and decode plans, baseline and optimized, once each
+    # every program of the prefill and decode plans, baseline and optimized: one of each
+    # structure compiled (the layers' programs differ only in their names), each counted
     loaded = tiny_models[MODEL]
-    want = {p.digest for _, plan in model_plans(MODEL, loaded, SEQ) for p in emit_plan(plan)}
+    emitted = {p.digest: p for _, plan in model_plans(MODEL, loaded, SEQ)
+               for p in emit_plan(plan)}
+    structures = {structure_digest(p) for p in emitted.values()}
     programs = report["programs"]
-    assert {p["digest"] for p in programs} == want and len(programs) == len(want)
+    assert {p["structure"] for p in programs} == structures
+    assert len(programs) == len(structures) < len(emitted)
+    assert sum(p["programs"] for p in programs) == len(emitted)
+    assert all(p["digest"] in emitted and p["log"] is None and p["ir"] is None
+               for p in programs)
     assert all(p["compiled"] and p["compile_s"] >= 0 for p in programs)
     assert {p["plan"] for p in programs} == {"prefill", "decode", "prefill optimized",
                                              "decode optimized"}
@@ -171,7 +186,7 @@ def test_the_kit_on_a_simulated_npu_reports_every_field(simulated, tiny_models):
     assert gating == {"cosine", "cosine_pos_min"}
 
 
-def test_a_failing_program_or_kernel_is_recorded_and_the_rest_goes_on(faulty):
+def test_a_failing_program_or_kernel_is_recorded_and_the_rest_goes_on(faulty, tiny_models):
     result, report = faulty
     assert result.exit_code == 1
     assert "failure(s)" in result.stdout and "report written to" in result.stdout
@@ -182,6 +197,22 @@ def test_a_failing_program_or_kernel_is_recorded_and_the_rest_goes_on(faulty):
     compile_failures = [f for f in failures if f["stage"] == "compile"]
     assert {f["program"] for f in compile_failures} == merged
     assert all("aircc failed" in f["message"] for f in compile_failures)
+    # each failed compile keeps mlir-air's log and the program it was given
+    emitted = {p.digest: p for _, plan in model_plans(MODEL, tiny_models[MODEL], SEQ)
+               for p in emit_plan(plan)}
+    for p in programs:
+        if p["compiled"]:
+            assert p["log"] is None and p["ir"] is None
+            continue
+        assert "XrtError: mlir-air could not compile" in p["log"] and "aircc failed" in \
+            p["log"]
+        assert p["ir"]["program"] == emitted[p["digest"]].source
+        assert p["ir"]["air_mlir"] is None             # the simulated build wrote none
+    # its silu_mul is wrong, and so upstream's silu_and_mul fails too: the setup's fault
+    assert not report["control"]["passed"] and "failed." in report["control"]["log"]
+    assert [f["stage"] for f in failures][0] == "control"
+    assert report["diagnosis"]["verdict"] == "setup"
+    assert "verdict: your setup" in result.stdout
     # every kernel still ran; silu_mul's numerics failed Phase 1's checks, the rest passed
     kernels = report["kernels"]
     assert len(kernels) == 22
@@ -191,6 +222,80 @@ def test_a_failing_program_or_kernel_is_recorded_and_the_rest_goes_on(faulty):
     numerics = [f for f in failures if f["stage"] == "numerics"]
     assert {f["program"] for f in numerics if f["program"].startswith("silu_mul")}
     assert report["block"] is not None                         # and the block ran
+
+
+def rmsnorm_broken_machine(bench: Any) -> dict[str, Any]:
+    """The simulated machine, whose mlir-air cannot build our RMSNorm programs (and only
+    those): upstream's example still passes there."""
+    given = machine(bench)
+    build = given["compiler"]
+
+    def compiler(program: Any) -> Any:
+        if any(layout.kernel == "rmsnorm" for layout in program.layouts):
+            raise XrtError(f"mlir-air could not compile {program.function}: aircc "
+                           "compilation failed:\nerror: 'aie.dma_bd' op exceeds the buffer")
+        return build(program)
+    return {**given, "compiler": compiler}
+
+
+def quick(out: Path, runtime: str, model: str = MODEL) -> tuple[Result, dict[str, Any]]:
+    result = run_cli("validate-hardware", model, "--quick", "--seq-len", SEQ, "--repeats",
+                     REPEATS, "--npu-runtime", runtime, "--out", out)
+    return result, json.loads(out.read_text())
+
+
+def families(model: str, args: Any) -> set[str]:
+    """The NPU kernel families the model launches."""
+    uses = model_kernel_uses(model, args, SEQ, Recipe(), XDNA2)
+    return {u["kernel"] for u in uses.values() if SPECS[u["kernel"]].where == "npu"}
+
+
+def test_quick_compiles_and_runs_one_program_per_kernel_family(tmp_path: Path, tiny_models):
+    result, report = quick(tmp_path / "report.json", "fake_npu:machine")
+    assert result.exit_code == 0, result.output
+    check_report(report)
+    assert report["mode"] == "quick" and report["block"] is None
+    assert report["control"]["passed"] and report["diagnosis"]["verdict"] == "none"
+    kinds = families(MODEL, tiny_models[MODEL].args)
+    kernels, programs = report["kernels"], report["programs"]
+    assert sorted(k["kernel"] for k in kernels) == sorted(kinds)       # one of each
+    alone_rows = [p for p in programs if p["plan"] == "kernel alone"]
+    assert len(alone_rows) == len(kinds) and all(p["launches"] == 1 for p in alone_rows)
+    merged = [p for p in programs if p["plan"] == "prefill optimized"]
+    assert len(merged) == 1 and merged[0]["launches"] > 1             # an ELF too
+    assert len(programs) == len(kinds) + 1 and all(p["compiled"] for p in programs)
+    assert "the block was not run (--quick)" in result.stdout
+    assert "ETA" in result.stderr and "(modeled: 38 s a program" in result.stderr
+
+
+def test_only_our_program_failing_is_ours_and_keeps_its_log_and_ir(tmp_path: Path):
+    result, report = quick(tmp_path / "report.json", f"{__name__}:rmsnorm_broken_machine")
+    assert result.exit_code == 1
+    check_report(report)
+    assert report["control"]["passed"]
+    failed = [p for p in report["programs"] if not p["compiled"]]
+    assert failed and all("rmsnorm" in p["ir"]["program"] for p in failed)
+    assert all("aircc compilation failed:\nerror: 'aie.dma_bd' op" in p["log"]
+               for p in failed)
+    assert {f["stage"] for f in report["failures"]} == {"compile"}
+    assert report["diagnosis"]["verdict"] == "ours"
+    assert "verdict: our program(s): upstream's programming_examples/silu_and_mul passed" \
+        in result.stdout
+
+
+@pytest.mark.slow          # the bundled model, loaded and run on the emulator: ~40 s
+def test_quick_on_the_bundled_model_compiles_at_most_a_dozen_programs(tmp_path: Path, smollm2):
+    """The acceptance run: `npu-deploy validate-hardware smollm2-135m --quick --npu-runtime
+    fake_npu:machine`: the control ran, then at most twelve programs were compiled (not the
+    plans' 1,058), every NPU kernel family of the model among them."""
+    result, report = quick(tmp_path / "report.json", "fake_npu:machine", "smollm2-135m")
+    assert result.exit_code == 0, result.output
+    programs = report["programs"]
+    assert len(programs) <= 12 and all(p["compiled"] for p in programs)
+    assert report["control"] is not None and report["control"]["passed"]
+    assert "control  passed" in result.stderr
+    kinds = families("smollm2-135m", smollm2.args)
+    assert {k["kernel"] for k in report["kernels"]} == kinds and len(kinds) == 9
 
 
 # --- import-measurements ----------------------------------------------------------------
@@ -299,10 +404,16 @@ REFUSED = {
     "an unknown stage": (
         lambda r: json.dumps(mutated(r, lambda x: x["failures"].append(
             {"program": "p", "stage": "guess", "message": "m"}))),
-        "failures[0].stage should be one of emit, compile"),
+        "failures[0].stage should be one of control, emit, compile"),
     "another schema version": (
-        lambda r: json.dumps(mutated(r, _set("schema_version", 2))),
-        "schema version 2, this npu-deploy reads version 1"),
+        lambda r: json.dumps(mutated(r, _set("schema_version", 3))),
+        "schema version 3, this npu-deploy reads versions 1, 2"),
+    "a version 2 report without its control": (
+        lambda r: json.dumps(mutated(r, lambda x: x.pop("control"))),
+        "has no field 'control'"),
+    "a failed compile without its log": (
+        lambda r: json.dumps(mutated(r, _set("programs.0.log", 7))),
+        "programs[0].log should be text"),
     "simulated": (lambda r: json.dumps(seal({**r, "runtime": "fake_npu:machine"})),
                   "made on a simulated NPU (fake_npu:machine)"),
 }
@@ -322,3 +433,21 @@ def test_a_report_that_fails_a_check_changes_nothing(cli, tmp_path: Path, data_f
     line = assert_one_error(result, str(bad), says)
     assert "run `npu-deploy validate-hardware`" in line     # what to do
     assert data_file.read_bytes() == before
+
+
+def as_version_1(report: dict[str, Any]) -> dict[str, Any]:
+    """The report as validate-hardware wrote it before the control and the compile logs."""
+    old = {k: v for k, v in report.items() if k not in ("mode", "control", "diagnosis")}
+    keep = ("plan", "dispatch", "function", "digest", "launches", "compiled", "cached",
+            "compile_s")
+    old["programs"] = [{k: p[k] for k in keep} for p in report["programs"]]
+    old["failures"] = [f for f in report["failures"] if f["stage"] != "control"]
+    return seal({**old, "schema_version": 1})
+
+
+def test_a_version_1_report_still_imports(cli, tmp_path: Path, data_file: Path, simulated):
+    report = as_version_1(on_npu(simulated[1]))
+    check_report(report)
+    result = cli("import-measurements", write(tmp_path / "old.json", report))
+    assert result.exit_code == 0, result.output
+    assert f"added {len(report['kernels'])} kernel time(s)" in result.stdout

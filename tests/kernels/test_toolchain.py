@@ -111,13 +111,119 @@ def test_doctor_lists_every_requirement_and_fails_here(cli):
     result = cli("doctor")
     assert result.exit_code == 1
     lines = result.stdout.strip().splitlines()
-    assert len(lines) == 10 and lines[-1].startswith("0 of 9 present")
+    assert len(lines) == 11 and lines[-1].startswith("0 of 10 present")
     assert all(line.startswith("missing  ") and "; " in line for line in lines[:-1])
     assert any("pyxrt" in line and "setup.sh" in line for line in lines)
     rows = json.loads(cli("doctor", "--json").stdout)
-    assert {r["key"] for r in rows} == {"pyxrt", "air", "aircc", "peano", "driver", "npu",
-                                        "firmware", "xrt", "objects"}
+    assert {r["key"] for r in rows} == {"pyxrt", "air", "aircc", "peano", "aie_api", "driver",
+                                        "npu", "firmware", "xrt", "objects"}
     assert all(r["found"] is None and r["fix"] for r in rows)
+
+
+# --- the NPU's generation, its firmware, the headers: read where the driver puts them ---------
+
+def machine(tmp_path: Path, vbnv: str | None, device: str | None, revision: str | None,
+            fw_version: str | None = "1.0.0.166", firmware: str | None = None):
+    """A machine's paths as the amdxdna driver lays them out, in `tmp_path`: the device
+    node, the PCI device's sysfs attributes (vbnv, fw_version from amdxdna_sysfs.c; device,
+    revision from the PCI core) and the firmware folder (amdnpu/<device>_<rev>/)."""
+    from npu_deploy.kernels.npu_runtime.toolchain import SystemPaths
+
+    node = write(tmp_path / "dev" / "accel0")
+    sysfs = tmp_path / "sys" / "device"
+    sysfs.mkdir(parents=True)
+    for name, value in (("vbnv", vbnv), ("device", device), ("revision", revision),
+                        ("fw_version", fw_version)):
+        if value is not None:
+            write(sysfs / name, value + "\n")
+    fw_dir = tmp_path / "firmware" / "amdnpu"
+    fw_dir.mkdir(parents=True)
+    if firmware:
+        write(fw_dir / firmware / "npu.sbin", "firmware")
+    return SystemPaths(device_node=node, driver_module=tmp_path / "module",
+                       firmware_dir=fw_dir, device_sysfs=sysfs, xrt_dir=tmp_path / "xrt")
+
+
+def checked(paths) -> dict:
+    from npu_deploy.kernels.npu_runtime.toolchain import requirements
+
+    return {r.key: r for r in requirements("", paths=paths)}
+
+
+@pytest.mark.parametrize("vbnv,device,revision", [
+    ("RyzenAI-npu4", "0x17f0", "0x10"),          # Strix, an older driver's name
+    ("NPU Krackan 1", "0x17f0", "0x20"),         # Krackan, a newer driver's name
+    ("NPU Strix Halo", "0x17f0", "0x11"),
+    ("NPU Strix", None, None),                   # no PCI id: the name says it
+])
+def test_an_xdna2_npu_passes_with_its_firmware_and_version(tmp_path, vbnv, device, revision):
+    folder = None if device is None else f"{int(device, 16):04x}_{int(revision, 16):02x}"
+    found = checked(machine(tmp_path, vbnv, device, revision, firmware=folder or "17f0_10"))
+    npu, firmware = found["npu"], found["firmware"]
+    assert npu.ok and vbnv in npu.found and npu.version == vbnv
+    assert firmware.ok and firmware.found.endswith("npu.sbin")
+    assert firmware.version == "1.0.0.166"                  # fw_version, as the driver shows
+
+
+@pytest.mark.parametrize("vbnv,device", [("RyzenAI-npu1", "0x1502"), ("NPU Phoenix", None),
+                                         (None, "0x1502")])
+def test_an_xdna1_npu_is_a_problem_though_everything_is_there(tmp_path, vbnv, device):
+    found = checked(machine(tmp_path, vbnv, device, "0x00", firmware="1502_00"))
+    npu = found["npu"]
+    assert not npu.ok and "XDNA 1" in npu.problem and "computes nothing" in npu.problem
+    assert "Ryzen AI 300" in npu.fix
+    assert found["firmware"].ok                     # its firmware is there: not the point
+
+
+def test_an_npu_that_does_not_say_its_generation_is_a_problem(tmp_path):
+    later = checked(machine(tmp_path / "a", "RyzenAI-npu8", "0x17f1", "0x10"))["npu"]
+    assert not later.ok and "does not build for" in later.problem
+    silent = checked(machine(tmp_path / "b", None, None, None, fw_version=None))["npu"]
+    assert not silent.ok and "does not say which NPU it is" in silent.problem
+
+
+def test_firmware_for_another_device_is_not_this_npus(tmp_path):
+    found = checked(machine(tmp_path, "NPU Strix", "0x17f0", "0x10", firmware="1502_00"))
+    firmware = found["firmware"]
+    assert not firmware.ok and "17f0_10" in firmware.problem and "NPU Strix" in \
+        firmware.problem
+
+
+def test_the_aie_api_headers_are_found_where_upstream_looks(tmp_path: Path, monkeypatch):
+    from npu_deploy.kernels.npu_runtime.toolchain import requirements
+
+    install = tmp_path / "mlir_aie"
+    write(install / "include" / "aie_api" / "aie.hpp")
+    aie_opt = write(install / "bin" / "aie-opt", "#!/bin/sh\n")
+    aie_opt.chmod(0o755)
+    monkeypatch.delenv("MLIR_AIE_INSTALL_DIR", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    row = next(r for r in requirements("") if r.key == "aie_api")
+    assert not row.ok and "no aie-opt on PATH" in row.problem and "MLIR_AIE_INSTALL_DIR" in \
+        row.fix
+    monkeypatch.setenv("MLIR_AIE_INSTALL_DIR", str(install))
+    assert next(r for r in requirements("") if r.key == "aie_api").found == \
+        str(install / "include")
+    monkeypatch.delenv("MLIR_AIE_INSTALL_DIR")
+    monkeypatch.setenv("PATH", str(install / "bin"))             # beside aie-opt, first
+    assert next(r for r in requirements("") if r.key == "aie_api").found == \
+        str((install / "include").resolve())
+
+
+def test_doctor_reports_an_xdna1_machine(cli, tmp_path: Path, monkeypatch):
+    from npu_deploy.kernels.npu_runtime import toolchain
+
+    paths = machine(tmp_path, "RyzenAI-npu1", "0x1502", "0x00", firmware="1502_00")
+    for constant, value in (("DEVICE_NODE", paths.device_node),
+                            ("DEVICE_SYSFS", paths.device_sysfs),
+                            ("FIRMWARE_DIR", paths.firmware_dir)):
+        monkeypatch.setattr(toolchain, constant, value)
+    result = cli("doctor")
+    assert result.exit_code == 1
+    npu = next(line for line in result.stdout.splitlines() if "XDNA 2 NPU" in line)
+    assert npu.startswith("missing") and "XDNA 1" in npu and "RyzenAI-npu1" in npu
+    firmware = next(line for line in result.stdout.splitlines() if "firmware" in line)
+    assert firmware.startswith("found") and "(version 1.0.0.166)" in firmware
 
 
 @pytest.mark.parametrize("kernel,sizes", [("gemm_bf16", [2, 2]), ("gemv", [16, 16])])

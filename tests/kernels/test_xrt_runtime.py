@@ -10,6 +10,7 @@ import importlib
 import json
 import multiprocessing
 import re
+import struct
 import sys
 import time
 from dataclasses import replace
@@ -271,8 +272,17 @@ def test_deploy_backend_xrt_lists_the_missing_kernel_objects_too(cli, db_path: P
     result = cli("--db", db_path, "deploy", "tiny", "--headless", "--backend", "xrt")
     assert "objects (the micro-kernel objects" in result.output and "--air-objects" in \
         result.output
+    # a folder that exists but holds no objects is no better than none
     result = cli("--db", db_path, "deploy", "tiny", "--headless", "--backend", "xrt",
                  "--air-objects", str(db_path.parent))
+    assert result.exit_code == 2 and "holds no objects" in result.output
+    # one holding an object built for NPU2 (an aie2p relocatable ELF) is taken
+    header = b"\x7fELF" + bytes([1, 1, 1]) + bytes(9) + struct.pack(
+        "<HHIIIIIHHHHHH", 1, 264, 1, 0, 0, 0, 3, 52, 0, 0, 40, 0, 0)
+    (db_path.parent / "objects").mkdir()
+    (db_path.parent / "objects" / "mv_m8.o").write_bytes(header)
+    result = cli("--db", db_path, "deploy", "tiny", "--headless", "--backend", "xrt",
+                 "--air-objects", str(db_path.parent / "objects"))
     assert result.exit_code == 2 and "objects (" not in result.output
 
 
