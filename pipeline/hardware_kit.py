@@ -1,5 +1,5 @@
 """The parts of `validate-hardware` that decide what to compile and what a failure means:
-programs grouped by structure, the quick mode's choice (one program per kernel family), the
+the quick mode's choice (one program per kernel family), the
 modeled compile time behind the progress bar's first ETA, what a failed compile leaves for
 the report (aircc's log, the program and its air.mlir), and the verdict the control gives.
 
@@ -13,7 +13,6 @@ program is modeled at their mean, 38 s, until this machine's own compile times c
 
 from __future__ import annotations
 
-import re
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,27 +28,6 @@ UPSTREAM_ELF_COMPILE_S = {"rms_gemms_rope": 24.3, "o_ffn": 51.3, "flash_attn": 3
 MODELED_COMPILE_S = statistics.fmean(UPSTREAM_ELF_COMPILE_S.values())
 #: how much of a failed program's IR a report keeps (characters per text)
 IR_CHARS = 200_000
-
-_TOKEN = re.compile(r"[A-Za-z_][\w.]*")
-
-
-def structure_digest(program: Program) -> str:
-    """The program's digest with its names taken out: the dispatch, the function, the
-    arguments and the launches' labels, each replaced by its order of appearance. Programs
-    of one kernel structure in different layers (L0.q_proj, L1.q_proj) differ only in these
-    names, compile the same way, and share it; upstream compiles one ELF per structure and
-    reuses it for every layer (docs/hardware-facts.md#hardware-contexts-and-output-formats)."""
-    import hashlib
-
-    names = {program.dispatch, program.function, *(a for a, _, _ in program.arguments),
-             *(layout.label for layout in program.layouts)}
-    seen: dict[str, str] = {}
-
-    def anonymous(match: re.Match[str]) -> str:
-        token = match.group(0)
-        return seen.setdefault(token, f"@{len(seen)}") if token in names else token
-    return hashlib.sha256(_TOKEN.sub(anonymous, program.source).encode()).hexdigest()
-
 
 def quick_choice(uses: Mapping[str, dict[str, Any]]) -> dict[str, str]:
     """Kernel -> the one (kernel, shape) key of it the quick mode runs: every NPU kernel
@@ -166,5 +144,4 @@ def diagnose(control: dict[str, Any] | None, failures: list[dict[str, str]]) -> 
 
 
 __all__ = ["IR_CHARS", "MODELED_COMPILE_S", "UPSTREAM_ELF_COMPILE_S", "Eta", "NoSteps",
-           "Steps", "diagnose", "error_chain", "failed_ir", "quick_choice",
-           "structure_digest"]
+           "Steps", "diagnose", "error_chain", "failed_ir", "quick_choice"]

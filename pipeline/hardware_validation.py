@@ -10,8 +10,9 @@ NPU backend (kernels.npu_runtime.npu_backend), every failure recorded with its p
 stage and the rest going on:
 
 1. every program of the model's prefill and decode plans, baseline and optimized, emitted,
-   grouped by structure (programs that differ only in their names: the layers') and one of
-   each structure compiled (or taken from the compile cache);
+   grouped by program (a program is its kernels, shapes and layouts, never its layer: every
+   layer's dispatch runs one build) and each distinct program compiled (or taken from the
+   compile cache);
 2. Phase 1: every (kernel, shape) the model launches, at the configuration the selection
    gives it, run alone on the gate's inputs and checked against the FP32 reference by
    Phase 1's own checks (pipeline.gates.kernels), then timed `repeats` more times;
@@ -67,7 +68,6 @@ from npu_deploy.pipeline.hardware_kit import (
     error_chain,
     failed_ir,
     quick_choice,
-    structure_digest,
 )
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.toolbox import (
@@ -163,7 +163,7 @@ class HardwareValidation:
         keeps aircc's log and the program's IR."""
         row: dict[str, Any] = {
             "plan": scope, "dispatch": dispatch.name, "function": program.function,
-            "digest": program.digest, "structure": structure_digest(program),
+            "digest": program.digest, "structure": program.function,
             "programs": shared, "launches": len(dispatch.launches), "compiled": False,
             "cached": False, "compile_s": None, "log": None, "ir": None}
         t0 = time.perf_counter()
@@ -180,11 +180,10 @@ class HardwareValidation:
         return row
 
     def plan_programs(self) -> list[tuple[str, DispatchPlan, Dispatch, Program, int]]:
-        """One program of each structure over the model's plans: (scope, plan, dispatch,
-        program, how many programs share its structure), in the plans' order."""
+        """Each distinct program of the model's plans: (scope, plan, dispatch, program, how
+        many dispatches run it), in the plans' order."""
         head_dim = self.loaded.args.head_dim
         first: dict[str, list[Any]] = {}
-        seen: set[str] = set()
         for scope, plan in model_plans(self.model, self.loaded, self.seq_len, self.hw):
             self.backend.prepare(plan)      # the plan's programs as the backend runs them
             for dispatch in plan.dispatches:
@@ -193,19 +192,16 @@ class HardwareValidation:
                 except EmitError as e:
                     self.failed(dispatch.name, "emit", e)
                     continue
-                if program.digest in seen:
-                    continue
-                seen.add(program.digest)
-                entry = first.setdefault(structure_digest(program),
-                                         [scope, plan, dispatch, program, 0])
+                # a program is its structure, never its layer: one build per digest
+                entry = first.setdefault(program.digest, [scope, plan, dispatch, program, 0])
                 entry[4] += 1
         return [tuple(entry) for entry in first.values()]     # type: ignore[misc]
 
     def compile_programs(self) -> list[dict[str, Any]]:
-        """Every program of the model's plans emitted, and one of each structure compiled.
+        """Every program of the model's plans emitted, and each distinct one compiled.
         A program that fails is recorded and the others go on: a kit stops for nothing."""
         chosen = self.plan_programs()
-        self.steps.begin("compiling one program per structure", len(chosen))
+        self.steps.begin("compiling each distinct program", len(chosen))
         rows, prepared = [], None
         for scope, plan, dispatch, program, shared in chosen:
             if plan is not prepared:
@@ -214,8 +210,9 @@ class HardwareValidation:
             rows.append(self.compile_one(scope, dispatch, program, self.loaded.args.head_dim,
                                          shared))
         self.steps.end()
-        self.progress(f"compiled {sum(r['compiled'] for r in rows)} of {len(rows)} program "
-                      f"structures ({sum(r['programs'] for r in rows)} programs)")
+        self.progress(f"compiled {sum(r['compiled'] for r in rows)} of {len(rows)} "
+                      f"distinct programs (run by {sum(r['programs'] for r in rows)} "
+                      "dispatches)")
         return rows
 
     def merged_program(self) -> dict[str, Any] | None:

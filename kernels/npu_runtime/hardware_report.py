@@ -15,10 +15,10 @@ from the machine that made them.
 - `control`: upstream's example run first (kernels.npu_runtime.control): `example`, `how`,
   `passed`, `seconds`, `log` (the end of its output); null when none ran. `diagnosis`:
   `verdict` (setup, ours, none, unknown) and `text`, what a failure means given the control.
-- `programs`: per program compiled: `plan`, `dispatch`, `function`, `digest`, `structure`
-  (the digest without its names), `programs` (how many programs of the plans share that
-  structure), `launches`, `compiled`, `cached`, `compile_s`, and for one that failed to
-  compile `log` (mlir-air's error with aircc's output) and `ir` (`program`, the source given
+- `programs`: per distinct program compiled: `plan`, `dispatch`, `function`, `digest`,
+  `structure` (its function: its kernels and digest), `programs` (how many dispatches of
+  the plans run it: every layer's), `launches`, `compiled`, `cached`, `compile_s`, and
+  for one that failed to compile `log` (mlir-air's error with aircc's output) and `ir` (`program`, the source given
   to mlir-air's builder, and `air_mlir`, what aircc was given, when it got that far); null
   otherwise.
 - `kernels`: per (kernel, shape) of Phase 1: `kernel`, `shape`, `config`, `roles`, `mode`,

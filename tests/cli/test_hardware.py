@@ -36,7 +36,6 @@ from npu_deploy.kernels.npu_runtime.toolchain import requirements
 from npu_deploy.kernels.npu_runtime.xrt_runtime import XrtError
 from npu_deploy.kernels.performance.model import device_s
 from npu_deploy.kernels.plans.plan import config_key
-from npu_deploy.pipeline.hardware_kit import structure_digest
 from npu_deploy.pipeline.hardware_validation import model_plans
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.toolbox import model_kernel_uses
@@ -146,18 +145,17 @@ def test_the_kit_on_a_simulated_npu_reports_every_field(simulated, tiny_models):
     assert set(report["tools"]) == {r.key for r in requirements(None)}
     assert all(t["version"] == "simulated" and t["found"] for t in report["tools"].values())
 
-    # every program of the prefill and decode plans, baseline and optimized: one of each
-    # structure compiled (the layers' programs differ only in their names), each counted
+    # every program of the prefill and decode plans, baseline and optimized: each distinct
+    # program compiled once (every layer's dispatch runs it), the dispatches counted
     loaded = tiny_models[MODEL]
-    emitted = {p.digest: p for _, plan in model_plans(MODEL, loaded, SEQ)
-               for p in emit_plan(plan)}
-    structures = {structure_digest(p) for p in emitted.values()}
+    dispatches = [p for _, plan in model_plans(MODEL, loaded, SEQ) for p in emit_plan(plan)]
+    emitted = {p.digest: p for p in dispatches}
     programs = report["programs"]
-    assert {p["structure"] for p in programs} == structures
-    assert len(programs) == len(structures) < len(emitted)
-    assert sum(p["programs"] for p in programs) == len(emitted)
-    assert all(p["digest"] in emitted and p["log"] is None and p["ir"] is None
-               for p in programs)
+    assert {p["digest"] for p in programs} == set(emitted)
+    assert len(programs) == len(emitted) < len(dispatches)
+    assert sum(p["programs"] for p in programs) == len(dispatches)
+    assert all(p["structure"] == emitted[p["digest"]].function and p["log"] is None
+               and p["ir"] is None for p in programs)
     assert all(p["compiled"] and p["compile_s"] >= 0 for p in programs)
     assert {p["plan"] for p in programs} == {"prefill", "decode", "prefill optimized",
                                              "decode optimized"}
