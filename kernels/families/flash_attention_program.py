@@ -1,8 +1,11 @@
 """FlashAttention's MLIR-AIR program (mlir-air flash_attention/kernel_fusion_based,
 attn_npu2.py): the launch layout over (q block, head group) with the sequences padded to the
-walked lengths, and the segment: a herd of q_tiles columns by `cascade` rows streaming K and V
-through the memory tiles, attn_npu2.cc's micro-kernels, the partial softmax states merged over
-cascade channels. The FlashAttention family (kernels.families.flash_attention) declares it."""
+walked lengths; the launch body's DDR-side puts of Q, K and V and gets of the output (upstream
+issues them there, never in the segment); and the segment: a herd of q_tiles columns by
+`cascade` rows streaming K and V through the memory tiles, attn_npu2.cc's micro-kernels, the
+causal mask's q block from a counter each core keeps in L1, the partial softmax states merged
+over cascade channels. The FlashAttention family (kernels.families.flash_attention) declares
+it."""
 
 from __future__ import annotations
 
