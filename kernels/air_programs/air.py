@@ -388,6 +388,11 @@ def _emit_launch(w: Writer, i: int, launch: Launch, layout: LaunchLayout,
     w(f"@launch(operands=[{ops}], sizes={list(layout.grid)})")
     w(f"def {p}_launch(lx, ly, lsx, lsy, {ops}):")
     w.indent()
+    program = FAMILIES[launch.kernel].program
+    assert program is not None          # layout_of found one
+    arg = {**dict(zip((o.name for o in layout.operands), names, strict=True)), **scratch}
+    if program.launch_in is not None:
+        program.launch_in(w, p, launch, layout, arg, names, head_dim)
     seg_sizes = f", sizes={list(layout.segment)}" if layout.segment else ""
     seg_ids = "gx, gy, gsx, gsy, " if layout.segment else ""
     w(f"@segment(name='{p}_segment', operands=[lx, ly, {ops}]{seg_sizes})")
@@ -395,13 +400,12 @@ def _emit_launch(w: Writer, i: int, launch: Launch, layout: LaunchLayout,
     w.indent()
     for b in layout.l2:
         w(f"{b.name} = AllocOp({memref(b.shape, b.dtype, 'L2')}, [], [])")
-    arg = {**dict(zip((o.name for o in layout.operands), names, strict=True)), **scratch}
-    program = FAMILIES[launch.kernel].program
-    assert program is not None          # layout_of found one
     program.segment(w, p, launch, layout, arg, names, head_dim)
     for b in layout.l2:
         w(f"DeallocOp({b.name})")
     w.dedent()
+    if program.launch_out is not None:
+        program.launch_out(w, p, launch, layout, arg, names, head_dim)
     w.dedent()
     w("")
     if program.after is not None:

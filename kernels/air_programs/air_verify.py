@@ -16,13 +16,19 @@ package (`kernels.air_programs.recording_builder`) and checks what it built:
   object the declaration names, and, for an upstream micro-kernel, matches its C symbol,
   parameters, and the elements each pointer parameter reads or writes at the sizes it is
   compiled and called with (`kernels.measured.upstream_kernels`);
+- **window** / **vector** / **launch**: structures upstream found broken on NPU2 (a kernel
+  writing through a window of a buffer one DMA moves whole; inline vector ops the AIE
+  vector unit does not lower or lowers to zeros; a launch index reaching the array, a
+  DDR-side channel op inside a segment), each with its upstream source in
+  kernels.air_programs.verify_structure;
 - **l1** / **l2**: each compute tile's allocations, ping-pong buffers counted twice, plus the
   stack fit its 64 KiB; each memory tile's fit 512 KiB;
 - **coverage**: every element of every output the program's launches write is written.
 
 Each finding is a `Violation`: the check, where, and what is wrong. The checks are in
 kernels.air_programs.verify_transfers (bounds, elements, channel), verify_calls (extern),
-verify_memory (l1, l2) and verify_coverage; verify_accesses holds what they read a trace with.
+verify_structure (window, vector, launch), verify_memory (l1, l2) and verify_coverage;
+verify_accesses holds what they read a trace with.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from .verify_accesses import CHECKS, ENUMERATE, Violation, _Context, _live
 from .verify_calls import _check_calls
 from .verify_coverage import _check_coverage
 from .verify_memory import _check_memory
+from .verify_structure import _check_structure
 from .verify_transfers import _check_bounds, _check_channels, _check_elements
 
 
@@ -61,6 +68,7 @@ def verify_source(source: str, *, flags: dict[str, Any] | None = None,
     _check_elements(ctx, ops)
     _check_channels(ctx, ops)
     _check_calls(ctx, ops, upstream)
+    _check_structure(ctx, ops)
     _check_memory(ctx, trace, ops, flags or {})
     wanted = {k: [(0, v)] if isinstance(v, int) and v else list(v or [])
               for k, v in (outputs.items() if isinstance(outputs, dict)

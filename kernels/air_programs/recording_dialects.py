@@ -141,9 +141,29 @@ def for_(start: Any, stop: Any = None, step: Any = None, iter_args: Any = None, 
 
 def yield_(results: Sequence[Any] = (), *, loc: Any = None, ip: Any = None) -> None:
     region = _Builder.here()
-    if region.kind != "for":
-        raise BuildError(f"scf.yield outside an scf.for (in {region.path()})")
+    if region.kind != "for" and not region.name.startswith("scf.if"):
+        raise BuildError(f"scf.yield outside an scf.for or scf.if (in {region.path()})")
     region.terminated = True
+
+
+class IfOp:
+    """scf.if on a value known only at run time (an i1 from arith.CmpIOp): its then (and
+    else) block is traced once, every index keeping its range, as either branch may run.
+    The condition is recorded as an op (`scf.if`) that reads it."""
+
+    def __init__(self, cond: Any, results_: Any = None, *, hasElse: bool = False,  # noqa: N803
+                 loc: Any = None, ip: Any = None) -> None:
+        parent = _Builder.here()
+        _use(cond, "scf.if condition")
+        _compute("scf.if", None, cond)
+        self.then_block = Region("if", "scf.if.then", parent)
+        self.else_block: Region | None = Region("if", "scf.if.else", parent) if hasElse \
+            else None
+
+
+def YieldOp(results_: Sequence[Any] = (), *, loc: Any = None, ip: Any = None) -> None:  # noqa: N802
+    """scf.yield, by its class name (upstream ends scf.if blocks with scf.YieldOp([]))."""
+    yield_(results_)
 
 
 
@@ -179,6 +199,7 @@ class AffineIfOp:
                  loc: Any = None, ip: Any = None) -> None:
         parent = _Builder.here()
         ops = [index_of(v, "affine.if operand") for v in cond_operands]
+        _compute("affine.if", None, *cond_operands)
         if len(ops) != cond.dims + cond.symbols:
             raise BuildError(f"affine.if: {len(ops)} operands for a set of {cond.dims} dims "
                              f"and {cond.symbols} symbols")
@@ -243,12 +264,15 @@ class InsertionPoint:
 
     def __exit__(self, *exc: Any) -> None:
         self._inside.__exit__(*exc)
+        if exc[0] is None and self.block.kind == "if" and not self.block.terminated:
+            _Builder.trace.errors.append(   # type: ignore[union-attr]
+                f"{self.block.path()}: block has no terminator (affine.yield or scf.yield)")
 
 
 def AffineYieldOp(results: Sequence[Any] = (), *, loc: Any = None,  # noqa: N802
                   ip: Any = None) -> None:
     region = _Builder.here()
-    if region.kind != "if":
+    if region.kind != "if" or region.name.startswith("scf.if"):
         raise BuildError(f"affine.yield outside an affine.if (in {region.path()})")
     region.terminated = True
 
@@ -265,17 +289,34 @@ def affine_apply(map: AffineMap, mapOperands: Sequence[Any], *,  # noqa: A002,N8
     return Value(Type("index"), _Builder.here(), ix, "affine.apply")
 
 
+def _compute(name: str, type_: Any, *operands: Any, ix: Ix | None = None) -> Value:
+    """The result of op `name` on `operands` (already checked visible), recorded as a
+    "compute" op: the verifier reads which op made each value, and the variables it comes
+    from."""
+    region = _Builder.here()
+    op = _Builder.record(Op("compute", region, callee=name, args=tuple(operands)))
+    depends = frozenset().union(*(getattr(o, "depends", frozenset()) for o in operands))
+    return Value(type_, region, ix, name, op=op, depends=depends)
+
+
+#: arith.CmpIPredicate: the comparisons of arith.cmpi, by MLIR's enum values
+CmpIPredicate = types.SimpleNamespace(eq=0, ne=1, slt=2, sle=3, sgt=4, sge=5, ult=6, ule=7,
+                                      ugt=8, uge=9)
+
+
 class _Arith:
     @staticmethod
     def ConstantOp(result: Any, value: Any, *, loc: Any = None,  # noqa: N802
                    ip: Any = None) -> Value:
         ix = Ix.const(value) if isinstance(value, int) and not isinstance(value, bool) \
             else None
-        return Value(result, _Builder.here(), ix, f"constant {value!r}")
+        return _compute("arith.constant", result, ix=ix)
 
     @staticmethod
     def index_cast(out: Any, in_: Any, *, loc: Any = None, ip: Any = None) -> Value:
-        return Value(out, _Builder.here(), index_of(in_, "arith.index_cast"), "index_cast")
+        ix = index_of(in_, "arith.index_cast")
+        return Value(out, _Builder.here(), ix, "index_cast",
+                     depends=getattr(in_, "depends", frozenset()))
 
     @staticmethod
     def _float(name: str) -> Callable[..., Value]:
@@ -283,8 +324,37 @@ class _Arith:
                ip: Any = None) -> Value:
             for v in (lhs, rhs):
                 _use(v, f"arith.{name}")
-            return Value(getattr(lhs, "type", None), _Builder.here(), None, f"arith.{name}")
+            return _compute(f"arith.{name}", getattr(lhs, "type", None), lhs, rhs)
         return op
+
+    @staticmethod
+    def _integer(name: str) -> Callable[..., Value]:
+        """arith.AddIOp / SubIOp / MulIOp (lhs, rhs): an integer or index value; an index
+        expression when both operands are (a product needs a constant side)."""
+        def op(lhs: Any, rhs: Any, *, overflowFlags: Any = None, loc: Any = None,  # noqa: N803
+               ip: Any = None) -> Value:
+            for v in (lhs, rhs):
+                _use(v, f"arith.{name}")
+            a, b = getattr(lhs, "ix", None), getattr(rhs, "ix", None)
+            ix = None
+            if a is not None and b is not None:
+                if name == "addi":
+                    ix = _add(a, b)
+                elif name == "subi":
+                    ix = _add(a, _scale(b, "*", Ix.const(-1)))
+                elif a.constant() is not None or b.constant() is not None:
+                    ix = _scale(a, "*", b)
+            return _compute(f"arith.{name}", getattr(lhs, "type", None), lhs, rhs, ix=ix)
+        return op
+
+    @staticmethod
+    def CmpIOp(predicate: Any, lhs: Any, rhs: Any, *, loc: Any = None,  # noqa: N802
+               ip: Any = None) -> Value:
+        if predicate not in vars(CmpIPredicate).values():
+            raise BuildError(f"arith.cmpi: {predicate!r} is not an arith.CmpIPredicate")
+        for v in (lhs, rhs):
+            _use(v, "arith.cmpi")
+        return _compute("arith.cmpi", Type("i1"), lhs, rhs)
 
 
 def _convert(name: str) -> Callable[..., Value]:
@@ -292,13 +362,16 @@ def _convert(name: str) -> Callable[..., Value]:
     def op(out: Any, in_: Any, *, fastmath: Any = None, roundingmode: Any = None,
            loc: Any = None, ip: Any = None) -> Value:
         _use(in_, f"arith.{name}")
-        return Value(out, _Builder.here(), None, f"arith.{name}")
+        return _compute(f"arith.{name}", out, in_)
     return op
 
 
 arith = types.SimpleNamespace(
     ConstantOp=_Arith.ConstantOp, index_cast=_Arith.index_cast,
     truncf=_convert("truncf"), extf=_convert("extf"),
+    CmpIOp=_Arith.CmpIOp, CmpIPredicate=CmpIPredicate,
+    AddIOp=_Arith._integer("addi"), SubIOp=_Arith._integer("subi"),
+    MulIOp=_Arith._integer("muli"),
     **{n: _Arith._float(n) for n in ("addf", "subf", "mulf", "divf", "maximumf",
                                      "minimumf")})
 
@@ -306,13 +379,13 @@ arith = types.SimpleNamespace(
 def _unary(name: str) -> Callable[..., Value]:
     def op(operand: Any, *, fastmath: Any = None, loc: Any = None, ip: Any = None) -> Value:
         _use(operand, name)
-        return Value(getattr(operand, "type", None), _Builder.here(), None, name)
+        return _compute(name, getattr(operand, "type", None), operand)
     return op
 
 
 def broadcast(vector: VectorType, source: Any, *, loc: Any = None, ip: Any = None) -> Value:
     _use(source, "vector.broadcast")
-    return Value(vector, _Builder.here(), None, "vector.broadcast")
+    return _compute("vector.broadcast", vector, source)
 
 
 def fma(lhs: Any, rhs: Any, acc: Any, *, loc: Any = None, ip: Any = None) -> Value:
@@ -320,7 +393,7 @@ def fma(lhs: Any, rhs: Any, acc: Any, *, loc: Any = None, ip: Any = None) -> Val
     vectors, matvec_cascade.py and attn_decode_npu2.py)."""
     for v in (lhs, rhs, acc):
         _use(v, "vector.fma")
-    return Value(getattr(acc, "type", None), _Builder.here(), None, "vector.fma")
+    return _compute("vector.fma", getattr(acc, "type", None), lhs, rhs, acc)
 
 
 def reduction(dest: Any, kind: Any, vector: Any, *, acc: Any = None, fastmath: Any = None,
@@ -330,7 +403,28 @@ def reduction(dest: Any, kind: Any, vector: Any, *, acc: Any = None, fastmath: A
     _use(vector, "vector.reduction")
     if acc is not None:
         _use(acc, "vector.reduction")
-    return Value(dest, _Builder.here(), None, f"vector.reduction {kind}")
+    return _compute(f"vector.reduction {kind}", dest, vector,
+                    *(() if acc is None else (acc,)))
+
+
+def load(memref: Any, indices: Sequence[Any], *, nontemporal: Any = None, loc: Any = None,
+         ip: Any = None) -> Value:
+    """memref.load: one element (upstream's FlashAttention reads its L1 counter so)."""
+    m = _memref(memref, "memref.load")
+    pattern = _vector_pattern(m, indices, 1, "memref.load")
+    op = _Builder.record(Op("read", _Builder.here(), (m,), (pattern,), lanes=1))
+    return Value(m.memref.element, _Builder.here(), None, "memref.load", op=op,
+                 depends=frozenset(pattern.offsets[0].vars()))
+
+
+def store(value: Any, memref: Any, indices: Sequence[Any], *, nontemporal: Any = None,
+          loc: Any = None, ip: Any = None) -> Op:
+    """memref.store: one element."""
+    _use(value, "memref.store")
+    m = _memref(memref, "memref.store")
+    return _Builder.record(Op("write", _Builder.here(), (m,),
+                              (_vector_pattern(m, indices, 1, "memref.store"),),
+                              args=(value,), lanes=1))
 
 
 def _lanes(vector: Any) -> int:
@@ -342,8 +436,9 @@ def transfer_read(vector: VectorType, source: Any, indices: Sequence[Any],
                   *, loc: Any = None, ip: Any = None) -> Value:
     m = _memref(source, "vector.transfer_read")
     pattern = _vector_pattern(m, indices, _lanes(vector), "vector.transfer_read")
-    _Builder.record(Op("read", _Builder.here(), (m,), (pattern,), lanes=_lanes(vector)))
-    return Value(vector, _Builder.here(), None, "vector.transfer_read")
+    op = _Builder.record(Op("read", _Builder.here(), (m,), (pattern,), lanes=_lanes(vector)))
+    return Value(vector, _Builder.here(), None, "vector.transfer_read", op=op,
+                 depends=frozenset(pattern.offsets[0].vars()))
 
 
 def transfer_write(result: Any, vector: Any, source: Any, indices: Sequence[Any],
@@ -354,7 +449,7 @@ def transfer_write(result: Any, vector: Any, source: Any, indices: Sequence[Any]
     lanes = _lanes(vector.type) if isinstance(vector, Value) else 1
     return _Builder.record(Op("write", _Builder.here(), (m,),
                               (_vector_pattern(m, indices, lanes, "vector.transfer_write"),),
-                              lanes=lanes))
+                              args=(vector,), lanes=lanes))
 
 
 def _vector_pattern(m: MemRef, indices: Sequence[Any], lanes: int, what: str) -> Pattern:

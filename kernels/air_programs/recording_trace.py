@@ -69,11 +69,28 @@ class Region:
 
 
 class Value:
-    """An SSA value: an index or integer (`ix`), a vector, or a memref."""
+    """An SSA value: an index or integer (`ix`), a vector, or a memref. `op` is the compute
+    op that produced it (None for an index, an argument or an allocation); `depends` the
+    hierarchy and loop variables its value comes from, through every op before it (what
+    the verifier follows a launch index by)."""
 
     def __init__(self, type_: Any, region: Region | None, ix: Ix | None = None,
-                 what: str = "") -> None:
+                 what: str = "", op: Op | None = None,
+                 depends: frozenset[Var] = frozenset()) -> None:
         self.type, self.region, self.ix, self.what = type_, region, ix, what
+        self.op = op
+        self._depends = depends
+
+    @property
+    def depends(self) -> frozenset[Var]:
+        return frozenset(self.ix.vars()) | self._depends if self.ix is not None \
+            else self._depends
+
+    @property
+    def result(self) -> Value:
+        """The op's one result: the builder's OpView.result, for a value made by an
+        `...Op` class (arith.AddIOp(a, b).result)."""
+        return self
 
 
 class MemRef(Value):
@@ -107,7 +124,9 @@ class Pattern:
 class Op:
     """One recorded operation, in the region it was built in."""
 
-    kind: str             # alloc | dealloc | dma | put | get | call | read | write | subview
+    #: alloc | dealloc | dma | put | get | call | read | write | subview | compute (an arith,
+    #: math, vector or scf.if op on values: `callee` names it, `args` are its operands)
+    kind: str
     region: Region
     memrefs: tuple[MemRef, ...] = ()
     patterns: tuple[Pattern | None, ...] = ()

@@ -17,7 +17,8 @@ from ..definition.hardware import Hardware
 from .recording_trace import MemRef, Op, Pattern, Region, Trace
 from .recording_values import BuildError, Ix, MemRefType, Var
 
-CHECKS = ("build", "bounds", "elements", "channel", "extern", "l1", "l2", "coverage")
+CHECKS = ("build", "bounds", "elements", "channel", "extern", "window", "vector", "launch",
+          "l1", "l2", "coverage")
 
 #: Enumerate at most this many index points (or output elements) to decide a check exactly.
 ENUMERATE = 1 << 24

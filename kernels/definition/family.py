@@ -243,6 +243,10 @@ class AirProgram:
     segment: SegmentWriter
     #: a second air.launch written after the launch's own (fused-cast's cast), or None
     after: SegmentWriter | None = None
+    #: the launch body's own ops, before and after the segment: the DDR side of channels
+    #: (upstream's attention programs put to and get from DDR there, never in a segment)
+    launch_in: SegmentWriter | None = None
+    launch_out: SegmentWriter | None = None
 
 
 @dataclass(frozen=True)

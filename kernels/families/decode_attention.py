@@ -219,16 +219,25 @@ def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayo
         kernels=(KernelSource(obj, KERNEL_SOURCE, defines, NPU_DEPLOY),))
 
 
-def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[str, str],
-            names: list[str], head_dim: int | None) -> None:
+def _columns(w: Writer, layout: LaunchLayout) -> None:
+    """Name each column's KV head in the launch body: kv<c> = lx x columns + c."""
+    cols = layout.herd[0]
+    for c in range(cols):
+        w(f"kv{c} = at([(lx, {cols})], {c})  # column {c}'s KV head")
+
+
+def launch_in(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[str, str],
+              names: list[str], head_dim: int | None) -> None:
+    """The launch body before the segment: per column, the DDR-side puts of its KV head's
+    queries, then its K rows and its V rows, one at a time (attn_decode_npu2.py issues its
+    DDR-side puts in the launch body too)."""
     s = launch.shape_dict
     group, hd = layout.l1[0].shape
     cols, lk, kvh = layout.herd[0], s["Lk"], s["kv_heads"]
     span = group * hd                   # the group's queries (and outputs), contiguous: Lq = 1
+    _columns(w, layout)
     for c in range(cols):
-        w(f"# column {c}: KV head lx x {cols} + {c}, its {group} queries, then its K rows and "
-          "its V rows, one at a time")
-        w(f"kv{c} = at([(lx, {cols})], {c})")
+        w(f"# column {c}: its {group} queries, then its K rows and its V rows, one at a time")
         w(f"ChannelPut('{p}_q_in', {arg['q']}, indices=[{c}], offsets=[0, at([(kv{c}, {span})])]"
           f", sizes=[{group}, {hd}], strides=[{hd}, 1])")
         for name in ("k", "v"):
@@ -239,6 +248,24 @@ def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[s
               f"sizes=[{hd}], strides=[1])")
             w("yield_([])")
             w.dedent()
+
+
+def launch_out(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[str, str],
+               names: list[str], head_dim: int | None) -> None:
+    """The launch body after the segment: each column's output from its memory tile to the
+    group's rows in DDR (the KV heads `launch_in` named)."""
+    group, hd = layout.l1[0].shape
+    span = group * hd
+    for c in range(layout.herd[0]):
+        w(f"ChannelGet('{p}_o_out', {arg['o']}, indices=[{c}], offsets=[0, at([(kv{c}, {span})])]"
+          f", sizes=[{group}, {hd}], strides=[{hd}, 1])")
+
+
+def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[str, str],
+            names: list[str], head_dim: int | None) -> None:
+    s = launch.shape_dict
+    group, hd = layout.l1[0].shape
+    cols, lk = layout.herd[0], s["Lk"]
     w("# memory-tile relays, one set per column (upstream's aL3ToL2 -> aL2ToL1)")
     for c in range(cols):
         w(f"ChannelGet('{p}_q_in', q{c}_l2, indices=[{c}])")
@@ -271,18 +298,17 @@ def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[s
     free(w, layout.l1)
     w.dedent()
 
-    w("# each column's output through its memory tile to the group's rows (dL1ToL2 -> dL2ToL3)")
+    w("# each column's output through its memory tile (dL1ToL2 -> dL2ToL3)")
     for c in range(cols):
         w(f"ChannelGet('{p}_o_to_l2', o{c}_l2, indices=[{c}])")
         w(f"ChannelPut('{p}_o_out', o{c}_l2, indices=[{c}])")
-        w(f"ChannelGet('{p}_o_out', {arg['o']}, indices=[{c}], offsets=[0, at([(kv{c}, {span})])]"
-          f", sizes=[{group}, {hd}], strides=[{hd}, 1])")
 
 
 FAMILIES = (
     KernelFamily(NPU_DECODE_ATTENTION, rules=RULES, check=check,
                  candidates=product_space(SPACE), numerics=NUMERICS,
-                 cost=COST, program=AirProgram(launch_layout, segment),
+                 cost=COST, program=AirProgram(launch_layout, segment, launch_in=launch_in,
+                                               launch_out=launch_out),
                  head_first_alone=("q", "k", "v", "o"), host_alternative="decode_attention",
                  exact_tiles=True),
     KernelFamily(DECODE_ATTENTION, numerics=NUMERICS,

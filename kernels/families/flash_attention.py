@@ -51,7 +51,7 @@ from ..measured.measurements import (
     rows_at,
     scaled,
 )
-from .flash_attention_program import l1_bytes, launch_layout, segment
+from .flash_attention_program import l1_bytes, launch_in, launch_layout, launch_out, segment
 
 if TYPE_CHECKING:
     from ..performance.model import PerfParams
@@ -92,7 +92,7 @@ RULES = (
     "causal mask: q blocks (q_tile / q_tiles) as long as the K chunks (k_tile)",
     "divisible: head_dim by k_tile and dv_tile; dv_tile by the 8-wide matmul",
     "L1: Q block in head-dim tiles, the K/Q relay, a V chunk, scores, the running and the "
-    "cascade's output, row vectors (bf16)",
+    "cascade's output, row vectors (bf16), the causal mask's counter (i32)",
     "L2 per column: a K and a V chunk per cascade stage, the output block",
     "layout: seq-first at head_dim >= 128 hangs on NPU2 (use head-first)",
     "corrupt: a kernel object compiled for other (Lq, Lk, head_dim) than the launch",
@@ -145,7 +145,8 @@ def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
     l1 = l1_bytes(tq, k_tile, hd, dv_tile)
     rules.l1(f, l1, hw, f"Q {tq}x{hd} in {k_tile}-wide tiles, the K/Q relay {k_tile}x{k_tile}, "
              f"V {k_tile}x{dv_tile}, scores {tq}x{k_tile}, two {tq}x{dv_tile} outputs (running "
-             "and cascade), row vectors; bf16", "use a smaller dv_tile or k_tile")
+             "and cascade), row vectors; bf16; the mask's counter", "use a smaller dv_tile or "
+             "k_tile")
     # L2 per column: a K and a V chunk per cascade stage, and the q block's output.
     l2 = BF16 * (cascade * (k_tile * k_tile + k_tile * dv_tile) + q_tile * dv_tile)
     if l2 > hw.l2_bytes:
@@ -325,7 +326,8 @@ SOURCE = Source("details/FlashAttention_bf16.md", markdown_tables(
 
 FAMILIES = (KernelFamily(
     FLASH_ATTENTION, rules=RULES, check=check, candidates=candidates, numerics=NUMERICS,
-    cost=COST, program=AirProgram(launch_layout, segment),
+    cost=COST, program=AirProgram(launch_layout, segment, launch_in=launch_in,
+                                  launch_out=launch_out),
     data="flash_attention", source=SOURCE, head_first_alone=("q", "k", "v", "o"),
     measured=rows_at("flash_attention", "shapes",
                      lambda r: (r["heads"], r["kv_heads"], r["Lq"], r["Lk"], r["dk"], r["causal"]),

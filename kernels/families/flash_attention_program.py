@@ -1,12 +1,17 @@
 """FlashAttention's MLIR-AIR program (mlir-air flash_attention/kernel_fusion_based,
 attn_npu2.py): the launch layout over (q block, head group) with the sequences padded to the
-walked lengths, and the segment: a herd of q_tiles columns by `cascade` rows streaming K and V
-through the memory tiles, attn_npu2.cc's micro-kernels, the partial softmax states merged over
-cascade channels. The FlashAttention family (kernels.families.flash_attention) declares it."""
+walked lengths; the launch body's DDR-side puts of Q, K and V and gets of the output (upstream
+issues them there, never in the segment); and the segment: a herd of q_tiles columns by
+`cascade` rows streaming K and V through the memory tiles, attn_npu2.cc's micro-kernels, the
+causal mask's q block from a counter each core keeps in L1, the partial softmax states merged
+over cascade channels. The FlashAttention family (kernels.families.flash_attention) declares
+it."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..air_programs.air_parts import (
@@ -59,8 +64,17 @@ def l1_buffers(tq: int, k_tile: int, hd: int, dv: int) -> list[tuple[str, tuple[
                ("ups_l1", row), ("rc_l1", row), ("rl_l1", row), ("st_l1", row)])
 
 
+def counter_slots(hd: int, dv: int) -> int:
+    """The causal mask's counter in L1 (i32), in upstream's layout (attn_npu2.py): [0] the
+    first q block of this launch iteration, [1] a flag set on the first iteration (L1 starts
+    zeroed when the program is loaded), [2] the head group, and, with more than one V column
+    tile, [3] the V column tile."""
+    return 4 if hd // dv > 1 else 3
+
+
 def l1_bytes(tq: int, k_tile: int, hd: int, dv: int) -> int:
-    return sum(BF16 * math.prod(shape) for _, shape in l1_buffers(tq, k_tile, hd, dv))
+    return sum(BF16 * math.prod(shape) for _, shape in l1_buffers(tq, k_tile, hd, dv)) \
+        + 4 * counter_slots(hd, dv)
 
 
 #: attn_npu2.cc's extern "C" functions the program calls, with the L1 buffers (or i32) that
@@ -133,7 +147,8 @@ def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayo
     l2 = tuple(buf(f"qk{st}_l2", (kt, kt), BF16, "L2") for st in range(ns)) \
         + tuple(buf(f"v{st}_l2", (kt, dv), BF16, "L2") for st in range(ns)) \
         + (buf("o_l2", (q_tile, dv), BF16, "L2"),)
-    l1 = tuple(buf(name, shape, BF16, "L1") for name, shape in l1_buffers(tq, kt, hd, dv))
+    l1 = tuple(buf(name, shape, BF16, "L1") for name, shape in l1_buffers(tq, kt, hd, dv)) \
+        + (buf("ctr_l1", (counter_slots(hd, dv),), "i32", "L1"),)
     channels = (ChannelDecl("qk_in", (unroll, ns)),
                 ChannelDecl("qk_to_l1", (unroll, ns, 1), (unroll, ns, nq)),
                 ChannelDecl("v_in", (unroll, ns)),
@@ -163,7 +178,9 @@ def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayo
         externs=tuple(Extern(sym, obj, args) for sym, args in EXTERNS), channels=channels,
         flags={"omit_pingpong": "all", "compiled_for": (s["Lq"], s["Lk"], hd),
                "runtime_loop_tiling_sizes": [1, 1]},   # upstream's fa_headfirst / fa_temporal
-        imports=("from air.dialects.affine import AffineIfOp, AffineYieldOp",),
+        imports=("from air.dialects import scf",
+                 "from air.dialects.affine import AffineIfOp, AffineYieldOp",
+                 "from air.dialects.memref import load, store"),
         kernels=(KernelSource(obj, KERNEL_SOURCE, tuple(defines.items())),))
 
 
@@ -180,47 +197,182 @@ def _when(var: str, value: int, has_else: bool = False) -> str:
             f"{', has_else=True' if has_else else ''})")
 
 
-def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[str, str],
-            names: list[str], head_dim: int | None) -> None:
+@dataclass(frozen=True)
+class _Walk:
+    """What the launch body, the segment and the herd of one launch share: its sizes (q block
+    of tq rows per tile, head-dim tiles dkc, V column tiles dvc, K/V chunks per stage cps),
+    the walked lengths and the head grouping."""
+
+    nq: int
+    ns: int
+    unroll: int
+    hd: int
+    heads: int
+    kvh: int
+    q_tile: int
+    kt: int
+    dv: int
+    cps: int
+    lq: int
+    lk: int
+
+    @property
+    def tq(self) -> int:
+        return self.q_tile // self.nq
+
+    @property
+    def dkc(self) -> int:
+        return self.hd // self.kt
+
+    @property
+    def dvc(self) -> int:
+        return self.hd // self.dv
+
+    @property
+    def group(self) -> int:
+        return self.heads // self.kvh
+
+    @property
+    def first_q(self) -> int:
+        """The causal mask's q block of the first query: the Lk - Lq earlier positions in
+        whole blocks (0 for a prefill)."""
+        return (self.lk - self.lq) // self.tq
+
+
+def _walk(launch: Launch, layout: LaunchLayout) -> _Walk:
     s = launch.shape_dict
     nq, ns = layout.herd
-    unroll = layout.segment[0] if layout.segment else 1
-    hd, heads, kvh = s["head_dim"], s["heads"], s["kv_heads"]
     q_tile, dv = layout.l2[-1].shape
     kt = layout.l1[0].shape[1]
-    tq, dkc, dvc, cps = q_tile // nq, hd // kt, hd // dv, layout.loop
     lq, lk = padded_lengths(launch, q_tile, kt * ns)
     _heads_apart(launch, lq, lk)
-    group = heads // kvh
-    if (lk - lq) % tq:
+    walk = _Walk(nq, ns, layout.segment[0] if layout.segment else 1, s["head_dim"], s["heads"],
+                 s["kv_heads"], q_tile, kt, dv, layout.loop, lq, lk)
+    if (lk - lq) % walk.tq:
         raise EmitError(f"{launch.label}: the causal mask's block indices need the {lk - lq} "
-                        f"earlier positions in whole blocks of {tq}")
+                        f"earlier positions in whole blocks of {walk.tq}")
+    return walk
 
-    w("# which heads and V columns this segment takes")
-    if dvc > 1:
-        w(f"hg = at([(ly, 1)], divisor={dvc})  # head group; V column tile: dz")
-        w(f"dz = at([(ly, 1), (hg, {-dvc})])")
+
+def _cols(f: _Walk, at_rows: str) -> str:
+    """The V column tile's first element of those rows."""
+    return f"at([({at_rows}, 1), (dz, {f.dv})])" if f.dvc > 1 else at_rows
+
+
+def launch_in(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[str, str],
+              names: list[str], head_dim: int | None) -> None:
+    """The launch body before the segment: which heads and V column tile this launch
+    iteration takes, and every DDR-side put of Q, K and V, per head of the unroll group (the
+    channel index) and cascade stage, as attn_npu2.py issues them."""
+    f = _walk(launch, layout)
+    w("# which heads and V columns this launch iteration takes")
+    if f.dvc > 1:
+        w(f"hg = at([(ly, 1)], divisor={f.dvc})  # head group; V column tile: dz")
+        w(f"dz = at([(ly, 1), (hg, {-f.dvc})])")
     else:
         w("hg = at([(ly, 1)])  # head group")
-    w(f"head = at([(hg, {unroll}), (gx, 1)])")
-    w(f"kv_head = at([(head, 1)], divisor={group})  # GQA: {group} query heads per KV head")
+    for h in range(f.unroll):
+        w(f"head{h} = at([(hg, {f.unroll})], {h})" if h else f"head{h} = at([(hg, {f.unroll})])")
+        w(f"kv_head{h} = at([(head{h}, 1)], divisor={f.group})  # GQA: {f.group} query heads "
+          "per KV head")
+    for h in range(f.unroll):
+        q_at, qs = head_rows(launch, "q", f"head{h}", f.heads, f.lq, f.hd, [("lx", f.q_tile)])
+        for st in range(f.ns):
+            w(f"# head {h} of the group, stage {st}: the q block in {f.dkc} head-dim tile(s) "
+              f"per {f.tq}-row block, then K chunks {st * f.cps}..{st * f.cps + f.cps - 1}, "
+              "then V chunks")
+            w(f"ChannelPut('{p}_qk_in', {arg['q']}, indices=[{h}, {st}], offsets=[0, 0, 0, "
+              f"{q_at}], sizes=[{f.nq}, {f.dkc}, {f.tq}, {f.kt}], strides=[{f.tq * qs}, "
+              f"{f.kt}, {qs}, 1])")
+            k_at, ks = head_rows(launch, "k", f"kv_head{h}", f.kvh, f.lk, f.hd, [],
+                                 st * f.cps * f.kt)
+            w(f"ChannelPut('{p}_qk_in', {arg['k']}, indices=[{h}, {st}], offsets=[0, 0, 0, "
+              f"{k_at}], sizes=[{f.cps}, {f.dkc}, {f.kt}, {f.kt}], strides=[{f.kt * ks}, "
+              f"{f.kt}, {ks}, 1])")
+            v_at, vs = head_rows(launch, "v", f"kv_head{h}", f.kvh, f.lk, f.hd, [],
+                                 st * f.cps * f.kt)
+            w(f"ChannelPut('{p}_v_in', {arg['v']}, indices=[{h}, {st}], offsets=[0, 0, "
+              f"{_cols(f, v_at)}], sizes=[{f.cps}, {f.kt}, {f.dv}], strides=[{f.kt * vs}, "
+              f"{vs}, 1])")
 
-    def cols(at_rows: str) -> str:        # the V column tile's first element of those rows
-        return f"at([({at_rows}, 1), (dz, {dv})])" if dvc > 1 else at_rows
 
-    q_at, qs = head_rows(launch, "q", "head", heads, lq, hd, [("lx", q_tile)])
-    for st in range(ns):
-        w(f"# stage {st}: the q block in {dkc} head-dim tile(s) per {tq}-row block, then K "
-          f"chunks {st * cps}..{st * cps + cps - 1}, then V chunks")
-        w(f"ChannelPut('{p}_qk_in', {arg['q']}, indices=[gx, {st}], offsets=[0, 0, 0, {q_at}], "
-          f"sizes=[{nq}, {dkc}, {tq}, {kt}], strides=[{tq * qs}, {kt}, {qs}, 1])")
-        k_at, ks = head_rows(launch, "k", "kv_head", kvh, lk, hd, [], st * cps * kt)
-        w(f"ChannelPut('{p}_qk_in', {arg['k']}, indices=[gx, {st}], offsets=[0, 0, 0, {k_at}], "
-          f"sizes=[{cps}, {dkc}, {kt}, {kt}], strides=[{kt * ks}, {kt}, {ks}, 1])")
-        v_at, vs = head_rows(launch, "v", "kv_head", kvh, lk, hd, [], st * cps * kt)
-        w(f"ChannelPut('{p}_v_in', {arg['v']}, indices=[gx, {st}], offsets=[0, 0, {cols(v_at)}], "
-          f"sizes=[{cps}, {kt}, {dv}], strides=[{kt * vs}, {vs}, 1])")
-    w("# memory-tile relays: each chunk re-tiled 8x8 for the matmuls, broadcast along the row")
+def launch_out(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[str, str],
+               names: list[str], head_dim: int | None) -> None:
+    """The launch body after the segment: each head's output block from its memory tile to
+    DDR (after the segment that produces it, as attn_npu2.py orders them), with the heads
+    `launch_in` named."""
+    f = _walk(launch, layout)
+    for h in range(f.unroll):
+        o_at, os_ = head_rows(launch, "o", f"head{h}", f.heads, f.lq, f.hd, [("lx", f.q_tile)])
+        w(f"ChannelGet('{p}_o_out', {arg['o']}, indices=[{h}], offsets=[0, {_cols(f, o_at)}], "
+          f"sizes=[{f.q_tile}, {f.dv}], strides=[{os_}, 1])")
+
+
+def _counter_start(w: Writer, f: _Walk) -> None:
+    """On the first launch iteration (the flag in [1] still 0), the counter is set: the
+    first q block, the head group and the V column tile at 0."""
+    w("# the causal mask's counter: this core's own count of launch iterations (the array")
+    w("# runs one configuration for all of them, so it never sees the launch index)")
+    for slot in range(counter_slots(f.hd, f.dv)):
+        w(f"ctr{slot} = at([], {slot})" if slot else "ctr0 = at([])")
+    w("first_run = arith.CmpIOp(arith.CmpIPredicate.eq, load(ctr_l1, [ctr1]), "
+      "arith.ConstantOp(i32, 0))")
+    w("boot = scf.IfOp(first_run)")
+    w("with InsertionPoint(boot.then_block):")
+    w.indent()
+    w(f"store(arith.ConstantOp(i32, {f.first_q}), ctr_l1, [ctr0])")
+    w("store(arith.ConstantOp(i32, 1), ctr_l1, [ctr1])")
+    for slot in range(2, counter_slots(f.hd, f.dv)):
+        w(f"store(arith.ConstantOp(i32, 0), ctr_l1, [ctr{slot}])")
+    w("scf.YieldOp([])")
+    w.dedent()
+
+
+def _counter_step(w: Writer, f: _Walk) -> None:
+    """After each launch iteration: the V column tile ([3]) wraps into the head group ([2]),
+    which wraps into the next q block ([0] += q_tiles), in the launch grid's order (its last
+    index fastest, as attn_npu2.py counts it)."""
+    groups = f.heads // f.unroll
+
+    def wrap(slot: int, size: int, then: Callable[[], None]) -> None:
+        w(f"nxt{slot} = arith.AddIOp(load(ctr_l1, [ctr{slot}]), arith.ConstantOp(i32, 1))"
+          ".result")
+        w(f"wrapped{slot} = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.sge, nxt{slot}, "
+          f"arith.ConstantOp(i32, {size})))")
+        w(f"with InsertionPoint(wrapped{slot}.then_block):")
+        w.indent()
+        w(f"store(arith.ConstantOp(i32, 0), ctr_l1, [ctr{slot}])")
+        then()
+        w("scf.YieldOp([])")
+        w.dedent()
+        w(f"counting{slot} = scf.IfOp(arith.CmpIOp(arith.CmpIPredicate.slt, nxt{slot}, "
+          f"arith.ConstantOp(i32, {size})))")
+        w(f"with InsertionPoint(counting{slot}.then_block):")
+        w.indent()
+        w(f"store(nxt{slot}, ctr_l1, [ctr{slot}])")
+        w("scf.YieldOp([])")
+        w.dedent()
+
+    def next_q() -> None:
+        w("store(arith.AddIOp(load(ctr_l1, [ctr0]), arith.ConstantOp(i32, "
+          f"{f.nq})).result, ctr_l1, [ctr0])")
+
+    def next_group() -> None:
+        wrap(2, groups, next_q)
+
+    w("# count this launch iteration: V column tile, then head group, then q block")
+    if f.dvc > 1:
+        wrap(3, f.dvc, next_group)
+    else:
+        next_group()
+
+
+def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[str, str],
+            names: list[str], head_dim: int | None) -> None:
+    f = _walk(launch, layout)
+    nq, ns, kt, tq, dkc, cps, dv = f.nq, f.ns, f.kt, f.tq, f.dkc, f.cps, f.dv
+    w("# memory-tile relays: Q, K and V from the launch body, each chunk re-tiled 8x8 for the")
+    w("# matmuls, broadcast along the stage's row")
     for st in range(ns):
         for name, n, width in (("qk", nq * dkc + cps * dkc, kt), ("v", cps, dv)):
             w(f"for i in range_(0, {n}):")
@@ -237,6 +389,7 @@ def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[s
     _call(w, "zero_fill_gp_bf16", "gp_l1")
     _call(w, "zero_fill_sp_bf16", "sp_l1")
     _call(w, "neg_inf_fill_up_bf16", "up_l1")
+    _counter_start(w, f)
     w("# every q block arrives on the stage's relay; each tile keeps its own")
     for qt in range(nq):
         for c in range(dkc):
@@ -247,6 +400,8 @@ def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[s
             _call(w, "copy_tile", "qk_l1", f"q{c}_l1")
             w("AffineYieldOp([])")
             w.dedent()
+    w("# the mask's q block: the counter's first q block of this iteration + tx")
+    w("q_block = arith.AddIOp(load(ctr_l1, [ctr0]), arith.index_cast(i32, tx)).result")
     w(f"for j in range_(0, {cps}):")
     w.indent()
     _call(w, "zero_fill_g_bf16", "g_l1")
@@ -254,11 +409,9 @@ def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[s
         w(f"ChannelGet('{p}_qk_to_l1', qk_l1, indices=[gx, ty, tx])")
         _call(w, "matmul_a_b_bf16", f"q{c}_l1", "qk_l1", "g_l1")
     w(f"ChannelGet('{p}_v_to_l1', v_l1, indices=[gx, ty, tx])")
-    w("# the mask takes the block indices: q block = launch q block x q_tiles + tx, KV "
-      "block = stage x chunks per stage + j")
-    first_q = (lk - lq) // tq
-    q_block = f"at([(lx, {nq}), (tx, 1)], {first_q})" if first_q else f"at([(lx, {nq}), (tx, 1)])"
-    _call(w, "apply_causal_mask", "g_l1", f"arith.index_cast(i32, {q_block})",
+    w("# the mask takes the block indices: the q block, and KV block = stage x chunks per "
+      "stage + j")
+    _call(w, "apply_causal_mask", "g_l1", "q_block",
           f"arith.index_cast(i32, at([(ty, {cps}), (j, 1)]))")
     w("# online softmax: new row max (up), exp(G - max), the chunk's sum (s), the rescale (r)")
     _call(w, "fused_softmax", "g_l1", "up_l1", "s_l1", "r_l1")
@@ -309,6 +462,7 @@ def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[s
     w.dedent()
     w("AffineYieldOp([])")
     w.dedent()
+    _counter_step(w, f)
     free(w, layout.l1)
     w.dedent()
 
@@ -319,6 +473,3 @@ def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[s
     w("yield_([])")
     w.dedent()
     w(f"ChannelPut('{p}_o_out', o_l2, indices=[gx])")
-    o_at, os_ = head_rows(launch, "o", "head", heads, lq, hd, [("lx", q_tile)])
-    w(f"ChannelGet('{p}_o_out', {arg['o']}, indices=[gx], offsets=[0, {cols(o_at)}], "
-      f"sizes=[{q_tile}, {dv}], strides=[{os_}, 1])")

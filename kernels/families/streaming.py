@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..air_programs.air_parts import (
     Buffer,
+    EmitError,
     Extern,
     KernelSource,
     LaunchLayout,
@@ -281,8 +282,12 @@ class KernelCall:
     """An upstream micro-kernel a block is handed to (upstream_kernels.json): its C symbol,
     the object and mlir-air source it is compiled from (with no defines: these kernels take
     every size at run time, so one object serves every shape), the L1 buffers it takes in
-    order, then one i32, the elements of one call. `per_row` kernels take one row (RoPE's
-    `dims`): each buffer is passed as a window of a row, in a loop over the block's rows."""
+    order, then one i32, the elements of one call. A `per_row` kernel takes one row (RoPE's
+    `dims`), and its block is one row: one row per DMA, the kernel called on the whole row
+    buffers, as upstream's rope_halfsplit.py does. Several rows per DMA with a call per row
+    on a window of each buffer is the structure upstream found broken (half the rows came
+    back zero or NaN: docs/hardware-facts.md#known-failure-symptoms); the verifier's window
+    check refuses it."""
 
     symbol: str
     obj: str
@@ -294,9 +299,8 @@ class KernelCall:
     def kernel_source(self) -> KernelSource:
         return KernelSource(self.obj, self.source, ())
 
-    def extern(self, width: int) -> Extern:
-        return Extern(self.symbol, self.obj, (*self.buffers, "i32"),
-                      window=width if self.per_row else None)
+    def extern(self) -> Extern:
+        return Extern(self.symbol, self.obj, (*self.buffers, "i32"))
 
 
 def config(launch: Launch) -> dict[str, Any]:
@@ -328,6 +332,10 @@ def layout(kernel: KernelCall | None, *, imports: tuple[str, ...] = (),
         streams = [o for o in ops if o.role == "input"] + [o for o in ops if o.role == "output"]
         width, stored = s["width"], stored_rows(launch)
         rows = int(c.get("tile_rows", 0))
+        if kernel is not None and kernel.per_row and rows != 1:
+            raise EmitError(f"{launch.label}: {kernel.symbol} takes one row per call, so its "
+                            f"block is one row per DMA (tile_rows 1, as upstream's "
+                            f"{kernel.source.rsplit('/', 2)[-2]} example moves it), not {rows}")
         block = rows * width if rows else int(c["tile"])
         loop = cdiv(stored * width, block * hm * herd_rows)
         l1: tuple[Buffer, ...] = tuple(buf(f"{o.name}_l1", (block,), BF16, "L1", True)
@@ -336,7 +344,7 @@ def layout(kernel: KernelCall | None, *, imports: tuple[str, ...] = (),
         l1 += tuple(buf(f"{o.name}_l1", (block,) if o.role == "table" else (width,),
                         BF16, "L1") for o in ops if o.role in ("table", "weight"))
         l1 += scratch
-        externs = () if kernel is None else (kernel.extern(width),)
+        externs = () if kernel is None else (kernel.extern(),)
         kernels = () if kernel is None else (kernel.kernel_source,)
         # the last round's blocks run past the data: every stream is padded to the rounds'
         # reach, and a table to the rows those positions need (RoPE seq-first: row r is
@@ -371,23 +379,9 @@ def stored_rows(launch: Launch) -> int:
 
 def call_extern(w: Writer, launch: Launch, layout: LaunchLayout, step: int, rows: int,
                 head_dim: int | None) -> None:
-    """The micro-kernel on this block: once on the whole block (its elements), or, for a
-    kernel that takes one row, once per row on a window of each buffer."""
-    ext = layout.externs[0]
-    if ext.window is None:
-        call(w, ext, (step,))
-        return
-    width = ext.window
-    w(f"for r in range_(0, {rows}):")
-    w.indent()
-    w(f"row = at([(r, {width})])")
-    views = {}
-    for name in ext.args[:-1]:
-        views[name] = f"{name.removesuffix('_l1')}_row"
-        w(f"{views[name]} = subview({name}, [row], [{width}], [1])")
-    call(w, ext, (width,), views)
-    w("yield_([])")
-    w.dedent()
+    """The micro-kernel on this block's buffers, whole: the block's elements (one row of a
+    per-row kernel)."""
+    call(w, layout.externs[0], (step,))
 
 
 def segment(compute: ComputeWriter = call_extern, per_block: BlockWriter | None = None

@@ -2,14 +2,17 @@
 (test_air_addressing.py): it runs the source's syntax tree, enumerates every air.launch,
 air.segment and air.herd index and every loop iteration, evaluates the `at(...)` affine helper
 (nested too) and the names assigned from it, and records each DMA (ChannelPut, ChannelGet,
-dma_memcpy_nd), micro-kernel call and vector store with the flat elements it walks. Helpers
-build the launches and the elements a layout puts a slice at. mlir-air is not needed."""
+dma_memcpy_nd), micro-kernel call and vector store with the flat elements it walks. Scalars a
+core keeps in L1 (memref.load / memref.store, i32 arithmetic and comparisons, scf.if) are
+run too, in the launch grid's order (its last index fastest), each core's L1 starting at zero
+and kept across launch iterations: FlashAttention's causal-mask counter. Helpers build the
+launches and the elements a layout puts a slice at. mlir-air is not needed."""
 
 from __future__ import annotations
 
 import ast
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -58,18 +61,75 @@ def _callee(node: ast.AST) -> str | None:
     return ast.unparse(node.func) if isinstance(node, ast.Call) else None
 
 
-def value(node: ast.expr, env: dict[str, int]) -> int:
+@dataclass
+class Memory:
+    """The scalars cores keep in L1 (memref.store, memref.load): per allocation, core
+    (segment and herd indices) and element. L1 starts at zero when the program is loaded
+    and keeps its values across launch iterations."""
+
+    cells: dict[tuple[str, tuple[int, ...], int], int] = field(default_factory=dict)
+    refs: dict[str, str] = field(default_factory=dict)
+
+    @staticmethod
+    def core(env: dict[str, int]) -> tuple[int, ...]:
+        return tuple(env.get(k, -1) for k in ("gx", "gy", "tx", "ty"))
+
+    def load(self, node: ast.Call, env: dict[str, int]) -> int:
+        buffer, (index,) = node.args[0], node.args[1].elts     # type: ignore[attr-defined]
+        assert isinstance(buffer, ast.Name)
+        key = (self.refs[buffer.id], self.core(env), value(index, env, self))
+        return self.cells.get(key, 0)
+
+    def store(self, node: ast.Call, env: dict[str, int]) -> None:
+        what, buffer, (index,) = node.args[0], node.args[1], \
+            node.args[2].elts                                    # type: ignore[attr-defined]
+        assert isinstance(buffer, ast.Name)
+        key = (self.refs[buffer.id], self.core(env), value(index, env, self))
+        self.cells[key] = value(what, env, self)
+
+
+#: i32 arithmetic and comparisons on the scalars (arith.AddIOp(...).result, arith.CmpIOp)
+_INTEGER = {"arith.AddIOp": lambda a, b: a + b, "arith.SubIOp": lambda a, b: a - b,
+            "arith.MulIOp": lambda a, b: a * b}
+_COMPARE = {"eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "slt": lambda a, b: a < b,
+            "sle": lambda a, b: a <= b, "sgt": lambda a, b: a > b, "sge": lambda a, b: a >= b}
+
+
+def runtime(node: ast.expr) -> bool:
+    """An expression of the scalars a core keeps: a load, i32 arithmetic on them, a
+    comparison, scf.if's condition."""
+    if isinstance(node, ast.Attribute) and node.attr == "result":
+        node = node.value
+    return _callee(node) in ("load", "arith.CmpIOp", "scf.IfOp", *_INTEGER)
+
+
+def value(node: ast.expr, env: dict[str, int], mem: Memory | None = None) -> int:
     """An index expression of the program: a literal, a name bound to an index, `at(...)` (its
     terms may be `at` calls themselves), or an i32 made from one (arith.ConstantOp,
-    arith.index_cast)."""
+    arith.index_cast); with `mem`, also a scalar a core keeps (`runtime`)."""
+    if isinstance(node, ast.Attribute) and node.attr == "result":
+        return value(node.value, env, mem)
+    if isinstance(node, ast.Call) and mem is not None and runtime(node):
+        name = _callee(node)
+        if name == "load":
+            return mem.load(node, env)
+        if name == "scf.IfOp":
+            return value(node.args[0], env, mem)
+        if name == "arith.CmpIOp":
+            predicate = node.args[0]
+            assert isinstance(predicate, ast.Attribute)
+            a, b = (value(x, env, mem) for x in node.args[1:])
+            return int(_COMPARE[predicate.attr](a, b))
+        a, b = (value(x, env, mem) for x in node.args)
+        return _INTEGER[name](a, b)             # type: ignore[index]
     if isinstance(node, ast.Constant) and isinstance(node.value, int):
         return node.value
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        return -value(node.operand, env)
+        return -value(node.operand, env, mem)
     if isinstance(node, ast.Name):
         return env[node.id]
     if isinstance(node, ast.Call) and _callee(node) in ("arith.ConstantOp", "arith.index_cast"):
-        return value(node.args[1], env)
+        return value(node.args[1], env, mem)
     if isinstance(node, ast.Call) and _callee(node) == "at":
         # at(terms, constant=0, divisor=1) = (sum(value * multiplier) + constant) floordiv divisor
         params = dict(zip(("terms", "constant", "divisor"), node.args, strict=False))
@@ -139,9 +199,10 @@ def decorator_of(fn: ast.FunctionDef) -> tuple[str, ast.Call] | None:
 
 
 def _walk(body: list[ast.stmt], env: dict[str, int], refs: dict[str, str],
-          out: list[Op]) -> None:
+          out: list[Op], mem: Memory) -> None:
     env, refs = dict(env), dict(refs)
     for stmt in body:
+        mem.refs = refs
         if isinstance(stmt, ast.FunctionDef) and (deco := decorator_of(stmt)) is not None:
             # launch, segment, herd: isolated from above, so only the operands pass in
             _, call = deco
@@ -160,19 +221,19 @@ def _walk(body: list[ast.stmt], env: dict[str, int], refs: dict[str, str],
                       if n not in refs}
             for point in itertools.product(*(range(s) for s in sizes)):
                 inner = {**passed, **dict(zip(ids, [*point, *sizes], strict=True))}
-                _walk(stmt.body, inner, inner_refs, out)
+                _walk(stmt.body, inner, inner_refs, out, mem)
         elif isinstance(stmt, ast.For):
             loop = stmt.iter
             assert isinstance(loop, ast.Call) and _callee(loop) == "range_"
             assert isinstance(stmt.target, ast.Name)
             lo, hi = (value(a, env) for a in loop.args)
             for i in range(lo, hi):
-                _walk(stmt.body, {**env, stmt.target.id: i}, refs, out)
+                _walk(stmt.body, {**env, stmt.target.id: i}, refs, out, mem)
         elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 \
                 and isinstance(stmt.targets[0], ast.Name):
             name = stmt.targets[0].id
-            if _callee(stmt.value) == "at":
-                env[name] = value(stmt.value, env)
+            if _callee(stmt.value) == "at" or runtime(stmt.value):
+                env[name] = value(stmt.value, env, mem)
             elif _callee(stmt.value) == "AllocOp":
                 refs[name] = name
             elif _callee(stmt.value) == "subview":
@@ -183,6 +244,28 @@ def _walk(body: list[ast.stmt], env: dict[str, int], refs: dict[str, str],
         elif isinstance(stmt, ast.Expr) and _callee(stmt.value) in ISSUED:
             assert isinstance(stmt.value, ast.Call)
             out.append(Op(stmt.value, env, refs))
+        elif isinstance(stmt, ast.Expr) and _callee(stmt.value) == "store":
+            assert isinstance(stmt.value, ast.Call)
+            mem.store(stmt.value, env)
+        elif isinstance(stmt, ast.With) and (branch := _scf_branch(stmt)) is not None \
+                and branch[0] in env:
+            taken, block = branch
+            if env[taken] == (block == "then_block"):
+                _walk(stmt.body, env, refs, out, mem)
+            mem.refs = refs
+
+
+def _scf_branch(stmt: ast.With) -> tuple[str, str] | None:
+    """`with InsertionPoint(x.then_block)` (or else_block): x's name and the branch. The
+    walk follows it when x is an scf.if (a name `runtime` bound), not an affine.if's."""
+    (item,) = stmt.items
+    call = item.context_expr
+    if _callee(call) != "InsertionPoint":
+        return None
+    block = call.args[0]                                         # type: ignore[attr-defined]
+    if not (isinstance(block, ast.Attribute) and isinstance(block.value, ast.Name)):
+        return None
+    return block.value.id, block.attr
 
 
 def _function(source: str) -> ast.FunctionDef:
@@ -198,7 +281,7 @@ def trace(source: str) -> tuple[list[str], list[Op]]:
     func = _function(source)
     args = [a.arg for a in func.args.args]
     ops: list[Op] = []
-    _walk(func.body, {}, {a: a for a in args}, ops)
+    _walk(func.body, {}, {a: a for a in args}, ops, Memory())
     return args, ops
 
 

@@ -215,7 +215,10 @@ def test_a_cascade_channel_between_memory_tiles_is_caught():
 
 def test_every_check_has_a_known_bad_program():
     caught = {"build", "bounds", "elements", "channel", "extern", "l1", "l2", "coverage"}
-    assert set(CHECKS) == caught
+    # window, vector and launch: the structures upstream found broken, in
+    # test_air_structures.py
+    upstreams_failures = {"window", "vector", "launch"}
+    assert set(CHECKS) == caught | upstreams_failures
 
 
 def test_the_stand_in_refuses_what_the_builder_refuses():
