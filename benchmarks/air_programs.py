@@ -3,7 +3,9 @@
 
 For each of the ten catalog models, every dispatch of the baseline plan and of the optimized
 plan, prefill at several prompt lengths (by default 2048, 1000 and 300: a multiple of 1024,
-a multiple of neither 128 nor 1024, and a short one) and one decode step, is emitted and
+a multiple of neither 128 nor 1024, and a short one) and two decode steps (at the longest
+length, built for its own length; halfway through a context of the longest length, its
+decode attention built for the context and told its length at run time), is emitted and
 run through the program verifier (`kernels.air_programs.air_verify`): the program's builder runs
 against a recording stand-in of mlir-air's Python package, and every DMA, channel, extern call,
 L1/L2 footprint and output is checked. Printed per model: programs emitted, clean, and
@@ -43,7 +45,9 @@ def model_programs(model: str, lengths: list[int]) -> dict[str, Any]:
     first: dict[str, str] = {}
     plans = []
     t0 = time.perf_counter()
-    for mode in [*(Prefill(n) for n in lengths), Decode(max(lengths))]:
+    longest = max(lengths)
+    for mode in [*(Prefill(n) for n in lengths), Decode(longest),
+                 Decode(longest // 2, longest)]:
         base = baseline_plan(model, args, mode, XDNA2)
         plans += [(mode, "baseline", base), (mode, "optimized", optimize(base, XDNA2).plan)]
     for mode, kind, plan in plans:
