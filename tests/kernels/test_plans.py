@@ -482,6 +482,19 @@ def test_plan_command_rejects_bad_input_in_one_line(cli):
     assert_one_error(cli("plan", "no-such-model"), "no-such-model")
     result = cli("plan", "llama-3.2-1b", "--mode", "sideways")
     assert result.exit_code == 2 and "sideways" in result.stderr
+    assert_one_error(cli("plan", "llama-3.2-1b", "--mode", "decode", "--pos", "128",
+                         "--context", "100"), "--context 100 must hold position 128")
+
+
+def test_plan_command_prices_a_decode_built_for_a_context(cli):
+    def total(*context: str) -> float:
+        return float(json.loads(cli("plan", "llama-3.2-1b", "--mode", "decode", "--pos",
+                                    "128", *context, "--json").stdout)["total_s"])
+
+    data = json.loads(cli("plan", "llama-3.2-1b", "--mode", "decode", "--pos", "128",
+                          "--context", "2048", "--json").stdout)
+    assert data["mode"] == "decode p=128 of 2048"
+    assert total("--context", "2048") == data["total_s"] > total()
 
 
 def test_plan_check_verifies_every_program_and_fails_on_a_violation(cli, tmp_path):
