@@ -174,10 +174,12 @@ def first_positions(s: Shape, c: dict[str, Any], x: Tensors) -> Tensors:
 
 
 def emulate(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensors:
+    """FlashAttention's numerics with Lq = 1 over the step's first Lk positions."""
     return flash_attention.emulate(s, c, first_positions(s, c, x), out)
 
 
 def reference(s: Shape, c: dict, x: Tensors) -> Tensors:
+    """FP32 attention of the query over the step's first Lk positions."""
     return flash_attention.reference(s, c, first_positions(s, c, x))
 
 
