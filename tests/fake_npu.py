@@ -164,7 +164,10 @@ def _as_bound(kernel: str, config: dict[str, Any], operand: str,
 class SimulatedXrt(FakeXrt):
     """FakeXrt whose runs compute: the launches of the program behind the kernel, each with
     the emulator's numerics, reading and writing the buffer objects' bytes in the layouts
-    the plan binds (as the program's DMA patterns would)."""
+    the plan binds (as the program's DMA patterns would). A dimension a program reads at
+    run time (decode attention's cache length, built for a longer context) takes its value
+    from the program's i32 argument, and the launch reads that many positions of its
+    buffers."""
 
     def __init__(self, head_dim: int | None = None, *, virtual: bool = False) -> None:
         super().__init__()
