@@ -65,7 +65,7 @@ def test_flash_attention_moves_each_heads_rows_in_its_layout(
     hd, dv = s["head_dim"], c.get("dv_tile") or kt
     group, tq, dkc, dvc = s["heads"] // s["kv_heads"], q_tile // nq, hd // kt, hd // dv
     cps = -(-s["Lk"] // (kt * ns))                # K/V chunks per cascade stage
-    (q, k, v, o, length), ops = trace(emit(launch))
+    (q, k, v, o), ops = trace(emit(launch))
     q_phys = attention_elements(s["heads"], s["Lq"], hd, layout)
     kv_phys = attention_elements(s["kv_heads"], s["Lk"], hd, layout)
     blocks = s["Lq"] // q_tile
