@@ -4,7 +4,9 @@ Issues 24 and 36's acceptance.
 
 For each catalog model, every dispatch of the baseline plan and of the optimized plan,
 prefill at several prompt lengths (by default 2048, 1000 and 300: a multiple of 1024, a
-multiple of neither 128 nor 1024, and a short one) and one decode step, is emitted.
+multiple of neither 128 nor 1024, and a short one) and two decode steps (at the longest
+length, built for its own length; halfway through a context of the longest length, its
+decode attention built for the context and told its length at run time), is emitted.
 
 * **Programs per mode.** A program is its kernels, shapes, configuration and layouts, never
   its layer (`kernels.air_programs.air.plan_programs`): printed per model and mode, for
@@ -79,7 +81,9 @@ def model_programs(model: str, lengths: list[int]) -> dict[str, Any]:
     first: dict[str, str] = {}
     rows = []
     t0 = time.perf_counter()
-    for mode in [*(Prefill(n) for n in lengths), Decode(max(lengths))]:
+    longest = max(lengths)
+    for mode in [*(Prefill(n) for n in lengths), Decode(longest),
+                 Decode(longest // 2, longest)]:
         base = baseline_plan(model, args, mode, XDNA2)
         rows += [mode_row(model, mode, "baseline", base),
                  mode_row(model, mode, "optimized", optimize(base, XDNA2).plan)]
@@ -108,7 +112,7 @@ def print_report(r: dict[str, Any]) -> None:
     print(f"MLIR-AIR programs per model and mode (host {r['host']}); lengths {r['lengths']} "
           f"and decode; every program an {OUTPUT_FORMAT.upper()}; a process keeps "
           f"{r['contexts']} loaded; nothing compiled")
-    print(f"{'model':14} {'mode':14} {'plan':9} {'dispatches':>10} {'programs':>9} "
+    print(f"{'model':14} {'mode':20} {'plan':9} {'dispatches':>10} {'programs':>9} "
           f"{'upstream':>8} {'multi':>6}  {'largest buffer':>16}  budget")
     for model, m in r["models"].items():
         for row in m["modes"]:
@@ -117,7 +121,7 @@ def print_report(r: dict[str, Any]) -> None:
                 ok = "within" if row["within_contexts"] and row["within_upstream"] else "OVER"
             else:
                 ok = "" if row["within_contexts"] else "reloads (LRU)"
-            print(f"{model:14} {row['mode']:14} {row['plan']:9} {row['dispatches']:10d} "
+            print(f"{model:14} {row['mode']:20} {row['plan']:9} {row['dispatches']:10d} "
                   f"{row['distinct']:9d} {up:>8} {row['multi_launch']:6d}  "
                   f"{_mb(row['largest_buffer_bytes']):>16}  {ok}")
     print("(programs: distinct builds, each loaded once and run by every layer; upstream: its "

@@ -48,9 +48,12 @@ class DeployedModel:
         out = self.runner.run(self.plan(Prefill(int(ids.shape[0]))), ids)
         return out.logits[-1], out.cache
 
-    def decode(self, token: int, pos: int, cache: dict[str, torch.Tensor]
-               ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        out = self.runner.run(self.plan(Decode(pos)), torch.tensor([token]), cache)
+    def decode(self, token: int, pos: int, cache: dict[str, torch.Tensor],
+               context: int | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """One decode step at `pos`; `context`: the positions its decode programs are built
+        for (`Decode.context`), the same at every step of a generation so that its NPU
+        decode attention is built once."""
+        out = self.runner.run(self.plan(Decode(pos, context)), torch.tensor([token]), cache)
         return out.logits[-1], out.cache
 
     def generate(self, ids: torch.Tensor, steps: int, *, stop: set[int] | None = None,
@@ -58,12 +61,15 @@ class DeployedModel:
                  follow: list[int] | None = None) -> Greedy:
         """Greedy decoding for `steps` tokens (or until a token of `stop`). With `follow`
         (another run's tokens), it stops at the first token that differs from it: the
-        token-set check compares nothing after that."""
+        token-set check compares nothing after that. Every decode step of the generation
+        runs plans built for its whole context (the prompt and the steps), so the NPU's
+        decode attention is compiled once for it, not as the cache grows."""
         if int(ids.shape[0]) + steps > self.args.max_positions:
             raise ValueError(f"{ids.shape[0]} prompt tokens + {steps} steps pass the model's "
                              f"max_position_embeddings={self.args.max_positions}")
         logits, cache = self.prefill(ids)
         pos = int(ids.shape[0])
+        context = pos + steps
         tokens: list[int] = []
         topk: list[list[int]] = []
         for step in range(steps):
@@ -77,6 +83,6 @@ class DeployedModel:
                 break
             if follow is not None and (step >= len(follow) or token != follow[step]):
                 break
-            logits, cache = self.decode(token, pos, cache)
+            logits, cache = self.decode(token, pos, cache, context)
             pos += 1
         return Greedy(tokens, topk)

@@ -205,7 +205,10 @@ class SimulatedXrt(FakeXrt):
     """FakeXrt whose runs compute: the launches of the program behind the kernel, each with
     the emulator's numerics, reading and writing the buffer objects' bytes in the layouts
     the plan binds (as the program's DMA patterns would). A run's modeled device time is
-    MIXED_FORMATS_SLOWDOWN times longer while ELF and xclbin contexts are alive together."""
+    MIXED_FORMATS_SLOWDOWN times longer while ELF and xclbin contexts are alive together. A
+    dimension a program reads at run time (decode attention's cache length, built for a
+    longer context) takes its value from the program's i32 argument, and the launch reads
+    that many positions of its buffers."""
 
     def __init__(self, head_dim: int | None = None, *, virtual: bool = False) -> None:
         super().__init__()
@@ -231,8 +234,16 @@ class SimulatedXrt(FakeXrt):
         if elf:
             assert kernel.name == f"main:{program.function}"     # the instance name
         slot = {name: i for i, (name, _, _) in enumerate(program.arguments)}
-        for launch, wiring in zip(program.launches, program.wiring, strict=True):
-            spec, shape = launch.spec, launch.shape_dict
+        by_key = {key: name for (name, _, _), key in zip(program.arguments, program.tensors,
+                                                         strict=True)}
+        for launch, layout, wiring in zip(program.launches, program.layouts, program.wiring,
+                                          strict=True):
+            # a dimension read at run time: this run's value, from its i32 argument
+            spec, built = launch.spec, launch.shape_dict
+            shape = {**built, **{dim: int(np.frombuffer(
+                bos[slot[by_key[f"runtime:{launch.label}:{dim}"]]].data, dtype=np.int32)[0])
+                for dim in layout.runtime}}
+            own = {op.name: op for op in spec.operands(shape)}
             config = {**launch.config_dict, "layouts": {b.operand: b.layout
                                                         for b in launch.bindings},
                       "exact_tiles": False}
@@ -241,9 +252,16 @@ class SimulatedXrt(FakeXrt):
             inputs: dict[str, torch.Tensor] = {}
             outputs: dict[str, torch.Tensor] = {}
             padded: list[tuple[torch.Tensor, torch.Tensor]] = []   # (its data, the result)
-            for op, arg in zip(spec.operands(shape), wiring, strict=True):
+            for op, arg in zip(spec.operands(built), wiring, strict=True):
                 b = launch.binding(op.name)
                 tensor = self._stored(op, b, bos[slot[arg]].data)
+                if own[op.name].dims != op.dims:
+                    # the program is built for more than this run: it reads the run's
+                    # positions, the first along each dimension of the buffer
+                    assert op.role != "output", f"{launch.label}: {op.name} sized at run time"
+                    tensor = tensor[tuple(slice(0, n) for n in _physical(
+                        own[op.name], b, self.head_dim or 0))]
+                    op = own[op.name]
                 if b.seq_pad is not None:
                     # a head-first tensor of a padded sequence: the emulator gets its data
                     data = tensor

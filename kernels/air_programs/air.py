@@ -66,6 +66,7 @@ def layout_of(launch: Launch, hw: Hardware = XDNA2) -> LaunchLayout:
         known = sorted(n for n, f in FAMILIES.items() if f.program is not None)
         raise EmitError(f"{launch.label}: no MLIR-AIR program for kernel {launch.kernel!r}; "
                         f"known: {', '.join(known)}")
+    launch = launch.built()         # a dimension read at run time: at the maximum built for
     layout = family.program.layout(launch, {**launch.spec.tunables, **launch.config_dict}, hw)
     # a padded head-first operand holds L_pad rows per head: its buffer is that much larger
     stored = {op.name: op.numel // pad[0] * pad[1] for op in layout.operands
@@ -244,14 +245,19 @@ def _argument_names(dispatch: Dispatch, layouts: list[LaunchLayout],
             key = f"scratch:{launch.label}:{name}"
             like_key = tensor_key(launch, launch.binding(like))
             args[key] = (f"arg{len(args)}_{name}", args[like_key][1], dtype)
+        for dim in layout.runtime:                  # a run-time dimension's value: one i32
+            key = f"runtime:{launch.label}:{dim}"
+            args[key] = (f"arg{len(args)}_{dim}", (1,), "i32")
     return args, wiring
 
 
 def scratch_names(launch: Launch, layout: LaunchLayout,
                   by_tensor: dict[str, tuple[str, tuple[int, ...], str]]) -> dict[str, str]:
-    """The function arguments of a launch's scratch buffers, by scratch name."""
-    return {name: by_tensor[f"scratch:{launch.label}:{name}"][0]
-            for name, _, _ in layout.scratch}
+    """The function arguments of a launch's scratch buffers, by scratch name, and of its
+    run-time dimensions' values, by dimension."""
+    return {**{name: by_tensor[f"scratch:{launch.label}:{name}"][0]
+               for name, _, _ in layout.scratch},
+            **{dim: by_tensor[f"runtime:{launch.label}:{dim}"][0] for dim in layout.runtime}}
 
 
 def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2,
@@ -259,7 +265,10 @@ def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2,
                   ) -> Program:
     """The MLIR-AIR module of one dispatch: one function, one air.launch per launch.
     `head_dim` (the model's) is needed when an operand is bound head-first; `sizes` are the
-    plan's padded tensor sizes (`padded_sizes`), this dispatch's own when not given."""
+    plan's padded tensor sizes (`padded_sizes`), this dispatch's own when not given. It is
+    written for the dispatch as built (`Dispatch.built`): one program for every value of a
+    dimension read at run time."""
+    dispatch = dispatch.built()
     layouts = [layout_of(ln, hw) for ln in dispatch.launches]
     function = _FUNCTION
     by_tensor, wiring = _argument_names(dispatch, layouts, sizes)

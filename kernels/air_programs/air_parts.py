@@ -148,6 +148,11 @@ class LaunchLayout:
     #: positions) in blocks of `multiple` positions: their per-head rows on the device must
     #: be a multiple of it (`kernels.air_programs.air.pad_sequences` pads them so)
     sequence: tuple[int, int] | None = None
+    #: dimensions of the launch's shape the program reads at run time
+    #: (`KernelFamily.runtime_dims`): each a function argument of one i32 (tensor key
+    #: "runtime:<label>:<dim>", named in the segment's argument map by the dimension) that
+    #: the backend writes per run with the launch's value
+    runtime: tuple[str, ...] = ()
 
     @property
     def tiles(self) -> int:

@@ -108,7 +108,8 @@ def _upstream_call(ctx: _Context, op: Op) -> list[str]:
 
 
 #: A C parameter's type as the call passes it.
-_C_TYPES = {"float*": "f32*", "bfloat16*": "bf16*", "int32_t": "i32", "int": "i32"}
+_C_TYPES = {"float*": "f32*", "bfloat16*": "bf16*", "int32_t*": "i32*", "int32_t": "i32",
+            "int": "i32"}
 
 
 @functools.cache

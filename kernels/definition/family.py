@@ -328,6 +328,12 @@ class KernelFamily:
     #: the values of `method` that belong to the low-precision tier (selection takes them
     #: only when no high-precision configuration fits)
     low_precision: tuple[str, ...] = ()
+    #: dimensions of its shape its program takes at run time rather than at build time,
+    #: each with the configuration key of the maximum the program is built for: (dim, key).
+    #: A launch holds this step's value (a decode's cache length); its program is built
+    #: for the maximum (`Launch.built`, one program for every value up to it) and reads the
+    #: value from a one-word i32 argument the backend writes per run (`LaunchLayout.runtime`)
+    runtime_dims: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:

@@ -96,6 +96,9 @@ def _plan_notes(f: KernelFamily) -> list[str]:
         notes.append(f"alone, {', '.join(f.head_first_alone)} are head-first")
     if f.transposed_weight:
         notes.append(f"reads its weight `{f.transposed_weight}` as W^T [K, N]")
+    for dim, key in f.runtime_dims:
+        notes.append(f"built for config `{key}` (one program up to it), {dim} read at run "
+                     "time")
     return notes
 
 

@@ -28,10 +28,22 @@ class Prefill:
 
 @dataclass(frozen=True)
 class Decode:
+    """One decode step at position `pos` (the cache holds `pos` positions; this token makes
+    pos + 1). `context`: the most positions the deployment's decode programs are built for
+    (its KV window, upstream's ATTN_MAXL in programming_examples/fused_decode/README.md), so
+    that every step up to it runs one build; None builds the step for its own length."""
+
     pos: int
+    context: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.context is not None and self.pos + 1 > self.context:
+            raise ValueError(f"decode position {self.pos} needs {self.pos + 1} cache "
+                             f"positions, past the context of {self.context} its programs "
+                             "are built for; give a larger context")
 
     def __str__(self) -> str:
-        return f"decode p={self.pos}"
+        return f"decode p={self.pos}" + (f" of {self.context}" if self.context else "")
 
 
 Mode = Prefill | Decode

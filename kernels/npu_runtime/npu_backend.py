@@ -44,7 +44,7 @@ from ..definition.specs import KernelSpec, Prefill, Shape
 from ..emulation.tensors import pad_heads, unpad_heads
 from ..performance.model import Profile, StepProfile, estimate
 from ..plans.plan import Binding, Dispatch, DispatchPlan, Kind, Launch, Layout
-from ..plans.plan_runner import PlanRunner, StepTime
+from ..plans.plan_runner import PlanRunner, StepTime, _physical
 from .xrt_runtime import (
     LOCK_PATH,
     Artifact,
@@ -78,6 +78,9 @@ def argument_kinds(dispatch: Dispatch, program: Program) -> dict[str, str]:
     for (name, _, _), key in zip(program.arguments, program.tensors, strict=True):
         if key.startswith("scratch:"):
             kinds[name] = "scratch"         # device only, the program's own (never synced)
+            continue
+        if key.startswith("runtime:"):
+            kinds[name] = "input"           # a run-time dimension's value, written per run
             continue
         bound = by_key[key]
         written = [b for b, role in bound if role == "output"]
@@ -159,10 +162,11 @@ class NpuBackend:
         return emit_dispatch(dispatch, self.hw, head_dim, sizes)
 
     def program(self, dispatch: Dispatch, head_dim: int | None) -> tuple[Program, Artifact]:
-        """The dispatch's program, written to `programs` and compiled (each distinct program
-        once: the dispatches of every layer share it)."""
+        """The dispatch's program, written to `programs` and compiled: each distinct program
+        once (the dispatches of every layer share it, and one build serves every value of a
+        dimension it reads at run time: keyed by the dispatch as built)."""
         dispatch, sizes = self._device_form(dispatch)
-        key = (dispatch, head_dim, tuple(sorted(sizes.items())))
+        key = (dispatch.built(), head_dim, tuple(sorted(sizes.items())))
         if key not in self._programs:
             program = emit_dispatch(dispatch, self.hw, head_dim, sizes)
             if self.programs is not None:
@@ -190,11 +194,13 @@ class NpuBackend:
                      head_dim: int | None = None) -> DispatchTimes:
         """Run every launch of `dispatch` as one submission. `operands` holds, per launch,
         its config and its input and output tensors by operand name (as the plan runner
-        binds them); outputs the host reads are filled."""
+        binds them); outputs the host reads are filled. A launch whose program is built for
+        more than its shape (a dimension read at run time, `Launch.built`) gets its inputs
+        zero-padded to the program's operands and its values in their i32 arguments."""
         dispatch = self.on_device(dispatch)
         program, artifact = self.program(dispatch, head_dim)
         kinds = argument_kinds(dispatch, program)
-        tensors: Tensors = {}
+        tensors: Tensors = dict(runtime_arguments(dispatch, program))
         # outputs of a padded sequence are read back whole, then their data copied out
         unpad: list[tuple[str, torch.Tensor, torch.Tensor, tuple[int, int]]] = []
         for launch, layout, wiring, (config, inputs, outputs) in zip(
@@ -205,7 +211,7 @@ class NpuBackend:
                                f"the program wires {[op.name for op in layout.operands]}")
             to_device = family(launch.kernel).to_device
             for op, arg in zip(layout.operands, wiring, strict=True):
-                t = given[op.name]
+                t = built_operand(launch, op, given[op.name], head_dim)
                 if to_device is not None and op.role != "output":
                     t = to_device({**launch.config_dict, **config}, op.name, t)
                 pad = launch.binding(op.name).seq_pad
@@ -248,6 +254,37 @@ class NpuBackend:
         # head-first operands need it)
         self.run_dispatch(alone(spec, shape, config), [(config, inputs, outputs)],
                           config.get("head_dim") or shape.get("head_dim"))
+
+
+def runtime_arguments(dispatch: Dispatch, program: Program) -> dict[str, torch.Tensor]:
+    """The i32 argument of each dimension `program`'s launches read at run time, holding
+    this dispatch's value (the step's cache length of a decode attention built for a
+    longer context)."""
+    args = {key: name for (name, _, _), key in zip(program.arguments, program.tensors,
+                                                   strict=True)}
+    return {args[f"runtime:{ln.label}:{dim}"]: torch.tensor([value], dtype=torch.int32)
+            for ln in dispatch.launches for dim, value in ln.runtime_values().items()}
+
+
+def built_operand(launch: Launch, op: Any, t: torch.Tensor, head_dim: int | None
+                  ) -> torch.Tensor:
+    """Operand `op` of the launch's program (its dims as built) from the tensor the plan
+    runner gives at the launch's own shape: the same, or, where the program is built for
+    more positions than the step holds, the step's data first along each dimension and
+    zeros after (its device buffer sized for the maximum, as upstream's decode cache is
+    for ATTN_MAXL; the program reads no position past the step's)."""
+    if t.numel() == op.numel:
+        return t
+    if op.role == "output":
+        raise XrtError(f"{launch.label}: output {op.name} holds {t.numel()} elements, the "
+                       f"program writes {op.numel}; a dimension read at run time may size "
+                       "inputs only")
+    own = {o.name: o for o in launch.spec.operands(launch.shape_dict)}[op.name]
+    binding = launch.binding(op.name)
+    data = t.reshape(_physical(own, binding, head_dim or 0))
+    out = torch.zeros(_physical(op, binding, head_dim or 0), dtype=t.dtype)
+    out[tuple(slice(0, n) for n in data.shape)] = data
+    return out
 
 
 def alone(spec: KernelSpec, shape: Shape, config: dict[str, Any]) -> Dispatch:
@@ -339,5 +376,5 @@ def _steps(trace: list[StepTime], times: list[DispatchTimes]) -> list[StepProfil
     return steps
 
 
-__all__ = ["REPEATS", "NpuBackend", "alone", "argument_kinds", "measure",
-           "measured_profile"]
+__all__ = ["REPEATS", "NpuBackend", "alone", "argument_kinds", "built_operand", "measure",
+           "measured_profile", "runtime_arguments"]

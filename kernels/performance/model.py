@@ -279,10 +279,13 @@ def _work(ln: Launch, p: PerfParams) -> Work:
 
 def launch_work(ln: Launch, p: PerfParams) -> tuple[float, float, int, str]:
     """(seconds of work after the launch floor, before the in-deployment derate, FLOPs,
-    bytes, bound) of a launch."""
-    work = _work(ln, p)
-    return work.seconds, ln.spec.flops(ln.shape_dict), ln.spec.bytes_moved(ln.shape_dict), \
-        work.bound
+    bytes, bound) of a launch. The work and bytes are the program's as built
+    (`Launch.built`: a decode attention built for a longer context streams all of it), the
+    FLOPs the step's own."""
+    built = ln.built()
+    work = _work(built, p)
+    return work.seconds, ln.spec.flops(ln.shape_dict), \
+        ln.spec.bytes_moved(built.shape_dict), work.bound
 
 
 def in_elf(ln: Launch) -> InElf:
@@ -301,7 +304,9 @@ def _rows(mode: Mode) -> int:
 
 
 def _operand_bytes(ln: Launch) -> dict[str, int]:
-    return {op.name: op.nbytes for op in ln.spec.operands(ln.shape_dict)}
+    """Each operand's device buffer: as the program is built (a cache sized for the
+    context, written whole with its zeros)."""
+    return {op.name: op.nbytes for op in ln.spec.operands(ln.built().shape_dict)}
 
 
 def estimate(plan: DispatchPlan, hw: Hardware = XDNA2, params: PerfParams | None = None
@@ -341,6 +346,8 @@ def dispatch_profile(d: Dispatch, p: PerfParams, py: float,
                 static[key] = size
             elif b.kind in ("input", "output"):
                 synced[key] = size
+        for dim in ln.runtime_values():            # a run-time dimension's i32, each run
+            synced[f"runtime:{ln.label}:{dim}"] = 4
     host_bytes = sum(synced.values())
     transfer = host_bytes / p.host_sync_bw
     total = p.dispatch_overhead_s + py + transfer + sum(lp.seconds for lp in launches)

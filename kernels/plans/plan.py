@@ -122,7 +122,7 @@ def baseline_plan(model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2,
     if isinstance(mode, Prefill):
         _prefill_steps(b, mode.seq, lm_head)
         return DispatchPlan(model, args, mode, tuple(b.steps), lm_head)
-    _decode_steps(b, mode.pos)
+    _decode_steps(b, mode.pos, mode.context)
     return DispatchPlan(model, args, mode, tuple(b.steps), "last-token")  # one token
 
 
@@ -218,7 +218,7 @@ def last_token_head(b: PlanBuilder, x: str, norm_weight: str) -> None:
     lm_head_gemv(b, "xn", rows_total=b.args.vocab)
 
 
-def _decode_steps(b: PlanBuilder, p: int) -> None:
+def _decode_steps(b: PlanBuilder, p: int, context: int | None = None) -> None:
     a = b.args
     h, hd, q, kv = a.hidden, a.head_dim, a.q_dim, a.kv_dim
     rows = {"rows": 1, "width": h}
@@ -252,7 +252,8 @@ def _decode_steps(b: PlanBuilder, p: int) -> None:
                 "v_cache": Binding("v_cache", t + "v_cache", "output", hf)}, pos=p)
         shape = {"heads": a.n_heads, "kv_heads": a.n_kv_heads, "Lq": 1, "Lk": p + 1,
                  "head_dim": hd}
-        b.launch("npu_decode_attention", "attention", i, shape, q=t + "qr",
+        b.launch("npu_decode_attention", "attention", i, shape,
+                 decode_window(b, shape, context), q=t + "qr",
                  k=Binding("k", t + "k_cache", "input", hf),
                  v=Binding("v", t + "v_cache", "input", hf), o=t + "o")
         b.launch("gemv", "o_proj", i, {"M": h, "K": q}, w=_w(i, "o_proj"), x=t + "o",
@@ -271,6 +272,19 @@ def _decode_steps(b: PlanBuilder, p: int) -> None:
     x = f"x.{a.n_layers}"
     b.launch("rmsnorm", "final_norm", None, rows, x=x, weight=_w(None, "final_norm"), y="xn")
     lm_head_gemv(b, "xn", rows_total=a.vocab)
+
+
+def decode_window(b: PlanBuilder, shape: Shape, context: int | None) -> dict[str, Any] | None:
+    """The decode attention's build constant: the `context` positions its program (and
+    micro-kernels) are built for, rounded up to its k_tile, so one build serves every step
+    up to it and the step's length (Lk) reaches the cores at run time
+    (kernels/families/decode_attention.py). None (no context): built for this step's own
+    length, as a plan of one position is priced."""
+    if context is None:
+        return None
+    k_tile = int(b.config("npu_decode_attention", shape).get(
+        "k_tile", SPECS["npu_decode_attention"].tunables["k_tile"]))
+    return {"context": -(-max(context, shape["Lk"]) // k_tile) * k_tile}
 
 
 # Upstream measures the LM head as GEMV partitions of 16384 x hidden

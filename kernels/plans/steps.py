@@ -106,6 +106,30 @@ class Launch(_Bound):
     def with_config(self, **changes: Any) -> Launch:
         return replace(self, config=tuple(sorted({**self.config_dict, **changes}.items())))
 
+    def built(self) -> Launch:
+        """The launch as its program is built: each dimension its family takes at run time
+        (`KernelFamily.runtime_dims`) at the maximum its configuration names (a decode
+        attention's cache length at the context it is built for). The launches of every
+        value up to that maximum share this form, hence one program; without the maximum
+        in its configuration, a launch is built for its own value."""
+        config, shape = self.config_dict, self.shape_dict
+        built = dict(shape)
+        for dim, key in family(self.kernel).runtime_dims:
+            most = config.get(key)
+            if most is None:
+                continue
+            if shape[dim] > int(most):
+                raise ValueError(f"{self.label}: {dim}={shape[dim]} is past the {key} "
+                                 f"{most} its program is built for; build it for a larger "
+                                 f"{key}")
+            built[dim] = int(most)
+        return self if built == shape else replace(self, shape=tuple(sorted(built.items())))
+
+    def runtime_values(self) -> dict[str, int]:
+        """This launch's values of the dimensions its program reads at run time."""
+        shape = self.shape_dict
+        return {dim: shape[dim] for dim, _ in family(self.kernel).runtime_dims}
+
 
 @dataclass(frozen=True)
 class Dispatch:
@@ -113,6 +137,11 @@ class Dispatch:
 
     name: str
     launches: tuple[Launch, ...]
+
+    def built(self) -> Dispatch:
+        """The dispatch as its program is built (`Launch.built`)."""
+        launches = tuple(ln.built() for ln in self.launches)
+        return self if launches == self.launches else replace(self, launches=launches)
 
 
 # Host ops a plan may hold: the kernel families that run on the host (the embedding lookup,

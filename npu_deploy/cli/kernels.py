@@ -22,15 +22,19 @@ from .render import data
 MAX_SEQ_LEN = 2048
 
 
-def decode_at(model: str, args: Any, pos: int) -> Any:
+def decode_at(model: str, args: Any, pos: int, context: int | None = None) -> Any:
     """The decode step at `pos`, refused past the model's context (max_position_embeddings):
-    a position the model was never trained to see has no plan worth modelling."""
+    a position the model was never trained to see has no plan worth modelling. `context`:
+    the positions its decode programs are built for (`Decode.context`), at least pos + 1."""
     from npu_deploy.kernels.definition.specs import Decode
 
     if pos >= args.max_positions:
         fail(f"position {pos} is past {model}'s context ({args.max_positions} positions, "
              f"0-{args.max_positions - 1}); choose a smaller one", EXIT_USAGE)
-    return Decode(pos)
+    if context is not None and not pos < context <= args.max_positions:
+        fail(f"--context {context} must hold position {pos} (at least {pos + 1}) and at most "
+             f"{model}'s {args.max_positions} positions; choose one in between", EXIT_USAGE)
+    return Decode(pos, context)
 
 
 @click.command("kernels")
@@ -137,6 +141,9 @@ def kernels_cmd(model: str, seq_len: int, decode_pos: int | None, hw_name: str,
               help="Prefill length L (and, for decode, the default position).")
 @click.option("--pos", type=click.IntRange(0, MAX_SEQ_LEN), default=None,
               help="Decode position p (default: --seq-len).")
+@click.option("--context", type=click.IntRange(1, None), default=None,
+              help="Decode: the positions its programs are built for, one build for every "
+                   "step up to it (default: the step's own length).")
 @click.option("--optimize", is_flag=True,
               help="Apply the plan transforms one at a time, keeping the faster plans.")
 @json_option("Print JSON instead of tables.")
@@ -147,8 +154,8 @@ def kernels_cmd(model: str, seq_len: int, decode_pos: int | None, hw_name: str,
               help="Verify every MLIR-AIR program (bounds, channels, externs, L1/L2, "
                    "coverage) against a stand-in of mlir-air's builder; exit 1 on any "
                    "violation. With --emit-air, also writes DIR/verify.json.")
-def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, optimize: bool,
-             as_json: bool, emit_air: Path | None, check_air: bool) -> None:
+def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, context: int | None,
+             optimize: bool, as_json: bool, emit_air: Path | None, check_air: bool) -> None:
     """The dispatch plan of MODEL, its modeled profile on XDNA 2, and (with --optimize) the
     transforms that make it faster.
 
@@ -164,7 +171,7 @@ def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, optimize: boo
 
     described, args = model_shape(model)
     step_mode = Prefill(seq_len) if mode == "prefill" else decode_at(
-        model, args, seq_len if pos is None else pos)
+        model, args, seq_len if pos is None else pos, context)
     try:
         plan = baseline_plan(model, args, step_mode, XDNA2)
     except NotImplementedError as e:

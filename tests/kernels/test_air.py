@@ -23,6 +23,7 @@ from npu_deploy.kernels.air_programs.air import (
     write_programs,
 )
 from npu_deploy.kernels.definition.checker import check_with_usage
+from npu_deploy.kernels.definition.registry import FAMILIES
 from npu_deploy.kernels.definition.selection import select
 from npu_deploy.kernels.definition.specs import Decode, KernelUse, Prefill
 from npu_deploy.kernels.families.gemm_numerics import method_name
@@ -145,11 +146,14 @@ def test_each_kernel_emits_its_spec_and_config(kernel, shape, config):
     assert re.fullmatch(rf"{kernel}_[0-9a-f]{{10}}", program.function)
     assert parsed.segment == "s0_segment" and all(h[0] == "s0_herd" for h in parsed.herds)
     # one function argument per operand, in the spec's order, with its element count; a
-    # fused-cast GEMM adds its FP32 C scratch and a second launch that casts it to C
+    # fused-cast GEMM adds its FP32 C scratch and a second launch that casts it to C; a
+    # dimension read at run time (decode attention's Lk) one i32
     args = [ast.literal_eval(a.args[0]) for a in func.decorator_list[0].args]  # type: ignore[attr-defined]
     operands = [math.prod(o.dims) for o in SPECS[kernel].operands(shape)]
     fused = kernel == "gemm_bf16" and method_name(kernel, shape, c) == "fused-cast"
-    assert [math.prod(a) for a in args] == operands + ([operands[-1]] if fused else [])
+    runtime = [1] * len(FAMILIES[kernel].runtime_dims)
+    assert [math.prod(a) for a in args] == \
+        operands + ([operands[-1]] if fused else []) + runtime
     assert [a.segment for a in after] == (["s0c_segment"] if fused else [])
     findings, usage = check_with_usage(SPECS[kernel], shape, c, XDNA2)
     assert not [f for f in findings if f.severity != "warning"]

@@ -148,7 +148,7 @@ def test_decode_attention_reads_each_kv_head_from_the_cache_in_its_layout(
     c = {**SPECS["npu_decode_attention"].tunables, **launch.config_dict}
     cols = min(c["herd_n"], s["kv_heads"])
     group, hd, lk = s["heads"] // s["kv_heads"], s["head_dim"], s["Lk"]
-    (q, k, v, o), ops = trace(emit(launch))
+    (q, k, v, o, length), ops = trace(emit(launch))
     kv_phys = attention_elements(s["kv_heads"], lk, hd, layout)
     q_phys = attention_elements(s["heads"], 1, hd, "head-first")     # Lq = 1: either layout
 
@@ -174,6 +174,10 @@ def test_decode_attention_reads_each_kv_head_from_the_cache_in_its_layout(
         for op in moves:
             kv = kv_head(op)
             assert torch.equal(op.pattern(), q_phys[kv * group:(kv + 1) * group].reshape(-1))
+    # every column reads the step's length (one i32, the last argument) after its queries
+    puts = [op for op in ops if op.kind == "ChannelPut" and op.ref(1) in (q, length)]
+    assert [op.ref(1) for op in puts] == [q, length] * s["kv_heads"]
+    assert all(op.pattern().tolist() == [0] for op in puts if op.ref(1) == length)
 
 
 # --- GEMM's C --------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ stand-in (kernels.air_programs.recording_builder)."""
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -283,9 +284,10 @@ DECODE_MODELS = ["smollm2-135m", "qwen2.5-0.5b", "qwen3-0.6b", "llama-3.2-3b"]  
 #                                                      2, 3; head_dim 64, 64, 128, 128
 
 
+@pytest.mark.parametrize("context", [None, 1000])        # built for the step, or for 1024
 @pytest.mark.parametrize("position", [255, 256, 300])   # Lk 256, 257 and 301: a whole
 @pytest.mark.parametrize("model", DECODE_MODELS)        # k_tile and a tail of 1 and 45
-def test_decode_attention_passes_every_check(model, position):
+def test_decode_attention_passes_every_check(model, position, context):
     from npu_deploy.cli.models import model_shape
     from npu_deploy.kernels import XDNA2
     from npu_deploy.kernels.air_programs.air import emit_dispatch
@@ -294,13 +296,17 @@ def test_decode_attention_passes_every_check(model, position):
     from npu_deploy.kernels.plans.plan import baseline_plan
 
     _, args = model_shape(model)
-    plan = baseline_plan(model, args, Decode(position), XDNA2)
+    plan = baseline_plan(model, args, Decode(position, context), XDNA2)
     dispatch = next(d for d in plan.dispatches
                     if any(ln.kernel == "npu_decode_attention" for ln in d.launches))
     program = emit_dispatch(dispatch, XDNA2, args.head_dim)
     assert [v.line() for v in verify(program)] == []
-    # the softmax is told the real length: the score row's padding counts no key
-    assert f"arith.ConstantOp(i32, {position + 1})" in program.source
+    # the length is read at run time, never built in: the kernels take it from L1 (the
+    # score row's padding counts no key), and the K/V loops run to the length built for
+    built = 1024 if context else position + 1
+    assert re.search(r"CallOp\(decode_attn_softmax_\w+, \[s_l1, len_l1\]\)", program.source)
+    assert f"range_(0, {built})" in program.source
+    assert f"i32, {position + 1})" not in program.source
 
 
 def test_decode_attention_that_outgrows_l1_is_caught_by_the_checker_and_the_verifier():
@@ -349,13 +355,15 @@ def own_kernel_call(args: str, types: str) -> str:
 
 
 def test_a_call_of_our_own_kernel_is_held_to_its_source():
-    good = own_kernel_call("s_l1, arith.ConstantOp(i32, 40)",
-                           "MemRefType.get([2, 32], f32, memory_space=L1), i32")
+    length = "AllocOp(MemRefType.get([1], i32, memory_space=L1), [], [])"
+    good = own_kernel_call(f"s_l1, {length}", "MemRefType.get([2, 32], f32, memory_space=L1), "
+                           "MemRefType.get([1], i32, memory_space=L1)")
     assert verify_source(good, outputs=(0,)) == []
-    bad = own_kernel_call("s_l1", "MemRefType.get([2, 32], f32, memory_space=L1)")
+    bad = own_kernel_call("s_l1, arith.ConstantOp(i32, 40)",
+                          "MemRefType.get([2, 32], f32, memory_space=L1), i32")
     found = verify_source(bad, outputs=(0,))
     assert [v.check for v in found] == ["extern"]
-    assert "decode_attn_softmax in kernels/aie/decode_attention.cc takes (f32*, i32)" \
+    assert "decode_attn_softmax in kernels/aie/decode_attention.cc takes (f32*, i32*)" \
         in found[0].message
 
 

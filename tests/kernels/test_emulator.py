@@ -46,6 +46,34 @@ def test_every_kernel_passes_against_its_fp32_reference(kernel, shape):
     assert report.backend == "emulator" and report.rtol == 1.6e-2
 
 
+@pytest.mark.parametrize("layout", ["head-first", "seq-first"])
+def test_decode_attention_counts_no_position_past_the_steps_length(layout):
+    """The NPU's decode attention is built for a context and reads the step's length at run
+    time: handed a cache buffer of the context's positions (here junk past the step's),
+    the emulator attends over the first Lk alone, bit for bit what it computes from a cache
+    of exactly Lk positions, at every length."""
+    spec = SPECS["npu_decode_attention"]
+    heads, hkv, hd, context = 6, 2, 64, 192
+    g = torch.Generator().manual_seed(7)
+    q = to_bf16(torch.randn(heads, 1, hd, generator=g))
+    k, v = (to_bf16(torch.randn(hkv, context, hd, generator=g)) for _ in range(2))
+
+    def stored(t: torch.Tensor) -> torch.Tensor:
+        return t if layout == "head-first" else t.transpose(0, 1).reshape(t.shape[1], -1)
+
+    config = {**spec.tunables, "context": context, "layouts": {"k": layout, "v": layout}}
+    outs = []
+    for lk in (1, 2, 63, 64, 65, 130, 192):
+        shape = {"heads": heads, "kv_heads": hkv, "Lq": 1, "Lk": lk, "head_dim": hd}
+        exact, full = (torch.empty(heads, 1, hd, dtype=torch.bfloat16) for _ in range(2))
+        EMU.run(spec, shape, config, {"q": q, "k": stored(k[:, :lk].contiguous()),
+                                      "v": stored(v[:, :lk].contiguous())}, {"o": exact})
+        EMU.run(spec, shape, config, {"q": q, "k": stored(k), "v": stored(v)}, {"o": full})
+        assert torch.equal(full, exact), lk
+        outs.append(exact)          # and each length counts: no two outputs alike
+    assert all(not torch.equal(a, b) for a, b in zip(outs, outs[1:], strict=False))
+
+
 def test_a_gemm_whose_n_the_tiles_do_not_divide_writes_a_corrupt_output():
     """docs/hardware-facts.md#gemm-tiling-and-herds: N not divisible by tile_n x herd_n is
     silently corrupt (cosine ~0.02).

@@ -143,6 +143,66 @@ def test_every_layer_runs_the_same_compiled_program_on_buffers_of_its_own(tiny_m
     assert set(first[0][0].tensors).isdisjoint(second[0][0].tensors)
 
 
+@pytest.mark.parametrize("transforms", [(), ("reuse_buffers", "merge_dispatches")],
+                         ids=["baseline", "merged"])
+def test_decode_attention_is_built_once_for_every_position_of_its_context(
+        transforms, tiny_models, tmp_path):
+    """Decode steps of one context at positions 64+ apart: the decode-attention program is
+    one source (one digest), compiled and loaded once on the simulated NPU (every layer runs
+    it), its
+    cache buffers sized for the context and kept from step to step; each step reads its
+    length at run time and gives the emulator's bits, which are those of the step built for
+    its own length (positions past it count for nothing)."""
+    name, context, window = "tiny-llama", 200, 256         # the context up to k_tile (64)
+    m = tiny_models[name]
+    emulator = PlanRunner(m.args, m.weights, EmulatorBackend())
+    backend, sim = npu_backend(tmp_path, m.args.head_dim)
+    compiled = []
+    compile_fn = backend.compiler
+    assert compile_fn is not None
+    backend.compiler = lambda program: (compiled.append(program), compile_fn(program))[1]
+    npu = PlanRunner(m.args, m.weights, backend)
+    digests, buffers = set(), set()
+    for pos in (10, 74, 150):
+        cache = emulator.run(baseline_plan(name, m.args, Prefill(pos)),
+                             torch.arange(3, 3 + pos) % m.args.vocab).cache
+        plan = optimized(baseline_plan(name, m.args, Decode(pos, context)), transforms)
+        alone = optimized(baseline_plan(name, m.args, Decode(pos)), transforms)
+        token = torch.tensor([pos % m.args.vocab])
+        want = emulator.run(plan, token, cache)
+        assert torch.equal(want.logits, emulator.run(alone, token, cache).logits)
+        got = npu.run(plan, token, cache)
+        assert torch.equal(got.logits, want.logits), pos
+        attention = [d for d in plan.dispatches
+                     if any(ln.kernel == "npu_decode_attention" for ln in d.launches)]
+        assert len(attention) == m.args.n_layers
+        digests.add(tuple(backend.emitted(d, m.args.head_dim).digest for d in attention))
+        buffers.add(backend.runner._device["L0.k_cache"][0].id)     # type: ignore[union-attr]
+        assert backend.runner._device["L0.k_cache"][2] == \
+            2 * m.args.n_kv_heads * window * m.args.head_dim        # type: ignore[union-attr]
+    assert len(digests) == 1 and len(buffers) == 1
+    built = [p for p in compiled
+             if any(ln.kernel == "npu_decode_attention" for ln in p.launches)]
+    assert len(built) == 1                      # one build, whatever the layer and position
+    assert {p.digest for p in built} == set(next(iter(digests)))
+    assert all(ln.shape_dict["Lk"] == window for p in built for ln in p.launches
+               if ln.kernel == "npu_decode_attention")
+    # one hardware context per compiled program, opened once
+    assert len([c for c in sim.calls if c[0] == "hw_context"]) == len(compiled)
+
+
+def test_a_step_past_its_context_is_refused(tiny_models):
+    m = tiny_models["tiny-llama"]
+    with pytest.raises(ValueError, match="past the context of 64"):
+        Decode(64, 64)
+    plan = baseline_plan("tiny-llama", m.args, Decode(63, 64))
+    launch = next(ln for ln in plan.launches() if ln.kernel == "npu_decode_attention")
+    late = launch.with_bindings(launch.bindings)
+    late = replace(late, shape=tuple(sorted({**late.shape_dict, "Lk": 65}.items())))
+    with pytest.raises(ValueError, match="Lk=65 is past the context 64"):
+        late.built()
+
+
 def test_intermediates_stay_on_the_device_and_weights_are_written_once(tiny_models, tmp_path):
     m = tiny_models["tiny-llama"]
     backend, sim = npu_backend(tmp_path, m.args.head_dim)

@@ -14,6 +14,7 @@ import re
 import pytest
 import torch
 
+from npu_deploy.cli.models import model_shape
 from npu_deploy.kernels import XDNA2
 from npu_deploy.kernels.air_programs.air import emit_plan
 from npu_deploy.kernels.air_programs.air_verify import check_programs
@@ -119,6 +120,48 @@ def test_decode_attention_without_a_valid_configuration_runs_on_the_host_with_th
     short = baseline_plan("qwen2.5-3b", args, Decode(100))
     assert sum(ln.kernel == "npu_decode_attention" for ln in short.launches()) == args.n_layers
     assert not any(s.op == "decode_attention" for s in short.host_steps)
+
+
+def test_decode_plans_of_one_context_emit_one_program_at_every_position():
+    """Built for a context, the decode attention takes the step's length at run time: the
+    plans at positions 40 and 400 (and 1023) emit the same programs, digest for digest;
+    built for their own lengths they do not. The checker holds the program as built: a
+    context whose score rows overflow L1 sends the step to the host even where its own
+    length would fit."""
+    _, args = model_shape("smollm2-135m")
+
+    def digests(mode: Decode) -> list[str]:
+        return [p.digest for p in emit_plan(baseline_plan("smollm2-135m", args, mode))]
+
+    once = digests(Decode(40, 1024))
+    assert once == digests(Decode(400, 1024)) == digests(Decode(1023, 1024))
+    alone = digests(Decode(40)), digests(Decode(400))
+    assert alone[0] != alone[1]
+    assert sum(a != b for a, b in zip(*alone, strict=True)) == args.n_layers    # attention
+    qwen = CATALOG["qwen2.5-3b"].args
+    far = baseline_plan("qwen2.5-3b", qwen, Decode(100, 2048))
+    att = [s for s in far.host_steps if s.role == "attention"]
+    assert len(att) == qwen.n_layers and all("shorter context" in s.reason for s in att)
+    assert all(s.shape_dict["Lk"] == 101 for s in att)     # the host attends the step's
+
+
+def test_decode_attention_built_for_a_context_is_priced_as_it_streams():
+    """Like upstream's one decode template, a program built for a context streams all of
+    its cache at every step (the cores skip the positions past the length, the DMA does
+    not): the modeled launch and the bytes the host writes are the context's at any
+    position, those of the step built for the whole context; the FLOPs are the step's."""
+    def attention(mode: Decode) -> tuple[float, int, float]:
+        profile = estimate(baseline_plan("llama-3.2-1b", LLAMA, mode))
+        step = next(s for s in profile.steps
+                    if any(ln.kernel == "npu_decode_attention" for ln in s.launches))
+        return step.launches[0].seconds, step.host_bytes, step.launches[0].flops
+
+    early, late, whole = attention(Decode(128, 1024)), attention(Decode(1000, 1024)), \
+        attention(Decode(1023))
+    assert early[:2] == late[:2] == whole[:2]
+    assert early[2] < late[2] < whole[2]
+    alone = attention(Decode(128))
+    assert alone[0] < early[0] and alone[1] < early[1]
 
 
 def test_a_head_dim_the_kernels_cannot_take_is_refused_with_the_reason(tiny_models):
@@ -461,6 +504,19 @@ def test_plan_command_rejects_bad_input_in_one_line(cli):
     assert_one_error(cli("plan", "no-such-model"), "no-such-model")
     result = cli("plan", "llama-3.2-1b", "--mode", "sideways")
     assert result.exit_code == 2 and "sideways" in result.stderr
+    assert_one_error(cli("plan", "llama-3.2-1b", "--mode", "decode", "--pos", "128",
+                         "--context", "100"), "--context 100 must hold position 128")
+
+
+def test_plan_command_prices_a_decode_built_for_a_context(cli):
+    def total(*context: str) -> float:
+        return float(json.loads(cli("plan", "llama-3.2-1b", "--mode", "decode", "--pos",
+                                    "128", *context, "--json").stdout)["total_s"])
+
+    data = json.loads(cli("plan", "llama-3.2-1b", "--mode", "decode", "--pos", "128",
+                          "--context", "2048", "--json").stdout)
+    assert data["mode"] == "decode p=128 of 2048"
+    assert total("--context", "2048") == data["total_s"] > total()
 
 
 def test_plan_check_verifies_every_program_and_fails_on_a_violation(cli, tmp_path):
