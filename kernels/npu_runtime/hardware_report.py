@@ -18,9 +18,9 @@ from the machine that made them.
 - `programs`: per distinct program compiled: `plan`, `dispatch`, `function`, `digest`,
   `structure` (its function: its kernels and digest), `programs` (how many dispatches of
   the plans run it: every layer's), `launches`, `compiled`, `cached`, `compile_s`, and
-  for one that failed to compile `log` (mlir-air's error with aircc's output) and `ir` (`program`, the source given
-  to mlir-air's builder, and `air_mlir`, what aircc was given, when it got that far); null
-  otherwise.
+  for one that failed to compile `log` (mlir-air's error with aircc's output) and `ir`
+  (`program`, the source given to mlir-air's builder, and `air_mlir`, what aircc was given,
+  when it got that far); null otherwise.
 - `kernels`: per (kernel, shape) of Phase 1: `kernel`, `shape`, `config`, `roles`, `mode`,
   `seconds` (the median of `runs_s`, each a run from start to the end of its wait),
   `host_write_s`, `host_read_s`, `numerics` (per output: within_frac, max_abs, rel_l2,
