@@ -18,7 +18,7 @@ import click
 
 from .group import code_version
 from .kit import SEQ_LEN, needed_for
-from .options import json_option
+from .options import json_option, mlir_air_source_option
 from .output import EXIT_FAILED, EXIT_USAGE, emit_json, fail
 
 
@@ -119,11 +119,7 @@ class RichSteps:
               envvar="NPU_DEPLOY_AIR_OBJECTS",
               help="The micro-kernel objects the programs link, as build-objects writes "
                    "them [$NPU_DEPLOY_AIR_OBJECTS, else build-objects' default].")
-@click.option("--mlir-air-source", "mlir_air", default=None, metavar="DIR",
-              envvar="NPU_DEPLOY_MLIR_AIR_SOURCE",
-              type=click.Path(file_okay=False, path_type=Path),
-              help="A checkout of mlir-air: its programming_examples/silu_and_mul is run "
-                   "first as the control [$NPU_DEPLOY_MLIR_AIR_SOURCE].")
+@mlir_air_source_option("its programming_examples/silu_and_mul is run first as the control")
 @click.option("--npu-runtime", default=None, hidden=True, metavar="MODULE:FUNCTION",
               help="A simulated NPU instead of pyxrt and mlir-air (the tests' "
                    "fake_npu:machine); its reports cannot be imported.")

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from .options import json_option
+from .options import json_option, mlir_air_source_option
 from .output import EXIT_FAILED, EXIT_USAGE, emit_json, fail
 
 #: the prefill length build-objects, doctor and validate-hardware plan at unless told:
@@ -56,11 +56,7 @@ def _catalog() -> list[str]:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               metavar="DIR", help="Where to write the objects and manifest.json (default: "
               "$NPU_DEPLOY_AIR_OBJECTS, else ~/.local/share/npu-deploy/air-objects).")
-@click.option("--mlir-air-source", "mlir_air", default=None, metavar="DIR",
-              envvar="NPU_DEPLOY_MLIR_AIR_SOURCE",
-              type=click.Path(file_okay=False, path_type=Path),
-              help="A checkout of github.com/Xilinx/mlir-air: its programming_examples/ "
-                   "hold the kernel sources [$NPU_DEPLOY_MLIR_AIR_SOURCE].")
+@mlir_air_source_option("its programming_examples/ hold the kernel sources")
 @click.option("--seq-len", type=click.IntRange(8, 2048), default=SEQ_LEN, show_default=True,
               help="The prefill length (and decode position) the plans are made at, as "
                    "validate-hardware's --seq-len.")

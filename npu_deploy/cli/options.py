@@ -1,4 +1,5 @@
-"""The options every command shares, declared once: `--db` (the store) and `--json`."""
+"""The options several commands share, declared once: `--db` (the store), `--json`, and
+the kit's `--mlir-air-source`."""
 
 from __future__ import annotations
 
@@ -29,6 +30,15 @@ def db_option(f: F) -> F:
 def json_option(help: str = "Print JSON instead of a table.") -> Callable[[F], F]:
     """`--json` on every listing, passed to the command as `as_json`."""
     return click.option("--json", "as_json", is_flag=True, help=help)
+
+
+def mlir_air_source_option(what: str) -> Callable[[F], F]:
+    """`--mlir-air-source DIR` (a checkout of mlir-air), passed as `mlir_air`; `what` says
+    what the command takes from it."""
+    return click.option("--mlir-air-source", "mlir_air", default=None, metavar="DIR",
+                        envvar="NPU_DEPLOY_MLIR_AIR_SOURCE",
+                        type=click.Path(file_okay=False, path_type=Path),
+                        help=f"A checkout of mlir-air: {what} [$NPU_DEPLOY_MLIR_AIR_SOURCE].")
 
 
 def db_path() -> Path:
