@@ -114,6 +114,7 @@ class NpuBackend:
     _builds: dict[str, Artifact] = field(default_factory=dict)   # program digest -> its build
     _sizes: dict[str, int] = field(default_factory=dict)     # tensor -> padded elements
     _padded: dict[Dispatch, Dispatch] = field(default_factory=dict)   # its sequence padded
+    _prepared: set[Dispatch] = field(default_factory=set)   # the padded ones, as they run
     _lock: Any = None
 
     def _runner(self) -> XrtRunner:
@@ -144,6 +145,7 @@ class NpuBackend:
         buffers sized once), before its first dispatch."""
         padded, self._sizes = on_device(plan, self.hw)
         self._padded = dict(zip(plan.dispatches, padded, strict=True))
+        self._prepared = set(padded)
 
     def on_device(self, dispatch: Dispatch) -> Dispatch:
         """The dispatch as its program runs it: its sequence padded as `prepare` padded the
@@ -152,6 +154,8 @@ class NpuBackend:
 
     def _device_form(self, dispatch: Dispatch) -> tuple[Dispatch, dict[str, int]]:
         """The dispatch as it runs (`on_device`) and its tensors' buffer sizes."""
+        if dispatch not in self._padded and dispatch not in self._prepared:
+            return self.on_device(dispatch), {}     # not the prepared plan's: sized alone
         dispatch = self.on_device(dispatch)
         keys = {tensor_key(ln, b) for ln in dispatch.launches for b in ln.bindings}
         return dispatch, {k: self._sizes[k] for k in keys if k in self._sizes}
