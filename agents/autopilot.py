@@ -34,7 +34,7 @@ from npu_deploy.events.payloads import (
     LessonRecorded,
 )
 from npu_deploy.events.phases import PHASES
-from npu_deploy.kernels.definition.specs import SPECS, Decode, Mode, Prefill
+from npu_deploy.kernels.definition.specs import SPECS, Mode, Prefill
 from npu_deploy.kernels.plans.optimize import DECODE_ORDER, PREFILL_ORDER
 from npu_deploy.machine import NeedsHuman, Pipeline
 from npu_deploy.metrics.tokens import Greedy
@@ -162,10 +162,10 @@ class Autopilot:
     # --- 4 and 5: optimization -------------------------------------------------------------
 
     def phase4(self, run: Any, tb: Toolbox) -> None:
-        self._optimize(run, tb, Prefill(tb.ws.settings.seq_len), PREFILL_ORDER)
+        self._optimize(run, tb, tb.ws.settings.prefill, PREFILL_ORDER)
 
     def phase5(self, run: Any, tb: Toolbox) -> None:
-        self._optimize(run, tb, Decode(tb.ws.settings.seq_len), DECODE_ORDER)
+        self._optimize(run, tb, tb.ws.settings.decode, DECODE_ORDER)
 
     def _optimize(self, run: Any, tb: Toolbox, mode: Mode, base: tuple[str, ...]) -> None:
         scope = "prefill" if isinstance(mode, Prefill) else "decode"

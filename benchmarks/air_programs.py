@@ -6,7 +6,10 @@ For each catalog model, every dispatch of the baseline plan and of the optimized
 prefill at several prompt lengths (by default 2048, 1000 and 300: a multiple of 1024, a
 multiple of neither 128 nor 1024, and a short one) and two decode steps (at the longest
 length, built for its own length; halfway through a context of the longest length, its
-decode attention built for the context and told its length at run time), is emitted.
+decode attention built for the context and told its length at run time), is emitted. A
+prompt runs as the prefill of its length padded to a multiple of 128
+(`kernels.definition.specs.prompt_prefill`); for a prompt that is not, the optimized plan
+at its exact length is emitted too (plan "unpadded"), to show what the padding saves.
 
 * **Programs per mode.** A program is its kernels, shapes, configuration and layouts, never
   its layer (`kernels.air_programs.air.plan_programs`): printed per model and mode, for
@@ -39,7 +42,7 @@ from npu_deploy.cli.models import model_shape
 from npu_deploy.kernels import XDNA2
 from npu_deploy.kernels.air_programs.air import OUTPUT_FORMAT, plan_programs
 from npu_deploy.kernels.air_programs.air_verify import CHECKS, Violation, verify_programs
-from npu_deploy.kernels.definition.specs import Decode, Mode, Prefill
+from npu_deploy.kernels.definition.specs import Decode, Mode, Prefill, prompt_prefill
 from npu_deploy.kernels.measured.deployments import upstream_deployments
 from npu_deploy.kernels.plans.optimize import optimize
 from npu_deploy.kernels.plans.plan import baseline_plan
@@ -57,12 +60,14 @@ def upstream_elfs(model: str, mode: Mode) -> tuple[int | None, str]:
     return len(phase.elfs) + 1, phase.elfs[0].source
 
 
-def mode_row(model: str, mode: Mode, kind: str, plan: Any) -> dict[str, Any]:
+def mode_row(model: str, mode: Mode, kind: str, plan: Any, prompt: int | None = None
+             ) -> dict[str, Any]:
     programs = plan_programs(plan, XDNA2)
     distinct = programs.distinct
     size, tensor = programs.largest_buffer()
     upstream, source = upstream_elfs(model, mode)
-    return {"mode": str(mode), "plan": kind, "dispatches": len(programs.programs),
+    return {"mode": str(mode), "prompt": prompt, "plan": kind,
+            "dispatches": len(programs.programs),
             "distinct": len(distinct), "upstream_elfs": upstream, "upstream_from": source,
             "multi_launch": len(programs.multi_launch()), "format": OUTPUT_FORMAT,
             "largest_buffer_bytes": size, "largest_buffer": tensor,
@@ -82,11 +87,15 @@ def model_programs(model: str, lengths: list[int]) -> dict[str, Any]:
     rows = []
     t0 = time.perf_counter()
     longest = max(lengths)
-    for mode in [*(Prefill(n) for n in lengths), Decode(longest),
-                 Decode(longest // 2, longest)]:
+    modes: list[tuple[Mode, int | None]] = [(prompt_prefill(n), n) for n in lengths]
+    for mode, prompt in [*modes, (Decode(longest), None), (Decode(longest // 2, longest), None)]:
         base = baseline_plan(model, args, mode, XDNA2)
-        rows += [mode_row(model, mode, "baseline", base),
-                 mode_row(model, mode, "optimized", optimize(base, XDNA2).plan)]
+        rows += [mode_row(model, mode, "baseline", base, prompt),
+                 mode_row(model, mode, "optimized", optimize(base, XDNA2).plan, prompt)]
+        if prompt is not None and isinstance(mode, Prefill) and mode.seq != prompt:
+            exact = baseline_plan(model, args, Prefill(prompt), XDNA2)
+            rows.append(mode_row(model, Prefill(prompt), "unpadded",
+                                 optimize(exact, XDNA2).plan, prompt))
     seen: set[str] = set()
     for row in rows:
         fresh = [p for p in row.pop("_programs") if p.digest not in seen]
@@ -112,22 +121,24 @@ def print_report(r: dict[str, Any]) -> None:
     print(f"MLIR-AIR programs per model and mode (host {r['host']}); lengths {r['lengths']} "
           f"and decode; every program an {OUTPUT_FORMAT.upper()}; a process keeps "
           f"{r['contexts']} loaded; nothing compiled")
-    print(f"{'model':14} {'mode':20} {'plan':9} {'dispatches':>10} {'programs':>9} "
+    print(f"{'model':14} {'mode':22} {'plan':9} {'dispatches':>10} {'programs':>9} "
           f"{'upstream':>8} {'multi':>6}  {'largest buffer':>16}  budget")
     for model, m in r["models"].items():
         for row in m["modes"]:
             up = "-" if row["upstream_elfs"] is None else str(row["upstream_elfs"])
-            if row["plan"] == "optimized":
+            if row["plan"] != "baseline":
                 ok = "within" if row["within_contexts"] and row["within_upstream"] else "OVER"
             else:
                 ok = "" if row["within_contexts"] else "reloads (LRU)"
-            print(f"{model:14} {row['mode']:20} {row['plan']:9} {row['dispatches']:10d} "
+            mode = row["mode"] + (f" ({row['prompt']})" if row["prompt"] else "")
+            print(f"{model:14} {mode:22} {row['plan']:9} {row['dispatches']:10d} "
                   f"{row['distinct']:9d} {up:>8} {row['multi_launch']:6d}  "
                   f"{_mb(row['largest_buffer_bytes']):>16}  {ok}")
     print("(programs: distinct builds, each loaded once and run by every layer; upstream: its "
           "ELFs for that mode, the per-layer ones and the LM head's; multi: programs of more "
           "than one air.launch; budget of the deployed plan: at most upstream's ELFs and the "
-          "contexts)")
+          "contexts; (n): a prompt of n tokens, padded to L; unpadded: the optimized plan at "
+          "the prompt's own length, which a deployment does not run)")
     print()
     head = f"{'model':14} {'verified':>8} {'clean':>7}  " + " ".join(f"{c:>8}" for c in CHECKS)
     print(head)
@@ -146,7 +157,7 @@ def print_report(r: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(CATALOG), help="comma-separated models")
-    parser.add_argument("--lengths", default="2048,1000,300", help="prefill lengths")
+    parser.add_argument("--lengths", default="2048,1000,300", help="prompt lengths")
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)
     lengths = [int(x) for x in args.lengths.split(",")]

@@ -13,7 +13,7 @@ import torch
 
 from npu_deploy.events import progress
 from npu_deploy.kernels.definition.hardware import XDNA2, Hardware
-from npu_deploy.kernels.definition.specs import Decode, Mode, Prefill
+from npu_deploy.kernels.definition.specs import Decode, Mode, prompt_prefill
 from npu_deploy.kernels.plans.plan import DispatchPlan
 from npu_deploy.kernels.plans.plan_runner import PlanRunner
 from npu_deploy.metrics.tokens import Greedy, greedy_step
@@ -43,9 +43,14 @@ class DeployedModel:
             self._plans[mode] = self.recipe.plan(self.name, self.args, mode, self.hw)
         return self._plans[mode]
 
+    def prefill_plan(self, tokens: int) -> DispatchPlan:
+        """The plan a prompt of `tokens` runs: the prefill of the length it is padded to
+        (`prompt_prefill`), so that prompts of nearby lengths run one build."""
+        return self.plan(prompt_prefill(tokens))
+
     def prefill(self, ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The last position's logits [vocab] and the KV cache."""
-        out = self.runner.run(self.plan(Prefill(int(ids.shape[0]))), ids)
+        """The last position's logits [vocab] and the KV cache of the prompt's positions."""
+        out = self.runner.run(self.prefill_plan(int(ids.shape[0])), ids)
         return out.logits[-1], out.cache
 
     def decode(self, token: int, pos: int, cache: dict[str, torch.Tensor],

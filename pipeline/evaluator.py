@@ -29,7 +29,6 @@ import click
 from npu_deploy.events import progress
 from npu_deploy.events.describe import check_text, gate_figures
 from npu_deploy.events.payloads import GateEvaluated, HumanDecision, PhaseExited
-from npu_deploy.kernels.definition.specs import Decode, Prefill
 from npu_deploy.oracle import reference_of
 from npu_deploy.pipeline.deployed import reference_greedy
 from npu_deploy.pipeline.gates.block import block_checks
@@ -125,7 +124,7 @@ def _evaluate(ws: Workspace, recipes: dict[int, Recipe]) -> list[dict[str, Any]]
             seen[key] = model_checks(ws, recipes[k], answers)[0]
         checks += _tagged(k, seen[key])
     progress.advance()
-    pre, dec = Prefill(ws.settings.seq_len), Decode(ws.settings.seq_len)
+    pre, dec = ws.settings.prefill, ws.settings.decode
     checks += _tagged(4, [speed_check(ws, recipes[4], pre)])
     checks += _tagged(5, [speed_check(ws, replace(recipes[5]), dec)])
     progress.advance()

@@ -48,7 +48,7 @@ from npu_deploy.events.describe import check_text, failing_checks
 from npu_deploy.kernels.air_programs.air import EmitError, Program
 from npu_deploy.kernels.definition.hardware import XDNA2, Hardware
 from npu_deploy.kernels.definition.selection import select
-from npu_deploy.kernels.definition.specs import SPECS, KernelUse, Prefill
+from npu_deploy.kernels.definition.specs import SPECS, KernelUse
 from npu_deploy.kernels.emulation.validate import output_buffers, seeded_inputs, validate_kernel
 from npu_deploy.kernels.npu_runtime.control import Control
 from npu_deploy.kernels.npu_runtime.hardware_report import NPU_RUNTIME, SCHEMA, SCHEMA_VERSION, seal
@@ -327,7 +327,7 @@ class HardwareValidation:
         ids = canonical_prompts(self.seq_len, chat=False)[-1].token_ids(tokenizer)
         goldens = reference_of(self.loaded).capture(ids)
         deployed = block_model(self.model, self.loaded, Recipe(), self.backend, self.hw)
-        plan = deployed.plan(Prefill(int(ids.shape[0])))
+        plan = deployed.prefill_plan(int(ids.shape[0]))
         try:
             tensors = deployed.runner.run(plan, ids).tensors
             profile = measure(deployed.runner, plan, ids, repeats=self.repeats)

@@ -28,7 +28,14 @@ from npu_deploy.events.payloads import (
 from npu_deploy.kernels.definition.checker import check
 from npu_deploy.kernels.definition.hardware import Hardware
 from npu_deploy.kernels.definition.selection import select
-from npu_deploy.kernels.definition.specs import SPECS, Decode, KernelUse, Mode, Prefill
+from npu_deploy.kernels.definition.specs import (
+    SPECS,
+    Decode,
+    KernelUse,
+    Mode,
+    Prefill,
+    prompt_prefill,
+)
 from npu_deploy.kernels.emulation.validate import validate_kernel
 from npu_deploy.kernels.performance.model import Profile
 from npu_deploy.kernels.plans.plan import Dispatch, DispatchPlan, config_key
@@ -112,10 +119,11 @@ def kernel_uses(ws: Workspace, recipe: Recipe) -> dict[str, dict[str, Any]]:
 
 def model_kernel_uses(model: str, args: ModelArgs, seq_len: int, recipe: Recipe,
                       hw: Hardware) -> dict[str, dict[str, Any]]:
-    """Every (kernel, shape) a model launches: those of the prefill plan at seq_len and of
-    the decode plan at that position, keyed by config_key, with their roles."""
+    """Every (kernel, shape) a model launches: those of the prefill plan a prompt of
+    seq_len runs (padded: `prompt_prefill`) and of the decode plan at that position, keyed
+    by config_key, with their roles."""
     uses: dict[str, dict[str, Any]] = {}
-    for mode in (Prefill(seq_len), Decode(seq_len)):
+    for mode in (prompt_prefill(seq_len), Decode(seq_len)):
         for ln in recipe.baseline(model, args, mode, hw).launches():
             key = config_key(ln.kernel, ln.shape_dict)
             entry = uses.setdefault(key, {"kernel": ln.kernel, "shape": ln.shape_dict,
@@ -165,7 +173,7 @@ def block_metrics(ws: Workspace, recipe: Recipe, goldens: dict[str, torch.Tensor
     configurations) against the oracle's golden tensors, tensor by tensor."""
     model = block_model(ws.settings.model, ws.loaded, recipe, ws.backend, ws.hw)
     ids = ws.ids(ws.block_prompt())
-    tensors = model.runner.run(model.plan(Prefill(int(ids.shape[0]))), ids).tensors
+    tensors = model.runner.run(model.prefill_plan(int(ids.shape[0])), ids).tensors
     return block_comparison(tensors, goldens)
 
 
@@ -198,7 +206,7 @@ def layer_lens(ws: Workspace, recipe: Recipe, goldens: dict[str, torch.Tensor]
     the oracle's, for the block prompt: where the error grows, layer by layer."""
     model = ws.deployed(replace(recipe, prefill_transforms=()))
     ids = ws.ids(ws.block_prompt())
-    tensors = model.runner.run(model.plan(Prefill(int(ids.shape[0]))), ids).tensors
+    tensors = model.runner.run(model.prefill_plan(int(ids.shape[0])), ids).tensors
     n = ws.loaded.args.n_layers
     lens = {}
     for i in range(n):
@@ -463,7 +471,7 @@ class Toolbox:
             recipe = ws.recipe()
             listing: dict[str, Any] = {}
             out: dict[str, Any] = {"directory": str(ws.directory / "air")}
-            for mode in (Prefill(ws.settings.seq_len), Decode(ws.settings.seq_len)):
+            for mode in (ws.settings.prefill, ws.settings.decode):
                 plan = recipe.plan(ws.settings.model, ws.loaded.args, mode, ws.hw)
                 emitted = plan_programs(plan, ws.hw)
                 programs = list(emitted.programs)

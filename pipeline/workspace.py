@@ -28,7 +28,7 @@ import torch
 
 from npu_deploy.events import progress
 from npu_deploy.kernels.definition.hardware import HARDWARE, Hardware
-from npu_deploy.kernels.definition.specs import Prefill
+from npu_deploy.kernels.definition.specs import Decode, Prefill, prompt_prefill, run_decode
 from npu_deploy.kernels.emulation.emulator import EmulatorBackend
 from npu_deploy.kernels.npu_runtime.npu_backend import REPEATS
 from npu_deploy.kernels.performance.model import Profile, estimate
@@ -65,6 +65,18 @@ class Settings:
                    config.get("fault"), str(config.get("backend", "emulator")),
                    config.get("air_objects"), config.get("air_cache"),
                    config.get("npu_runtime"), int(config.get("npu_repeats", REPEATS)))
+
+    @property
+    def prefill(self) -> Prefill:
+        """The prefill the deployment runs on a prompt of seq_len tokens (padded:
+        `prompt_prefill`), as the gates, the evaluator and the report price it."""
+        return prompt_prefill(self.seq_len)
+
+    @property
+    def decode(self) -> Decode:
+        """The decode step a generation of `steps` tokens after a prompt of seq_len runs,
+        its decode attention built for that whole context (`run_decode`)."""
+        return run_decode(self.seq_len, self.steps)
 
     @property
     def measured(self) -> bool:
@@ -192,7 +204,7 @@ class Workspace:
             return measure(runner, plan, _cycled(ids, plan.mode.seq),
                            repeats=self.settings.repeats)
         prefill = self.recipe().plan(self.settings.model, self.loaded.args,
-                                     Prefill(plan.mode.pos), self.hw)
+                                     prompt_prefill(plan.mode.pos), self.hw)
         cache = runner.run(prefill, _cycled(ids, plan.mode.pos)).cache
         return measure(runner, plan, ids[-1:], cache, self.settings.repeats)
 

@@ -21,7 +21,7 @@ from npu_deploy.agents.claude.sandbox import (
     hidden_paths,
     run_command,
 )
-from npu_deploy.kernels.definition.specs import Decode, Mode, Prefill
+from npu_deploy.kernels.definition.specs import Mode
 from npu_deploy.kernels.plans.transforms import IllegalTransform
 from npu_deploy.machine import NeedsHuman, ToolFailed
 from npu_deploy.pipeline.report.write import write_report
@@ -60,11 +60,11 @@ class Context:
         return self.run.step(tool, args, fn, idempotent=idempotent, expected=TOOL_ERRORS)
 
     def mode(self, name: str) -> Mode:
-        seq = self.tb.ws.settings.seq_len
+        settings = self.tb.ws.settings
         if name == "prefill":
-            return Prefill(seq)
+            return settings.prefill
         if name == "decode":
-            return Decode(seq)
+            return settings.decode
         raise ValueError(f"mode {name!r}: expected prefill or decode")
 
 

@@ -20,8 +20,11 @@ from .rules import blocking as blocking
 from .selection import Selection as Selection
 from .selection import select as select
 from .selection import select_all as select_all
+from .specs import PROMPT_ALIGN as PROMPT_ALIGN
 from .specs import Decode as Decode
 from .specs import KernelUse as KernelUse
 from .specs import Mode as Mode
 from .specs import Prefill as Prefill
 from .specs import model_kernels as model_kernels
+from .specs import prompt_prefill as prompt_prefill
+from .specs import run_decode as run_decode

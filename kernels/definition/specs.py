@@ -48,6 +48,27 @@ class Decode:
 
 Mode = Prefill | Decode
 
+#: A prompt runs as the prefill of its length rounded up to a multiple of this, padded after
+#: its last token (kernels.plans.plan_runner). At such a length every prefill launch's rows
+#: fill its tiles: no unaligned tail takes shim descriptors of its own, which would split the
+#: optimizer's merges into more programs than a process keeps loaded, and prompts of nearby
+#: lengths share one build. Upstream pads every prompt to the one length it compiles
+#: (seq_len 2048 in programming_examples/llms/llama32_1b/llama32_1b_inference.py).
+PROMPT_ALIGN = 128
+
+
+def prompt_prefill(tokens: int) -> Prefill:
+    """The prefill a prompt of `tokens` runs as (see PROMPT_ALIGN)."""
+    if tokens < 1:
+        raise ValueError(f"a prompt of {tokens} tokens: a prefill needs at least one")
+    return Prefill(-(-tokens // PROMPT_ALIGN) * PROMPT_ALIGN)
+
+
+def run_decode(prompt: int, steps: int) -> Decode:
+    """The decode step a generation of `steps` tokens after a prompt of `prompt` runs (the
+    first; every later one runs the same programs, built for the whole context)."""
+    return Decode(prompt, prompt + max(steps, 1))
+
 
 @dataclass(frozen=True)
 class KernelUse:
@@ -137,5 +158,6 @@ def unique_kernels(uses: list[KernelUse]) -> list[tuple[KernelUse, list[str]]]:
     return list(seen.values())
 
 
-__all__ = ["BF16", "FP32", "SPECS", "Decode", "KernelSpec", "KernelUse", "Mode", "Operand",
-           "Prefill", "Shape", "model_kernels", "unique_kernels"]
+__all__ = ["BF16", "FP32", "PROMPT_ALIGN", "SPECS", "Decode", "KernelSpec", "KernelUse", "Mode",
+           "Operand", "Prefill", "Shape", "model_kernels", "prompt_prefill", "run_decode",
+           "unique_kernels"]

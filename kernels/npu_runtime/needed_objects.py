@@ -18,7 +18,7 @@ from ..air_programs.air import layout_of, on_device
 from ..air_programs.air_parts import KernelSource
 from ..definition.hardware import XDNA2, Hardware
 from ..definition.selection import select
-from ..definition.specs import SPECS, Decode, KernelUse, Prefill
+from ..definition.specs import SPECS, Decode, KernelUse, prompt_prefill
 from ..plans.optimize import optimize
 from ..plans.plan import DispatchPlan, Launch, baseline_plan
 from .npu_backend import alone
@@ -34,7 +34,7 @@ def plans_of(model: str, args: ModelArgs, seq_len: int, hw: Hardware = XDNA2
     decode at that position, each as phase 1 starts it and as the modeled optimizer leaves
     it (merged dispatches are the programs most likely to fail)."""
     plans = []
-    for scope, mode in (("prefill", Prefill(seq_len)), ("decode", Decode(seq_len))):
+    for scope, mode in (("prefill", prompt_prefill(seq_len)), ("decode", Decode(seq_len))):
         base = baseline_plan(model, args, mode, hw)
         plans += [(scope, base), (f"{scope} optimized", optimize(base, hw).plan)]
     return plans

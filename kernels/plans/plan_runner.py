@@ -10,6 +10,14 @@ every transform of it that runs the same kernels give the same bits.
 A backend with `run_dispatch` (the NPU, kernels.npu_runtime.npu_backend) takes a whole dispatch at
 once, as one submission; the emulator takes launch by launch. With `trace` set, the runner appends
 each step's wall time, measured on the host around the step.
+
+A prefill plan is built for a length (`Prefill.seq`); a prompt of fewer tokens runs it padded
+after its last token (`kernels.definition.specs.prompt_prefill` says to which length), as the
+chip runs it. Causal attention masks the padding; it reaches the prompt only where PV reads V
+in BFP16 blocks of 8 positions, the padding's first positions sharing an exponent with the
+prompt's last: a rounding-level change of at most those 7 rows
+(docs/real-npu.md#prompts-run-padded). The last-token LM head reads the prompt's last row,
+and the tensors and the KV cache are cut back to the prompt's positions.
 """
 
 from __future__ import annotations
@@ -38,6 +46,9 @@ class PlanResult:
     logits: torch.Tensor           # [L, vocab] FP32 (full LM head) or [1, vocab] bf16
     cache: Tensors                 # "L{i}.k_cache" / "L{i}.v_cache": [kv_heads, T, head_dim]
     tensors: Tensors               # every tensor the plan produced, by name
+    #: the positions this run computed for: a prompt's tokens, of the `Prefill.seq` the plan
+    #: ran (the rest padding; L and T above count the prompt's); a decode step: 1
+    tokens: int = 1
 
 
 @dataclass(frozen=True)
@@ -82,12 +93,19 @@ class PlanRunner:
     @torch.inference_mode()
     def run(self, plan: DispatchPlan, tokens: torch.Tensor,
             cache: Tensors | None = None) -> PlanResult:
-        """Prefill `tokens` ([L]), or decode one token ([1]) at the plan's position with
-        `cache` (from the prefill or the previous step; not modified)."""
+        """Prefill `tokens` ([n], n up to the plan's L: padded to L), or decode one token
+        ([1]) at the plan's position with `cache` (from the prefill or the previous step; not
+        modified)."""
         a = self.args
+        n = int(tokens.shape[0])
         if isinstance(plan.mode, Prefill):
-            if int(tokens.shape[0]) != plan.mode.seq:
-                raise ValueError(f"plan is for L={plan.mode.seq}, got {tokens.shape[0]} tokens")
+            if not 0 < n <= plan.mode.seq:
+                raise ValueError(f"plan is for L={plan.mode.seq}, got {n} tokens: a prompt "
+                                 f"of 1 to {plan.mode.seq} tokens runs it")
+            # the padding's ids: any, causal attention keeps them out of the prompt's rows
+            # (upstream pads with EOS, programming_examples/llms/llama32_1b/
+            # llama32_1b_inference.py); 0 is an id of every vocabulary
+            tokens = torch.cat((tokens, tokens.new_zeros(plan.mode.seq - n)))
             positions = torch.arange(plan.mode.seq)
         else:
             if int(tokens.shape[0]) != 1 or cache is None:
@@ -99,6 +117,7 @@ class PlanRunner:
         if cache is not None:
             tensors.update(cache)
         self._row_sizes = _row_sizes(plan)
+        self._last = n - 1 if isinstance(plan.mode, Prefill) else 0
         whole = getattr(self.backend, "run_dispatch", None)
         prepare = getattr(self.backend, "prepare", None)
         if prepare is not None:
@@ -121,11 +140,13 @@ class PlanRunner:
                                            else step.label,
                                            "npu" if isinstance(step, Dispatch) else "cpu",
                                            clock() - t0))
+        if isinstance(plan.mode, Prefill) and n < plan.mode.seq:
+            tensors = _prompt_rows(plan, tensors, n)
         new_cache = {k: v for k, v in tensors.items() if k.endswith(("k_cache", "v_cache"))}
         logits = tensors["logits"]
         if logits.dim() == 1:
             logits = logits[None]
-        return PlanResult(logits, new_cache, tensors)
+        return PlanResult(logits, new_cache, tensors, n if isinstance(plan.mode, Prefill) else 1)
 
     # --- launches ---------------------------------------------------------------------
 
@@ -227,8 +248,8 @@ class PlanRunner:
                 row = get(name).reshape(kvh, 1, hd)
                 put(f"{name}_cache", torch.cat((old, row), dim=1))
         elif step.op == "final_norm_last_row":
-            # The rmsnorm kernel's numerics on one row: FP32, one cast to bf16.
-            x = get("x")[-1:]
+            # The rmsnorm kernel's numerics on one row (the prompt's last): FP32, one cast
+            x = get("x")[self._last:self._last + 1]
             put("y", to_bf16(ref_ops.rms_norm(x.to(torch.float32),
                                               get("weight").to(torch.float32), a.norm_eps)))
         else:
@@ -247,6 +268,33 @@ def _physical(op: Operand, b: Binding, head_dim: int) -> tuple[int, ...]:
     if b.rows is not None:
         return (b.rows[1] - b.rows[0], *dims[1:])
     return dims
+
+
+def _prompt_rows(plan: DispatchPlan, tensors: Tensors, n: int) -> Tensors:
+    """A padded prefill's tensors cut back to the prompt's `n` positions where the
+    sequence is an axis of its own: the first of a seq-first [L] or [L, X] tensor, the
+    second of a head-first [heads, L, head_dim] one and of the KV cache. A tensor that
+    folds the sequence into another axis (RoPE's rows of [L * heads, head_dim]) keeps its
+    padded rows, as do the last-token LM head's row and the weights."""
+    seq = plan.mode.seq
+    head_first = {b.tensor for step in plan.steps for b in _bindings(step)
+                  if b.layout == "head-first"} | {k for k in tensors
+                                                   if k.endswith(("k_cache", "v_cache"))}
+    out = {}
+    for name, t in tensors.items():
+        if name in head_first:
+            if t.dim() == 3 and t.shape[1] == seq:
+                t = t[:, :n]
+        elif t.dim() <= 2 and t.shape[0] == seq:
+            t = t[:n]
+        out[name] = t
+    return out
+
+
+def _bindings(step: Any) -> tuple[Binding, ...]:
+    if isinstance(step, Dispatch):
+        return tuple(b for ln in step.launches for b in ln.bindings)
+    return step.bindings
 
 
 def _row_sizes(plan: DispatchPlan) -> dict[str, int]:

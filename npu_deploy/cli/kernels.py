@@ -281,7 +281,7 @@ def _programs_needed(plan: Any) -> dict[str, Any]:
 
 def _print_plan(described: str, plan: Any, profile: Any, attempts: Any) -> None:
     from npu_deploy.kernels import XDNA2
-    from npu_deploy.kernels.definition.specs import Prefill
+    from npu_deploy.kernels.definition.specs import PROMPT_ALIGN, Prefill, prompt_prefill
 
     out = console()
     out.print(data(f"{described}, {plan.mode}, on {XDNA2.name}"))
@@ -319,6 +319,11 @@ def _print_plan(described: str, plan: Any, profile: Any, attempts: Any) -> None:
                   f"{need['contexts']} loaded"
                   + ("" if need["distinct"] <= need["contexts"] else
                      " (more are reloaded as needed, least recently used first)"))
+    if isinstance(plan.mode, Prefill) and prompt_prefill(plan.mode.seq) != plan.mode:
+        padded = prompt_prefill(plan.mode.seq).seq
+        out.print(f"a deployment runs a prompt of {plan.mode.seq} tokens padded to {padded} "
+                  f"(a multiple of {PROMPT_ALIGN}): its plan is --seq-len {padded}",
+                  highlight=False)
     fallbacks: dict[str, list[str]] = {}    # why a step left the NPU -> the steps
     for h in plan.host_steps:
         if h.reason:

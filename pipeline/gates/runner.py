@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from npu_deploy.events.phases import phase
-from npu_deploy.kernels.definition.specs import Decode, Prefill
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.toolbox import Toolbox
 from npu_deploy.pipeline.workspace import Workspace, read_json
@@ -47,8 +46,7 @@ class RunnerGate(_Gate):
         checks.append(holds("report", "written", report is not None))
         if report is not None:
             data = read_json(ws.store, report["report_data"])
-            for mode, name in ((Prefill(ws.settings.seq_len), "prefill"),
-                               (Decode(ws.settings.seq_len), "decode")):
+            for mode, name in ((ws.settings.prefill, "prefill"), (ws.settings.decode, "decode")):
                 checks.append(report_check(ws, runner.recipe, mode, name,
                                            float(data[name]["deployed_s"]), f"report {name}"))
         return verdict(phase(self.phase).gate, checks)

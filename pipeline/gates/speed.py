@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from npu_deploy.events.phases import phase
-from npu_deploy.kernels.definition.specs import Decode, Prefill
+from npu_deploy.kernels.definition.specs import Prefill
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.toolbox import Toolbox, spread_text
 from npu_deploy.pipeline.workspace import Workspace
@@ -44,6 +44,6 @@ class SpeedGate(_Gate):
     def compute(self, ws: Workspace, tb: Toolbox) -> dict[str, Any]:
         recipe = ws.recipe()
         checks, _ = model_checks(ws, recipe, tb.answers())
-        L = ws.settings.seq_len
-        checks.append(speed_check(ws, recipe, Decode(L) if self.decode else Prefill(L)))
+        s = ws.settings
+        checks.append(speed_check(ws, recipe, s.decode if self.decode else s.prefill))
         return verdict(phase(self.phase).gate, checks)

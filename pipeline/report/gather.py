@@ -14,7 +14,6 @@ from typing import Any
 from npu_deploy.events import PHASE_NAMES, fold
 from npu_deploy.events.describe import check_text, evidence_text, failing_checks
 from npu_deploy.events.envelope import parse_ts
-from npu_deploy.kernels.definition.specs import Decode, Prefill
 from npu_deploy.kernels.measured.figures import measured_figure
 from npu_deploy.kernels.performance.model import DDR_ROOF, estimate
 from npu_deploy.pipeline.report.render import KernelPoint, PhaseSpan, ReportData, render_report
@@ -25,7 +24,7 @@ def report_plans(ws: Workspace) -> dict[str, tuple[Any, Any]]:
     """The four plans a report times: the deployed prefill and decode, and each without
     its mode's transforms (the baselines), as (mode, recipe)."""
     recipe, s = ws.recipe(), ws.settings
-    pre, dec = Prefill(s.seq_len), Decode(s.seq_len)
+    pre, dec = s.prefill, s.decode
     return {"prefill_deployed": (pre, recipe),
             "prefill_baseline": (pre, replace(recipe, prefill_transforms=())),
             "decode_deployed": (dec, recipe),
@@ -38,7 +37,7 @@ def report_data(ws: Workspace, measured: dict[str, float] | None = None) -> Repo
     `report_plans`), so that every figure has a recorded profile behind it."""
     store, run_id, s = ws.store, ws.run_id, ws.settings
     recipe, args = ws.recipe(), ws.loaded.args
-    pre = Prefill(s.seq_len)
+    pre = s.prefill
     pre_plan = recipe.plan(s.model, args, pre, ws.hw)
     if s.measured:
         if measured is None:

@@ -25,7 +25,7 @@ from npu_deploy.skills.matcher import SkillMatcher, Symptoms, explain
 from npu_deploy.store import EventStore
 
 FAST = {"seq_len": 32, "steps": 8, "fault": "gemm-tile"}
-GEMM = "gemm_bf16 K=128 M=32 N=128"      # tiny-llama's q_proj and o_proj at seq 32
+GEMM = "gemm_bf16 K=128 M=128 N=128"     # tiny-llama's q_proj and o_proj: a 32-token prompt padded
 
 
 def no_debug_skills() -> Catalog:
