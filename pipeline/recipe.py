@@ -1,8 +1,9 @@
 """A deployment as data: the `Recipe`.
 
 A recipe is everything the phases decided: the tile configuration of each (kernel, shape)
-phase 1 validated, the GEMM datapath phase 3 chose, and the plan transforms phases 4 and 5
-kept, in order. It is small JSON, stored as a blob, and it rebuilds the dispatch plan of any
+phase 1 validated, the GEMM datapath phase 3 chose, the dtype of the logits the LM head
+writes (bf16 as upstream's GEMV writes them, or FP32: a numerics retry's change), and the plan
+transforms phases 4 and 5 kept, in order. It is small JSON, stored as a blob, and it rebuilds the dispatch plan of any
 prefill length or decode position (`Recipe.plan`), so that the runner, the gates and the
 independent evaluator all run exactly what the phases decided.
 """
@@ -15,7 +16,7 @@ from typing import Any
 
 from npu_deploy.kernels.definition.hardware import XDNA2, Hardware
 from npu_deploy.kernels.definition.specs import Mode, Prefill
-from npu_deploy.kernels.plans.plan import DispatchPlan, baseline_plan
+from npu_deploy.kernels.plans.plan import LM_HEAD_OUT, DispatchPlan, LogitsDtype, baseline_plan
 from npu_deploy.kernels.plans.transforms import TRANSFORMS
 from npu_deploy.models.config import ModelArgs
 
@@ -26,18 +27,29 @@ class Recipe:
     gemm_datapath: str = "bfp16"
     prefill_transforms: tuple[str, ...] = ()
     decode_transforms: tuple[str, ...] = ()
+    #: the GEMV LM head's logits, prefill and decode: "bf16" or "f32" (kernels.plans.plan
+    #: LM_HEAD_OUT)
+    lm_head_out: LogitsDtype = "bf16"
+
+    def __post_init__(self) -> None:
+        if self.lm_head_out not in LM_HEAD_OUT:
+            raise ValueError(f"recipe: lm_head_out must be one of {tuple(LM_HEAD_OUT)}, got "
+                             f"{self.lm_head_out!r}")
 
     def to_json(self) -> bytes:
-        return json.dumps({"configs": self.configs, "gemm_datapath": self.gemm_datapath,
-                           "prefill_transforms": list(self.prefill_transforms),
-                           "decode_transforms": list(self.decode_transforms)},
-                          sort_keys=True).encode()
+        d: dict[str, Any] = {"configs": self.configs, "gemm_datapath": self.gemm_datapath,
+                             "prefill_transforms": list(self.prefill_transforms),
+                             "decode_transforms": list(self.decode_transforms)}
+        if self.lm_head_out != "bf16":      # a bf16 head's recipe reads as it always did
+            d["lm_head_out"] = self.lm_head_out
+        return json.dumps(d, sort_keys=True).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> Recipe:
         d = json.loads(data)
         return cls(dict(d["configs"]), str(d["gemm_datapath"]),
-                   tuple(d["prefill_transforms"]), tuple(d["decode_transforms"]))
+                   tuple(d["prefill_transforms"]), tuple(d["decode_transforms"]),
+                   d.get("lm_head_out", "bf16"))
 
     def transforms(self, mode: Mode) -> tuple[str, ...]:
         return self.prefill_transforms if isinstance(mode, Prefill) else self.decode_transforms
@@ -57,10 +69,10 @@ class Recipe:
 
     def baseline(self, model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2
                  ) -> DispatchPlan:
-        """The baseline plan with this recipe's configurations and datapath. Decode runs
-        GEMVs, so the datapath only changes prefill."""
+        """The baseline plan with this recipe's configurations, datapath and LM head output.
+        Decode runs GEMVs, so the datapath only changes prefill."""
         return baseline_plan(model, args, mode, hw, configs=self.configs,
-                             gemm_datapath=self.gemm_datapath)
+                             gemm_datapath=self.gemm_datapath, lm_head_out=self.lm_head_out)
 
     def plan(self, model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2
              ) -> DispatchPlan:

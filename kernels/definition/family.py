@@ -328,6 +328,10 @@ class KernelFamily:
     #: the values of `method` that belong to the low-precision tier (selection takes them
     #: only when no high-precision configuration fits)
     low_precision: tuple[str, ...] = ()
+    #: the family computing the same from the same operands into an FP32 output (its
+    #: output's bf16 cast taken out): what `transforms.lm_head_fp32_logits` swaps the LM head
+    #: to; None where there is none
+    fp32_out: str | None = None
     #: dimensions of its shape its program takes at run time rather than at build time,
     #: each with the configuration key of the maximum the program is built for: (dim, key).
     #: A launch holds this step's value (a decode's cache length); its program is built

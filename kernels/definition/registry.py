@@ -13,6 +13,7 @@ from ..families import (
     gelu,
     gemm,
     gemv,
+    gemv_fp32,
     rmsnorm,
     rope,
     silu_mul,
@@ -22,6 +23,7 @@ from .family import KernelFamily, KernelSpec
 FAMILIES: dict[str, KernelFamily] = {f.name: f for module in (
     gemm,
     gemv,
+    gemv_fp32,
     rmsnorm,
     rope,
     flash_attention,

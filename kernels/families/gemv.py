@@ -407,5 +407,5 @@ SOURCE = Source("details/GEMV_bf16.md", markdown_tables(
 FAMILIES = (KernelFamily(
     GEMV, rules=RULES, check=check, candidates=candidates, numerics=NUMERICS,
     cost=COST, program=AirProgram(launch_layout, segment), data="gemv", source=SOURCE,
-    objects=objects, declares=declares, share=share,
+    objects=objects, declares=declares, share=share, fp32_out="gemv_fp32",
     measured=rows_at("gemv", "shapes", lambda r: (r["M"], r["K"]), lambda s: (s["M"], s["K"]))),)

@@ -39,6 +39,12 @@ from .steps import (
 
 # --- the baseline --------------------------------------------------------------------------
 
+#: the GEMV kernel of the LM head by the dtype of the logits it writes: upstream's mv.o GEMV
+#: (bf16), or its family's FP32-output counterpart (ours)
+LM_HEAD_OUT = {"bf16": "gemv", "f32": family("gemv").fp32_out or "gemv"}
+LogitsDtype = Literal["bf16", "f32"]
+
+
 def _frozen(d: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted(d.items()))
 
@@ -49,8 +55,12 @@ class PlanBuilder:
 
     def __init__(self, args: ModelArgs, hw: Hardware,
                  configs: Mapping[str, dict[str, Any]] | None = None,
-                 gemm_datapath: str | None = None) -> None:
+                 gemm_datapath: str | None = None, lm_head_out: LogitsDtype = "bf16") -> None:
+        if lm_head_out not in LM_HEAD_OUT:
+            raise ValueError(f"lm_head_out must be one of {tuple(LM_HEAD_OUT)}, got "
+                             f"{lm_head_out!r}")
         self.args, self.hw = args, hw
+        self.lm_head_out = lm_head_out
         self.steps: list[Step] = []
         self._configs: dict[Any, dict[str, Any]] = {}
         self.chosen = dict(configs or {})       # config_key -> a configuration chosen earlier
@@ -109,16 +119,19 @@ class PlanBuilder:
 def baseline_plan(model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2, *,
                   configs: Mapping[str, dict[str, Any]] | None = None,
                   gemm_datapath: str | None = None,
-                  lm_head: Literal["full", "last-token"] = "last-token") -> DispatchPlan:
+                  lm_head: Literal["full", "last-token"] = "last-token",
+                  lm_head_out: LogitsDtype = "bf16") -> DispatchPlan:
     """The plan a first deployment starts from (see the module docstring). `configs`
     (config_key -> configuration) are used where given, the selection elsewhere;
     `gemm_datapath` sets every GEMM's matmul datapath ("bfp16" or "bf16"). A prefill's LM
     head runs on the last position only, as GEMV partitions, as upstream's pipelines run
     it; `lm_head="full"` runs it over every position (a [L, vocab] FP32 GEMM: 1.05 GB of
-    logits for Llama-3.2-1B at 2048), for what needs every position's logits."""
+    logits for Llama-3.2-1B at 2048), for what needs every position's logits.
+    `lm_head_out`: the GEMV LM head's logits, bf16 as upstream's mv.cc writes them, or
+    "f32" (our own variant without the cast: kernels.families.gemv_fp32)."""
     if args.o_bias or args.mlp_bias:
         raise NotImplementedError("O-projection and MLP biases have no kernel yet")
-    b = PlanBuilder(args, hw, configs, gemm_datapath)
+    b = PlanBuilder(args, hw, configs, gemm_datapath, lm_head_out)
     if isinstance(mode, Prefill):
         _prefill_steps(b, mode.seq, lm_head)
         return DispatchPlan(model, args, mode, tuple(b.steps), lm_head)
@@ -297,19 +310,22 @@ _PARTITION_ALIGN = 1024
 def lm_head_gemv(b: PlanBuilder, x: str, rows_total: int) -> None:
     """The LM head as GEMV launches over partitions of the vocabulary, one dispatch each: at
     least as many as the checker needs for the repeat count, and none over the measured
-    16384 rows; each but the last a multiple of 1024 rows."""
+    16384 rows; each but the last a multiple of 1024 rows. The builder's `lm_head_out`
+    picks the kernel: bf16 logits (mv.o) or FP32 logits."""
     h = b.args.hidden
-    need = int(b.config("gemv", {"M": rows_total, "K": h})["partitions"])
+    kernel = LM_HEAD_OUT[b.lm_head_out]
+    need = int(b.config(kernel, {"M": rows_total, "K": h})["partitions"])
     parts = max(need, math.ceil(rows_total / LM_HEAD_PARTITION_ROWS))
     step = math.ceil(math.ceil(rows_total / parts) / _PARTITION_ALIGN) * _PARTITION_ALIGN
     for k, r0 in enumerate(range(0, rows_total, step)):
         r1 = min(rows_total, r0 + step)
         shape = {"M": r1 - r0, "K": h}
-        b.launch("gemv", f"lm_head.{k}", None, shape, {"partitions": 1},
+        b.launch(kernel, f"lm_head.{k}", None, shape, {"partitions": 1},
                  w=Binding("w", _w(None, "lm_head"), "input", rows=(r0, r1)), x=x,
                  y=Binding("y", "logits", "output", rows=(r0, r1)))
 
 
-__all__ = ["HOST_OPS", "KINDS", "Binding", "Decode", "Dispatch", "DispatchPlan", "HostStep",
-           "Kind", "Launch", "PlanBuilder", "Prefill", "Step", "baseline_plan", "config_key",
+__all__ = ["HOST_OPS", "KINDS", "LM_HEAD_OUT", "Binding", "Decode", "Dispatch", "DispatchPlan",
+           "HostStep", "Kind", "Launch", "LogitsDtype", "PlanBuilder", "Prefill", "Step",
+           "baseline_plan", "config_key",
            "last_token_head", "lm_head_gemv", "on_host"]

@@ -23,6 +23,7 @@ and the tensors and the KV cache are cut back to the prompt's positions.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,11 +40,14 @@ from ..families.rope import lut as rope_lut
 from .plan import Binding, Dispatch, DispatchPlan, HostStep, Launch
 
 Tensors = dict[str, torch.Tensor]
+#: (step index, step, the run's tensors so far) -> None: `PlanRunner.run`'s after_step
+AfterStep = Callable[[int, "Dispatch | HostStep | None", Tensors], None]
 
 
 @dataclass
 class PlanResult:
-    logits: torch.Tensor           # [L, vocab] FP32 (full LM head) or [1, vocab] bf16
+    #: [L, vocab] FP32 (full LM head) or [1, vocab]: bf16, FP32 with the FP32-logits head
+    logits: torch.Tensor
     cache: Tensors                 # "L{i}.k_cache" / "L{i}.v_cache": [kv_heads, T, head_dim]
     tensors: Tensors               # every tensor the plan produced, by name
     #: the positions this run computed for: a prompt's tokens, of the `Prefill.seq` the plan
@@ -91,11 +95,18 @@ class PlanRunner:
     # --- the plan ---------------------------------------------------------------------
 
     @torch.inference_mode()
-    def run(self, plan: DispatchPlan, tokens: torch.Tensor,
-            cache: Tensors | None = None) -> PlanResult:
+    def run(self, plan: DispatchPlan, tokens: torch.Tensor, cache: Tensors | None = None, *,
+            after_step: AfterStep | None = None, resume: tuple[int, Tensors] | None = None
+            ) -> PlanResult:
         """Prefill `tokens` ([n], n up to the plan's L: padded to L), or decode one token
         ([1]) at the plan's position with `cache` (from the prefill or the previous step; not
-        modified)."""
+        modified).
+
+        `after_step(i, step, tensors)` is called with the tensors so far: first with i = -1
+        and no step (what the run starts from), then after each step (a replay may replace
+        a step's outputs there: pipeline.localize); `resume=(i, tensors)` runs the plan from
+        step i on those tensors (as an earlier run of the same plan and tokens left them
+        after step i - 1) instead of from the start."""
         a = self.args
         n = int(tokens.shape[0])
         if isinstance(plan.mode, Prefill):
@@ -111,11 +122,15 @@ class PlanRunner:
             if int(tokens.shape[0]) != 1 or cache is None:
                 raise ValueError("a decode plan takes one token and the KV cache")
             positions = torch.tensor([plan.mode.pos])
-        cos, sin = ref_ops.rope_table(a, positions)
-        # the RoPE kernel's table: a [cos | sin] LUT row per position (rope_halfsplit.cc)
-        tensors: Tensors = {"tokens": tokens, "rope.lut": to_bf16(rope_lut(cos, sin))}
-        if cache is not None:
-            tensors.update(cache)
+        first = 0
+        if resume is not None:
+            first, tensors = resume[0], dict(resume[1])
+        else:
+            cos, sin = ref_ops.rope_table(a, positions)
+            # the RoPE kernel's table: a [cos | sin] LUT row per position (rope_halfsplit.cc)
+            tensors = {"tokens": tokens, "rope.lut": to_bf16(rope_lut(cos, sin))}
+            if cache is not None:
+                tensors.update(cache)
         self._row_sizes = _row_sizes(plan)
         self._last = n - 1 if isinstance(plan.mode, Prefill) else 0
         whole = getattr(self.backend, "run_dispatch", None)
@@ -123,7 +138,9 @@ class PlanRunner:
         if prepare is not None:
             prepare(plan)       # a device backend sizes the plan's buffers once (padding)
         clock = getattr(self.backend, "clock", time.perf_counter)
-        for step in plan.steps:
+        if after_step is not None and resume is None:
+            after_step(-1, None, tensors)
+        for i, step in enumerate(plan.steps[first:], start=first):
             t0 = clock()
             if isinstance(step, Dispatch):
                 if whole is not None:
@@ -140,6 +157,8 @@ class PlanRunner:
                                            else step.label,
                                            "npu" if isinstance(step, Dispatch) else "cpu",
                                            clock() - t0))
+            if after_step is not None:
+                after_step(i, step, tensors)
         if isinstance(plan.mode, Prefill) and n < plan.mode.seq:
             tensors = _prompt_rows(plan, tensors, n)
         new_cache = {k: v for k, v in tensors.items() if k.endswith(("k_cache", "v_cache"))}
@@ -148,7 +167,18 @@ class PlanRunner:
             logits = logits[None]
         return PlanResult(logits, new_cache, tensors, n if isinstance(plan.mode, Prefill) else 1)
 
+    def written_in_place(self, plan: DispatchPlan) -> set[str]:
+        """The tensors the plan's launches write in row ranges (the LM head's partitions
+        write the logits so): a copy of a run's tensors between steps must clone these."""
+        return set(_row_sizes(plan))
+
     # --- launches ---------------------------------------------------------------------
+
+    def operands(self, launch: Launch, tensors: Tensors
+                 ) -> tuple[dict[str, Any], Tensors, Tensors]:
+        """The launch's config and its input and output tensors as a kernel reads them,
+        its outputs allocated in `tensors` (a replay computes a launch its own way)."""
+        return self._operands(launch, tensors)
 
     def _operands(self, launch: Launch, tensors: Tensors
                   ) -> tuple[dict[str, Any], Tensors, Tensors]:
@@ -309,4 +339,4 @@ def _row_sizes(plan: DispatchPlan) -> dict[str, int]:
     return sizes
 
 
-__all__ = ["PlanResult", "PlanRunner", "StepTime"]
+__all__ = ["AfterStep", "PlanResult", "PlanRunner", "StepTime"]
