@@ -43,12 +43,14 @@ Tensors = dict[str, torch.Tensor]
 Swap = Literal["oracle", "fp32"]
 
 #: a plan role (its partition suffix dropped) -> the op of the oracle's goldens it computes
-ROLE_OPS = {"embed": "embed", "attn_norm": "attn_norm", "q_proj": "q", "k_proj": "k",
-            "v_proj": "v", "q_bias": "q", "k_bias": "k", "v_bias": "v", "q_norm": "q_norm",
-            "k_norm": "k_norm", "rope_q": "q_rope", "rope_k": "k_rope", "attention": "attn",
-            "o_proj": "o", "attn_residual": "attn_residual", "ffn_norm": "ffn_norm",
-            "gate_proj": "gate", "up_proj": "up", "silu_mul": "silu_mul", "down_proj": "down",
-            "ffn_residual": "ffn_residual", "final_norm": "final_norm", "lm_head": "logits"}
+#: (roles, not kernels: some roles share their kernel's name)
+ROLE_OPS: dict[str, str] = dict((
+    ("embed", "embed"), ("attn_norm", "attn_norm"), ("q_proj", "q"), ("k_proj", "k"),
+    ("v_proj", "v"), ("q_bias", "q"), ("k_bias", "k"), ("v_bias", "v"), ("q_norm", "q_norm"),
+    ("k_norm", "k_norm"), ("rope_q", "q_rope"), ("rope_k", "k_rope"), ("attention", "attn"),
+    ("o_proj", "o"), ("attn_residual", "attn_residual"), ("ffn_norm", "ffn_norm"),
+    ("gate_proj", "gate"), ("up_proj", "up"), ("silu_mul", "silu_mul"), ("down_proj", "down"),
+    ("ffn_residual", "ffn_residual"), ("final_norm", "final_norm"), ("lm_head", "logits")))
 #: with QKV biases the projections write the sum before the bias: no golden holds it
 _PRE_BIAS = ("q_proj", "k_proj", "v_proj")
 

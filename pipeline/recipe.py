@@ -2,10 +2,11 @@
 
 A recipe is everything the phases decided: the tile configuration of each (kernel, shape)
 phase 1 validated, the GEMM datapath phase 3 chose, the dtype of the logits the LM head
-writes (bf16 as upstream's GEMV writes them, or FP32: a numerics retry's change), and the plan
-transforms phases 4 and 5 kept, in order. It is small JSON, stored as a blob, and it rebuilds the dispatch plan of any
-prefill length or decode position (`Recipe.plan`), so that the runner, the gates and the
-independent evaluator all run exactly what the phases decided.
+writes (bf16 as upstream's GEMV writes them, or FP32: a numerics retry's change), and the
+plan transforms phases 4 and 5 kept, in order. It is small JSON, stored as a blob, and it
+rebuilds the dispatch plan of any prefill length or decode position (`Recipe.plan`), so
+that the runner, the gates and the independent evaluator all run exactly what the phases
+decided.
 """
 
 from __future__ import annotations

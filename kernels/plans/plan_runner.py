@@ -306,7 +306,7 @@ def _prompt_rows(plan: DispatchPlan, tensors: Tensors, n: int) -> Tensors:
     second of a head-first [heads, L, head_dim] one and of the KV cache. A tensor that
     folds the sequence into another axis (RoPE's rows of [L * heads, head_dim]) keeps its
     padded rows, as do the last-token LM head's row and the weights."""
-    seq = plan.mode.seq
+    seq = plan.mode.seq if isinstance(plan.mode, Prefill) else 1
     head_first = {b.tensor for step in plan.steps for b in _bindings(step)
                   if b.layout == "head-first"} | {k for k in tensors
                                                    if k.endswith(("k_cache", "v_cache"))}

@@ -146,6 +146,10 @@ def kernels_cmd(model: str, seq_len: int, decode_pos: int | None, hw_name: str,
                    "step up to it (default: the step's own length).")
 @click.option("--optimize", is_flag=True,
               help="Apply the plan transforms one at a time, keeping the faster plans.")
+@click.option("--lm-head-out", type=click.Choice(["bf16", "f32"]), default="bf16",
+              show_default=True,
+              help="The GEMV LM head's logits: bf16 (upstream's mv.cc) or f32 (our variant "
+                   "without the cast); f32 also prints the modeled cost against bf16.")
 @json_option("Print JSON instead of tables.")
 @click.option("--emit-air", "emit_air", type=click.Path(file_okay=False, path_type=Path),
               default=None, metavar="DIR",
@@ -155,7 +159,8 @@ def kernels_cmd(model: str, seq_len: int, decode_pos: int | None, hw_name: str,
                    "coverage) against a stand-in of mlir-air's builder; exit 1 on any "
                    "violation. With --emit-air, also writes DIR/verify.json.")
 def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, context: int | None,
-             optimize: bool, as_json: bool, emit_air: Path | None, check_air: bool) -> None:
+             optimize: bool, lm_head_out: str, as_json: bool, emit_air: Path | None,
+             check_air: bool) -> None:
     """The dispatch plan of MODEL, its modeled profile on XDNA 2, and (with --optimize) the
     transforms that make it faster.
 
@@ -172,16 +177,20 @@ def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, context: int 
     described, args = model_shape(model)
     step_mode = Prefill(seq_len) if mode == "prefill" else decode_at(
         model, args, seq_len if pos is None else pos, context)
-    try:
-        plan = baseline_plan(model, args, step_mode, XDNA2)
-    except NotImplementedError as e:
-        fail(f"{model}: {e}; this model cannot be planned yet", EXIT_USAGE)
-    attempts: tuple = ()
-    if optimize:
-        result = run_optimize(plan, XDNA2)
-        plan, profile, attempts = result.plan, result.profile, result.attempts
-    else:
-        profile = estimate(plan, XDNA2)
+    def planned(out: str) -> tuple[Any, Any, tuple]:
+        try:
+            plan = baseline_plan(model, args, step_mode, XDNA2, lm_head_out=out)  # type: ignore[arg-type]
+        except NotImplementedError as e:
+            fail(f"{model}: {e}; this model cannot be planned yet", EXIT_USAGE)
+        if optimize:
+            result = run_optimize(plan, XDNA2)
+            return result.plan, result.profile, result.attempts
+        return plan, estimate(plan, XDNA2), ()
+
+    plan, profile, attempts = planned(lm_head_out)
+    head_cost = None
+    if lm_head_out != "bf16":       # what the FP32 logits cost against upstream's bf16
+        head_cost = (planned("bf16")[1].total_s, profile.total_s)
     verdict = None
     if emit_air is not None or check_air:
         from npu_deploy.kernels.air_programs.air import EmitError, plan_programs, write_programs
@@ -206,9 +215,17 @@ def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, context: int 
         out = _plan_json(described, plan, profile, attempts)
         if verdict is not None:
             out["air_check"] = verdict.as_json()
+        if head_cost is not None:
+            out["lm_head_out"] = {"out": lm_head_out, "bf16_total_s": head_cost[0],
+                                  "total_s": head_cost[1]}
         emit_json(out)
     else:
         _print_plan(described, plan, profile, attempts)
+        if head_cost is not None:
+            bf16_s, ours_s = head_cost
+            click.echo(f"LM head writing {lm_head_out} logits: {ours_s * 1e3:.3f} ms against "
+                       f"{bf16_s * 1e3:.3f} ms with bf16 logits ({(ours_s - bf16_s) * 1e6:+.1f} "
+                       "us, modeled; the FP32 GEMV is ours and unmeasured)")
         if verdict is not None:
             _print_verdict(verdict)
     if verdict is not None and verdict.clean < len(verdict.results):
