@@ -122,6 +122,7 @@ CASES = [
                                                        "herd_m": 8, "herd_n": 4}),
     ("gemm_fp32", {"M": 128, "K": 576, "N": 1536}, None),
     ("gemv", {"M": 2048, "K": 2048}, None),
+    ("gemv_fp32", {"M": 16384, "K": 576}, None),
     ("rmsnorm", {"rows": 128, "width": 576}, None),
     ("qk_norm", {"rows": 2048, "width": 128}, None),
     ("rope", {"rows": 128 * 9, "width": 64, "seq": 128}, None),
