@@ -181,12 +181,17 @@ def test_each_kernel_emits_its_spec_and_config(kernel, shape, config):
         assert f"for k2 in range_(0, {math.ceil(K / tk2)})" in program.source
         assert f"for k1 in range_(0, {tk2 // tk1})" in program.source
         assert program.objects == (f"mm_{tm}x{tk1}x{tn}_n{hn}.o",)
-    elif kernel == "gemv":
+    elif kernel in ("gemv", "gemv_fp32"):
         tm, mi, hm, K = c["tile_m"], c["m_input"], c["herd_m"], shape["K"]
         assert parsed.grid == [math.ceil(shape["M"] / (tm * hm)), 1] and herd == [hm, 1]
-        # matvec.py: m_input whole rows of W, all of x, the tile's bf16 outputs
-        assert sorted(parsed.l1) == sorted([([mi, K], "bf16"), ([K], "bf16"), ([tm], "bf16")])
+        # matvec.py: m_input whole rows of W, all of x, the tile's outputs (FP32: ours)
+        out = "f32" if kernel == "gemv_fp32" else "bf16"
+        assert sorted(parsed.l1) == sorted([([mi, K], "bf16"), ([K], "bf16"), ([tm], out)])
         assert not parsed.l2
+        if kernel == "gemv_fp32":       # our own mv_f32.cc, from this package
+            assert program.objects == (f"mv_f32_m{tm}.o",)
+            assert "'source': 'kernels/aie/mv_f32.cc'" in program.source
+            return
         # mv.cc compiled as upstream's compile_mv(tile_m) compiles it
         assert program.objects == (f"mv_m{tm}.o",)
         assert "'source': 'programming_examples/matrix_vector_multiplication/bf16/mv.cc', " \
