@@ -14,7 +14,10 @@ Seeded faults (drills, `deploy --seed-fault`): `gemm-tile` makes phase 1 pick, f
 a tile_n x herd_n that does not divide N, the mistake that corrupts the output silently
 (docs/hardware-facts.md#gemm-tiling-and-herds), until a retry changes that GEMM's
 configuration. The gate must catch it, and the debug direction's change
-(pipeline.retry_changes) must repair it.
+(pipeline.retry_changes) must repair it. `bfp16-datapath` makes phase 3 keep the BFP16
+GEMM datapath without looking at the chat answer: on a model whose answers it moves earlier
+off the oracle's than Hugging Face's own bf16 run does, the phase-3 gate's bf16 bar
+(pipeline/gates/model.py) must fail it.
 
 No blind retries: the gates are deterministic, so after a failed gate the autopilot retries
 only with the change the picked direction names (other kernel configurations, a transform
@@ -49,7 +52,7 @@ from npu_deploy.skills.lessons import harvest_lessons
 from npu_deploy.skills.matcher import SkillMatcher
 
 PHASE_SKILLS = tuple(p.skill for p in PHASES)       # the phase table (events/phases.py)
-FAULTS = ("gemm-tile",)
+FAULTS = ("gemm-tile", "bfp16-datapath")
 
 
 class Autopilot:
@@ -141,6 +144,9 @@ class Autopilot:
         run.say(f"layer lens: worst {worst} cosine {lens[worst]:.6f}")
         chat = [p for p in tb.ws.prompts() if p.chat]
         if not chat:
+            return
+        if tb.ws.settings.fault == "bfp16-datapath":
+            run.say("drill: keeping the BFP16 GEMM datapath without checking the answer")
             return
         first = tb.run_model(chat[0].name)
         answer_end = answer_length(tb, chat[0].name)

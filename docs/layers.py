@@ -43,7 +43,7 @@ PARTS: tuple[Part, ...] = (
     Part("metrics", ("events",),
          "how every numerical gate compares a candidate with its reference"),
     Part("oracle", ("events", "models", "metrics"),
-         "Phase 0's FP32 reference, the canonical prompts, the goldens"),
+         "Phase 0's FP32 reference, the canonical prompts, the goldens, the bf16 reference"),
     Part("kernels", ("events", "models", "metrics", "oracle"),
          "what an NPU2 kernel is, what it costs, whether a configuration fits"),
     Part("skills", ("events", "store"),

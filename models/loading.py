@@ -120,14 +120,16 @@ def load_tokenizer(directory: Path, args: ModelArgs) -> Any:
     return tokenizer
 
 
-def load_hf_model(directory: Path) -> Any:
+def load_hf_model(directory: Path, dtype: torch.dtype = torch.float32) -> Any:
+    """transformers' model of `directory`, in `dtype` (FP32 for the phase-0 gate; bf16 for
+    the bf16 reference, oracle/bf16.py), for inference."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=dtype)
     except Exception as e:  # noqa: BLE001 (every failure becomes one line)
         raise BadConfig(f"transformers could not load {directory} ({type(e).__name__}: "
                         f"{str(e)[:160]})") from None

@@ -5,8 +5,8 @@ trusts nothing the run says about itself:
   its snapshots and its runs row: `EventStore.verify`), or nothing is evaluated; and every
   phase that exited as passed did so after a passing gate and an approving decision of the
   same attempt;
-* its own oracle: the FP32 reference's golden tensors and greedy runs computed again and
-  compared with what phase 0 stored;
+* its own oracle: the FP32 reference's golden tensors and greedy runs, and the bf16
+  reference (oracle/bf16.py), computed again and compared with what phase 0 stored;
 * every gate of phases 0-6 re-run on the recipe the phase passed with, against its own
   oracle, and each must pass;
 * its own profiles: the deployed plans re-estimated, and the report's figures compared.
@@ -30,6 +30,7 @@ from npu_deploy.events import progress
 from npu_deploy.events.describe import check_text, gate_figures
 from npu_deploy.events.payloads import GateEvaluated, HumanDecision, PhaseExited
 from npu_deploy.oracle import reference_of
+from npu_deploy.oracle.bf16 import Bf16Run, bf16_reference
 from npu_deploy.pipeline.deployed import reference_greedy
 from npu_deploy.pipeline.gates.block import block_checks
 from npu_deploy.pipeline.gates.common import check, time_word
@@ -39,7 +40,7 @@ from npu_deploy.pipeline.gates.oracle import oracle_checks
 from npu_deploy.pipeline.gates.runner import report_check
 from npu_deploy.pipeline.gates.speed import speed_check
 from npu_deploy.pipeline.recipe import Recipe
-from npu_deploy.pipeline.toolbox import counted
+from npu_deploy.pipeline.toolbox import counted, stored_bf16
 from npu_deploy.pipeline.workspace import Workspace, read_json
 from npu_deploy.store import EventStore, StoreError
 
@@ -110,6 +111,8 @@ def _evaluate(ws: Workspace, recipes: dict[int, Recipe]) -> list[dict[str, Any]]
     for name, a in answers.items():
         same = stored_answers.get(name, {}).get("tokens") == a["tokens"]
         checks.append(check(name, "stored_oracle_run_reproduced", 1 if same else 0, 1, ">="))
+    bf16 = own_bf16(ws, answers)
+    checks += bf16_reproduced(stored_bf16(ws), bf16)
     progress.advance()
     checks += _tagged(0, oracle_checks(ws, answers))
     progress.advance()
@@ -121,7 +124,7 @@ def _evaluate(ws: Workspace, recipes: dict[int, Recipe]) -> list[dict[str, Any]]
     for k in (3, 4, 5, 6):
         key = recipes[k].to_json()
         if key not in seen:
-            seen[key] = model_checks(ws, recipes[k], answers)[0]
+            seen[key] = model_checks(ws, recipes[k], answers, bf16)[0]
         checks += _tagged(k, seen[key])
     progress.advance()
     pre, dec = ws.settings.prefill, ws.settings.decode
@@ -139,6 +142,28 @@ def _evaluate(ws: Workspace, recipes: dict[int, Recipe]) -> list[dict[str, Any]]
                                        f"report {name} ({time_word(ws)})"))
     progress.advance()
     return checks
+
+
+def own_bf16(ws: Workspace, answers: dict[str, Any]) -> dict[str, Bf16Run] | None:
+    """The evaluator's own bf16 reference (oracle/bf16.py) against its own oracle's runs;
+    None for a run whose phase 0 recorded none (its gates held it to no bf16 bar, and
+    neither does the evaluator)."""
+    if stored_bf16(ws) is None:
+        return None
+    prompts = counted(ws.prompts(), ws.settings.steps, "own bf16 reference runs")
+    return bf16_reference(ws.loaded, ((p, ws.ids(p)) for p in prompts), answers)
+
+
+def bf16_reproduced(stored: dict[str, Bf16Run] | None, own: dict[str, Bf16Run] | None
+                    ) -> list[dict[str, Any]]:
+    """Phase 0's bf16 reference against the evaluator's own, prompt by prompt."""
+    if stored is None or own is None:
+        return [check("run", "bf16_reference_recorded", 0, 1, ">=", gating=False,
+                      message="phase 0 of this run recorded no bf16 reference (it predates "
+                      "it): no gate held the deployment to the bf16 bar")]
+    return [check(name, "stored_bf16_reference_reproduced",
+                  1 if name in stored and stored[name] == r else 0, 1, ">=")
+            for name, r in own.items()]
 
 
 def _tagged(phase: int, checks: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -44,6 +44,7 @@ from npu_deploy.metrics.comparison import compare
 from npu_deploy.metrics.tokens import Greedy, topk_check
 from npu_deploy.models.config import ModelArgs
 from npu_deploy.oracle import reference_of
+from npu_deploy.oracle.bf16 import Bf16Run, against_bar, bf16_reference
 from npu_deploy.oracle.prompts import Prompt
 from npu_deploy.oracle.reference import golden_name
 from npu_deploy.pipeline.deployed import DeployedModel, reference_greedy
@@ -228,6 +229,23 @@ def counted(prompts: list[Prompt], steps: int, name: str) -> Iterator[Prompt]:
             progress.reach("token", (i + 1) * steps)     # a run may stop early
 
 
+def stored_bf16(ws: Workspace) -> dict[str, Bf16Run] | None:
+    """The bf16 reference of the run's phase 0 (oracle/bf16.py), by prompt name; None when
+    its oracle was built before phase 0 recorded one (the bar is then not known)."""
+    r = ws.latest("answers", tool="build_oracle")
+    if r is None or "bf16" not in r:
+        return None
+    return {n: Bf16Run.from_dict(d) for n, d in read_json(ws.store, r["bf16"]).items()}
+
+
+def bar_reason(runs: list[dict[str, Any]], bf16: dict[str, Bf16Run] | None) -> str:
+    """Why `token_checks`' runs fall behind the bf16 bar (`against_bar`), or "" (also when
+    the run has no bar, or it lacks one of the prompts: the gate says so)."""
+    if bf16 is None or any(r["prompt"] not in bf16 for r in runs):
+        return ""
+    return against_bar({r["prompt"]: (r["agreed"], r["steps"]) for r in runs}, bf16).reason()
+
+
 def token_checks(ws: Workspace, recipe: Recipe, answers: dict[str, Any]) -> list[dict[str, Any]]:
     """The token-set check of the deployed model against the oracle's greedy runs
     (`answers`: prompt name -> Greedy dict), prompt by prompt."""
@@ -237,9 +255,12 @@ def token_checks(ws: Workspace, recipe: Recipe, answers: dict[str, Any]) -> list
         ref = Greedy.from_dict(answers[p.name])
         ours = model.generate(ws.ids(p), ws.settings.steps, follow=ref.tokens)
         tc = topk_check(ours, ref)
+        tok = ws.loaded.tokenizer
         out.append({"prompt": p.name, "passed": tc.passed, "agreed": tc.agreed,
                     "steps": tc.steps, "ours": tc.ours, "theirs": tc.theirs,
-                    "text": ws.loaded.tokenizer.decode(ours.tokens)})
+                    "ours_token": None if tc.ours is None else tok.decode([tc.ours]),
+                    "theirs_token": None if tc.theirs is None else tok.decode([tc.theirs]),
+                    "text": tok.decode(ours.tokens)})
     return out
 
 
@@ -269,9 +290,13 @@ class Toolbox:
                 progress.advance()
             answers = {p.name: reference_greedy(ref, ws.ids(p), ws.settings.steps).to_dict()
                        for p in counted(ws.prompts(), ws.settings.steps, "greedy runs")}
+            bf16 = bf16_reference(ws.loaded, ((p, ws.ids(p)) for p in counted(
+                ws.prompts(), ws.settings.steps, "bf16 reference runs")), answers)
             return {"goldens": blob_tensors(self.store, goldens),
                     "answers": blob_json(self.store, answers), "tensors": len(goldens),
-                    "prompts": sorted(answers)}
+                    "prompts": sorted(answers),
+                    "bf16": blob_json(self.store, {n: r.to_dict() for n, r in bf16.items()}),
+                    "bf16_agreed": {n: r.agreed for n, r in sorted(bf16.items())}}
         return self.run.step("build_oracle", {"model": ws.settings.model,
                                               "seq_len": ws.settings.seq_len,
                                               "steps": ws.settings.steps}, work)
@@ -287,6 +312,11 @@ class Toolbox:
         if r is None:
             raise LookupError("no oracle in this run: phase 0 builds it")
         return dict(read_json(self.store, r["answers"]))
+
+    def bf16_reference(self) -> dict[str, Bf16Run] | None:
+        """The bf16 reference phase 0 recorded (`stored_bf16`), or None in a run whose
+        phase 0 predates it."""
+        return stored_bf16(self.ws)
 
     # --- phase 1 ---------------------------------------------------------------------
 
@@ -393,8 +423,9 @@ class Toolbox:
 
     def apply_transform(self, name: str, mode: Mode) -> dict[str, Any]:
         """Try one transform on the recipe's `mode` plan: is it legal, is it faster (modeled;
-        measured on the NPU, beyond the run-to-run spread), and does the phase-3 token-set
-        check still pass? Kept only if all three; the recipe changes only then."""
+        measured on the NPU, beyond the run-to-run spread), and do the phase-3 token-set
+        check and the bf16 bar still hold? Kept only if all three; the recipe changes only
+        then."""
         ws = self.ws
 
         def work() -> dict[str, Any]:
@@ -425,6 +456,10 @@ class Toolbox:
             if failed:
                 return {**result, "kept": False, "checks": checks,
                         "reason": "the phase-3 token-set check fails on " + ", ".join(failed)}
+            behind = bar_reason(checks, stored_bf16(ws))
+            if behind:
+                return {**result, "kept": False, "checks": checks,
+                        "reason": f"the phase-3 bf16 bar fails: {behind}"}
             return {**result, "kept": True, "checks": checks, "reason": "faster and the "
                     "phase-3 check passes", "recipe": ws.put_recipe(candidate)}
         return self.run.step("apply_transform", {"transform": name, "mode": mode_text(mode)},

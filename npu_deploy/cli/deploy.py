@@ -148,9 +148,10 @@ def _phases(text: str) -> frozenset[int]:
               help="Prefill length of the gates' long prompt and of the optimized plans.")
 @click.option("--steps", type=click.IntRange(1, 256), default=32, show_default=True,
               help="Greedy tokens per prompt in the token-set gates.")
-@click.option("--seed-fault", type=click.Choice(["gemm-tile"]), default=None,
-              help="A drill: seed a known fault (a GEMM tile that does not divide N) for the "
-                   "gates and debug skills to catch.")
+@click.option("--seed-fault", type=click.Choice(["gemm-tile", "bfp16-datapath"]), default=None,
+              help="A drill: seed a known fault for the gates and debug skills to catch "
+                   "(gemm-tile: a GEMM tile that does not divide N; bfp16-datapath: phase 3 "
+                   "keeps BFP16 GEMMs whatever the answer).")
 @click.option("--backend", type=click.Choice(BACKENDS), default="emulator",
               show_default=True,
               help="emulator: the NPU's numerics on the CPU, modeled times. xrt: a real XDNA 2 "

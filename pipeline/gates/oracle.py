@@ -12,14 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from npu_deploy.events import progress
 from npu_deploy.events.phases import phase
 from npu_deploy.metrics.comparison import compare
 from npu_deploy.models.errors import OracleError
 from npu_deploy.models.loading import LoadedModel
 from npu_deploy.oracle import reference_of
+from npu_deploy.oracle.bf16 import hf_greedy
 from npu_deploy.oracle.prompts import Prompt, canonical_prompts
 from npu_deploy.pipeline.toolbox import Toolbox
 from npu_deploy.pipeline.workspace import Workspace
@@ -64,24 +63,6 @@ class Phase0Report:
     def gate_payload(self) -> dict[str, Any]:
         """The `gate.evaluated` payload of this result."""
         return {"gate": phase(0).gate, "passed": self.passed, "checks": self.checks}
-
-
-def hf_greedy(model: Any, prompt: torch.Tensor, steps: int) -> tuple[torch.Tensor, list[int],
-                                                                      torch.Tensor]:
-    """Prefill logits, greedy tokens and the logits each was chosen from, by the
-    Hugging Face model's own forward pass and cache."""
-    with torch.inference_mode():
-        out = model(prompt[None], use_cache=True)
-        prefill = out.logits[0].float()
-        last, past = prefill[-1], out.past_key_values
-        tokens, chosen_from = [], []
-        for step in range(steps):
-            chosen_from.append(last)
-            tokens.append(int(last.argmax()))
-            if step + 1 < steps:
-                out = model(torch.tensor([[tokens[-1]]]), past_key_values=past, use_cache=True)
-                last, past = out.logits[0, -1].float(), out.past_key_values
-    return prefill, tokens, torch.stack(chosen_from)
 
 
 def check_prompt(loaded: LoadedModel, prompt: Prompt, steps: int = GREEDY_STEPS

@@ -17,6 +17,7 @@ from npu_deploy.events.envelope import parse_ts
 from npu_deploy.kernels.measured.figures import measured_figure
 from npu_deploy.kernels.performance.model import DDR_ROOF, estimate
 from npu_deploy.pipeline.report.render import KernelPoint, PhaseSpan, ReportData, render_report
+from npu_deploy.pipeline.toolbox import stored_bf16
 from npu_deploy.pipeline.workspace import Workspace
 
 
@@ -90,7 +91,21 @@ def report_data(ws: Workspace, measured: dict[str, float] | None = None) -> Repo
         decode={"baseline_s": dec_base, "deployed_s": dec_deployed,
                 "tokens_per_s": 1.0 / dec_deployed},
         transforms=transforms, gates=gates, kernels=kernels, phases=phase_spans(events),
-        answers=answers, retries=retries)
+        answers=answers, retries=retries, agreement=agreement_rows(ws, events))
+
+
+def agreement_rows(ws: Workspace, events: list[Any]) -> list[dict[str, object]]:
+    """Per canonical prompt, the newest phase 3-6 gate's greedy agreement with the oracle
+    beside the bf16 reference's (None where the run recorded none)."""
+    gate = next((e.payload for e in reversed(events) if e.type == "gate.evaluated"
+                 and e.phase in (3, 4, 5, 6)), None)
+    if gate is None:
+        return []
+    bf16 = stored_bf16(ws) or {}
+    return [{"prompt": c["subject"], "deployed": int(c["value"]),
+             "bf16": bf16[c["subject"]].agreed if c["subject"] in bf16 else None,
+             "steps": int(c["threshold"])}
+            for c in gate["checks"] if c["metric"] == "greedy_tokens_agreed"]
 
 
 def retry_rows(events: list[Any]) -> list[dict[str, Any]]:

@@ -125,6 +125,10 @@ class ReportData:
     answers: list[dict[str, str]] = field(default_factory=list)
     # each failed gate's evidence and what its retry changed (gather.retry_rows)
     retries: list[dict[str, object]] = field(default_factory=list)
+    # per canonical prompt: the deployment's leading greedy tokens shared with the FP32
+    # oracle (the newest phase 3-6 gate's), the bf16 reference's (None: no bar recorded)
+    # and the oracle's steps (gather.agreement_rows)
+    agreement: list[dict[str, object]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         _check_source("time_source", self.time_source, TIME_SOURCES)
@@ -385,13 +389,38 @@ def _answers(data: ReportData) -> list[str]:
     return lines
 
 
+def _agreement(data: ReportData) -> list[str]:
+    """The deployment's greedy agreement with the oracle beside the bf16 bar's."""
+    if not data.agreement:
+        return []
+    rows = [[a["prompt"], a["deployed"], "-" if a["bf16"] is None else a["bf16"], a["steps"]]
+            for a in data.agreement]
+    known = all(a["bf16"] is not None for a in data.agreement)
+    rows.append(["all prompts", sum(_int(a["deployed"]) for a in data.agreement),
+                 sum(_int(a["bf16"]) for a in data.agreement) if known else "-",
+                 sum(_int(a["steps"]) for a in data.agreement)])
+    words = ("Leading greedy tokens each canonical prompt shares with the FP32 oracle: the "
+             "deployment's (the newest phase 3-6 gate's) beside Hugging Face's own run of the "
+             "model in bf16 on the CPU (phase 0), the bar the deployment must not fall behind "
+             "(docs/design.md, phase 3).")
+    if not known:
+        words += " This run's phase 0 recorded no bf16 reference: it was held to no bar."
+    return ["## Greedy agreement with the oracle", "", words, "",
+            *_table(["prompt", "deployed", "Hugging Face bf16", "of"], rows,
+                    right=(1, 2, 3))]
+
+
+def _int(v: object) -> int:
+    return int(v) if isinstance(v, int | float) else 0
+
+
 def report_markdown(data: ReportData) -> str:
     """The text of report.md: deterministic, no dates, every time with its source."""
     sections = [
         [f"# Performance report: {data.model}, run {data.run_id}", "",
          f"Backend: {data.backend}.", "", _source_line(data)],
-        _summary(data), _gates(data), _retries(data), _transforms(data), _kernels(data),
-        _phases(data), _answers(data),
+        _summary(data), _gates(data), _agreement(data), _retries(data), _transforms(data),
+        _kernels(data), _phases(data), _answers(data),
         ["## Plots", "", f"Roofline of the deployed prefill plan's launches "
          f"({SOURCE_LABELS[_kernel_source(data)]}):", "", "![roofline](roofline.png)", "",
          f"Phases of the run ({HOST_LABEL}):", "", "![timeline](timeline.png)"],

@@ -1,0 +1,158 @@
+"""The bf16 reference: Hugging Face's own run of the model in bf16 on the CPU, the bar a
+deployment must not fall behind.
+
+The FP32 oracle is the truth a deployment is compared with; but a model run in bf16 (what
+the NPU computes in) is not expected to keep every one of the oracle's greedy tokens: where
+two tokens are nearly tied, any bf16 rounding may pick the other one. How far the model's
+own framework gets in bf16 is what "as good as the original in bf16" means, so phase 0
+records it for every canonical prompt, beside the oracle's runs:
+
+* `tokens`: the greedy tokens of transformers' model loaded in bf16 (its own forward pass
+  and cache, argmax, end-of-sequence does not stop it), as many steps as the oracle's;
+* `agreed`: the leading tokens it shares with the oracle's run (`topk_check`'s `agreed`,
+  the definition the deployment's figure uses);
+* `diverged_at`: the first step where it differs from the oracle (None: it never does).
+
+The phase-3 gate (pipeline/gates/model.py) holds the deployment to this bar.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from npu_deploy.events.phases import phase
+from npu_deploy.metrics.tokens import Greedy, greedy_step, topk_check
+from npu_deploy.models.loading import LoadedModel, load_hf_model
+
+from .prompts import Prompt
+
+
+def hf_greedy(model: Any, prompt: torch.Tensor, steps: int) -> tuple[torch.Tensor, list[int],
+                                                                      torch.Tensor]:
+    """Prefill logits, greedy tokens and the logits each was chosen from (all in FP32, as
+    read from the model's output, whatever its dtype), by the Hugging Face model's own
+    forward pass and cache."""
+    with torch.inference_mode():
+        out = model(prompt[None], use_cache=True)
+        prefill = out.logits[0].float()
+        last, past = prefill[-1], out.past_key_values
+        tokens, chosen_from = [], []
+        for step in range(steps):
+            chosen_from.append(last)
+            tokens.append(int(last.argmax()))
+            if step + 1 < steps:
+                out = model(torch.tensor([[tokens[-1]]]), past_key_values=past, use_cache=True)
+                last, past = out.logits[0, -1].float(), out.past_key_values
+    return prefill, tokens, torch.stack(chosen_from)
+
+
+@dataclass(frozen=True)
+class Bf16Run:
+    """The bf16 reference's greedy run of one prompt, against the FP32 oracle's."""
+
+    prompt: str
+    tokens: list[int]
+    agreed: int                 # leading greedy tokens shared with the oracle
+    steps: int                  # the oracle's run's length
+    diverged_at: int | None     # the first step that differs (None: none does)
+
+    @property
+    def keeps_first_token(self) -> bool:
+        """Whether it answers with the oracle's first token (vacuously, a run of 0 steps)."""
+        return self.agreed >= 1 or self.steps == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prompt": self.prompt, "tokens": self.tokens, "agreed": self.agreed,
+                "steps": self.steps, "diverged_at": self.diverged_at}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Bf16Run:
+        return cls(str(d["prompt"]), [int(t) for t in d["tokens"]], int(d["agreed"]),
+                   int(d["steps"]), None if d["diverged_at"] is None else int(d["diverged_at"]))
+
+
+def bf16_model(loaded: LoadedModel) -> Any:
+    """transformers' model of `loaded`, read from its own directory in bf16 (a checkpoint
+    stored in bf16, as most are, is read as it is; an FP32 one is rounded once)."""
+    return load_hf_model(loaded.source.directory, dtype=torch.bfloat16)
+
+
+def bf16_run(model: Any, prompt: Prompt, ids: torch.Tensor, oracle: Greedy) -> Bf16Run:
+    """The bf16 model's greedy run of one prompt, as many steps as the oracle's, against it."""
+    steps = len(oracle.tokens)
+    _, tokens, chosen_from = hf_greedy(model, ids, steps)
+    run = Greedy(tokens, [greedy_step(row)[1] for row in chosen_from])
+    tc = topk_check(run, oracle)
+    return Bf16Run(prompt.name, tokens, tc.agreed, steps, tc.diverged_at)
+
+
+def bf16_reference(loaded: LoadedModel, prompts: Iterable[tuple[Prompt, torch.Tensor]],
+                   answers: dict[str, Any]) -> dict[str, Bf16Run]:
+    """The bf16 reference of every prompt (with its token ids) against the oracle's greedy
+    runs (`answers`: prompt name -> Greedy dict), by prompt name."""
+    model = bf16_model(loaded)
+    return {p.name: bf16_run(model, p, ids, Greedy.from_dict(answers[p.name]))
+            for p, ids in prompts}
+
+
+@dataclass(frozen=True)
+class BarCheck:
+    """A deployment's greedy agreement with the oracle held to the bf16 bar (the phase-3
+    rule, events/phases.py `bf16_agreed_margin`): summed over the prompts, it shares at least
+    the bf16 reference's count of leading tokens with the oracle, less the margin; and on
+    every prompt where the bf16 reference answers with the oracle's first token, it does
+    too."""
+
+    ours: int                   # the deployment's summed agreement
+    theirs: int                 # the bf16 reference's
+    margin: int
+    steps: int                  # the oracle's tokens, summed
+    first_tokens: dict[str, tuple[bool, bool]]     # prompt -> (deployment keeps, bf16 keeps)
+
+    @property
+    def bar(self) -> int:
+        return self.theirs - self.margin
+
+    @property
+    def summed_holds(self) -> bool:
+        return self.ours >= self.bar
+
+    @property
+    def first_tokens_lost(self) -> list[str]:
+        """The prompts whose first token the bf16 reference keeps and the deployment not."""
+        return [p for p, (ours, theirs) in self.first_tokens.items() if theirs and not ours]
+
+    @property
+    def passed(self) -> bool:
+        return self.summed_holds and not self.first_tokens_lost
+
+    def reason(self) -> str:
+        """Why it fails, in words ("" when it holds)."""
+        out = []
+        if not self.summed_holds:
+            out.append(f"the deployment shares {self.ours} greedy tokens with the FP32 oracle, "
+                       f"Hugging Face in bf16 {self.theirs}")
+        if self.first_tokens_lost:
+            out.append("a different first token than the oracle's, which Hugging Face in bf16 "
+                       "keeps, on " + ", ".join(self.first_tokens_lost))
+        return "; ".join(out)
+
+
+def against_bar(agreed: dict[str, tuple[int, int]], bf16: dict[str, Bf16Run]) -> BarCheck:
+    """The bf16 bar applied to a deployment's runs (`agreed`: prompt -> its leading tokens
+    shared with the oracle and the oracle's steps), every prompt with its bf16 run."""
+    missing = sorted(set(agreed) - set(bf16))
+    if missing:
+        raise KeyError(f"the bf16 reference has no run of {', '.join(missing)}: run phase 0 "
+                       "again")
+    return BarCheck(
+        ours=sum(a for a, _ in agreed.values()),
+        theirs=sum(bf16[p].agreed for p in agreed),
+        margin=int(phase(3).threshold("bf16_agreed_margin")),
+        steps=sum(s for _, s in agreed.values()),
+        first_tokens={p: (a >= 1 or s == 0, bf16[p].keeps_first_token)
+                      for p, (a, s) in agreed.items()})
