@@ -28,7 +28,7 @@ from fake_npu import machine
 from npu_deploy.cli import main
 from npu_deploy.kernels.air_programs.air import emit_plan
 from npu_deploy.kernels.definition.hardware import XDNA2
-from npu_deploy.kernels.definition.specs import SPECS
+from npu_deploy.kernels.definition.specs import SPECS, prompt_prefill
 from npu_deploy.kernels.measured.measured_here import ENV
 from npu_deploy.kernels.npu_runtime.hardware_report import NPU_RUNTIME, check_report, seal
 from npu_deploy.kernels.npu_runtime.npu_backend import alone
@@ -351,8 +351,11 @@ def test_imported_rows_show_up_in_kernels_with_their_provenance(cli, tmp_path: P
     cli("import-measurements", write(tmp_path / "report.json", report))
     ours = {config_key(k["kernel"], k["shape"]): k for k in report["kernels"]}
     shown = 0
-    for flags in ((), ("--decode", SEQ)):
-        rows = json.loads(cli("kernels", MODEL, "--seq-len", SEQ, *flags, "--json").stdout)
+    # validate-hardware measures the shapes a deployment runs: a prompt of SEQ tokens padded
+    # to a multiple of 128 (prompt_prefill), and the decode step at position SEQ
+    padded = prompt_prefill(SEQ).seq
+    for flags in (("--seq-len", padded), ("--seq-len", SEQ, "--decode", SEQ)):
+        rows = json.loads(cli("kernels", MODEL, *flags, "--json").stdout)
         for row in rows:
             mine = ours.get(config_key(row["kernel"], row["shape"]))
             here = row["measured_here"]
@@ -365,7 +368,7 @@ def test_imported_rows_show_up_in_kernels_with_their_provenance(cli, tmp_path: P
             upstream = row["measured_npu"]          # upstream's figures stay upstream's
             assert upstream is None or "validate-hardware" not in upstream["source"]
     assert shown >= 15
-    table = cli("kernels", MODEL, "--seq-len", SEQ).stdout
+    table = cli("kernels", MODEL, "--seq-len", padded).stdout
     assert "measured us" in table and "(here)" in table
     assert f"[1] {label(report)}" in table and "nothing ran on an NPU here" not in table
 
