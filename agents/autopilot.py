@@ -139,6 +139,12 @@ class Autopilot:
     # --- 3: the whole model ----------------------------------------------------------------
 
     def phase3(self, run: Any, tb: Toolbox) -> None:
+        change = run.debug_change
+        if change and change.get("recipe"):
+            # the retry's change: the one pipeline.divergence replayed and priced for the
+            # token the deployment answered wrongly
+            tb.set_numerics(change["recipe"], change["text"])
+            run.say(f"retrying {_as_picked(run)}: {change['text']}", answering=_answered(run))
         lens = tb.layer_lens()["cosine"]
         worst = min(lens, key=lens.get)
         run.say(f"layer lens: worst {worst} cosine {lens[worst]:.6f}")

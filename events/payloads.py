@@ -304,6 +304,9 @@ class RetryChange:
     configs: dict[str, dict[str, Any]] = field(default_factory=dict)
     # phases 4 and 5: transforms taken out of the recipe and not tried again
     undo: list[str] = field(default_factory=list)
+    # phase 3: recipe settings the next attempt runs with (gemm_datapath, attention_datapath,
+    # lm_head_out: pipeline.divergence's change for a token the deployment answers wrongly)
+    recipe: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,10 @@ same way, so the autopilot retries only with a concrete change, named in the pro
   ranking (`kernels.definition.selection.ranked_configs`: the other tile configurations of the high
   precision tier first, then those of the low tier, e.g. another GEMM method, whose own
   tolerance the gate applies), skipping every configuration an earlier attempt ran;
+- phase 3, when the deployment falls behind the bf16 bar (another first answer token, or
+  fewer greedy tokens shared with the oracle than Hugging Face's bf16 run shares): the
+  change `pipeline.divergence` finds for the token it answers wrongly (a matmul datapath,
+  FP32 logits), replayed and priced; none brings the oracle's token back: a person decides;
 - phases 4 and 5: the last transform the phase kept is taken out of the recipe and not
   tried again.
 
@@ -22,9 +26,11 @@ from typing import Any
 from npu_deploy.events.payloads import RetryChange
 from npu_deploy.kernels.definition.selection import ranked_configs
 from npu_deploy.kernels.definition.specs import SPECS, KernelUse
+from npu_deploy.metrics.tokens import Greedy
+from npu_deploy.pipeline.divergence import diagnose
 from npu_deploy.pipeline.recipe import Recipe
-from npu_deploy.pipeline.toolbox import kernel_uses_cached
-from npu_deploy.pipeline.workspace import Workspace, workspace_of
+from npu_deploy.pipeline.toolbox import kernel_uses_cached, stored_bf16
+from npu_deploy.pipeline.workspace import Workspace, read_json, workspace_of
 
 #: ordinals for the change's words
 _NTH = {1: "1st", 2: "2nd", 3: "3rd"}
@@ -40,7 +46,43 @@ def retry_change(run: Any, failing: list[dict[str, Any]]) -> RetryChange | None:
     if run.phase in (4, 5):
         scope = "prefill" if run.phase == 4 else "decode"
         return _undo_last_transform(workspace_of(run), run.phase, scope, before)
+    if run.phase == 3 and any(c["metric"] in BAR_METRICS for c in failing):
+        return _numerics_change(workspace_of(run), before)
     return None
+
+
+#: the phase-3 checks of the bf16 bar (pipeline/gates/model.py)
+BAR_METRICS = ("greedy_tokens_agreed_vs_bf16", "first_token_vs_bf16")
+
+
+def _numerics_change(ws: Workspace, before: RetryChange | None) -> RetryChange | None:
+    """The change for the token the deployment answers wrongly (`pipeline.divergence`), on
+    the prompt whose first token it loses, else the one it falls furthest behind the bf16
+    reference on; None when no supported change brings the oracle's token back."""
+    bf16 = stored_bf16(ws)
+    gates = list(ws.store.events(ws.run_id, phase=3, types=("gate.evaluated",)))
+    gate = gates[-1] if gates else None
+    answers = ws.latest("answers", tool="build_oracle")
+    if bf16 is None or gate is None or answers is None:
+        return None
+    agreed = {c["subject"]: int(c["value"]) for c in gate.payload["checks"]
+              if c["metric"] == "greedy_tokens_agreed"}
+    lost = [c["subject"] for c in gate.payload["checks"]
+            if c["metric"] == "first_token_vs_bf16" and not c["passed"]]
+    behind = sorted((bf16[p].agreed - n, p) for p, n in agreed.items() if p in bf16)
+    prompt = lost[0] if lost else (behind[-1][1] if behind and behind[-1][0] > 0 else None)
+    if prompt is None:
+        return None
+    oracle = Greedy.from_dict(read_json(ws.store, answers["answers"])[prompt]).tokens
+    p = next(q for q in ws.prompts() if q.name == prompt)
+    recipe = ws.recipe()
+    d = diagnose(ws.settings.model, ws.loaded, recipe, ws.hw, prompt, ws.ids(p), oracle,
+                 min(agreed[prompt], len(oracle) - 1), ws.settings.steps,
+                 (ws.settings.prefill, ws.settings.decode), ws.loaded.tokenizer.decode)
+    if d.chosen is None:
+        return None
+    settings = {**(before.recipe if before else {}), **d.chosen}
+    return RetryChange(text=d.words, recipe=settings)
 
 
 def kernel_of(subject: str) -> str:

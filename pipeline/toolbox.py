@@ -391,6 +391,14 @@ class Toolbox:
             return {"recipe": self.ws.put_recipe(recipe), "datapath": datapath}
         return self.run.step("choose_datapath", {"datapath": datapath, "why": why}, work)
 
+    def set_numerics(self, settings: dict[str, str], why: str) -> dict[str, Any]:
+        """The recipe with `settings` (gemm_datapath, attention_datapath, lm_head_out: a
+        phase-3 retry's change, pipeline.divergence), recorded with why."""
+        def work() -> dict[str, Any]:
+            recipe = replace(self.ws.recipe(), **settings)
+            return {"recipe": self.ws.put_recipe(recipe), "settings": dict(settings)}
+        return self.run.step("set_numerics", {"settings": dict(settings), "why": why}, work)
+
     # --- phases 4 and 5 --------------------------------------------------------------
 
     def profile(self, mode: Mode, scope: str | None = None, *,

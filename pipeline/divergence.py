@@ -1,0 +1,193 @@
+"""Why the deployment answers another token than the oracle, and the change that fixes it.
+
+When phase 3's gate finds the deployment falling behind the bf16 bar (pipeline/gates/model.py:
+fewer greedy tokens shared with the FP32 oracle than Hugging Face's own bf16 run shares, or
+another first answer token), a retry must change what decides that token. This module finds
+it, on the emulator (the NPU's numerics on the CPU):
+
+1. **The token.** The prompt whose first token the deployment loses (else the one it falls
+   furthest behind the bar on) and the greedy step where it first differs. The step is
+   replayed teacher-forced: the prompt and the oracle's tokens before the step, so every run
+   below reads the same context, and the margin of the oracle's token over the best other
+   one says who wins (below zero: the deployment's answer).
+2. **The kernels.** The step again with one kernel family at a time computed in FP32 (its
+   reference instead of its NPU numerics): a family whose rounding decides the token brings
+   the margin above zero. This is the evidence, not the change: FP32 is not what the
+   hardware runs.
+3. **The change.** Each change the hardware supports for those families (`CHANGES`: the
+   GEMMs or FlashAttention on the native bf16 matmul datapath instead of the BFP16-emulated
+   one, the LM head writing FP32 logits) is replayed as the deployment would run it, and
+   priced by the performance model on the deployment's prefill and decode. The cheapest
+   that brings the oracle's token back is the change; none: the run stops for a person with
+   this evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from npu_deploy.kernels.definition.specs import Mode
+from npu_deploy.kernels.emulation.emulator import EMULATED, REFERENCE, EmulatorBackend
+from npu_deploy.kernels.emulation.numerics import to_bf16
+from npu_deploy.kernels.performance.model import estimate
+from npu_deploy.pipeline.deployed import DeployedModel
+from npu_deploy.pipeline.recipe import Recipe
+
+#: kernel family -> the recipe settings the hardware supports that change its rounding, each
+#: with what it does in words
+CHANGES: dict[str, tuple[tuple[dict[str, str], str], ...]] = {
+    "flash_attention": (({"attention_datapath": "bf16"},
+                         "FlashAttention's two matmuls on the native bf16 datapath (4x8x8), "
+                         "without rounding Q, K, V and P to BFP16 blocks"),),
+    "gemm_bf16": (({"gemm_datapath": "bf16"},
+                   "the GEMMs on the native bf16 datapath, without BFP16 blocks"),),
+    "gemm_fp32": (({"gemm_datapath": "bf16"},
+                   "the GEMMs on the native bf16 datapath, without BFP16 blocks"),),
+    "gemv": (({"lm_head_out": "f32"}, "the LM head writes FP32 logits (no bf16 cast)"),),
+}
+
+
+class WidenedBackend(EmulatorBackend):
+    """The emulator with the kernels of `widen` computed in FP32 (their references, which
+    read and write attention operands head-first), their outputs stored as the device
+    stores them (bf16 where the device's tensor is, in the layout its binding gives)."""
+
+    def __init__(self, widen: frozenset[str]) -> None:
+        self.widen = widen
+
+    def run(self, spec: Any, shape: Any, config: dict, inputs: Any, outputs: Any) -> None:
+        if spec.name not in self.widen or spec.name not in REFERENCE:
+            super().run(spec, shape, config, inputs, outputs)
+            return
+        dims = {op.name: op.dims for op in spec.operands(shape)}
+        seq_first = {name for name, layout in config.get("layouts", {}).items()
+                     if layout == "seq-first" and len(dims.get(name, ())) == 3}
+
+        def head_first(name: str, t: torch.Tensor) -> torch.Tensor:
+            if name not in seq_first:
+                return t
+            heads, rows, width = dims[name]
+            return t.reshape(rows, heads, width).transpose(0, 1)
+
+        x = {name: head_first(name, t) for name, t in inputs.items()}
+        for name, value in REFERENCE[spec.name](shape, {**spec.tunables, **config}, x).items():
+            out = outputs[name]
+            if name in seq_first:
+                value = value.transpose(0, 1)
+            value = value.reshape(out.shape)
+            out.copy_(to_bf16(value) if out.dtype == torch.bfloat16 else value)
+
+
+@dataclass(frozen=True)
+class Trial:
+    what: str                      # "flash_attention in FP32", "attention_datapath=bf16"
+    token: int                     # the argmax at the step
+    margin: float                  # the oracle's token over the best other one
+
+    @property
+    def restores(self) -> bool:
+        return self.margin > 0
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    prompt: str
+    step: int
+    oracle_token: int
+    ours: Trial                    # the recipe as it is
+    families: tuple[Trial, ...]    # each family widened alone
+    changes: tuple[tuple[Trial, float, float], ...]   # (trial, modeled s before, after)
+    chosen: dict[str, str] | None  # the recipe settings of the change, or None
+    words: str                     # the evidence and the choice, in words
+
+
+def step_logits(model: DeployedModel, ids: torch.Tensor, oracle: list[int], step: int,
+                context: int) -> torch.Tensor:
+    """The logits of greedy step `step`, teacher-forced: the prompt, then the oracle's tokens
+    before the step, decoded with plans built for `context` positions."""
+    logits, cache = model.prefill(ids)
+    pos = int(ids.shape[0])
+    for token in oracle[:step]:
+        logits, cache = model.decode(token, pos, cache, context)
+        pos += 1
+    return logits.float()
+
+
+def _trial(what: str, logits: torch.Tensor, token: int) -> Trial:
+    others = logits.clone()
+    others[token] = float("-inf")
+    return Trial(what, int(logits.argmax()), round(float(logits[token] - others.max()), 4))
+
+
+def diagnose(name: str, loaded: Any, recipe: Recipe, hw: Any, prompt: str,
+             ids: torch.Tensor, oracle: list[int], step: int, steps: int,
+             modes: tuple[Mode, Mode], decode: Callable[[list[int]], str] | None = None
+             ) -> Diagnosis:
+    """Replay greedy step `step` of `prompt` (the oracle's tokens `oracle`) as described in
+    the module docstring; `steps`: the generation's length (its decode context), `modes`:
+    the deployment's prefill and decode, on which a change is priced; `decode`: a token id
+    -> text for the words (the tokenizer's decode)."""
+    context = int(ids.shape[0]) + max(steps, step + 1)
+    token = oracle[step]
+
+    def replay(r: Recipe, widen: frozenset[str] = frozenset()) -> torch.Tensor:
+        model = DeployedModel(name, loaded.args, loaded.weights, r, WidenedBackend(widen), hw)
+        return step_logits(model, ids, oracle, step, context)
+
+    ours = _trial("as deployed", replay(recipe), token)
+    used = {ln.kernel for m in modes for ln in recipe.plan(name, loaded.args, m, hw).launches()}
+    families = tuple(_trial(f"{f} in FP32", replay(recipe, frozenset({f})), token)
+                     for f in sorted(used & EMULATED.keys() & REFERENCE.keys()))
+
+    def seconds(r: Recipe) -> float:
+        return sum(estimate(r.plan(name, loaded.args, m, hw), hw).total_s for m in modes)
+
+    tried, changes = set(), []
+    for t in families:
+        for settings, _ in CHANGES.get(t.what.split(" ")[0], ()):
+            after = replace(recipe, **settings)
+            key = tuple(sorted(settings.items()))
+            if key in tried or after == recipe:
+                continue
+            tried.add(key)
+            what = ", ".join(f"{k}={v}" for k, v in settings.items())
+            changes.append((_trial(what, replay(after), token), seconds(recipe), seconds(after)))
+    good = sorted((c for c in changes if c[0].restores), key=lambda c: (c[2], -c[0].margin))
+    chosen = None
+    if good:
+        best = good[0][0].what
+        chosen = dict(kv.split("=") for kv in best.split(", "))
+    return Diagnosis(prompt, step, token, ours, families, tuple(changes), chosen,
+                     _words(prompt, step, token, ours, families, changes, chosen, decode))
+
+
+def _words(prompt: str, step: int, token: int, ours: Trial, families: tuple[Trial, ...],
+           changes: list[tuple[Trial, float, float]], chosen: dict[str, str] | None,
+           text: Callable[[list[int]], str] | None) -> str:
+    def tok(t: int) -> str:
+        return repr(text([t])) if text is not None else f"token {t}"
+
+    lines = [f"{prompt!r} step {step}: the deployment answers {tok(ours.token)} where the "
+             f"oracle answers {tok(token)} (margin {ours.margin:+.4f})"]
+    decisive = [t for t in families if t.restores]
+    lines.append("in FP32 one family at a time: " + (
+        ", ".join(f"{t.what.split(' ')[0]} brings {tok(token)} back ({t.margin:+.4f})"
+                  for t in decisive) if decisive else "no single kernel family brings it back"))
+    for t, before, after in changes:
+        lines.append(f"{t.what}: {'brings it back' if t.restores else 'does not'} "
+                     f"({t.margin:+.4f}); modeled prefill + decode step {before * 1e3:.3f} -> "
+                     f"{after * 1e3:.3f} ms ({(after / before - 1) * 100:+.1f}%)")
+    for settings, why in (s for f in CHANGES.values() for s in f):
+        if chosen == settings:
+            lines.append(f"change: {', '.join(f'{k}={v}' for k, v in settings.items())}: {why}")
+            break
+    else:
+        lines.append("no change the hardware supports brings it back: a person decides")
+    return "; ".join(lines)
+
+
+__all__ = ["CHANGES", "Diagnosis", "Trial", "WidenedBackend", "diagnose", "step_logits"]
