@@ -360,7 +360,7 @@ FAMILIES = (KernelFamily(
                      lambda s: (s["heads"], s["kv_heads"], s["Lq"], s["Lk"], s["head_dim"], True)),
     # Built as its own program (with its own segment and cascade routing), and the measured
     # deployment runs it alone in its dispatch: our reading, not a documented hardware limit.
-    own_elf=True,
+    own_elf=True, attention_datapath=True,
     program_layout=ProgramLayout(lambda s: program_layout(s["head_dim"]),
                                  seq_first_outputs=("o",)),
     exact_tiles=True),)

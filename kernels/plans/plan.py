@@ -82,13 +82,19 @@ class PlanBuilder:
             config = dict(chosen) if chosen is not None else select(use, self.hw).config
             if "eps" in config:                 # compiled into the norm kernels
                 config = {**config, "eps": self.args.norm_eps}
-            if kernel == "flash_attention":
-                if self.attention_datapath != "bfp16":  # else the selection's (upstream's)
-                    config = {**config, "datapath": self.attention_datapath}
-            elif self.gemm_datapath and "datapath" in SPECS[kernel].tunables:
-                config = {**config, "datapath": self.gemm_datapath}
+            if "datapath" in SPECS[kernel].tunables:
+                config = self._datapath(kernel, config)
             self._configs[use.key] = config
         return self._configs[use.key]
+
+    def _datapath(self, kernel: str, config: dict[str, Any]) -> dict[str, Any]:
+        """The configuration with the plan's datapath for its family: the GEMM datapath where
+        one is set, the attention datapath where it is not upstream's (BFP16) build."""
+        if family(kernel).attention_datapath:
+            chosen = None if self.attention_datapath == "bfp16" else self.attention_datapath
+        else:
+            chosen = self.gemm_datapath
+        return {**config, "datapath": chosen} if chosen else config
 
     def launch(self, kernel: str, role: str, layer: int | None, shape: Shape,
                config_extra: dict[str, Any] | None = None, **operands: str | Binding) -> None:
