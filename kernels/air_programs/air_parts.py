@@ -93,7 +93,7 @@ class KernelSource:
     edits: tuple[tuple[str, str], ...] = ()
 
     def recipe(self) -> dict[str, Any]:
-        out = {"source": self.source, "defines": dict(self.defines),
+        out: dict[str, Any] = {"source": self.source, "defines": dict(self.defines),
                "repository": self.repository}
         if self.edits:          # an unedited source's recipe reads as it always did
             out["edits"] = [list(e) for e in self.edits]

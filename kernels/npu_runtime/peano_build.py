@@ -191,12 +191,13 @@ class Built:
 
 def _entry(k: KernelSource, source: Path, cc: Compiler, cmd: list[str]) -> dict[str, Any]:
     """The manifest entry of `k` before it is built: everything that decides its bytes."""
-    entry = {"source": k.source, "repository": k.repository, "path": str(source),
-             "sha256": _sha256(source), "includes": local_includes(source),
-             "defines": {n: v for n, v in k.defines}, "target": TARGET,
-             "flags": list(PEANO_FLAGS), "include_dir": str(cc.include),
-             "force_included": [c for c in cmd if c.endswith(str(UTILS_HEADER))],
-             "peano": cc.version}
+    entry: dict[str, Any] = {
+        "source": k.source, "repository": k.repository, "path": str(source),
+        "sha256": _sha256(source), "includes": local_includes(source),
+        "defines": {n: v for n, v in k.defines}, "target": TARGET,
+        "flags": list(PEANO_FLAGS), "include_dir": str(cc.include),
+        "force_included": [c for c in cmd if c.endswith(str(UTILS_HEADER))],
+        "peano": cc.version}
     if k.edits:                     # an unedited object's entry and key read as before
         entry["edits"] = [list(e) for e in k.edits]
     entry["key"] = hashlib.sha256(json.dumps(

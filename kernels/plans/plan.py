@@ -90,10 +90,9 @@ class PlanBuilder:
     def _datapath(self, kernel: str, config: dict[str, Any]) -> dict[str, Any]:
         """The configuration with the plan's datapath for its family: the GEMM datapath where
         one is set, the attention datapath where it is not upstream's (BFP16) build."""
+        chosen: str | None = self.gemm_datapath
         if family(kernel).attention_datapath:
             chosen = None if self.attention_datapath == "bfp16" else self.attention_datapath
-        else:
-            chosen = self.gemm_datapath
         return {**config, "datapath": chosen} if chosen else config
 
     def launch(self, kernel: str, role: str, layer: int | None, shape: Shape,
