@@ -2,7 +2,8 @@
 
 A recipe is everything the phases decided: the tile configuration of each (kernel, shape)
 phase 1 validated, the GEMM datapath phase 3 chose, the dtype of the logits the LM head
-writes (bf16 as upstream's GEMV writes them, or FP32: a numerics retry's change), and the
+writes (bf16 as upstream's GEMV writes them, or FP32: a numerics retry's change), the
+datapath of FlashAttention's matmuls (upstream's BFP16 build, or our native-bf16 one), and the
 plan transforms phases 4 and 5 kept, in order. It is small JSON, stored as a blob, and it
 rebuilds the dispatch plan of any prefill length or decode position (`Recipe.plan`), so
 that the runner, the gates and the independent evaluator all run exactly what the phases
@@ -17,7 +18,14 @@ from typing import Any
 
 from npu_deploy.kernels.definition.hardware import XDNA2, Hardware
 from npu_deploy.kernels.definition.specs import Mode, Prefill
-from npu_deploy.kernels.plans.plan import LM_HEAD_OUT, DispatchPlan, LogitsDtype, baseline_plan
+from npu_deploy.kernels.plans.plan import (
+    ATTENTION_DATAPATHS,
+    LM_HEAD_OUT,
+    AttentionDatapath,
+    DispatchPlan,
+    LogitsDtype,
+    baseline_plan,
+)
 from npu_deploy.kernels.plans.transforms import TRANSFORMS
 from npu_deploy.models.config import ModelArgs
 
@@ -31,11 +39,17 @@ class Recipe:
     #: the GEMV LM head's logits, prefill and decode: "bf16" or "f32" (kernels.plans.plan
     #: LM_HEAD_OUT)
     lm_head_out: LogitsDtype = "bf16"
+    #: the matmul datapath of prefill's FlashAttention: "bfp16" (upstream's build) or "bf16"
+    #: (native 4x8x8, ours; kernels.plans.plan ATTENTION_DATAPATHS)
+    attention_datapath: AttentionDatapath = "bfp16"
 
     def __post_init__(self) -> None:
         if self.lm_head_out not in LM_HEAD_OUT:
             raise ValueError(f"recipe: lm_head_out must be one of {tuple(LM_HEAD_OUT)}, got "
                              f"{self.lm_head_out!r}")
+        if self.attention_datapath not in ATTENTION_DATAPATHS:
+            raise ValueError(f"recipe: attention_datapath must be one of "
+                             f"{ATTENTION_DATAPATHS}, got {self.attention_datapath!r}")
 
     def to_json(self) -> bytes:
         d: dict[str, Any] = {"configs": self.configs, "gemm_datapath": self.gemm_datapath,
@@ -43,6 +57,8 @@ class Recipe:
                              "decode_transforms": list(self.decode_transforms)}
         if self.lm_head_out != "bf16":      # a bf16 head's recipe reads as it always did
             d["lm_head_out"] = self.lm_head_out
+        if self.attention_datapath != "bfp16":      # likewise upstream's attention build
+            d["attention_datapath"] = self.attention_datapath
         return json.dumps(d, sort_keys=True).encode()
 
     @classmethod
@@ -50,7 +66,7 @@ class Recipe:
         d = json.loads(data)
         return cls(dict(d["configs"]), str(d["gemm_datapath"]),
                    tuple(d["prefill_transforms"]), tuple(d["decode_transforms"]),
-                   d.get("lm_head_out", "bf16"))
+                   d.get("lm_head_out", "bf16"), d.get("attention_datapath", "bfp16"))
 
     def transforms(self, mode: Mode) -> tuple[str, ...]:
         return self.prefill_transforms if isinstance(mode, Prefill) else self.decode_transforms
@@ -70,10 +86,11 @@ class Recipe:
 
     def baseline(self, model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2
                  ) -> DispatchPlan:
-        """The baseline plan with this recipe's configurations, datapath and LM head output.
-        Decode runs GEMVs, so the datapath only changes prefill."""
+        """The baseline plan with this recipe's configurations, datapaths and LM head output.
+        Decode runs GEMVs and its own attention, so the datapaths only change prefill."""
         return baseline_plan(model, args, mode, hw, configs=self.configs,
-                             gemm_datapath=self.gemm_datapath, lm_head_out=self.lm_head_out)
+                             gemm_datapath=self.gemm_datapath, lm_head_out=self.lm_head_out,
+                             attention_datapath=self.attention_datapath)
 
     def plan(self, model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2
              ) -> DispatchPlan:

@@ -79,10 +79,14 @@ def aie_install(root: Path) -> Path:
 
 def mlir_air_checkout(root: Path, sources: set[str]) -> Path:
     """An mlir-air checkout holding `sources` (paths under it), each including a zero.cc of
-    its folder, as several of upstream's kernels do."""
+    its folder, as several of upstream's kernels do; attn_npu2.cc also holds the line our
+    native-bf16 build edits (its matmul's `constexpr int r = 8;`), once, as upstream's does."""
     for source in sources:
         path = root / source
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f'#include <aie_api/aie.hpp>\n#include "zero.cc"\n// {source}\n')
+        text = f'#include <aie_api/aie.hpp>\n#include "zero.cc"\n// {source}\n'
+        if source.endswith("attn_npu2.cc"):
+            text += "constexpr int r = 8;\n"
+        path.write_text(text)
         (path.parent / "zero.cc").write_text("// zero stand-in\n")
     return root

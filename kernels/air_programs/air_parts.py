@@ -87,10 +87,17 @@ class KernelSource:
     source: str
     defines: tuple[tuple[str, Any], ...]     # a value of None is a bare -DNAME
     repository: str = MLIR_AIR
+    #: literal (old, new) replacements made in the source before it is compiled, each of
+    #: an `old` that occurs exactly once (kernels.npu_runtime.peano_build checks it): for a
+    #: constant the source fixes rather than takes as a define
+    edits: tuple[tuple[str, str], ...] = ()
 
     def recipe(self) -> dict[str, Any]:
-        return {"source": self.source, "defines": dict(self.defines),
-                "repository": self.repository}
+        out: dict[str, Any] = {"source": self.source, "defines": dict(self.defines),
+               "repository": self.repository}
+        if self.edits:          # an unedited source's recipe reads as it always did
+            out["edits"] = [list(e) for e in self.edits]
+        return out
 
 
 @dataclass(frozen=True)

@@ -332,6 +332,9 @@ class KernelFamily:
     #: output's bf16 cast taken out): what `transforms.lm_head_fp32_logits` swaps the LM head
     #: to; None where there is none
     fp32_out: str | None = None
+    #: its `datapath` configuration key (a family whose tunables have one) is set by the
+    #: plan's attention_datapath, not by its gemm_datapath
+    attention_datapath: bool = False
     #: dimensions of its shape its program takes at run time rather than at build time,
     #: each with the configuration key of the maximum the program is built for: (dim, key).
     #: A launch holds this step's value (a decode's cache length); its program is built

@@ -38,6 +38,7 @@ from ..emulation.numerics import (
     BFP16EBS8,
     DEFAULT_TILE_K,
     _quantize_last_dim,
+    softmax_bf16,
     softmax_bfp16,
     to_bf16,
 )
@@ -52,6 +53,7 @@ from ..measured.measurements import (
     scaled,
 )
 from .flash_attention_program import l1_bytes, launch_in, launch_layout, launch_out, segment
+from .gemm import BF16_DATAPATH_RATE
 
 if TYPE_CHECKING:
     from ..performance.model import PerfParams
@@ -78,7 +80,12 @@ FLASH_ATTENTION = KernelSpec(
     "flash_attention", "npu", "causal FlashAttention, GQA or MHA",
     ("heads", "kv_heads", "Lq", "Lk", "head_dim"), operands, flops,
     {"q_tile": 256, "k_tile": 64, "q_tiles": 4, "cascade": 4, "heads_per_unroll": 2,
-     "dv_tile": 64, "layout": "seq-first"})
+     "dv_tile": 64, "layout": "seq-first", "datapath": "bfp16"})
+
+#: the matmul datapaths of Q@K^T and P@V: upstream's build (attn_npu2.cc's 8x8x8 mmul,
+#: BFP16-emulated) or AIE2P's native bf16 MMA (4x8x8; our own build, unmeasured:
+#: docs/hardware-facts.md#flashattention-on-the-native-bf16-datapath)
+DATAPATHS = ("bfp16", "bf16")
 
 # --- checker rule -------------------------------------------------------------------------
 
@@ -97,6 +104,8 @@ RULES = (
     "layout: seq-first at head_dim >= 128 hangs on NPU2 (use head-first)",
     "corrupt: a kernel object compiled for other (Lq, Lk, head_dim) than the launch",
     "padding (warning): Lq to q_tile, Lk to k_tile x cascade",
+    "datapath: bfp16 (upstream's 8x8x8 BFP16-emulated mmul) or bf16 (native 4x8x8; ours, "
+    "unmeasured)",
 )
 
 
@@ -165,6 +174,9 @@ def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
                          f"(Lq, Lk, head_dim)={tuple(compiled)} launched at "
                          f"{(s['Lq'], s['Lk'], hd)}: NaN or garbage output; "
                          "recompile it for the launch sizes", 0, 0))
+    if c.get("datapath", "bfp16") not in DATAPATHS:
+        f.append(Finding("datapath", "error", f"datapath={c['datapath']!r}: FlashAttention's "
+                         f"matmuls run on {' or '.join(DATAPATHS)}; use one of those", 0, 0))
     rules.pad(f, "Lq", s["Lq"], q_tile)
     rules.pad(f, "Lk", s["Lk"], k_tile * cascade)
     return f
@@ -194,15 +206,23 @@ def candidates(spec: KernelSpec, shape: Shape, hw: Hardware) -> Iterator[dict[st
                    "q_tile": 4 * chunk, "q_tiles": 4, "dv_tile": chunk}
 
 
-# --- numerics: both matmuls through the BFP16 datapath, the softmax in FP32, P as bf16 -----
+# --- numerics: both matmuls through the BFP16 datapath (or native bf16), the softmax in FP32,
+# P as bf16 --------------------------------------------------------------------------------
 
 def emulate(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensors:
     """Causal attention, all heads at once: S = QK^T and O = PV through the BFP16 datapath
     (exactly what `gemm_bfp16` computes per head: blocks along the K dim, exact K-tile sums
     rounded to FP32 and added in order), the softmax of S / sqrt(head_dim) in FP32 with P
     handed on as bf16 (`softmax_bf16`; computed fused with P's block conversion). K tiles of
-    PV that lie wholly past a row block's causal limit hold zeros and are skipped."""
+    PV that lie wholly past a row block's causal limit hold zeros and are skipped.
+    `datapath` "bf16" (the native 4x8x8 MMA) leaves out the block conversion of Q, K, V and
+    P: the bf16 operands are multiplied as they are (their products are exact in FP32), with
+    the same tile sums, softmax and bf16 carries."""
     fmt, tk = BFP16EBS8, DEFAULT_TILE_K
+    native = c.get("datapath", "bfp16") == "bf16"
+
+    def blocks(t: torch.Tensor) -> torch.Tensor:
+        return to_bf16(t).to(torch.float32) if native else _quantize_last_dim(t, fmt)
     h, hkv, lq, lk, d = s["heads"], s["kv_heads"], s["Lq"], s["Lk"], s["head_dim"]
     group, start = h // hkv, lk - lq
     # exact: FP64 K-tile sums, as gemm_bfp16 does; otherwise one FP32 BLAS call per product.
@@ -211,10 +231,10 @@ def emulate(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensor
     q = as_head_first(f32(x["q"]), h, lq, d, bound_layout(c, "q", "head-first"))
     k = as_head_first(f32(x["k"]), hkv, lk, d, bound_layout(c, "k", "head-first"))
     v = as_head_first(f32(x["v"]), hkv, lk, d, bound_layout(c, "v", "head-first"))
-    qq = _quantize_last_dim(q.reshape(-1, d), fmt).view(h, lq, d).to(dtype)
-    kq = _quantize_last_dim(k.reshape(-1, d), fmt).view(hkv, lk, d)
+    qq = blocks(q.reshape(-1, d)).view(h, lq, d).to(dtype)
+    kq = blocks(k.reshape(-1, d)).view(hkv, lk, d)
     kq = kq.repeat_interleave(group, dim=0).to(dtype)
-    vq = _quantize_last_dim(v.transpose(1, 2).reshape(-1, lk), fmt)
+    vq = blocks(v.transpose(1, 2).reshape(-1, lk))
     vq = vq.view(hkv, d, lk).transpose(1, 2).repeat_interleave(group, dim=0).to(dtype)
     o = torch.empty(h, lq, d, dtype=torch.bfloat16)
     rows = max(1, (1 << 22) // max(h * lk, 1))          # bounds the FP64 scratch to ~32 MiB
@@ -232,7 +252,9 @@ def emulate(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensor
                 scores += torch.bmm(qq[:, r0:r1, d0:d0 + tk],
                                     kq[:, :upto, d0:d0 + tk].transpose(1, 2)).float()
         valid = (torch.arange(r0, r1) + start + 1).clamp(max=upto).repeat(h)
-        pq = softmax_bfp16(scores.view(-1, upto), valid, 1.0 / math.sqrt(d))
+        scale = 1.0 / math.sqrt(d)
+        pq = softmax_bf16(scores.view(-1, upto).float(), valid, scale).float() if native \
+            else softmax_bfp16(scores.view(-1, upto), valid, scale)
         pq = pq.view(h, r1 - r0, upto).to(dtype)
         if not exact:
             acc = torch.bmm(pq, vq[:, :upto])
@@ -270,7 +292,8 @@ COEFFICIENTS = (("fa_floor_s", 300e-6), ("fa_step_s", 30e-6), ("fa_tile_flops", 
 
 def work(spec: KernelSpec, s: Shape, c: dict[str, Any], p: PerfParams) -> Work:
     """compute: the QK^T and PV blocks of every q block and head (a head_dim wider than
-    dv_tile recomputes QK^T per dv chunk), causal or not, at the herd's per-tile rate, and a
+    dv_tile recomputes QK^T per dv chunk), causal or not, at the herd's per-tile rate (at
+    the native bf16 datapath's rate, gemm's BF16_DATAPATH_RATE, for datapath "bf16"), and a
     fixed cost per launch iteration (q block x head group)"""
     q_tile, hpu = int(c["q_tile"]), int(c["heads_per_unroll"])
     tiles = hpu * int(c["q_tiles"]) * int(c["cascade"])
@@ -281,7 +304,10 @@ def work(spec: KernelSpec, s: Shape, c: dict[str, Any], p: PerfParams) -> Work:
         * int(c["cascade"])
     steps = lq // q_tile * math.ceil(s["heads"] * chunks / hpu)
     flops = 2.0 * s["heads"] * chunks * lq * lk * (hd + dv)
-    return Work(flops / (tiles * p.fa_tile_flops) + steps * p.fa_step_s, 0.0)
+    matmul = flops / (tiles * p.fa_tile_flops)
+    if c.get("datapath", "bfp16") == "bf16":
+        matmul /= BF16_DATAPATH_RATE
+    return Work(matmul + steps * p.fa_step_s, 0.0)
 
 
 def timed_launches() -> list[TimedLaunch]:
@@ -334,7 +360,7 @@ FAMILIES = (KernelFamily(
                      lambda s: (s["heads"], s["kv_heads"], s["Lq"], s["Lk"], s["head_dim"], True)),
     # Built as its own program (with its own segment and cascade routing), and the measured
     # deployment runs it alone in its dispatch: our reading, not a documented hardware limit.
-    own_elf=True,
+    own_elf=True, attention_datapath=True,
     program_layout=ProgramLayout(lambda s: program_layout(s["head_dim"]),
                                  seq_first_outputs=("o",)),
     exact_tiles=True),)

@@ -50,6 +50,18 @@ if TYPE_CHECKING:
 KERNEL_SOURCE = "programming_examples/flash_attention/kernel_fusion_based/attn_npu2.cc"
 
 
+#: The native-bf16 build of attn_npu2.cc (ours; upstream has neither built nor measured it).
+#: Upstream compiles it with -DAIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16 (the example's
+#: Makefile, compile-kernel), which makes aie_api run its bf16 `aie::mmul<8, 8, 8>` on the
+#: BFP16 MMA. Without that define AIE2P's bf16 MMA is 4x8x8, and the row count of the mmul is
+#: a constexpr in matmul_vectorized_8x8x8_bf16_bf16 (`constexpr int r = 8;`), not a define:
+#: our build replaces it by 4. The operands' memory layout does not change: the kernel reads
+#: A and writes C as [k/s][m/r][r][s] and [n/t][m/r][r][t] row-major blocks, and an 8x8 block
+#: is two 4x8 blocks one after the other; B's 8x8 blocks (s, t) are as before, and the
+#: static_assert m % (2 r) == 0 still holds for every q block (lqp of 16 or more).
+NATIVE_BF16_EDITS = (("constexpr int r = 8;", "constexpr int r = 4;"),)
+
+
 def l1_buffers(tq: int, k_tile: int, hd: int, dv: int) -> list[tuple[str, tuple[int, ...]]]:
     """Every L1 buffer of one tile (bf16, single buffers: upstream compiles with
     omit_pingpong): the q block in head-dim tiles, the K/Q relay, the V chunk, the scores
@@ -143,7 +155,9 @@ def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayo
                         f"chunks (q_tile/q_tiles={tq}, k_tile={kt}), head_dim={hd} a multiple "
                         f"of k_tile and dv_tile={dv}, at least 2 cascade stages ({ns}) and "
                         f"heads={heads} a multiple of heads_per_unroll={unroll}")
-    obj = f"attn_npu2_{dims(tq, kt, kt, dv, hd)}.o"    # lqp x lkp x dk x dv, dk_full
+    native = c.get("datapath", "bfp16") == "bf16"
+    # lqp x lkp x dk x dv, dk_full; the native-bf16 build is its own object
+    obj = f"attn_npu2_{'bf16_' if native else ''}{dims(tq, kt, kt, dv, hd)}.o"
     l2 = tuple(buf(f"qk{st}_l2", (kt, kt), BF16, "L2") for st in range(ns)) \
         + tuple(buf(f"v{st}_l2", (kt, dv), BF16, "L2") for st in range(ns)) \
         + (buf("o_l2", (q_tile, dv), BF16, "L2"),)
@@ -157,8 +171,9 @@ def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayo
                   for k in ("gp", "up", "sp")),
                 ChannelDecl("o_to_l2", (nq, 1)), ChannelDecl("o_out", (unroll,)))
     defines: dict[str, Any] = {"BIT_WIDTH": 8, "lqp": tq, "lkp": kt, "dk": kt, "dk_full": hd,
-                               "dv": dv, "dv_full": hd, "ROUND_CONV_EVEN": None,
-                               "AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16": None}
+                               "dv": dv, "dv_full": hd, "ROUND_CONV_EVEN": None}
+    if not native:
+        defines["AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16"] = None
     lq, lk = padded_lengths(launch, q_tile, kt * ns)
     ops = tuple(launch.spec.operands(s))
     # the last q block and K/V chunk run past the data: a head-first operand holds the
@@ -181,7 +196,8 @@ def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayo
         imports=("from air.dialects import scf",
                  "from air.dialects.affine import AffineIfOp, AffineYieldOp",
                  "from air.dialects.memref import load, store"),
-        kernels=(KernelSource(obj, KERNEL_SOURCE, tuple(defines.items())),))
+        kernels=(KernelSource(obj, KERNEL_SOURCE, tuple(defines.items()),
+                              edits=NATIVE_BF16_EDITS if native else ()),))
 
 
 def _call(w: Writer, symbol: str, *args: str | int) -> None:

@@ -32,14 +32,19 @@ def plans_of(model: str, args: ModelArgs, seq_len: int, hw: Hardware = XDNA2
              ) -> list[tuple[str, DispatchPlan]]:
     """The plans whose programs a deployment of the model may run: prefill at seq_len and
     decode at that position, each as phase 1 starts it and as the modeled optimizer leaves
-    it (merged dispatches are the programs most likely to fail), and decode with the LM head
-    writing FP32 logits (`lm_head_out="f32"`, the change a numerics retry may make)."""
+    it (merged dispatches are the programs most likely to fail), decode with the LM head
+    writing FP32 logits (`lm_head_out="f32"`, the change a numerics retry may make), and
+    prefill with FlashAttention on the native bf16 datapath (`attention_datapath="bf16"`:
+    its own build of attn_npu2.cc, attn_npu2_bf16_*.o)."""
     plans = []
     for scope, mode in (("prefill", prompt_prefill(seq_len)), ("decode", Decode(seq_len))):
         base = baseline_plan(model, args, mode, hw)
         plans += [(scope, base), (f"{scope} optimized", optimize(base, hw).plan)]
     plans.append(("decode fp32 logits",
                   baseline_plan(model, args, Decode(seq_len), hw, lm_head_out="f32")))
+    plans.append(("prefill bf16 attention",
+                  baseline_plan(model, args, prompt_prefill(seq_len), hw,
+                                attention_datapath="bf16")))
     return plans
 
 

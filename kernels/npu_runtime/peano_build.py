@@ -7,7 +7,10 @@ Peano into one folder with a manifest, as upstream compiles its own
         -Wno-empty-body -I<mlir-aie include> [-include aie_kernels/aie_kernel_utils.h]
         -DNAME=VALUE... -c SOURCE -o OBJECT
 
-with the recipe's defines (kernels.air_programs.air_parts.KernelSource). `-D__AIE_API_AIE_ADF_HPP__`
+with the recipe's defines (kernels.air_programs.air_parts.KernelSource). A recipe with
+edits (literal replacements, each of a text that must occur once) compiles an edited copy
+of its source, written in the folder's `.edited/`, with the source's own folder on the
+include path for its local includes. `-D__AIE_API_AIE_ADF_HPP__`
 keeps aie_api from including the Vitis-only adf.h, as upstream's flags do. The utilities
 header is force-included for the sources upstream force-includes it for (silu_and_mul.cc,
 gelu_and_mul.cc: external_kernels.py `compile_silu_and_mul`, and the example Makefiles).
@@ -137,13 +140,38 @@ def local_includes(source: Path) -> dict[str, str]:
     return out
 
 
-def command(k: KernelSource, source: Path, out: Path, cc: Compiler) -> list[str]:
-    """The clang++ line that compiles `k` from `source` into `out`."""
+def edited_source(k: KernelSource, source: Path, out: Path) -> Path:
+    """`source` itself, or, for a recipe with edits, its edited copy written in `out`'s
+    `.edited/` folder (`<object>.cc`); BuildError when an edit's text does not occur exactly
+    once (the checkout is not the source the edit was written for)."""
+    if not k.edits:
+        return source
+    text = source.read_text(encoding="utf-8")
+    for old, new in k.edits:
+        found = text.count(old)
+        if found != 1:
+            raise BuildError(f"{k.obj}: the edit of {old!r} needs it exactly once in "
+                             f"{source}, found {found}; give the mlir-air checkout the "
+                             "programs were written against (--mlir-air-source DIR)")
+        text = text.replace(old, new)
+    copy = out / ".edited" / (Path(k.obj).stem + source.suffix)
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    copy.write_text(text, encoding="utf-8")
+    return copy
+
+
+def command(k: KernelSource, source: Path, out: Path, cc: Compiler,
+            compiled: Path | None = None) -> list[str]:
+    """The clang++ line that compiles `k` from `source` into `out`; `compiled`: the edited
+    copy of `source` that is compiled instead (its own folder's includes then found with
+    -I of the original folder)."""
     cmd = [str(cc.clang), *PEANO_FLAGS, f"-I{cc.include}"]
+    if compiled is not None and compiled != source:
+        cmd.append(f"-I{source.parent}")
     if k.source in FORCE_UTILS and (cc.include / UTILS_HEADER).is_file():
         cmd += ["-include", str(cc.include / UTILS_HEADER)]
     cmd += [f"-D{name}" if value is None else f"-D{name}={value}" for name, value in k.defines]
-    return [*cmd, "-c", str(source), "-o", str(out)]
+    return [*cmd, "-c", str(compiled or source), "-o", str(out)]
 
 
 def _sha256(path: Path) -> str:
@@ -163,15 +191,18 @@ class Built:
 
 def _entry(k: KernelSource, source: Path, cc: Compiler, cmd: list[str]) -> dict[str, Any]:
     """The manifest entry of `k` before it is built: everything that decides its bytes."""
-    entry = {"source": k.source, "repository": k.repository, "path": str(source),
-             "sha256": _sha256(source), "includes": local_includes(source),
-             "defines": {n: v for n, v in k.defines}, "target": TARGET,
-             "flags": list(PEANO_FLAGS), "include_dir": str(cc.include),
-             "force_included": [c for c in cmd if c.endswith(str(UTILS_HEADER))],
-             "peano": cc.version}
+    entry: dict[str, Any] = {
+        "source": k.source, "repository": k.repository, "path": str(source),
+        "sha256": _sha256(source), "includes": local_includes(source),
+        "defines": {n: v for n, v in k.defines}, "target": TARGET,
+        "flags": list(PEANO_FLAGS), "include_dir": str(cc.include),
+        "force_included": [c for c in cmd if c.endswith(str(UTILS_HEADER))],
+        "peano": cc.version}
+    if k.edits:                     # an unedited object's entry and key read as before
+        entry["edits"] = [list(e) for e in k.edits]
     entry["key"] = hashlib.sha256(json.dumps(
         {n: entry[n] for n in ("sha256", "includes", "defines", "target", "flags",
-                               "force_included", "peano")},
+                               "force_included", "peano", "edits") if n in entry},
         sort_keys=True, default=str).encode()).hexdigest()
     return entry
 
@@ -179,7 +210,11 @@ def _entry(k: KernelSource, source: Path, cc: Compiler, cmd: list[str]) -> dict[
 def _build_one(k: KernelSource, source: Path, out: Path, cc: Compiler,
                previous: Mapping[str, Any] | None) -> Built:
     target = out / k.obj
-    cmd = command(k, source, target.with_name(f".{k.obj}.tmp"), cc)
+    try:
+        compiled = edited_source(k, source, out)
+    except BuildError as e:
+        return Built(k.obj, "failed", message=str(e))
+    cmd = command(k, source, target.with_name(f".{k.obj}.tmp"), cc, compiled)
     entry = _entry(k, source, cc, cmd)
     if previous and previous.get("key") == entry["key"] and target.is_file() \
             and previous.get("object_sha256") == _sha256(target):
@@ -243,6 +278,7 @@ def write_manifest(out: Path, data: dict[str, Any]) -> None:
 
 
 __all__ = ["FORCE_UTILS", "MLIR_AIR_SOURCE_ENV", "PEANO_FLAGS", "BuildError", "Built",
-           "Compiler", "build_objects", "command", "find_compiler", "local_includes",
+           "Compiler", "build_objects", "command", "edited_source", "find_compiler",
+           "local_includes",
            "locate_sources",
            "source_path"]

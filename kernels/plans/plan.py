@@ -43,6 +43,10 @@ from .steps import (
 #: (bf16), or its family's FP32-output counterpart (ours)
 LM_HEAD_OUT = {"bf16": "gemv", "f32": family("gemv").fp32_out or "gemv"}
 LogitsDtype = Literal["bf16", "f32"]
+#: FlashAttention's matmul datapath: upstream's BFP16-emulated build, or the native bf16 MMA
+#: (ours, unmeasured: kernels.families.flash_attention)
+ATTENTION_DATAPATHS = ("bfp16", "bf16")
+AttentionDatapath = Literal["bfp16", "bf16"]
 
 
 def _frozen(d: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -55,12 +59,17 @@ class PlanBuilder:
 
     def __init__(self, args: ModelArgs, hw: Hardware,
                  configs: Mapping[str, dict[str, Any]] | None = None,
-                 gemm_datapath: str | None = None, lm_head_out: LogitsDtype = "bf16") -> None:
+                 gemm_datapath: str | None = None, lm_head_out: LogitsDtype = "bf16",
+                 attention_datapath: AttentionDatapath = "bfp16") -> None:
         if lm_head_out not in LM_HEAD_OUT:
             raise ValueError(f"lm_head_out must be one of {tuple(LM_HEAD_OUT)}, got "
                              f"{lm_head_out!r}")
+        if attention_datapath not in ATTENTION_DATAPATHS:
+            raise ValueError(f"attention_datapath must be one of {ATTENTION_DATAPATHS}, got "
+                             f"{attention_datapath!r}")
         self.args, self.hw = args, hw
         self.lm_head_out = lm_head_out
+        self.attention_datapath = attention_datapath
         self.steps: list[Step] = []
         self._configs: dict[Any, dict[str, Any]] = {}
         self.chosen = dict(configs or {})       # config_key -> a configuration chosen earlier
@@ -73,10 +82,18 @@ class PlanBuilder:
             config = dict(chosen) if chosen is not None else select(use, self.hw).config
             if "eps" in config:                 # compiled into the norm kernels
                 config = {**config, "eps": self.args.norm_eps}
-            if self.gemm_datapath and "datapath" in SPECS[kernel].tunables:
-                config = {**config, "datapath": self.gemm_datapath}
+            if "datapath" in SPECS[kernel].tunables:
+                config = self._datapath(kernel, config)
             self._configs[use.key] = config
         return self._configs[use.key]
+
+    def _datapath(self, kernel: str, config: dict[str, Any]) -> dict[str, Any]:
+        """The configuration with the plan's datapath for its family: the GEMM datapath where
+        one is set, the attention datapath where it is not upstream's (BFP16) build."""
+        chosen: str | None = self.gemm_datapath
+        if family(kernel).attention_datapath:
+            chosen = None if self.attention_datapath == "bfp16" else self.attention_datapath
+        return {**config, "datapath": chosen} if chosen else config
 
     def launch(self, kernel: str, role: str, layer: int | None, shape: Shape,
                config_extra: dict[str, Any] | None = None, **operands: str | Binding) -> None:
@@ -120,7 +137,8 @@ def baseline_plan(model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2,
                   configs: Mapping[str, dict[str, Any]] | None = None,
                   gemm_datapath: str | None = None,
                   lm_head: Literal["full", "last-token"] = "last-token",
-                  lm_head_out: LogitsDtype = "bf16") -> DispatchPlan:
+                  lm_head_out: LogitsDtype = "bf16",
+                  attention_datapath: AttentionDatapath = "bfp16") -> DispatchPlan:
     """The plan a first deployment starts from (see the module docstring). `configs`
     (config_key -> configuration) are used where given, the selection elsewhere;
     `gemm_datapath` sets every GEMM's matmul datapath ("bfp16" or "bf16"). A prefill's LM
@@ -128,10 +146,13 @@ def baseline_plan(model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2,
     it; `lm_head="full"` runs it over every position (a [L, vocab] FP32 GEMM: 1.05 GB of
     logits for Llama-3.2-1B at 2048), for what needs every position's logits.
     `lm_head_out`: the GEMV LM head's logits, bf16 as upstream's mv.cc writes them, or
-    "f32" (our own variant without the cast: kernels.families.gemv_fp32)."""
+    "f32" (our own variant without the cast: kernels.families.gemv_fp32).
+    `attention_datapath`: the matmuls of every prefill FlashAttention launch, "bfp16" as
+    upstream builds attn_npu2.cc, or "bf16" (native 4x8x8; our own build). Decode's
+    attention (our own kernel, FP32 scores) has no BFP16 matmul to change."""
     if args.o_bias or args.mlp_bias:
         raise NotImplementedError("O-projection and MLP biases have no kernel yet")
-    b = PlanBuilder(args, hw, configs, gemm_datapath, lm_head_out)
+    b = PlanBuilder(args, hw, configs, gemm_datapath, lm_head_out, attention_datapath)
     if isinstance(mode, Prefill):
         _prefill_steps(b, mode.seq, lm_head)
         return DispatchPlan(model, args, mode, tuple(b.steps), lm_head)
@@ -325,7 +346,8 @@ def lm_head_gemv(b: PlanBuilder, x: str, rows_total: int) -> None:
                  y=Binding("y", "logits", "output", rows=(r0, r1)))
 
 
-__all__ = ["HOST_OPS", "KINDS", "LM_HEAD_OUT", "Binding", "Decode", "Dispatch", "DispatchPlan",
+__all__ = ["ATTENTION_DATAPATHS", "HOST_OPS", "KINDS", "LM_HEAD_OUT", "AttentionDatapath",
+           "Binding", "Decode", "Dispatch", "DispatchPlan",
            "HostStep", "Kind", "Launch", "LogitsDtype", "PlanBuilder", "Prefill", "Step",
            "baseline_plan", "config_key",
            "last_token_head", "lm_head_gemv", "on_host"]

@@ -150,6 +150,11 @@ def kernels_cmd(model: str, seq_len: int, decode_pos: int | None, hw_name: str,
               show_default=True,
               help="The GEMV LM head's logits: bf16 (upstream's mv.cc) or f32 (our variant "
                    "without the cast); f32 also prints the modeled cost against bf16.")
+@click.option("--attention-datapath", type=click.Choice(["bfp16", "bf16"]), default="bfp16",
+              show_default=True,
+              help="Prefill FlashAttention's matmuls: bfp16 (upstream's BFP16-emulated build) "
+                   "or bf16 (the native 4x8x8 MMA, our own build); bf16 also prints the "
+                   "modeled cost against bfp16.")
 @json_option("Print JSON instead of tables.")
 @click.option("--emit-air", "emit_air", type=click.Path(file_okay=False, path_type=Path),
               default=None, metavar="DIR",
@@ -159,8 +164,8 @@ def kernels_cmd(model: str, seq_len: int, decode_pos: int | None, hw_name: str,
                    "coverage) against a stand-in of mlir-air's builder; exit 1 on any "
                    "violation. With --emit-air, also writes DIR/verify.json.")
 def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, context: int | None,
-             optimize: bool, lm_head_out: str, as_json: bool, emit_air: Path | None,
-             check_air: bool) -> None:
+             optimize: bool, lm_head_out: str, attention_datapath: str, as_json: bool,
+             emit_air: Path | None, check_air: bool) -> None:
     """The dispatch plan of MODEL, its modeled profile on XDNA 2, and (with --optimize) the
     transforms that make it faster.
 
@@ -177,9 +182,10 @@ def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, context: int 
     described, args = model_shape(model)
     step_mode = Prefill(seq_len) if mode == "prefill" else decode_at(
         model, args, seq_len if pos is None else pos, context)
-    def planned(out: str) -> tuple[Any, Any, tuple]:
+    def planned(out: str, attention: str = attention_datapath) -> tuple[Any, Any, tuple]:
         try:
-            plan = baseline_plan(model, args, step_mode, XDNA2, lm_head_out=out)  # type: ignore[arg-type]
+            plan = baseline_plan(model, args, step_mode, XDNA2, lm_head_out=out,  # type: ignore[arg-type]
+                                 attention_datapath=attention)  # type: ignore[arg-type]
         except NotImplementedError as e:
             fail(f"{model}: {e}; this model cannot be planned yet", EXIT_USAGE)
         if optimize:
@@ -191,6 +197,9 @@ def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, context: int 
     head_cost = None
     if lm_head_out != "bf16":       # what the FP32 logits cost against upstream's bf16
         head_cost = (planned("bf16")[1].total_s, profile.total_s)
+    attention_cost = None
+    if attention_datapath != "bfp16":   # what the native bf16 matmuls cost against BFP16
+        attention_cost = (planned(lm_head_out, "bfp16")[1].total_s, profile.total_s)
     verdict = None
     if emit_air is not None or check_air:
         from npu_deploy.kernels.air_programs.air import EmitError, plan_programs, write_programs
@@ -218,6 +227,10 @@ def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, context: int 
         if head_cost is not None:
             out["lm_head_out"] = {"out": lm_head_out, "bf16_total_s": head_cost[0],
                                   "total_s": head_cost[1]}
+        if attention_cost is not None:
+            out["attention_datapath"] = {"datapath": attention_datapath,
+                                         "bfp16_total_s": attention_cost[0],
+                                         "total_s": attention_cost[1]}
         emit_json(out)
     else:
         _print_plan(described, plan, profile, attempts)
@@ -226,6 +239,12 @@ def plan_cmd(model: str, mode: str, seq_len: int, pos: int | None, context: int 
             click.echo(f"LM head writing {lm_head_out} logits: {ours_s * 1e3:.3f} ms against "
                        f"{bf16_s * 1e3:.3f} ms with bf16 logits ({(ours_s - bf16_s) * 1e6:+.1f} "
                        "us, modeled; the FP32 GEMV is ours and unmeasured)")
+        if attention_cost is not None:
+            bfp16_s, ours_s = attention_cost
+            click.echo(f"FlashAttention on the {attention_datapath} datapath: "
+                       f"{ours_s * 1e3:.3f} ms against {bfp16_s * 1e3:.3f} ms with upstream's "
+                       f"BFP16 build ({(ours_s - bfp16_s) * 1e6:+.1f} us, modeled; the native "
+                       "bf16 build is ours and unmeasured)")
         if verdict is not None:
             _print_verdict(verdict)
     if verdict is not None and verdict.clean < len(verdict.results):

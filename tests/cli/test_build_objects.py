@@ -68,7 +68,7 @@ def test_every_object_the_plans_link_is_built_as_upstream_builds_it(cli, kit, ne
     result = build(cli, kit, "--json")
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
-    assert summary["built"] == len(needed) == 11 and summary["failed"] == 0
+    assert summary["built"] == len(needed) == 12 and summary["failed"] == 0
     out = kit["out"]
     assert sorted(p.name for p in out.glob("*.o")) == sorted(needed)
 
@@ -85,7 +85,14 @@ def test_every_object_the_plans_link_is_built_as_upstream_builds_it(cli, kit, ne
         defines = [c for c in cmd if c.startswith("-D") and c not in PEANO_FLAGS]
         assert defines == [f"-D{n}" if v is None else f"-D{n}={v}" for n, v in k.defines]
         where = kit["checkout"] if k.repository == MLIR_AIR else PACKAGE_ROOT
-        assert cmd[cmd.index("-c") + 1] == str(where / k.source)
+        if k.edits:     # our native-bf16 attention: an edited copy, its folder included
+            copy = kit["out"] / ".edited" / (Path(obj).stem + ".cc")
+            assert cmd[cmd.index("-c") + 1] == str(copy)
+            assert f"-I{(where / k.source).parent}" in cmd
+            assert copy.read_text() == (where / k.source).read_text().replace(
+                "constexpr int r = 8;", "constexpr int r = 4;")
+        else:
+            assert cmd[cmd.index("-c") + 1] == str(where / k.source)
         forced = "-include" in cmd
         assert forced == (obj == "silu_and_mul.o")
         if forced:
@@ -111,20 +118,22 @@ def test_every_object_the_plans_link_is_built_as_upstream_builds_it(cli, kit, ne
         assert entry["object_sha256"] == hashlib.sha256((out / obj).read_bytes()).hexdigest()
         if need.source.repository == MLIR_AIR:
             assert set(entry["includes"]) == {"zero.cc"}
+        assert entry.get("edits", []) == [list(e) for e in need.source.edits]
+    assert any(n.source.edits for n in needed.values())     # attn_npu2_bf16_*.o
 
 
 def test_an_unchanged_object_is_skipped_and_a_changed_source_rebuilt(cli, kit, needed):
     assert build(cli, kit).exit_code == 0
     first = len(calls(kit["peano"]))
     again = build(cli, kit)
-    assert again.exit_code == 0 and "0 built, 11 skipped" in again.stdout
+    assert again.exit_code == 0 and "0 built, 12 skipped" in again.stdout
     assert len(calls(kit["peano"])) == first                  # the compiler never ran
     rope = kit["checkout"] / needed["rope.o"].source.source
     rope.write_text(rope.read_text() + "// edited\n")
     third = build(cli, kit)
-    assert "1 built, 10 skipped" in third.stdout and "built    rope.o" in third.stderr
+    assert "1 built, 11 skipped" in third.stdout and "built    rope.o" in third.stderr
     (kit["out"] / "mv_m8.o").write_bytes(b"damaged")          # an object changed by hand
-    assert "1 built, 10 skipped" in build(cli, kit).stdout
+    assert "1 built, 11 skipped" in build(cli, kit).stdout
 
 
 def test_a_failed_compile_or_a_wrong_object_fails_with_the_compilers_error(cli, kit, needed,
@@ -137,7 +146,7 @@ def test_a_failed_compile_or_a_wrong_object_fails_with_the_compilers_error(cli, 
     last = result.stderr.splitlines()[-1]
     assert last.startswith("npu-deploy: error:") and "1 object(s) did not compile" in last
     manifest = json.loads((kit["out"] / "manifest.json").read_text())
-    assert "rope.o" not in manifest["objects"] and len(manifest["objects"]) == 10
+    assert "rope.o" not in manifest["objects"] and len(manifest["objects"]) == 11
     rope.write_text("// fixed\n")
     monkeypatch.setenv("FAKE_PEANO_EFLAGS", "2")               # a compiler for XDNA 1
     result = build(cli, kit)
@@ -178,7 +187,7 @@ def test_doctor_reads_the_folder_each_object_and_the_plans(cli, kit, needed):
     (out / "rope.o").write_bytes(bytes(elf))
     (out / "mv_m16.o").write_text("not an object")
     wrong = objects_line(cli, "--air-objects", out)
-    assert "2 of 11 object(s) are not NPU2 objects" in wrong["problem"]
+    assert "2 of 12 object(s) are not NPU2 objects" in wrong["problem"]
     assert "mv_m16.o: not an ELF file" in wrong["problem"]
     assert "rope.o: built for aie2 (XDNA 1)" in wrong["problem"]
     # another model's plans link objects this folder lacks
