@@ -173,10 +173,12 @@ def _words(prompt: str, step: int, token: int, ours: Trial, families: tuple[Tria
 
     lines = [f"{prompt!r} step {step}: the deployment answers {tok(ours.token)} where the "
              f"oracle answers {tok(token)} (margin {ours.margin:+.4f})"]
+    closest = sorted(families, key=lambda t: -t.margin)[:3]
     decisive = [t for t in families if t.restores]
-    lines.append("in FP32 one family at a time: " + (
-        ", ".join(f"{t.what.split(' ')[0]} brings {tok(token)} back ({t.margin:+.4f})"
-                  for t in decisive) if decisive else "no single kernel family brings it back"))
+    lines.append("one kernel family at a time in FP32: " + (
+        "brings it back: " + ", ".join(t.what.split(" ")[0] for t in decisive)
+        if decisive else "none brings it back alone") + " (closest: " + ", ".join(
+        f"{t.what.split(' ')[0]} {t.margin:+.4f}" for t in closest) + ")")
     for t, before, after in changes:
         lines.append(f"{t.what}: {'brings it back' if t.restores else 'does not'} "
                      f"({t.margin:+.4f}); modeled prefill + decode step {before * 1e3:.3f} -> "
