@@ -87,6 +87,7 @@ class Trial:
     what: str                      # "flash_attention in FP32", "attention_datapath=bf16"
     token: int                     # the argmax at the step
     margin: float                  # the oracle's token over the best other one
+    safe: bool = True              # a change: keeps every first token the bar protects
 
     @property
     def restores(self) -> bool:
@@ -125,12 +126,14 @@ def _trial(what: str, logits: torch.Tensor, token: int) -> Trial:
 
 def diagnose(name: str, loaded: Any, recipe: Recipe, hw: Any, prompt: str,
              ids: torch.Tensor, oracle: list[int], step: int, steps: int,
-             modes: tuple[Mode, Mode], decode: Callable[[list[int]], str] | None = None
-             ) -> Diagnosis:
+             modes: tuple[Mode, Mode], decode: Callable[[list[int]], str] | None = None,
+             guards: tuple[tuple[str, torch.Tensor, int], ...] = ()) -> Diagnosis:
     """Replay greedy step `step` of `prompt` (the oracle's tokens `oracle`) as described in
     the module docstring; `steps`: the generation's length (its decode context), `modes`:
     the deployment's prefill and decode, on which a change is priced; `decode`: a token id
-    -> text for the words (the tokenizer's decode)."""
+    -> text for the words (the tokenizer's decode); `guards`: (prompt, ids, the oracle's
+    first token) of the prompts whose first answer token the bar protects: a change that
+    loses one of them is not taken, whatever it does for this token."""
     context = int(ids.shape[0]) + max(steps, step + 1)
     token = oracle[step]
 
@@ -155,12 +158,22 @@ def diagnose(name: str, loaded: Any, recipe: Recipe, hw: Any, prompt: str,
                 continue
             tried.add(key)
             what = ", ".join(f"{k}={v}" for k, v in settings.items())
-            changes.append((_trial(what, replay(after), token), seconds(recipe), seconds(after)))
-    good = sorted((c for c in changes if c[0].restores), key=lambda c: (c[2], -c[0].margin))
+            trial = _trial(what, replay(after), token)
+            if trial.restores:
+                lost = [g for g, g_ids, first in guards if g != prompt and int(step_logits(
+                    DeployedModel(name, loaded.args, loaded.weights, after,
+                                  WidenedBackend(frozenset()), hw),
+                    g_ids, [first], 0, context).argmax()) != first]
+                if lost:
+                    trial = replace(trial, what=f"{what} (loses the first token of "
+                                                f"{', '.join(map(repr, lost))})", safe=False)
+            changes.append((trial, seconds(recipe), seconds(after)))
+    good = sorted((c for c in changes if c[0].restores and c[0].safe),
+                  key=lambda c: (c[2], -c[0].margin))
     chosen = None
     if good:
         best = good[0][0].what
-        chosen = dict(kv.split("=") for kv in best.split(", "))
+        chosen = dict(kv.split("=") for kv in best.split(", "))   # a safe one's is plain
     return Diagnosis(prompt, step, token, ours, families, tuple(changes), chosen,
                      _words(prompt, step, token, ours, families, changes, chosen, decode))
 
@@ -180,7 +193,8 @@ def _words(prompt: str, step: int, token: int, ours: Trial, families: tuple[Tria
         if decisive else "none brings it back alone") + " (closest: " + ", ".join(
         f"{t.what.split(' ')[0]} {t.margin:+.4f}" for t in closest) + ")")
     for t, before, after in changes:
-        lines.append(f"{t.what}: {'brings it back' if t.restores else 'does not'} "
+        lines.append(f"{t.what}: {'brings it back' if t.restores else 'does not'}"
+                     f"{'' if t.safe else ', but is not taken'} "
                      f"({t.margin:+.4f}); modeled prefill + decode step {before * 1e3:.3f} -> "
                      f"{after * 1e3:.3f} ms ({(after / before - 1) * 100:+.1f}%)")
     for settings, why in (s for f in CHANGES.values() for s in f):

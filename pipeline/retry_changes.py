@@ -73,12 +73,16 @@ def _numerics_change(ws: Workspace, before: RetryChange | None) -> RetryChange |
     prompt = lost[0] if lost else (behind[-1][1] if behind and behind[-1][0] > 0 else None)
     if prompt is None:
         return None
-    oracle = Greedy.from_dict(read_json(ws.store, answers["answers"])[prompt]).tokens
-    p = next(q for q in ws.prompts() if q.name == prompt)
+    stored = read_json(ws.store, answers["answers"])
+    oracle = Greedy.from_dict(stored[prompt]).tokens
+    prompts = {q.name: q for q in ws.prompts()}
+    guards = tuple((name, ws.ids(prompts[name]), Greedy.from_dict(stored[name]).tokens[0])
+                   for name, run in bf16.items() if run.keeps_first_token and name in prompts
+                   and name in stored and Greedy.from_dict(stored[name]).tokens)
     recipe = ws.recipe()
-    d = diagnose(ws.settings.model, ws.loaded, recipe, ws.hw, prompt, ws.ids(p), oracle,
-                 min(agreed[prompt], len(oracle) - 1), ws.settings.steps,
-                 (ws.settings.prefill, ws.settings.decode), ws.loaded.tokenizer.decode)
+    d = diagnose(ws.settings.model, ws.loaded, recipe, ws.hw, prompt, ws.ids(prompts[prompt]),
+                 oracle, min(agreed[prompt], len(oracle) - 1), ws.settings.steps,
+                 (ws.settings.prefill, ws.settings.decode), ws.loaded.tokenizer.decode, guards)
     if d.chosen is None:
         return None
     settings = {**(before.recipe if before else {}), **d.chosen}
