@@ -12,7 +12,6 @@ record_lesson, record_experience.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -46,6 +45,7 @@ from npu_deploy.models.config import ModelArgs
 from npu_deploy.oracle import reference_of
 from npu_deploy.oracle.prompts import Prompt
 from npu_deploy.oracle.reference import golden_name
+from npu_deploy.pipeline.check_reuse import checked_runs, counted, token_checks
 from npu_deploy.pipeline.deployed import DeployedModel, reference_greedy
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.workspace import (
@@ -218,29 +218,6 @@ def layer_lens(ws: Workspace, recipe: Recipe, goldens: dict[str, torch.Tensor]
     gold = gold.reshape(-1, logits.shape[-1])[-logits.reshape(-1, logits.shape[-1]).shape[0]:]
     lens["logits"] = compare(gold, logits.reshape(gold.shape)).cosine
     return lens
-
-
-def counted(prompts: list[Prompt], steps: int, name: str) -> Iterator[Prompt]:
-    """`prompts` one by one, each `steps` greedy tokens of a stage `name` for the watcher."""
-    with progress.stage(name, len(prompts) * steps, "token"):
-        for i, p in enumerate(prompts):
-            yield p
-            progress.reach("token", (i + 1) * steps)     # a run may stop early
-
-
-def token_checks(ws: Workspace, recipe: Recipe, answers: dict[str, Any]) -> list[dict[str, Any]]:
-    """The token-set check of the deployed model against the oracle's greedy runs
-    (`answers`: prompt name -> Greedy dict), prompt by prompt."""
-    model = ws.deployed(recipe)
-    out = []
-    for p in counted(ws.prompts(), ws.settings.steps, "phase-3 token-set check"):
-        ref = Greedy.from_dict(answers[p.name])
-        ours = model.generate(ws.ids(p), ws.settings.steps, follow=ref.tokens)
-        tc = topk_check(ours, ref)
-        out.append({"prompt": p.name, "passed": tc.passed, "agreed": tc.agreed,
-                    "steps": tc.steps, "ours": tc.ours, "theirs": tc.theirs,
-                    "text": ws.loaded.tokenizer.decode(ours.tokens)})
-    return out
 
 
 class Toolbox:
@@ -420,13 +397,17 @@ class Toolbox:
                 return {**result, "kept": False, "reason": "not faster (" + spread_text(
                     timed_after, timed) + ")"}
             candidate = before_recipe.with_transform(mode, name)
-            checks = token_checks(ws, candidate, self.answers())
+            # reused, with its proof, when an earlier check ran the same arithmetic
+            checks, proof = checked_runs(ws, candidate, self.answers())
+            result["check_proof"] = proof
             failed = [c["prompt"] for c in checks if not c["passed"]]
             if failed:
                 return {**result, "kept": False, "checks": checks,
                         "reason": "the phase-3 token-set check fails on " + ", ".join(failed)}
+            reused = " (reused: the same arithmetic signature)" if "reused_from" in proof \
+                else ""
             return {**result, "kept": True, "checks": checks, "reason": "faster and the "
-                    "phase-3 check passes", "recipe": ws.put_recipe(candidate)}
+                    f"phase-3 check passes{reused}", "recipe": ws.put_recipe(candidate)}
         return self.run.step("apply_transform", {"transform": name, "mode": mode_text(mode)},
                              work, backend=True)
 

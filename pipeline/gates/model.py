@@ -8,7 +8,8 @@ from typing import Any
 
 from npu_deploy.events.phases import phase
 from npu_deploy.pipeline.recipe import Recipe
-from npu_deploy.pipeline.toolbox import Toolbox, layer_lens, token_checks
+from npu_deploy.pipeline.check_reuse import gate_runs
+from npu_deploy.pipeline.toolbox import Toolbox, layer_lens
 from npu_deploy.pipeline.workspace import Workspace
 
 from .common import _Gate, check, holds, verdict
@@ -16,7 +17,7 @@ from .common import _Gate, check, holds, verdict
 
 def model_checks(ws: Workspace, recipe: Recipe, answers: dict[str, Any]
                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    runs = token_checks(ws, recipe, answers)
+    runs = gate_runs(ws, recipe, answers)      # reused with proof in a run's own gate
     token_set = f"top{int(phase(3).threshold('top_k'))}_token_set"
     checks = []
     for r in runs:
