@@ -30,7 +30,7 @@ from npu_deploy.events import progress
 from npu_deploy.events.describe import check_text, gate_figures
 from npu_deploy.events.payloads import GateEvaluated, HumanDecision, PhaseExited
 from npu_deploy.oracle import reference_of
-from npu_deploy.pipeline.check_reuse import signature
+from npu_deploy.pipeline.check_reuse import counted, signature
 from npu_deploy.pipeline.deployed import reference_greedy
 from npu_deploy.pipeline.gates.block import block_checks
 from npu_deploy.pipeline.gates.common import check, time_word
@@ -40,7 +40,6 @@ from npu_deploy.pipeline.gates.oracle import oracle_checks
 from npu_deploy.pipeline.gates.runner import report_check
 from npu_deploy.pipeline.gates.speed import speed_check
 from npu_deploy.pipeline.recipe import Recipe
-from npu_deploy.pipeline.toolbox import counted
 from npu_deploy.pipeline.workspace import Workspace, read_json
 from npu_deploy.store import EventStore, StoreError
 

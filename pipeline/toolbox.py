@@ -45,7 +45,7 @@ from npu_deploy.models.config import ModelArgs
 from npu_deploy.oracle import reference_of
 from npu_deploy.oracle.prompts import Prompt
 from npu_deploy.oracle.reference import golden_name
-from npu_deploy.pipeline.check_reuse import checked_runs, counted, token_checks
+from npu_deploy.pipeline.check_reuse import checked_runs, counted
 from npu_deploy.pipeline.deployed import DeployedModel, reference_greedy
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.workspace import (

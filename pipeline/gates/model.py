@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from npu_deploy.events.phases import phase
-from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.check_reuse import gate_runs
+from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.toolbox import Toolbox, layer_lens
 from npu_deploy.pipeline.workspace import Workspace
 
