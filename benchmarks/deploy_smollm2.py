@@ -11,9 +11,9 @@ temporary one unless --db is given), then prints, measured on this machine's CPU
   wall time (target < 2 %);
 * the deployed runner's answer to "What is the capital of France?";
 * Hugging Face's FP32 forward of 2048 tokens of the same model, timed in the same process
-  after the deployment (the median of 3, after one untimed), and the ratio of the
-  deployment's wall time to it: the figure that carries from one machine, and one load, to
-  another.
+  3 times before the deployment (after one untimed) and 3 times after it, and the ratio of
+  the deployment's wall time to their median: the figure that carries from one machine to
+  another (a load that changes during the run still shows in the spread of the six).
 
 The NPU times inside the run are modeled (the emulator backend); nothing here times an NPU.
 Targets (issue 37): the deployment <= 180 s on the idle 2-core development machine, harness
@@ -23,6 +23,7 @@ Targets (issue 37): the deployment <= 180 s on the idle 2-core development machi
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import tempfile
 import time
@@ -69,6 +70,7 @@ def main() -> int:
     Conductor._consume_inbox = timed(Conductor._consume_inbox)  # type: ignore[method-assign]
     Conductor._phase_times = timed(Conductor._phase_times)  # type: ignore[method-assign]
 
+    hf_before = hf_forward_times(opts.model, untimed=1)
     tmp = tempfile.TemporaryDirectory()
     db = opts.db or Path(tmp.name) / "runs.db"
     print(f"host: {cpu_name()}, 2 torch threads; times measured on this CPU")
@@ -93,11 +95,15 @@ def main() -> int:
                   f"{p['agent_s']:>9.1f}{p['backend_s']:>10.1f}{e.attempt:>9}  "
                   f"{'PASS' if gate else 'FAIL'}")
     share = harness["s"] / wall
-    hf_s = hf_forward_s(opts.model)
+    hf_times = hf_before + hf_forward_times(opts.model, untimed=0)
+    hf_s = statistics.median(hf_times)
     print(f"\ntotal wall {wall:.1f} s ({wall / 60:.2f} min; target <= {WALL_TARGET_S} s "
           f"idle): {'PASS' if wall <= WALL_TARGET_S else 'FAIL'}")
-    print(f"Hugging Face FP32 forward of {HF_TOKENS} tokens, same process: {hf_s:.2f} s; "
-          f"the deployment took {wall / hf_s:.1f}x that")
+    print(f"Hugging Face FP32 forward of {HF_TOKENS} tokens, same process: median "
+          f"{hf_s:.2f} s (before the deployment "
+          f"{', '.join(f'{t:.2f}' for t in hf_before)}; after "
+          f"{', '.join(f'{t:.2f}' for t in hf_times[len(hf_before):])}); the deployment "
+          f"took {wall / hf_s:.1f}x that")
     print(f"harness (event writes, inbox, phase timings) {harness['s']:.2f} s = "
           f"{100 * share:.2f}% of the wall time (target < {100 * HARNESS_TARGET:.0f}%): "
           f"{'PASS' if share < HARNESS_TARGET else 'FAIL'}")
@@ -111,11 +117,9 @@ def main() -> int:
     return 0 if ok else 1
 
 
-def hf_forward_s(model: str) -> float:
-    """Hugging Face's FP32 forward of HF_TOKENS tokens of `model` on this CPU: the median
-    of 3 after one untimed (as benchmarks/emulator_speed.py times it)."""
-    import statistics
-
+def hf_forward_times(model: str, untimed: int) -> list[float]:
+    """Three timed Hugging Face FP32 forwards of HF_TOKENS tokens of `model` on this CPU,
+    after `untimed` ones (as benchmarks/emulator_speed.py times it)."""
     import torch
 
     from npu_deploy.models.loading import load_model
@@ -125,11 +129,11 @@ def hf_forward_s(model: str) -> float:
                            generator=torch.Generator().manual_seed(0))
     times = []
     with torch.inference_mode():
-        for _ in range(4):
+        for _ in range(untimed + 3):
             t0 = time.perf_counter()
             loaded.hf(tokens)
             times.append(time.perf_counter() - t0)
-    return statistics.median(times[1:])
+    return times[untimed:]
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 same model and tokens in the same run (both on this machine's CPU).
 
 Target (issue 37; issue 4's was 1.5): emulated prefill time / HF FP32 forward time <= 1.0
-for SmolLM2-135M at 2048 tokens, in one process with the same threads. Prints the time per emulated kernel so the slow ones are visible.
+for SmolLM2-135M at 2048 tokens, in one process with the same threads. Prints the time
+per emulated kernel so the slow ones are visible.
 
 One untimed prefill of each runs first: the emulator then holds its static weights in the
 block format (a deployment writes weights once) and numba's compiled loops are loaded; torch
