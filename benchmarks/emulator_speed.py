@@ -1,8 +1,9 @@
 """How fast the emulator runs a whole prefill, against the Hugging Face FP32 forward of the
 same model and tokens in the same run (both on this machine's CPU).
 
-Target (issue 4): emulated prefill time / HF FP32 forward time <= 1.5 for SmolLM2-135M at
-2048 tokens. Prints the time per emulated kernel so the slow ones are visible.
+Target (issue 37; issue 4's was 1.5): emulated prefill time / HF FP32 forward time <= 1.0
+for SmolLM2-135M at 2048 tokens, in one process with the same threads. Prints the time
+per emulated kernel so the slow ones are visible.
 
 One untimed prefill of each runs first: the emulator then holds its static weights in the
 block format (a deployment writes weights once) and numba's compiled loops are loaded; torch
@@ -27,7 +28,7 @@ from npu_deploy.kernels.emulation.emulator import EmulatorBackend
 from npu_deploy.metrics.comparison import compare
 from npu_deploy.models.loading import load_model
 
-TARGET_RATIO = 1.5
+TARGET_RATIO = 1.0
 
 
 class TimedEmulator(EmulatorBackend):

@@ -31,12 +31,14 @@ class DeployedModel:
     """A recipe run on a backend: the deployed model."""
 
     def __init__(self, name: str, args: ModelArgs, weights: Any, recipe: Recipe, backend: Any,
-                 hw: Hardware = XDNA2, runner: PlanRunner | None = None) -> None:
+                 hw: Hardware = XDNA2, runner: PlanRunner | None = None,
+                 plans: dict[Mode, DispatchPlan] | None = None) -> None:
         """`runner`: a plan runner of these weights on `backend` to share (its device
-        weights and GEMM operands prepared once); else a new one."""
+        weights and GEMM operands prepared once); else a new one. `plans`: the plans of
+        this recipe built before, by mode, to share (filled as plans are built)."""
         self.name, self.args, self.recipe, self.hw = name, args, recipe, hw
         self.runner = runner or PlanRunner(args, weights, backend)
-        self._plans: dict[Mode, DispatchPlan] = {}
+        self._plans: dict[Mode, DispatchPlan] = {} if plans is None else plans
 
     def plan(self, mode: Mode) -> DispatchPlan:
         if mode not in self._plans:

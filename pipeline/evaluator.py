@@ -31,6 +31,7 @@ from npu_deploy.events.describe import check_text, gate_figures
 from npu_deploy.events.payloads import GateEvaluated, HumanDecision, PhaseExited
 from npu_deploy.oracle import reference_of
 from npu_deploy.oracle.bf16 import Bf16Run, bf16_reference
+from npu_deploy.pipeline.check_reuse import counted, signature
 from npu_deploy.pipeline.deployed import reference_greedy
 from npu_deploy.pipeline.gates.block import block_checks
 from npu_deploy.pipeline.gates.common import check, time_word
@@ -40,7 +41,7 @@ from npu_deploy.pipeline.gates.oracle import oracle_checks
 from npu_deploy.pipeline.gates.runner import report_check
 from npu_deploy.pipeline.gates.speed import speed_check
 from npu_deploy.pipeline.recipe import Recipe
-from npu_deploy.pipeline.toolbox import counted, stored_bf16
+from npu_deploy.pipeline.toolbox import stored_bf16
 from npu_deploy.pipeline.workspace import Workspace, read_json
 from npu_deploy.store import EventStore, StoreError
 
@@ -120,9 +121,11 @@ def _evaluate(ws: Workspace, recipes: dict[int, Recipe]) -> list[dict[str, Any]]
     progress.advance()
     checks += _tagged(2, block_checks(ws, recipes[2], goldens))
     progress.advance()
-    seen: dict[bytes, list[dict[str, Any]]] = {}
+    # one check per arithmetic signature: recipes that differ by transforms that leave
+    # every plan's arithmetic as it was share the evaluator's own check (check_reuse)
+    seen: dict[str, list[dict[str, Any]]] = {}
     for k in (3, 4, 5, 6):
-        key = recipes[k].to_json()
+        key = signature(ws, recipes[k], answers)[0]
         if key not in seen:
             seen[key] = model_checks(ws, recipes[k], answers, bf16)[0]
         checks += _tagged(k, seen[key])

@@ -12,7 +12,6 @@ record_lesson, record_experience.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -47,6 +46,7 @@ from npu_deploy.oracle import reference_of
 from npu_deploy.oracle.bf16 import Bf16Run, against_bar, bf16_reference
 from npu_deploy.oracle.prompts import Prompt
 from npu_deploy.oracle.reference import golden_name
+from npu_deploy.pipeline.check_reuse import checked_runs, counted
 from npu_deploy.pipeline.deployed import DeployedModel, reference_greedy
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.workspace import (
@@ -221,14 +221,6 @@ def layer_lens(ws: Workspace, recipe: Recipe, goldens: dict[str, torch.Tensor]
     return lens
 
 
-def counted(prompts: list[Prompt], steps: int, name: str) -> Iterator[Prompt]:
-    """`prompts` one by one, each `steps` greedy tokens of a stage `name` for the watcher."""
-    with progress.stage(name, len(prompts) * steps, "token"):
-        for i, p in enumerate(prompts):
-            yield p
-            progress.reach("token", (i + 1) * steps)     # a run may stop early
-
-
 def stored_bf16(ws: Workspace) -> dict[str, Bf16Run] | None:
     """The bf16 reference of the run's phase 0 (oracle/bf16.py), by prompt name; None when
     its oracle was built before phase 0 recorded one (the bar is then not known)."""
@@ -244,24 +236,6 @@ def bar_reason(runs: list[dict[str, Any]], bf16: dict[str, Bf16Run] | None) -> s
     if bf16 is None or any(r["prompt"] not in bf16 for r in runs):
         return ""
     return against_bar({r["prompt"]: (r["agreed"], r["steps"]) for r in runs}, bf16).reason()
-
-
-def token_checks(ws: Workspace, recipe: Recipe, answers: dict[str, Any]) -> list[dict[str, Any]]:
-    """The token-set check of the deployed model against the oracle's greedy runs
-    (`answers`: prompt name -> Greedy dict), prompt by prompt."""
-    model = ws.deployed(recipe)
-    out = []
-    for p in counted(ws.prompts(), ws.settings.steps, "phase-3 token-set check"):
-        ref = Greedy.from_dict(answers[p.name])
-        ours = model.generate(ws.ids(p), ws.settings.steps, follow=ref.tokens)
-        tc = topk_check(ours, ref)
-        tok = ws.loaded.tokenizer
-        out.append({"prompt": p.name, "passed": tc.passed, "agreed": tc.agreed,
-                    "steps": tc.steps, "ours": tc.ours, "theirs": tc.theirs,
-                    "ours_token": None if tc.ours is None else tok.decode([tc.ours]),
-                    "theirs_token": None if tc.theirs is None else tok.decode([tc.theirs]),
-                    "text": tok.decode(ours.tokens)})
-    return out
 
 
 class Toolbox:
@@ -459,7 +433,9 @@ class Toolbox:
                 return {**result, "kept": False, "reason": "not faster (" + spread_text(
                     timed_after, timed) + ")"}
             candidate = before_recipe.with_transform(mode, name)
-            checks = token_checks(ws, candidate, self.answers())
+            # reused, with its proof, when an earlier check ran the same arithmetic
+            checks, proof = checked_runs(ws, candidate, self.answers())
+            result["check_proof"] = proof
             failed = [c["prompt"] for c in checks if not c["passed"]]
             if failed:
                 return {**result, "kept": False, "checks": checks,
@@ -468,8 +444,10 @@ class Toolbox:
             if behind:
                 return {**result, "kept": False, "checks": checks,
                         "reason": f"the phase-3 bf16 bar fails: {behind}"}
+            reused = " (reused: the same arithmetic signature)" if "reused_from" in proof \
+                else ""
             return {**result, "kept": True, "checks": checks, "reason": "faster and the "
-                    "phase-3 check passes", "recipe": ws.put_recipe(candidate)}
+                    f"phase-3 check passes{reused}", "recipe": ws.put_recipe(candidate)}
         return self.run.step("apply_transform", {"transform": name, "mode": mode_text(mode)},
                              work, backend=True)
 

@@ -187,9 +187,22 @@ class Workspace:
         return prompt.token_ids(self.loaded.tokenizer)
 
     def deployed(self, recipe: Recipe) -> DeployedModel:
+        """The recipe deployed on this run's backend, sharing the runner and the plans
+        built for the same recipe lately (a check signature builds every plan a check runs;
+        the check then runs them)."""
         a = self.loaded
         return DeployedModel(self.settings.model, a.args, a.weights, recipe, self.backend,
-                             self.hw, self.runner)
+                             self.hw, self.runner, self._recipe_plans(recipe))
+
+    def _recipe_plans(self, recipe: Recipe) -> dict[Any, Any]:
+        """The plans built for `recipe`, by mode: those of the two recipes used last."""
+        cache: dict[bytes, dict[Any, Any]] = self.__dict__.setdefault("_plan_cache", {})
+        key = recipe.to_json()
+        plans = cache.pop(key, {})
+        cache[key] = plans                  # the newest last
+        while len(cache) > 2:
+            cache.pop(next(iter(cache)))
+        return plans
 
     def time(self, plan: DispatchPlan) -> Profile:
         """The plan's profile: measured on the NPU on the xrt backend (a prefill on the

@@ -201,3 +201,53 @@ def softmax_bfp16(s: np.ndarray, valid: np.ndarray, scale: np.float32, out: np.n
             for j in range(n, cols):
                 row[j] = 0.0
     return not bad.any()
+
+
+# Rows of W per work item of the GEMV: its row of float32 values is allocated once per item.
+_GEMV_ROWS_PER_ITEM = 64
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _gemv_rows(w_bits: np.ndarray, x: np.ndarray, lanes: int, out: np.ndarray, r0: int,
+               r1: int) -> None:
+    """Rows r0..r1-1 of `gemv_lanes`."""
+    k, kp = w_bits.shape[1], x.shape[0]
+    bits = np.zeros(kp, dtype=np.uint32)        # the padding stays +0.0
+    row = bits.view(np.float32)
+    acc = np.empty(lanes, dtype=np.float32)
+    for i in range(r0, r1):
+        for j in range(k):                      # bf16 -> float32: the pattern's high half
+            bits[j] = np.uint32(np.uint16(w_bits[i, j])) << np.uint32(16)
+        acc[:] = 0.0
+        for k0 in range(0, kp, lanes):
+            for lane in range(lanes):
+                acc[lane] += row[k0 + lane] * x[k0 + lane]
+        width = lanes
+        while width > 1:
+            width //= 2
+            for lane in range(width):
+                acc[lane] = acc[lane] + acc[lane + width]
+        out[i] = acc[0]
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def gemv_lanes(w_bits: np.ndarray, x: np.ndarray, lanes: int, out: np.ndarray) -> None:
+    """out[i] (float32) = row i of W times x as `numerics.gemv_fp32acc` defines it: W given
+    as its bf16 bit patterns (int16 [M, K]), x as float32 zero-padded to a multiple of
+    `lanes`; the products (exact in FP32) of W's row, zero-padded the same way, added in
+    order into `lanes` FP32 lanes (lane j takes every lanes-th k), then the lanes summed by
+    pairwise halving. The same IEEE operations in the same order as the torch definition,
+    which it is tested against bit for bit (the padding's +0.0 products included: they turn
+    a lane's -0.0 into +0.0 there too). Work items of rows spread over the threads."""
+    m = w_bits.shape[0]
+    items = (m + _GEMV_ROWS_PER_ITEM - 1) // _GEMV_ROWS_PER_ITEM
+    for item in numba.prange(items):
+        _gemv_rows(w_bits, x, lanes, out, item * _GEMV_ROWS_PER_ITEM,
+                   min(m, (item + 1) * _GEMV_ROWS_PER_ITEM))
+
+
+@numba.njit(cache=True, nogil=True)
+def gemv_lanes_serial(w_bits: np.ndarray, x: np.ndarray, lanes: int, out: np.ndarray) -> None:
+    """`gemv_lanes` on the calling thread: for a small W, where waking the threads costs
+    more than the rows (a decode step's projections)."""
+    _gemv_rows(w_bits, x, lanes, out, 0, w_bits.shape[0])

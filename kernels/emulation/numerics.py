@@ -519,6 +519,34 @@ def gemv_fp32acc(w: torch.Tensor, x: torch.Tensor, *, lanes: int = GEMV_LANES,
     if out_dtype not in (torch.bfloat16, torch.float32):
         raise ValueError(f"gemv_fp32acc: out_dtype must be torch.bfloat16 or torch.float32, "
                          f"got {out_dtype}")
+    if w.shape[0] * w.shape[1] >= _FAST_MIN_ELEMS and w.stride(-1) == 1:
+        y = _gemv_fp32acc_fast(w, x, lanes)
+    else:
+        y = _gemv_fp32acc_torch(w, x, lanes)
+    return to_bf16(y) if out_dtype == torch.bfloat16 else y
+
+
+def _gemv_fp32acc_fast(w: torch.Tensor, x: torch.Tensor, lanes: int) -> torch.Tensor:
+    """`_gemv_fp32acc_torch` in one compiled pass over W's rows, reading W's bf16 bits in
+    place (no float32 copy of W, no temporaries per lane block): bit-identical (tested)."""
+    from ._bfp_kernel import gemv_lanes, gemv_lanes_serial
+
+    m, k = w.shape
+    x32 = torch.nn.functional.pad(x.to(torch.float32), (0, -k % lanes))
+    y = torch.empty(m, dtype=torch.float32)
+    run = gemv_lanes if m * k >= _GEMV_THREADED_ELEMS else gemv_lanes_serial
+    run(w.view(torch.int16).numpy(), x32.numpy(), lanes, y.numpy())
+    return y
+
+
+# From this many elements of W a GEMV spreads its rows over numba's threads (rows are
+# independent: the same bits on any number of threads).
+_GEMV_THREADED_ELEMS = 1 << 21
+
+
+def _gemv_fp32acc_torch(w: torch.Tensor, x: torch.Tensor, lanes: int) -> torch.Tensor:
+    """The definition of `gemv_fp32acc`'s FP32 result, in torch ops: what the compiled
+    path is checked against."""
     m, k = w.shape
     pad = -k % lanes  # zero products: adding +0.0 changes no sum
     w32 = torch.nn.functional.pad(w.to(torch.float32), (0, pad))
@@ -529,8 +557,7 @@ def gemv_fp32acc(w: torch.Tensor, x: torch.Tensor, *, lanes: int = GEMV_LANES,
     while acc.shape[1] > 1:
         half = acc.shape[1] // 2
         acc = acc[:, :half] + acc[:, half:]
-    y = acc[:, 0]
-    return to_bf16(y) if out_dtype == torch.bfloat16 else y
+    return acc[:, 0]
 
 
 def _check_bf16(fn: str, **tensors: torch.Tensor) -> None:

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Literal
+from functools import lru_cache
+from typing import Any, Literal
 
 from ..definition.checker import Finding, check_merge, shared_configs
 from ..definition.family import ProgramLayout
 from ..definition.hardware import XDNA2, Hardware
 from ..definition.registry import family
-from ..definition.specs import Decode, Prefill
+from ..definition.specs import SPECS, Decode, Prefill
 from .plan import (
     Binding,
     Dispatch,
@@ -86,7 +87,7 @@ def reuse_buffers(plan: DispatchPlan) -> DispatchPlan:
             continue
         launches = []
         for ln in step.launches:
-            roles = {op.name: op.role for op in ln.spec.operands(ln.shape_dict)}
+            roles = _roles(ln.kernel, ln.shape)
             bindings = []
             for b in ln.bindings:
                 if b.tensor.startswith("w.") or (prefill and b.tensor.startswith("rope.")):
@@ -197,7 +198,7 @@ def merge(plan: DispatchPlan, first: int, last: int, name: str | None = None,
 def sharing(launches: list[Launch], hw: Hardware = XDNA2) -> tuple[Launch, ...] | None:
     """`launches` as one ELF can hold them (kernels.definition.checker.shared_configs: the GEMVs of
     one ELF on one object per symbol), or None when no configuration makes the ELF legal."""
-    configs = shared_configs([(ln.spec, ln.shape_dict, ln.config_dict) for ln in launches], hw)
+    configs = _shared(tuple((ln.kernel, ln.shape, ln.config) for ln in launches), hw)
     if configs is None:
         return None
     out = []
@@ -206,6 +207,17 @@ def sharing(launches: list[Launch], hw: Hardware = XDNA2) -> tuple[Launch, ...] 
         changed = {k: v for k, v in c.items() if now.get(k) != v}
         out.append(ln.with_config(**changed) if changed else ln)
     return tuple(out)
+
+
+@lru_cache(maxsize=8192)
+def _shared(launches: tuple[tuple[str, tuple[tuple[str, int], ...], tuple[tuple[str, Any], ...]],
+                            ...], hw: Hardware) -> tuple[dict[str, Any], ...] | None:
+    """`shared_configs` of launches given as (kernel, shape, configuration) tuples, kept: it
+    is a pure function of them and the hardware, and a decode plan asks it the same
+    questions at every position and layer (a merge of decode plans was 0.5 s, most of it
+    here, measured on the CPU). The dicts are copied by the caller's `with_config`."""
+    configs = shared_configs([(SPECS[k], dict(s), dict(c)) for k, s, c in launches], hw)
+    return None if configs is None else tuple(configs)
 
 
 def merge_dispatches(plan: DispatchPlan, hw: Hardware = XDNA2) -> DispatchPlan:
@@ -323,13 +335,24 @@ def _host_crossings(steps: list[Step]) -> list[Step]:
     def fn(b: Binding, owner: Launch | HostStep) -> Binding:
         if isinstance(owner, HostStep) or b.kind != "intermediate":
             return b
-        roles = {op.name: op.role for op in owner.spec.operands(owner.shape_dict)}
+        roles = _roles(owner.kernel, owner.shape)
         if roles[b.operand] == "output" and b.tensor in host_reads:
             return replace(b, kind="output")
         if roles[b.operand] != "output" and b.tensor in host_writes:
             return replace(b, kind="input")
         return b
-    return [_rebind(step, fn) for step in steps]
+    crossing = host_reads | host_writes
+    # a step none of whose intermediates crosses is kept as it is (`fn` would rebuild it
+    # equal): most steps of a plan, and a plan is rebuilt at every decode position
+    return [_rebind(step, fn) if isinstance(step, Dispatch) and any(
+        b.kind == "intermediate" and b.tensor in crossing
+        for ln in step.launches for b in ln.bindings) else step for step in steps]
+
+
+@lru_cache(maxsize=4096)
+def _roles(kernel: str, shape: tuple[tuple[str, int], ...]) -> dict[str, str]:
+    """Operand name -> role (input, output, ...) of `kernel` at `shape`; read-only."""
+    return {op.name: op.role for op in SPECS[kernel].operands(dict(shape))}
 
 
 @dataclass(frozen=True)

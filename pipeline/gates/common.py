@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from npu_deploy.events.payloads import GateEvaluated, comparison_holds
+from npu_deploy.pipeline.check_reuse import recording
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.toolbox import Toolbox
 from npu_deploy.pipeline.workspace import Workspace, workspace_of
@@ -49,9 +50,15 @@ class _Gate:
         """The gate, computed as a recorded step of the phase (its result is the verdict's
         JSON object, kept as the gate computed it) and returned as its payload."""
         ws = workspace_of(run)
-        result = run.step(f"gate{self.phase}", {"phase": self.phase},
-                          lambda: self.compute(ws, Toolbox(run)), backend=True)
-        return GateEvaluated.from_dict(result)
+
+        def compute() -> dict[str, Any]:
+            # a token-set check the gate reuses says so: its proof goes in the step's result
+            with recording() as proofs:
+                result = self.compute(ws, Toolbox(run))
+            return {**result, "check_proofs": proofs} if proofs else result
+        result = run.step(f"gate{self.phase}", {"phase": self.phase}, compute, backend=True)
+        return GateEvaluated.from_dict({k: v for k, v in result.items()
+                                        if k != "check_proofs"})
 
     def compute(self, ws: Workspace, tb: Toolbox) -> dict[str, Any]:
         raise NotImplementedError

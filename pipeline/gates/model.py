@@ -17,8 +17,9 @@ from typing import Any
 
 from npu_deploy.events.phases import phase
 from npu_deploy.oracle.bf16 import Bf16Run, against_bar
+from npu_deploy.pipeline.check_reuse import gate_runs
 from npu_deploy.pipeline.recipe import Recipe
-from npu_deploy.pipeline.toolbox import Toolbox, layer_lens, stored_bf16, token_checks
+from npu_deploy.pipeline.toolbox import Toolbox, layer_lens, stored_bf16
 from npu_deploy.pipeline.workspace import Workspace
 
 from .common import _Gate, check, holds, verdict
@@ -39,7 +40,7 @@ def model_checks(ws: Workspace, recipe: Recipe, answers: dict[str, Any],
     they were computed from."""
     if bf16 is None:
         bf16 = stored_bf16(ws)
-    runs = token_checks(ws, recipe, answers)
+    runs = gate_runs(ws, recipe, answers)      # reused with proof in a run's own gate
     token_set = f"top{int(phase(3).threshold('top_k'))}_token_set"
     checks = []
     for r in runs:

@@ -80,9 +80,9 @@ def test_the_reference_and_the_deployed_model_count_their_greedy_tokens(
     tokens counted one by one, and reach() closes each prompt's share."""
     from npu_deploy.kernels.emulation.emulator import EmulatorBackend
     from npu_deploy.oracle import reference_of
+    from npu_deploy.pipeline.check_reuse import counted
     from npu_deploy.pipeline.deployed import DeployedModel
     from npu_deploy.pipeline.recipe import Recipe
-    from npu_deploy.pipeline.toolbox import counted
 
     seen = recorded(monkeypatch)
     loaded = tiny_models["tiny-llama"]
