@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml Makefile
 RUN ?= demo-$(shell date +%Y%m%d-%H%M%S)
 demo: setup
 	$(VENV)/bin/npu-deploy deploy smollm2-135m --headless --auto-approve --run-id $(RUN)
-	$(VENV)/bin/npu-deploy generate $(RUN) "What is the capital of France?"
+	$(VENV)/bin/npu-deploy generate $(RUN) "What is the capital of France?" --compare
 	$(VENV)/bin/npu-deploy report $(RUN) -o reports/$(RUN)
 	$(VENV)/bin/npu-deploy verify --all
 

@@ -78,3 +78,24 @@ class Runner:
 
         self.model.generate(ids, min(max_tokens, room), stop=stops, on_token=emit)
         return str(self.tokenizer.decode(tokens, skip_special_tokens=True)).strip()
+
+    def references(self, messages: list[dict[str, str]], max_tokens: int = MAX_NEW_TOKENS
+                   ) -> list[tuple[str, str]]:
+        """The greedy answers of the FP32 oracle and of Hugging Face's bf16 run of the
+        original model to the same conversation (both on the CPU), labelled, each cut at
+        the first stop token as the deployment's is."""
+        from npu_deploy.oracle import reference_of
+        from npu_deploy.oracle.bf16 import bf16_model, hf_greedy
+
+        ids = self.encode(messages)
+        steps = min(max_tokens, self.model.args.max_positions - int(ids.shape[0]))
+        stops = stop_tokens(self.ws)
+
+        def text(tokens: list[int]) -> str:
+            cut = next((i for i, t in enumerate(tokens) if t in stops), len(tokens))
+            return str(self.tokenizer.decode(tokens[:cut], skip_special_tokens=True)).strip()
+
+        oracle, _ = reference_of(self.ws.loaded).generate(ids, steps)
+        _, bf16, _ = hf_greedy(bf16_model(self.ws.loaded), ids, steps)
+        return [("FP32 oracle (CPU)", text(oracle)),
+                ("bf16 reference (HF, CPU)", text(bf16))]

@@ -38,16 +38,26 @@ def _stream(piece: str) -> None:
 @click.argument("run")
 @click.argument("prompt")
 @click.option("--max-tokens", type=click.IntRange(1, 2048), default=64, show_default=True)
-def generate_cmd(run: str, prompt: str, max_tokens: int) -> None:
+@click.option("--compare", is_flag=True,
+              help="Also answer with the FP32 oracle and Hugging Face's bf16 run of the "
+                   "original model (both on the CPU), each on a line of its own.")
+def generate_cmd(run: str, prompt: str, max_tokens: int, compare: bool) -> None:
     """Answer PROMPT with RUN's deployed model on the run's backend, streaming the tokens."""
     from npu_deploy.pipeline.inference import PromptRefused
 
     runner = _runner(run)
+    messages = [{"role": "user", "content": prompt}]
+    if compare:
+        where = "measured on the NPU" if runner.ws.settings.measured else "emulated NPU"
+        sys.stdout.write(f"{'deployed (' + where + ')':28} ")
     try:
-        runner.generate([{"role": "user", "content": prompt}], max_tokens, on_text=_stream)
+        runner.generate(messages, max_tokens, on_text=_stream)
     except PromptRefused as e:
         fail(str(e))
     sys.stdout.write("\n")
+    if compare:
+        for label, answer in runner.references(messages, max_tokens):
+            click.echo(f"{label:28} {answer}")
 
 
 @click.command("chat")

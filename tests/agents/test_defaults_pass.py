@@ -30,9 +30,21 @@ def deploy_headless(cli, db, model: str, seq_len: int) -> dict[int, list[bool]]:
     return gates
 
 
+#: Issue 37's bf16 bar stops these for a person: on a prompt the deployment leaves the FP32
+#: oracle's greedy run at a near tie of the random model's flat logits (tiny-llama at 16:
+#: prefill-16 at token 18, 114 of 128 tokens summed where Hugging Face's bf16 run keeps 128;
+#: tiny-llama-mha at 100: 75 of 80), and no change the hardware supports brings the token
+#: back (pipeline/divergence.py). A rule for ties no bf16 implementation is bound to keep is
+#: issue 37's open work; strict, so that fixing it fails here until this list is updated.
+BAR_STOPS = {("tiny-llama", 16), ("tiny-llama-mha", 100)}
+
 #: every tiny model once and every length once, in the default suite (~40 s a deployment on
 #: the 2-core machine); the whole model x length matrix is `make test-matrix`
-ONE_EACH = tuple(zip(sorted(RANDOM_MODELS), (16, 100, 128, 2048, 100), strict=True))
+ONE_EACH = tuple(
+    pytest.param(m, n, marks=pytest.mark.xfail(strict=True, reason="issue 37: the bf16 bar "
+                                                "stops it at a near tie (BAR_STOPS)"))
+    if (m, n) in BAR_STOPS else (m, n)
+    for m, n in zip(sorted(RANDOM_MODELS), (16, 100, 128, 2048, 100), strict=True))
 
 
 @pytest.mark.e2e
