@@ -14,7 +14,8 @@ it, on the emulator (the NPU's numerics on the CPU):
    reference instead of its NPU numerics): a family whose rounding decides the token brings
    the margin above zero. This is the evidence, not the change: FP32 is not what the
    hardware runs.
-3. **The change.** Each change the hardware supports for those families (`CHANGES`: the
+3. **The change.** Each change the hardware supports for those families (each family's
+   `numerics_changes`: the
    GEMMs or FlashAttention on the native bf16 matmul datapath instead of the BFP16-emulated
    one, the LM head writing FP32 logits) is replayed as the deployment would run it, and
    priced by the performance model on the deployment's prefill and decode. The cheapest
@@ -30,25 +31,13 @@ from typing import Any
 
 import torch
 
+from npu_deploy.kernels.definition.registry import FAMILIES, family
 from npu_deploy.kernels.definition.specs import Mode
 from npu_deploy.kernels.emulation.emulator import EMULATED, REFERENCE, EmulatorBackend
 from npu_deploy.kernels.emulation.numerics import to_bf16
 from npu_deploy.kernels.performance.model import estimate
 from npu_deploy.pipeline.deployed import DeployedModel
 from npu_deploy.pipeline.recipe import Recipe
-
-#: kernel family -> the recipe settings the hardware supports that change its rounding, each
-#: with what it does in words
-CHANGES: dict[str, tuple[tuple[dict[str, str], str], ...]] = {
-    "flash_attention": (({"attention_datapath": "bf16"},
-                         "FlashAttention's two matmuls on the native bf16 datapath (4x8x8), "
-                         "without rounding Q, K, V and P to BFP16 blocks"),),
-    "gemm_bf16": (({"gemm_datapath": "bf16"},
-                   "the GEMMs on the native bf16 datapath, without BFP16 blocks"),),
-    "gemm_fp32": (({"gemm_datapath": "bf16"},
-                   "the GEMMs on the native bf16 datapath, without BFP16 blocks"),),
-    "gemv": (({"lm_head_out": "f32"}, "the LM head writes FP32 logits (no bf16 cast)"),),
-}
 
 
 class WidenedBackend(EmulatorBackend):
@@ -151,8 +140,9 @@ def diagnose(name: str, loaded: Any, recipe: Recipe, hw: Any, prompt: str,
 
     tried, changes = set(), []
     for t in families:
-        for settings, _ in CHANGES.get(t.what.split(" ")[0], ()):
-            after = replace(recipe, **settings)
+        for pairs, _ in family(t.what.split(" ")[0]).numerics_changes:
+            settings = dict(pairs)
+            after = recipe.with_settings(settings)
             key = tuple(sorted(settings.items()))
             if key in tried or after == recipe:
                 continue
@@ -197,7 +187,9 @@ def _words(prompt: str, step: int, token: int, ours: Trial, families: tuple[Tria
                      f"{'' if t.safe else ', but is not taken'} "
                      f"({t.margin:+.4f}); modeled prefill + decode step {before * 1e3:.3f} -> "
                      f"{after * 1e3:.3f} ms ({(after / before - 1) * 100:+.1f}%)")
-    for settings, why in (s for f in CHANGES.values() for s in f):
+    every = (c for f in FAMILIES.values() for c in f.numerics_changes)
+    for pairs, why in every:
+        settings = dict(pairs)
         if chosen == settings:
             lines.append(f"change: {', '.join(f'{k}={v}' for k, v in settings.items())}: {why}")
             break
@@ -206,4 +198,4 @@ def _words(prompt: str, step: int, token: int, ours: Trial, families: tuple[Tria
     return "; ".join(lines)
 
 
-__all__ = ["CHANGES", "Diagnosis", "Trial", "WidenedBackend", "diagnose", "step_logits"]
+__all__ = ["Diagnosis", "Trial", "WidenedBackend", "diagnose", "step_logits"]

@@ -68,6 +68,14 @@ class Recipe:
                    tuple(d["prefill_transforms"]), tuple(d["decode_transforms"]),
                    d.get("lm_head_out", "bf16"), d.get("attention_datapath", "bfp16"))
 
+    def with_settings(self, settings: dict[str, str]) -> Recipe:
+        """The recipe with numerics settings (gemm_datapath, attention_datapath,
+        lm_head_out) changed: a numerics retry's change (pipeline.divergence)."""
+        unknown = set(settings) - {"gemm_datapath", "attention_datapath", "lm_head_out"}
+        if unknown:
+            raise ValueError(f"recipe: no numerics setting {sorted(unknown)}")
+        return replace(self, **settings)  # type: ignore[arg-type]
+
     def transforms(self, mode: Mode) -> tuple[str, ...]:
         return self.prefill_transforms if isinstance(mode, Prefill) else self.decode_transforms
 

@@ -369,7 +369,7 @@ class Toolbox:
         """The recipe with `settings` (gemm_datapath, attention_datapath, lm_head_out: a
         phase-3 retry's change, pipeline.divergence), recorded with why."""
         def work() -> dict[str, Any]:
-            recipe = replace(self.ws.recipe(), **settings)
+            recipe = self.ws.recipe().with_settings(settings)
             return {"recipe": self.ws.put_recipe(recipe), "settings": dict(settings)}
         return self.run.step("set_numerics", {"settings": dict(settings), "why": why}, work)
 

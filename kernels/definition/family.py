@@ -332,6 +332,9 @@ class KernelFamily:
     #: output's bf16 cast taken out): what `transforms.lm_head_fp32_logits` swaps the LM head
     #: to; None where there is none
     fp32_out: str | None = None
+    #: the recipe settings the hardware supports that change this family's rounding, each
+    #: with what it does in words: what a numerics retry may try (pipeline.divergence)
+    numerics_changes: tuple[tuple[tuple[tuple[str, str], ...], str], ...] = ()
     #: its `datapath` configuration key (a family whose tunables have one) is set by the
     #: plan's attention_datapath, not by its gemm_datapath
     attention_datapath: bool = False

@@ -355,6 +355,9 @@ FAMILIES = (KernelFamily(
     cost=COST, program=AirProgram(launch_layout, segment, launch_in=launch_in,
                                   launch_out=launch_out),
     data="flash_attention", source=SOURCE, head_first_alone=("q", "k", "v", "o"),
+    numerics_changes=(((("attention_datapath", "bf16"),), "FlashAttention's two matmuls on "
+                       "the native bf16 datapath (4x8x8), without rounding Q, K, V and P to "
+                       "BFP16 blocks"),),
     measured=rows_at("flash_attention", "shapes",
                      lambda r: (r["heads"], r["kv_heads"], r["Lq"], r["Lk"], r["dk"], r["causal"]),
                      lambda s: (s["heads"], s["kv_heads"], s["Lq"], s["Lk"], s["head_dim"], True)),

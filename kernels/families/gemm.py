@@ -413,7 +413,9 @@ def _family(spec: KernelSpec, out_dtype: torch.dtype, source: Source) -> KernelF
         measured_config=True,
         low_precision=LOW_PRECISION[spec.name],
         preferred=lambda s: preferred(spec, s), first_launch_only=first_launch_only,
-        to_device=to_device)
+        to_device=to_device,
+        numerics_changes=(((("gemm_datapath", "bf16"),),
+                           "the GEMMs on the native bf16 datapath, without BFP16 blocks"),))
 
 
 FAMILIES = (_family(GEMM_BF16, torch.bfloat16, SOURCE_BF16),

@@ -408,4 +408,6 @@ FAMILIES = (KernelFamily(
     GEMV, rules=RULES, check=check, candidates=candidates, numerics=NUMERICS,
     cost=COST, program=AirProgram(launch_layout, segment), data="gemv", source=SOURCE,
     objects=objects, declares=declares, share=share, fp32_out="gemv_fp32",
+    numerics_changes=(((("lm_head_out", "f32"),), "the LM head writes FP32 logits (no bf16 "
+                       "cast)"),),
     measured=rows_at("gemv", "shapes", lambda r: (r["M"], r["K"]), lambda s: (s["M"], s["K"]))),)
