@@ -11,8 +11,9 @@ it, on the emulator (the NPU's numerics on the CPU):
    below reads the same context, and the margin of the oracle's token over the best other
    one says who wins (below zero: the deployment's answer).
 2. **The kernels.** The step again with one kernel family at a time computed in FP32 (its
-   reference instead of its NPU numerics): a family whose rounding decides the token brings
-   the margin above zero. This is the evidence, not the change: FP32 is not what the
+   reference instead of its NPU numerics; the LM head's logits kept in FP32 too, since no
+   kernel reads them): a family whose rounding decides the token brings the margin above
+   zero. This is the evidence, not the change: FP32 is not what the
    hardware runs.
 3. **The change.** Each change the hardware supports for those families (each family's
    `numerics_changes`: the
@@ -36,6 +37,7 @@ from npu_deploy.kernels.definition.specs import Mode
 from npu_deploy.kernels.emulation.emulator import EMULATED, REFERENCE, EmulatorBackend
 from npu_deploy.kernels.emulation.numerics import to_bf16
 from npu_deploy.kernels.performance.model import estimate
+from npu_deploy.kernels.plans.plan import LM_HEAD_OUT
 from npu_deploy.pipeline.deployed import DeployedModel
 from npu_deploy.pipeline.recipe import Recipe
 
@@ -131,9 +133,22 @@ def diagnose(name: str, loaded: Any, recipe: Recipe, hw: Any, prompt: str,
         return step_logits(model, ids, oracle, step, context)
 
     ours = _trial("as deployed", replay(recipe), token)
-    used = {ln.kernel for m in modes for ln in recipe.plan(name, loaded.args, m, hw).launches()}
-    families = tuple(_trial(f"{f} in FP32", replay(recipe, frozenset({f})), token)
-                     for f in sorted(used & EMULATED.keys() & REFERENCE.keys()))
+    # the kernels the replay runs (step 0: the prefill alone), each with the roles it plays
+    roles: dict[str, set[str]] = {}
+    for m in modes[:1] if step == 0 else modes:
+        for ln in recipe.plan(name, loaded.args, m, hw).launches():
+            roles.setdefault(ln.kernel, set()).add(ln.role.split(".")[0])
+    def widened(f: str) -> torch.Tensor:
+        """The replay with kernel `f` in FP32; where its output is the logits (the LM head),
+        they stay FP32 too (its `fp32_out` variant): nothing on the device reads them."""
+        fp32_out = family(f).fp32_out
+        if f == LM_HEAD_OUT[recipe.lm_head_out] and fp32_out is not None:
+            return replay(recipe.with_settings({"lm_head_out": "f32"}),
+                          frozenset({f, fp32_out}))
+        return replay(recipe, frozenset({f}))
+
+    families = tuple(_trial(f"{f} in FP32", widened(f), token)
+                     for f in sorted(roles.keys() & EMULATED.keys() & REFERENCE.keys()))
 
     def seconds(r: Recipe) -> float:
         return sum(estimate(r.plan(name, loaded.args, m, hw), hw).total_s for m in modes)
@@ -165,21 +180,26 @@ def diagnose(name: str, loaded: Any, recipe: Recipe, hw: Any, prompt: str,
         best = good[0][0].what
         chosen = dict(kv.split("=") for kv in best.split(", "))   # a safe one's is plain
     return Diagnosis(prompt, step, token, ours, families, tuple(changes), chosen,
-                     _words(prompt, step, token, ours, families, changes, chosen, decode))
+                     _words(prompt, step, token, ours, families, changes, chosen, decode,
+                            roles))
 
 
 def _words(prompt: str, step: int, token: int, ours: Trial, families: tuple[Trial, ...],
            changes: list[tuple[Trial, float, float]], chosen: dict[str, str] | None,
-           text: Callable[[list[int]], str] | None) -> str:
+           text: Callable[[list[int]], str] | None, roles: dict[str, set[str]]) -> str:
     def tok(t: int) -> str:
         return repr(text([t])) if text is not None else f"token {t}"
+
+    def named(t: Trial) -> str:         # "gemv (lm_head)": the kernel and what it computes
+        f = t.what.split(" ")[0]
+        return f"{f} ({', '.join(sorted(roles.get(f, ())))})"
 
     lines = [f"{prompt!r} step {step}: the deployment answers {tok(ours.token)} where the "
              f"oracle answers {tok(token)} (margin {ours.margin:+.4f})"]
     closest = sorted(families, key=lambda t: -t.margin)[:3]
     decisive = [t for t in families if t.restores]
     lines.append("one kernel family at a time in FP32: " + (
-        "brings it back: " + ", ".join(t.what.split(" ")[0] for t in decisive)
+        "brings it back: " + ", ".join(named(t) for t in decisive)
         if decisive else "none brings it back alone") + " (closest: " + ", ".join(
         f"{t.what.split(' ')[0]} {t.margin:+.4f}" for t in closest) + ")")
     for t, before, after in changes:
