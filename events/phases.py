@@ -101,7 +101,10 @@ PHASES: tuple[Phase, ...] = (
                   "agreement with the oracle may fall this many tokens below that run's, and "
                   "where that run keeps the oracle's first answer token the deployment must "
                   "too (a near tie bf16 itself decides the oracle's way, decided the other "
-                  "way, is a different answer that the top-5 rule lets through)"),
+                  "way, is a different answer that the top-5 rule lets through); a prompt "
+                  "the deployment leaves at a later token whose two candidates the oracle "
+                  "ranks less than one bf16 step apart counts at that run's figure (rounding "
+                  "alone decides such a tie)"),
         Threshold("lens_layer_cosine", 0.99,
                   "each layer's output against the oracle (phase 2's cosine), recorded"),
     )),

@@ -46,6 +46,9 @@ class Greedy:
 
     tokens: list[int]
     topk: list[list[int]]
+    #: the FP32 logits of each step's top-k, in its order (the oracle keeps them: they tell a
+    #: tie bf16 cannot represent, `bf16_tie`); None for a run that did not keep them
+    topk_logits: list[list[float]] | None = None
 
     def __post_init__(self) -> None:
         if len(self.topk) != len(self.tokens):
@@ -54,13 +57,35 @@ class Greedy:
         empty = next((i for i, top in enumerate(self.topk) if not top), None)
         if empty is not None:
             raise ValueError(f"a greedy run's top-k list of step {empty} is empty")
+        if self.topk_logits is not None and [len(v) for v in self.topk_logits] != [
+                len(top) for top in self.topk]:
+            raise ValueError("a greedy run's top-k logits must match its top-k lists, step "
+                             "by step")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tokens": self.tokens, "topk": self.topk}
+        d: dict[str, Any] = {"tokens": self.tokens, "topk": self.topk}
+        if self.topk_logits is not None:
+            d["topk_logits"] = self.topk_logits
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Greedy:
-        return cls([int(t) for t in d["tokens"]], [[int(t) for t in k] for k in d["topk"]])
+        logits = d.get("topk_logits")
+        return cls([int(t) for t in d["tokens"]], [[int(t) for t in k] for k in d["topk"]],
+                   None if logits is None else [[float(v) for v in k] for k in logits])
+
+    def bf16_tie(self, step: int, token: int) -> bool:
+        """Whether `token` is tied with this run's own token at `step` as closely as bf16
+        cannot represent: both among the step's kept logits, less than one bf16 step (the
+        spacing of bf16 values at the larger one's magnitude: 8 significant bits) apart.
+        Rounding alone may then decide either way, in any bf16 implementation. False when
+        the run kept no logits, or `token` is not among its top-k."""
+        if self.topk_logits is None or token not in self.topk[step]:
+            return False
+        ranked = dict(zip(self.topk[step], self.topk_logits[step], strict=True))
+        a, b = ranked[self.tokens[step]], ranked[token]
+        _, exponent = torch.frexp(torch.tensor(max(abs(a), abs(b)), dtype=torch.float32))
+        return abs(a - b) < 2.0 ** (int(exponent) - 8)
 
 
 def greedy_step(logits: torch.Tensor, k: int | None = None) -> tuple[int, list[int]]:
@@ -69,6 +94,14 @@ def greedy_step(logits: torch.Tensor, k: int | None = None) -> tuple[int, list[i
     k = top_k() if k is None else k
     top = torch.topk(logits.float(), k).indices.tolist()
     return int(logits.float().argmax()), [int(t) for t in top]
+
+
+def greedy_with_logits(tokens: list[int], logits: torch.Tensor) -> Greedy:
+    """The greedy run of `tokens`, chosen from `logits` [steps, vocab], keeping each step's
+    top-k and their FP32 logits."""
+    tops = [greedy_step(row)[1] for row in logits]
+    return Greedy(tokens, tops, [[float(row.float()[t]) for t in top]
+                                 for row, top in zip(logits, tops, strict=True)])
 
 
 @dataclass(frozen=True)

@@ -105,13 +105,20 @@ class BarCheck:
     rule, events/phases.py `bf16_agreed_margin`): summed over the prompts, it shares at least
     the bf16 reference's count of leading tokens with the oracle, less the margin; and on
     every prompt where the bf16 reference answers with the oracle's first token, it does
-    too."""
+    too.
 
-    ours: int                   # the deployment's summed agreement
+    A prompt the deployment leaves at a later step (never the first) where the oracle's two
+    tokens are less than one bf16 step apart (`Greedy.bf16_tie`) counts in the sum as the
+    bf16 reference's figure when that is higher: rounding alone decides such a tie, in any
+    bf16 implementation, so Hugging Face keeping it there is luck the deployment is not held
+    to. The first answer token is held whatever its margin."""
+
+    ours: int                   # the deployment's summed agreement (ties counted as above)
     theirs: int                 # the bf16 reference's
     margin: int
     steps: int                  # the oracle's tokens, summed
     first_tokens: dict[str, tuple[bool, bool]]     # prompt -> (deployment keeps, bf16 keeps)
+    ties: tuple[str, ...] = ()  # prompts counted at the bf16 reference's figure
 
     @property
     def bar(self) -> int:
@@ -142,17 +149,23 @@ class BarCheck:
         return "; ".join(out)
 
 
-def against_bar(agreed: dict[str, tuple[int, int]], bf16: dict[str, Bf16Run]) -> BarCheck:
+def against_bar(agreed: dict[str, tuple[int, int]], bf16: dict[str, Bf16Run],
+                ties: Iterable[str] = ()) -> BarCheck:
     """The bf16 bar applied to a deployment's runs (`agreed`: prompt -> its leading tokens
-    shared with the oracle and the oracle's steps), every prompt with its bf16 run."""
+    shared with the oracle and the oracle's steps), every prompt with its bf16 run; `ties`:
+    the prompts the deployment leaves at a step >= 1 where the oracle's two tokens tie
+    below bf16's resolution (see `BarCheck`)."""
     missing = sorted(set(agreed) - set(bf16))
     if missing:
         raise KeyError(f"the bf16 reference has no run of {', '.join(missing)}: run phase 0 "
                        "again")
+    tied = tuple(sorted(p for p in set(ties) & set(agreed)
+                        if agreed[p][0] >= 1 and bf16[p].agreed > agreed[p][0]))
     return BarCheck(
-        ours=sum(a for a, _ in agreed.values()),
+        ours=sum(bf16[p].agreed if p in tied else a for p, (a, _) in agreed.items()),
         theirs=sum(bf16[p].agreed for p in agreed),
         margin=int(phase(3).threshold("bf16_agreed_margin")),
         steps=sum(s for _, s in agreed.values()),
         first_tokens={p: (a >= 1 or s == 0, bf16[p].keeps_first_token)
-                      for p, (a, s) in agreed.items()})
+                      for p, (a, s) in agreed.items()},
+        ties=tied)

@@ -59,6 +59,9 @@ def token_checks(ws: Workspace, recipe: Recipe, answers: dict[str, Any]) -> list
         tok = ws.loaded.tokenizer
         out.append({"prompt": p.name, "passed": tc.passed, "agreed": tc.agreed,
                     "steps": tc.steps, "ours": tc.ours, "theirs": tc.theirs,
+                    # parted at step >= 1 at a tie bf16 cannot represent (Greedy.bf16_tie)
+                    "tie": bool(tc.ours is not None and tc.agreed >= 1
+                                and ref.bf16_tie(tc.agreed, tc.ours)),
                     "ours_token": None if tc.ours is None else tok.decode([tc.ours]),
                     "theirs_token": None if tc.theirs is None else tok.decode([tc.theirs]),
                     "text": tok.decode(ours.tokens)})

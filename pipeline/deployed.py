@@ -16,15 +16,15 @@ from npu_deploy.kernels.definition.hardware import XDNA2, Hardware
 from npu_deploy.kernels.definition.specs import Decode, Mode, prompt_prefill
 from npu_deploy.kernels.plans.plan import DispatchPlan
 from npu_deploy.kernels.plans.plan_runner import PlanRunner
-from npu_deploy.metrics.tokens import Greedy, greedy_step
+from npu_deploy.metrics.tokens import Greedy, greedy_step, greedy_with_logits
 from npu_deploy.models.config import ModelArgs
 from npu_deploy.pipeline.recipe import Recipe
 
 
 def reference_greedy(reference: Any, ids: torch.Tensor, steps: int) -> Greedy:
-    """The FP32 oracle's greedy run."""
+    """The FP32 oracle's greedy run, with each step's top-k logits (`Greedy.bf16_tie`)."""
     tokens, logits = reference.generate(ids, steps)
-    return Greedy(tokens, [greedy_step(row)[1] for row in logits])
+    return greedy_with_logits(tokens, logits)
 
 
 class DeployedModel:

@@ -235,7 +235,8 @@ def bar_reason(runs: list[dict[str, Any]], bf16: dict[str, Bf16Run] | None) -> s
     the run has no bar, or it lacks one of the prompts: the gate says so)."""
     if bf16 is None or any(r["prompt"] not in bf16 for r in runs):
         return ""
-    return against_bar({r["prompt"]: (r["agreed"], r["steps"]) for r in runs}, bf16).reason()
+    return against_bar({r["prompt"]: (r["agreed"], r["steps"]) for r in runs}, bf16,
+                       (r["prompt"] for r in runs if r.get("tie"))).reason()
 
 
 class Toolbox:

@@ -96,3 +96,25 @@ def test_a_greedy_step_chooses_the_argmax_and_keeps_the_top_k_best_first():
     token, top = greedy_step(logits_ranking(4, 7, 1, 0, 9, 3))
     assert (token, top) == (4, [4, 7, 1, 0, 9]) and len(top) == top_k()
     assert greedy_step(logits_ranking(2, 8), k=2) == (2, [2, 8])
+
+
+def test_a_tie_below_one_bf16_step_is_told_from_one_bf16_separates():
+    """bf16 keeps 8 significant bits: between 0.5 and 1 its values are 2**-8 apart, between
+    32 and 64 0.25 apart. The oracle's logits of tiny-llama at 16 tokens (step 18: 0.0022
+    apart at 0.85) are a tie; a gap of 0.08 is one at 40, and not at 0.6."""
+    run = Greedy([4, 4], [[4, 7, 1], [4, 7, 1]], [[0.8530, 0.8508, 0.1], [0.68, 0.6, 0.1]])
+    assert run.bf16_tie(0, 7)                       # 0.0022 < 2**-8
+    assert not run.bf16_tie(0, 1)                   # far apart
+    assert not run.bf16_tie(1, 7)                   # 0.08 > 2**-8
+    assert not run.bf16_tie(0, 9)                   # not among the kept candidates
+    assert Greedy([4], [[4, 7]], [[40.05, 39.97]]).bf16_tie(0, 7)        # < 0.25
+    assert not Greedy([4], [[4, 7]], [[40.3, 39.97]]).bf16_tie(0, 7)
+    assert not Greedy([4], [[4, 7]]).bf16_tie(0, 7)                      # no logits kept
+    with pytest.raises(ValueError, match="top-k logits must match"):
+        Greedy([4], [[4, 7]], [[40.0]])
+
+
+def test_a_run_with_logits_reads_back_unchanged_and_an_old_one_without():
+    run = Greedy([1], [[1, 9]], [[2.5, 2.25]])
+    assert Greedy.from_dict(json.loads(json.dumps(run.to_dict()))) == run
+    assert "topk_logits" not in Greedy([1], [[1, 9]]).to_dict()

@@ -42,6 +42,20 @@ def test_a_different_first_token_fails_where_the_bf16_run_keeps_the_oracles():
     assert against_bar({"a": (1, 8), "b": (0, 8)}, ref).passed
 
 
+def test_a_later_tie_bf16_cannot_represent_counts_at_the_bf16_runs_figure():
+    ref = bar(a=8, b=8)
+    # b parts at step 3 where the oracle's two tokens tie below one bf16 step: counted as 8
+    tied = against_bar({"a": (8, 8), "b": (3, 8)}, ref, ties=["b"])
+    assert tied.passed and (tied.ours, tied.ties) == (16, ("b",))
+    # not a tie: held to it
+    assert not against_bar({"a": (8, 8), "b": (3, 8)}, ref).passed
+    # the first token is never excused, whatever the margin
+    first = against_bar({"a": (8, 8), "b": (0, 8)}, ref, ties=["b"])
+    assert not first.passed and first.first_tokens_lost == ["b"] and first.ties == ()
+    # a tie never counts above what the deployment itself kept where the bf16 run kept less
+    assert against_bar({"a": (5, 8)}, bar(a=2), ties=["a"]).ours == 5
+
+
 def test_the_margin_is_the_phase_tables(monkeypatch):
     agreed = {"a": (6, 8)}
     assert not against_bar(agreed, bar(a=8)).passed
