@@ -79,18 +79,3 @@ def test_the_bundled_model_passes_every_gate(tmp_path, cli, smollm2, seq_len):
     numerics: list[dict] = []
     gates = deploy_headless(cli, tmp_path / "runs.db", "smollm2-135m", seq_len, numerics)
     first_attempts_or_the_bars_fix(gates, numerics)
-@pytest.mark.e2e
-@pytest.mark.matrix
-@pytest.mark.parametrize("seq_len", (*TINY_LENGTHS, 2048))
-@pytest.mark.parametrize("model", sorted(RANDOM_MODELS))
-def test_every_tiny_model_passes_every_gate_at_every_length(tmp_path, cli, model, seq_len):
-    gates = deploy_headless(cli, tmp_path / "runs.db", model, seq_len)
-    assert gates == {phase: [True] for phase in range(8)}
-
-
-@pytest.mark.e2e
-@pytest.mark.matrix
-@pytest.mark.parametrize("seq_len", TINY_LENGTHS)
-def test_the_bundled_model_passes_every_gate(tmp_path, cli, smollm2, seq_len):
-    gates = deploy_headless(cli, tmp_path / "runs.db", "smollm2-135m", seq_len)
-    assert gates == {phase: [True] for phase in range(8)}
