@@ -1,8 +1,9 @@
 """The autopilot: a deterministic, offline agent that performs the eight phases through the
 toolbox, following the skill catalog. It needs no network and no API key.
 
-It decides what the skills tell it to decide, and nothing else: which datapath the GEMMs run
-(phase 3: the native bf16 MMA when the BFP16 one changes the answer to the chat question),
+It decides what the skills tell it to decide, and nothing else: the numerics of the recipe
+(phase 3: where the chat answer falls behind Hugging Face's own bf16 run, the
+greedy-divergence skill's change: a matmul datapath, or FP32 logits),
 which transforms to try and in what order (phases 4 and 5: the skill's order, reordered by
 the optimization memory), and, after a failed gate, what the picked debug skill says to do.
 It never evaluates a gate: it hands each phase to the harness.
@@ -15,9 +16,9 @@ a tile_n x herd_n that does not divide N, the mistake that corrupts the output s
 (docs/hardware-facts.md#gemm-tiling-and-herds), until a retry changes that GEMM's
 configuration. The gate must catch it, and the debug direction's change
 (pipeline.retry_changes) must repair it. `bfp16-datapath` makes phase 3 keep the BFP16
-GEMM datapath without looking at the chat answer: on a model whose answers it moves earlier
-off the oracle's than Hugging Face's own bf16 run does, the phase-3 gate's bf16 bar
-(pipeline/gates/model.py) must fail it.
+GEMM datapath without looking at the chat answer (the skill is not run before the gate): on
+a model whose answers it moves earlier off the oracle's than Hugging Face's own bf16 run
+does, the phase-3 gate's bf16 bar (pipeline/gates/model.py) must fail it.
 
 No blind retries: the gates are deterministic, so after a failed gate the autopilot retries
 only with the change the picked direction names (other kernel configurations, a transform
@@ -40,12 +41,17 @@ from npu_deploy.events.phases import PHASES
 from npu_deploy.kernels.definition.specs import SPECS, Mode, Prefill
 from npu_deploy.kernels.plans.optimize import DECODE_ORDER, PREFILL_ORDER
 from npu_deploy.machine import NeedsHuman, Pipeline
-from npu_deploy.metrics.tokens import Greedy
 from npu_deploy.oracle.prompts import CAPITAL_QUESTION
 from npu_deploy.pipeline.gates import gates
 from npu_deploy.pipeline.report.write import write_report
 from npu_deploy.pipeline.retry_changes import retry_change
-from npu_deploy.pipeline.toolbox import SOURCE_WORDS, Toolbox, kernel_uses_cached, mode_text
+from npu_deploy.pipeline.toolbox import (
+    SOURCE_WORDS,
+    Toolbox,
+    kernel_uses_cached,
+    mode_text,
+    stored_bf16,
+)
 from npu_deploy.pipeline.workspace import Workspace
 from npu_deploy.skills.experience import transform_order
 from npu_deploy.skills.lessons import harvest_lessons
@@ -154,22 +160,32 @@ class Autopilot:
         if tb.ws.settings.fault == "bfp16-datapath":
             run.say("drill: keeping the BFP16 GEMM datapath without checking the answer")
             return
-        first = tb.run_model(chat[0].name)
-        answer_end = answer_length(tb, chat[0].name)
-        if first["agreed"] >= answer_end or tb.ws.recipe().gemm_datapath != "bfp16":
-            run.say(f"the chat answer agrees with the oracle for {first['agreed']} tokens")
-            return
-        # The skill: a BFP16 datapath that changes the answer itself is not acceptable even
-        # when the token-set check passes; the native bf16 MMA trades half the GEMM rate.
-        tb.choose_datapath("bf16", f"the answer departs from the oracle's at token "
-                                   f"{first['agreed']} of {answer_end} with bfp16 GEMMs")
-        second = tb.run_model(chat[0].name)
-        if second["agreed"] <= first["agreed"]:
-            tb.choose_datapath("bfp16", "bf16 GEMMs did not bring the answer closer")
-            run.say("kept the BFP16 datapath: the native bf16 one did not help")
-        else:
-            run.say(f"GEMMs on the native bf16 datapath: the answer now agrees for "
-                    f"{second['agreed']} tokens (was {first['agreed']})")
+        # The greedy-divergence skill, before the gate: the chat answer is what a user reads
+        # first, so where it falls behind Hugging Face's bf16 run the skill's change is
+        # taken now (the gate still holds every prompt to the bar, and a retry takes the
+        # skill's change for whichever falls behind there).
+        name = chat[0].name
+        bar = (stored_bf16(tb.ws) or {}).get(name)
+        tried: list[dict[str, str]] = []
+        while True:
+            ours = tb.run_model(name)
+            if bar is None or ours["agreed"] >= bar.agreed or ours["tie"]:
+                run.say(f"the chat answer agrees with the oracle for {ours['agreed']} tokens"
+                        + ("" if bar is None else f" (Hugging Face in bf16: {bar.agreed})")
+                        + (": it parts at a tie bf16 cannot represent" if ours["tie"]
+                           and ours["agreed"] < (bar.agreed if bar else 0) else ""))
+                return
+            found = tb.find_numerics_change(name, ours["agreed"])
+            if found["chosen"] is None or found["chosen"] in tried:
+                run.say(f"the chat answer parts from the oracle at token {ours['agreed']} "
+                        f"(Hugging Face in bf16: {bar.agreed}) and no change the hardware "
+                        "supports brings it back: the gate holds it to the bar")
+                return
+            tried.append(found["chosen"])
+            tb.set_numerics(found["chosen"], found["words"])
+            run.say(f"the chat answer parts from the oracle at token {ours['agreed']} "
+                    f"(Hugging Face in bf16: {bar.agreed}): {found['words']}")
+
 
     # --- 4 and 5: optimization -------------------------------------------------------------
 
@@ -238,15 +254,6 @@ TRANSFORM_SKILLS = {"align_layouts": "layout-alignment", "reuse_buffers": "buffe
                     "last_token_lm_head": "last-token-lm-head",
                     "decode_attention_on_cpu": "decode-attention-on-cpu",
                     "merge_dispatches": "multi-kernel-merging"}
-
-
-def answer_length(tb: Toolbox, prompt: str) -> int:
-    """How many tokens the oracle's answer to `prompt` has before its end of turn."""
-    from npu_deploy.pipeline.toolbox import stop_tokens
-
-    ref = Greedy.from_dict(tb.answers()[prompt])
-    stops = stop_tokens(tb.ws)
-    return next((i for i, t in enumerate(ref.tokens) if t in stops), len(ref.tokens))
 
 
 def seeded_gemm_fault(ws: Workspace) -> dict[str, dict[str, Any]]:

@@ -96,6 +96,12 @@ def greedy_step(logits: torch.Tensor, k: int | None = None) -> tuple[int, list[i
     return int(logits.float().argmax()), [int(t) for t in top]
 
 
+def parted_at_tie(tc: TokenCheck, reference: Greedy) -> bool:
+    """Whether a run leaves `reference` after its first token (step >= 1) at a tie bf16
+    cannot represent (`Greedy.bf16_tie`): the phase-3 bar does not hold such a step."""
+    return tc.ours is not None and tc.agreed >= 1 and reference.bf16_tie(tc.agreed, tc.ours)
+
+
 def greedy_with_logits(tokens: list[int], logits: torch.Tensor) -> Greedy:
     """The greedy run of `tokens`, chosen from `logits` [steps, vocab], keeping each step's
     top-k and their FP32 logits."""

@@ -30,7 +30,7 @@ from typing import Any
 from npu_deploy.events import progress
 from npu_deploy.kernels.definition.specs import Decode, Mode, prompt_prefill
 from npu_deploy.kernels.plans.signature import plan_signature
-from npu_deploy.metrics.tokens import Greedy, topk_check
+from npu_deploy.metrics.tokens import Greedy, parted_at_tie, topk_check
 from npu_deploy.oracle.prompts import Prompt
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.workspace import Workspace, blob_json, read_json
@@ -59,9 +59,7 @@ def token_checks(ws: Workspace, recipe: Recipe, answers: dict[str, Any]) -> list
         tok = ws.loaded.tokenizer
         out.append({"prompt": p.name, "passed": tc.passed, "agreed": tc.agreed,
                     "steps": tc.steps, "ours": tc.ours, "theirs": tc.theirs,
-                    # parted at step >= 1 at a tie bf16 cannot represent (Greedy.bf16_tie)
-                    "tie": bool(tc.ours is not None and tc.agreed >= 1
-                                and ref.bf16_tie(tc.agreed, tc.ours)),
+                    "tie": parted_at_tie(tc, ref),
                     "ours_token": None if tc.ours is None else tok.decode([tc.ours]),
                     "theirs_token": None if tc.theirs is None else tok.decode([tc.theirs]),
                     "text": tok.decode(ours.tokens)})

@@ -26,11 +26,9 @@ from typing import Any
 from npu_deploy.events.payloads import RetryChange
 from npu_deploy.kernels.definition.selection import ranked_configs
 from npu_deploy.kernels.definition.specs import SPECS, KernelUse
-from npu_deploy.metrics.tokens import Greedy
-from npu_deploy.pipeline.divergence import diagnose
 from npu_deploy.pipeline.recipe import Recipe
-from npu_deploy.pipeline.toolbox import kernel_uses_cached, stored_bf16
-from npu_deploy.pipeline.workspace import Workspace, read_json, workspace_of
+from npu_deploy.pipeline.toolbox import divergence, kernel_uses_cached, stored_bf16
+from npu_deploy.pipeline.workspace import Workspace, workspace_of
 
 #: ordinals for the change's words
 _NTH = {1: "1st", 2: "2nd", 3: "3rd"}
@@ -62,8 +60,7 @@ def _numerics_change(ws: Workspace, before: RetryChange | None) -> RetryChange |
     bf16 = stored_bf16(ws)
     gates = list(ws.store.events(ws.run_id, phase=3, types=("gate.evaluated",)))
     gate = gates[-1] if gates else None
-    answers = ws.latest("answers", tool="build_oracle")
-    if bf16 is None or gate is None or answers is None:
+    if bf16 is None or gate is None:
         return None
     agreed = {c["subject"]: int(c["value"]) for c in gate.payload["checks"]
               if c["metric"] == "greedy_tokens_agreed"}
@@ -73,17 +70,8 @@ def _numerics_change(ws: Workspace, before: RetryChange | None) -> RetryChange |
     prompt = lost[0] if lost else (behind[-1][1] if behind and behind[-1][0] > 0 else None)
     if prompt is None:
         return None
-    stored = read_json(ws.store, answers["answers"])
-    oracle = Greedy.from_dict(stored[prompt]).tokens
-    prompts = {q.name: q for q in ws.prompts()}
-    guards = tuple((name, ws.ids(prompts[name]), Greedy.from_dict(stored[name]).tokens[0])
-                   for name, run in bf16.items() if run.keeps_first_token and name in prompts
-                   and name in stored and Greedy.from_dict(stored[name]).tokens)
-    recipe = ws.recipe()
-    d = diagnose(ws.settings.model, ws.loaded, recipe, ws.hw, prompt, ws.ids(prompts[prompt]),
-                 oracle, min(agreed[prompt], len(oracle) - 1), ws.settings.steps,
-                 (ws.settings.prefill, ws.settings.decode), ws.loaded.tokenizer.decode, guards)
-    if d.chosen is None:
+    d = divergence(ws, prompt, agreed[prompt])
+    if d is None or d.chosen is None:
         return None
     settings = {**(before.recipe if before else {}), **d.chosen}
     return RetryChange(text=d.words, recipe=settings)

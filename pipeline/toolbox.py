@@ -40,7 +40,7 @@ from npu_deploy.kernels.performance.model import Profile
 from npu_deploy.kernels.plans.plan import Dispatch, DispatchPlan, config_key
 from npu_deploy.kernels.plans.transforms import TRANSFORMS, IllegalTransform
 from npu_deploy.metrics.comparison import compare
-from npu_deploy.metrics.tokens import Greedy, topk_check
+from npu_deploy.metrics.tokens import Greedy, parted_at_tie, topk_check
 from npu_deploy.models.config import ModelArgs
 from npu_deploy.oracle import reference_of
 from npu_deploy.oracle.bf16 import Bf16Run, against_bar, bf16_reference
@@ -48,6 +48,7 @@ from npu_deploy.oracle.prompts import Prompt
 from npu_deploy.oracle.reference import golden_name
 from npu_deploy.pipeline.check_reuse import checked_runs, counted
 from npu_deploy.pipeline.deployed import DeployedModel, reference_greedy
+from npu_deploy.pipeline.divergence import Diagnosis, diagnose
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.pipeline.workspace import (
     Workspace,
@@ -239,6 +240,27 @@ def bar_reason(runs: list[dict[str, Any]], bf16: dict[str, Bf16Run] | None) -> s
                        (r["prompt"] for r in runs if r.get("tie"))).reason()
 
 
+def divergence(ws: Workspace, prompt: str, agreed: int) -> Diagnosis | None:
+    """`pipeline.divergence`'s diagnosis of the run's recipe on `prompt`, whose greedy run
+    shares `agreed` leading tokens with the oracle's: the step where it parts replayed, each
+    kernel family in FP32, each supported change priced, guarding the first tokens the bf16
+    bar protects. None when the run has no oracle or no bf16 reference."""
+    bf16 = stored_bf16(ws)
+    answers = ws.latest("answers", tool="build_oracle")
+    if bf16 is None or answers is None:
+        return None
+    stored = read_json(ws.store, answers["answers"])
+    oracle = Greedy.from_dict(stored[prompt]).tokens
+    prompts = {q.name: q for q in ws.prompts()}
+    guards = tuple((name, ws.ids(prompts[name]), Greedy.from_dict(stored[name]).tokens[0])
+                   for name, run in bf16.items() if run.keeps_first_token and name in prompts
+                   and name in stored and Greedy.from_dict(stored[name]).tokens)
+    return diagnose(ws.settings.model, ws.loaded, ws.recipe(), ws.hw, prompt,
+                    ws.ids(prompts[prompt]), oracle, min(agreed, len(oracle) - 1),
+                    ws.settings.steps, (ws.settings.prefill, ws.settings.decode),
+                    ws.loaded.tokenizer.decode, guards)
+
+
 class Toolbox:
     """The operations, bound to one attempt of one phase."""
 
@@ -349,7 +371,8 @@ class Toolbox:
                                                          follow=ref.tokens)
             tc = topk_check(ours, ref)
             return {"prompt": prompt, "agreed": tc.agreed, "steps": tc.steps,
-                    "passed": tc.passed, "text": ws.loaded.tokenizer.decode(ours.tokens)}
+                    "passed": tc.passed, "tie": parted_at_tie(tc, ref),
+                    "text": ws.loaded.tokenizer.decode(ours.tokens)}
         return self.run.step("run_model", {"prompt": prompt,
                                            "datapath": ws.recipe().gemm_datapath}, work,
                              backend=True)
@@ -365,6 +388,21 @@ class Toolbox:
             recipe = replace(self.ws.recipe(), gemm_datapath=datapath)
             return {"recipe": self.ws.put_recipe(recipe), "datapath": datapath}
         return self.run.step("choose_datapath", {"datapath": datapath, "why": why}, work)
+
+    def find_numerics_change(self, prompt: str, agreed: int) -> dict[str, Any]:
+        """The greedy-divergence skill on `prompt`, whose greedy run keeps `agreed` of the
+        oracle's tokens (pipeline.divergence): the change that brings the oracle's token
+        back (None: none the hardware supports does) and the evidence in words."""
+        def work() -> dict[str, Any]:
+            d = divergence(self.ws, prompt, agreed)
+            if d is None:
+                return {"chosen": None, "words": "no oracle or bf16 reference recorded"}
+            return {"chosen": d.chosen, "words": d.words}
+        r = self.ws.recipe()
+        numerics = {"gemm_datapath": r.gemm_datapath, "lm_head_out": r.lm_head_out,
+                    "attention_datapath": r.attention_datapath}
+        return self.run.step("find_numerics_change", {"prompt": prompt, "agreed": agreed,
+                                                      "numerics": numerics}, work, backend=True)
 
     def set_numerics(self, settings: dict[str, str], why: str) -> dict[str, Any]:
         """The recipe with `settings` (gemm_datapath, attention_datapath, lm_head_out: a

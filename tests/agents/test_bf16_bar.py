@@ -3,9 +3,10 @@ of the canonical prompts, and the phase-3 gate fails a deployment that keeps few
 oracle's greedy tokens than it, and passes one that keeps as many.
 
 tiny-llama-mha at 128 tokens, 8 greedy steps: the bf16 reference keeps 8 + 1 + 8 + 8 = 25
-of the oracle's tokens (measured on the CPU); the deployment with native bf16 GEMMs (the
-autopilot's choice) keeps as many, and with BFP16 GEMMs (the `bfp16-datapath` drill) the
-chat answer parts from the oracle's one token earlier."""
+of the oracle's tokens (measured on the CPU), and the deployment keeps as many (its BFP16
+GEMMs part from the oracle one token earlier on one prompt, at a tie bf16 cannot represent,
+which the bar counts at the bf16 run's figure). A deployment falling behind the bar, and
+the drill that lets one through to the gate: tests/agents/test_near_tie_retry.py."""
 
 from __future__ import annotations
 
@@ -56,20 +57,3 @@ def test_phase_0_records_the_bar_and_phase_3_passes_a_deployment_that_meets_it(t
     assert len(firsts) == 4 and all(c["passed"] and c["gating"] for c in firsts)
     lens = [c for c in gate["checks"] if c["metric"] == "greedy_tokens_agreed"]
     assert all("Hugging Face in bf16" in c["message"] for c in lens)
-
-
-@pytest.mark.e2e
-@pytest.mark.slow
-def test_phase_3_fails_a_deployment_that_falls_below_the_bar(tmp_path):
-    halt, events, bf16 = to_phase3(tmp_path / "runs.db", fault="bfp16-datapath")
-    assert halt != "awaiting_human"
-    gate = phase3_gates(events)[0]
-    assert not gate["passed"]
-    failing = [c for c in gate["checks"] if c["gating"] and not c["passed"]]
-    assert [c["metric"] for c in failing] == [SUMMED]
-    (summed,) = failing
-    assert summed["threshold"] == sum(r["agreed"] for r in bf16.values())
-    assert summed["value"] < summed["threshold"]
-    assert "falls behind the bf16 reference" in summed["message"]
-    # the top-5 token-set check alone lets it through
-    assert all(c["passed"] for c in gate["checks"] if c["metric"] == "top5_token_set")
