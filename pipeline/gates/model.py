@@ -53,7 +53,8 @@ def model_checks(ws: Workspace, recipe: Recipe, answers: dict[str, Any],
 
 def agreed_words(run: dict[str, Any], bar: Bf16Run | None) -> str:
     """The per-prompt lens's message: the deployment's figure beside the bf16 reference's."""
-    ours = _first_difference(run["agreed"], run["steps"])
+    ours = _first_difference(run["agreed"], run["steps"]) + (
+        " (a tie bf16 cannot represent)" if run.get("tie") else "")
     if bar is None:
         return f"deployed: {ours}; no bf16 reference recorded for this prompt"
     return (f"deployed: {ours}; Hugging Face in bf16: "
