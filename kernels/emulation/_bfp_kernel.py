@@ -99,6 +99,50 @@ def quantize_bfp16ebs8(x: np.ndarray, out: np.ndarray, tables: np.ndarray,
     return not bad.any()
 
 
+# Blocks per work item of `quantize_bf16_bfp16ebs8`: its float32 scratch is allocated once per
+# item.
+_BLOCKS_PER_ITEM = 512
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def quantize_bf16_bfp16ebs8(x_bits: np.ndarray, out_bits: np.ndarray, tables: np.ndarray,
+                            lsb_offset: int, e_lo: int, e_hi: int) -> int:
+    """`quantize_bfp16ebs8` on bf16 blocks, given and returned as their bit patterns (uint16
+    [nblocks, block]): each block widened to float32 (exact), quantized by `_quantize_block`,
+    the same float32 values written back as bf16 (exact: a block value has at most 8
+    significant bits and, in range, is a normal number). Returns 2 when a block holds an inf
+    or a NaN, else 1 when a block that is not all zeros has its exponent field outside
+    [e_lo, e_hi] (`out_bits` is then unfinished: such a block's values need not be normal
+    bf16 numbers), else 0."""
+    nblocks, block = x_bits.shape
+    top = np.float32(2.0 ** (lsb_offset + 1))
+    items = (nblocks + _BLOCKS_PER_ITEM - 1) // _BLOCKS_PER_ITEM
+    status = np.zeros(items, dtype=np.int64)
+    for item in numba.prange(items):
+        b0 = item * _BLOCKS_PER_ITEM
+        b1 = min(nblocks, b0 + _BLOCKS_PER_ITEM)
+        x = np.empty((b1 - b0, block), dtype=np.float32)
+        q = np.empty((b1 - b0, block), dtype=np.float32)
+        xb, qb = x.view(np.uint32), q.view(np.uint32)
+        bits = x.view(np.int32)
+        for i in range(b1 - b0):
+            mag = 0
+            for j in range(block):
+                xb[i, j] = np.uint32(x_bits[b0 + i, j]) << np.uint32(16)
+                mag = max(mag, np.int64(x_bits[b0 + i, j] & 0x7FFF))
+            emax = mag >> 7
+            if emax == 0xFF:
+                status[item] = 2
+                break
+            if mag != 0 and not e_lo <= emax <= e_hi:
+                status[item] = max(status[item], 1)
+                continue
+            _quantize_block(x, bits, q, i, tables, lsb_offset, top)
+            for j in range(block):
+                out_bits[b0 + i, j] = np.uint16(qb[i, j] >> np.uint32(16))
+    return status.max() if items else 0
+
+
 # --- the attention softmax -------------------------------------------------------------------
 
 # exp(x) for x <= 0, in float64 and rounded once to float32: x = k ln2 + r with |r| <= ln2/2

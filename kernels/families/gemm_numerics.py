@@ -19,11 +19,11 @@ from ..definition.family import (
     Tensors,
 )
 from ..emulation.numerics import (
+    GemmB,
     Rounding,
     fp32_reference,
     gemm_bf16_native,
     gemm_bfp16,
-    quantize_gemm_b,
 )
 from ..emulation.tensors import bound_layout, to_head_first
 
@@ -32,17 +32,17 @@ from ..emulation.tensors import bound_layout, to_head_first
 
 # Static weights converted to the block format once, as a deployment writes them once.
 # Keyed by the tensor's storage and version, and holding the tensor so the key stays unique.
-_STATIC_B: dict[tuple[int, int, tuple[int, ...]], tuple[torch.Tensor, torch.Tensor]] = {}
+_STATIC_B: dict[tuple[int, int, tuple[int, ...]], tuple[torch.Tensor, GemmB]] = {}
 _STATIC_B_MAX = 1024
 
 
-def _static_b(b: torch.Tensor) -> torch.Tensor:
+def _static_b(b: torch.Tensor) -> GemmB:
     key = (b.data_ptr(), b._version, tuple(b.shape))
     hit = _STATIC_B.get(key)
     if hit is None:
         if len(_STATIC_B) >= _STATIC_B_MAX:
             _STATIC_B.clear()
-        hit = _STATIC_B[key] = (b, quantize_gemm_b(b))
+        hit = _STATIC_B[key] = (b, GemmB(b))
     return hit[1]
 
 
