@@ -582,23 +582,29 @@ def exp_fp32(x: torch.Tensor) -> torch.Tensor:
     return (p * pow2).to(torch.float32)
 
 
-def softmax_bfp16(scores: torch.Tensor, valid: torch.Tensor, scale: float) -> torch.Tensor:
+def softmax_bfp16(scores: torch.Tensor, valid: torch.Tensor, scale: float, *,
+                  in_place: bool = False) -> torch.Tensor:
     """`to_bfp16(softmax_bf16(scores, valid, scale))` along the keys (float32 out), bit for
-    bit, in one compiled pass over each row: P as the PV matmul reads it."""
-    from ._bfp_kernel import softmax_bfp16 as compiled
+    bit, in one compiled pass over each row that vectorizes (`_bfp_kernel.softmax_bfp16ebs8`):
+    P as the PV matmul reads it. `in_place`: written over `scores` (contiguous), which the
+    caller no longer needs."""
+    from ._bfp_kernel import softmax_bfp16ebs8
 
     if scores.dtype != torch.float32 or scores.dim() != 2:
         raise ValueError("softmax_bfp16: scores must be a float32 [R, C] tensor")
     if scores.shape[0] and int(valid.min()) < 1:
         raise ValueError("softmax_bfp16: every row needs at least one valid key")
+    if in_place and not scores.is_contiguous():
+        raise ValueError("softmax_bfp16: in_place needs contiguous scores")
     scores = scores.contiguous()
     valid = valid.to(torch.int64).clamp(max=scores.shape[1]).contiguous()
-    out = torch.empty_like(scores)
-    if compiled(scores.numpy(), valid.numpy(), np.float32(scale), out.numpy(),
-                _bfp16ebs8_tables(), BFP16EBS8.lsb_offset, BFP16EBS8.block):
-        return out
-    # A score that is not finite: the definition, which propagates it.
-    return to_bfp16(softmax_bf16(scores, valid, scale).to(torch.float32))
+    out = scores if in_place else torch.empty_like(scores)
+    bad = torch.zeros(scores.shape[0], dtype=torch.bool)
+    softmax_bfp16ebs8(scores.numpy(), valid.numpy(), np.float32(scale), out.numpy(),
+                      _bfp16ebs8_tables(), bad.numpy())
+    if bool(bad.any()):     # a score that is not finite: the definition, which propagates it
+        out[bad] = to_bfp16(softmax_bf16(scores[bad], valid[bad], scale))
+    return out
 
 
 # --- GEMV: FP32 vector accumulation -------------------------------------------------------------
