@@ -237,6 +237,9 @@ def emulate(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensor
     vq = vq.view(hkv, d, lk).transpose(1, 2).contiguous().to(dtype)
     o = torch.empty(h, lq, d, dtype=torch.bfloat16)
     rows = max(1, (1 << 22) // max(h * lk, 1))          # bounds the FP64 scratch to ~32 MiB
+    # The fast path's scores, one buffer for every step: a fresh one per step costs the
+    # page faults of a new allocation each time.
+    scratch = torch.empty(h * min(rows, lq) * lk) if not exact else None
     for r0 in range(0, lq, rows):
         r1 = min(lq, r0 + rows)
         n = r1 - r0
@@ -249,8 +252,9 @@ def emulate(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensor
         # score and each output is the sum over the same K (d; upto) as with a batch per
         # query head, so the same bits.
         qg = qq[:, r0:r1].reshape(hkv, group * n, d)
-        if not exact:
-            scores = torch.bmm(qg, kq[:, :upto].transpose(1, 2))
+        if scratch is not None:
+            scores = torch.bmm(qg, kq[:, :upto].transpose(1, 2),
+                               out=scratch[:h * n * upto].view(hkv, group * n, upto))
         else:
             scores = torch.zeros(hkv, group * n, upto)
             for d0 in range(0, d, tk):
