@@ -300,7 +300,7 @@ def gemm_bfp16(a: torch.Tensor, b: torch.Tensor, *, tile_k: int = DEFAULT_TILE_K
                out_dtype: torch.dtype = torch.bfloat16,
                fmt: BFPFormat = BFP16EBS8, exact_tiles: bool = True,
                bf16_partials: bool = False, cast: Rounding = "nearest_even",
-               b_quantized: torch.Tensor | GemmB | None = None,
+               b_quantized: torch.Tensor | None = None,
                out: torch.Tensor | None = None) -> torch.Tensor:
     """C = A @ B as the AIE2P GEMM computes it: A [..., K] and B [K, N] bf16, both converted to
     `fmt` along K, tile sums (`tile_k` of K each, exact) added in K order in FP32, then one cast
@@ -310,11 +310,8 @@ def gemm_bfp16(a: torch.Tensor, b: torch.Tensor, *, tile_k: int = DEFAULT_TILE_K
     quantized operands, a different FP32 summation order. That can move a result by FP32
     rounding only (the products of 8-bit mantissas are exact; on the tests' inputs the two
     agree bit for bit), against the ~1e-2 of the block format, and runs 2-3x faster.
-    Whole-model emulation uses it; kernel validation keeps the exact tile order. With a bf16
-    output (cast nearest-even, no bf16 partials) and BFP16EBS8, the BLAS call is a bf16 matmul
-    (oneDNN, `_gemm_bf16_blas`): every bfp16ebs8 value is exact in bf16, oneDNN accumulates
-    in FP32 and rounds C to bf16 once, to nearest even -- the same arithmetic in yet another
-    summation order -- and runs ~3x faster than the FP32 matmul and cast.
+    Whole-model emulation uses it (through `bf16_blas.gemm_bfp16_blas`, which takes a bf16
+    output from a bf16 matmul); kernel validation keeps the exact tile order.
 
     The method's accumulation (see the module docstring): `bf16_partials` rounds the
     accumulator to bf16 (nearest even) after every `tile_k` of K, as direct codegen's bf16 L1
@@ -322,8 +319,7 @@ def gemm_bfp16(a: torch.Tensor, b: torch.Tensor, *, tile_k: int = DEFAULT_TILE_K
     of the final cast to bf16: "nearest_even" (mm.o's conv_even) or "floor" (the fused-cast
     method's cast launch).
 
-    `b_quantized`, `quantize_gemm_b(b)` (or `GemmB(b)`) computed earlier: a static weight
-    converted once.
+    `b_quantized`, `quantize_gemm_b(b)` computed earlier: a static weight converted once.
     `out`, a contiguous [..., N] tensor of `out_dtype`: C is written there (as the kernel
     writes its output buffer) and returned."""
     _check_gemm("gemm_bfp16", a, b, tile_k, fmt.block, out_dtype)
@@ -333,14 +329,7 @@ def gemm_bfp16(a: torch.Tensor, b: torch.Tensor, *, tile_k: int = DEFAULT_TILE_K
                             or not out.is_contiguous()):
         raise ValueError(f"gemm_bfp16: out must be a contiguous {out_dtype} tensor of shape "
                          f"{shape}, got {out.dtype} {tuple(out.shape)}")
-    if (out_dtype == torch.bfloat16 and not exact_tiles and not bf16_partials
-            and cast == "nearest_even" and fmt == BFP16EBS8):
-        fast = _gemm_bf16_blas(a, b if b_quantized is None else b_quantized, out)
-        if fast is not None:
-            return fast.view(shape) if out is None else out
     a_q = _quantize_last_dim(a.reshape(-1, k).to(torch.float32), fmt)
-    if isinstance(b_quantized, GemmB):
-        b_quantized = b_quantized.values
     b_q = quantize_gemm_b(b, fmt) if b_quantized is None else b_quantized
     if out is not None and out_dtype == torch.float32 and not exact_tiles and not bf16_partials:
         torch.mm(a_q, b_q, out=out.view(-1, n))
@@ -396,92 +385,6 @@ def quantize_gemm_b(b: torch.Tensor, fmt: BFPFormat = BFP16EBS8) -> torch.Tensor
     return _quantize_last_dim(b.t().to(torch.float32), fmt).t()
 
 
-class GemmB:
-    """A static B [K, N] (bf16) converted to bfp16ebs8 once, as a deployment writes a weight
-    once: `values` (float32, `quantize_gemm_b`) and, made on first use, `bf16` (the same
-    values as bf16 for `_gemm_bf16_blas`; None when one is outside its range)."""
-
-    def __init__(self, b: torch.Tensor) -> None:
-        self.values = quantize_gemm_b(b)
-        self._bf16: tuple[torch.Tensor | None] | None = None
-
-    @property
-    def bf16(self) -> torch.Tensor | None:
-        if self._bf16 is None:
-            self._bf16 = (_bf16_gemm_operand(self.values),)
-        return self._bf16[0]
-
-
-def _bf16_gemm_operand(v: torch.Tensor) -> torch.Tensor | None:
-    """bfp16ebs8 values (float32) as bf16, in the same layout (exact: each is a bf16 number),
-    or None when a nonzero one is outside [_BF16_GEMM_MIN, _BF16_GEMM_MAX] (a sufficient
-    condition for its block to lie within `_BF16_GEMM_EXPONENTS`)."""
-    mag = v.abs()
-    if not bool(((mag == 0) | ((mag >= _BF16_GEMM_MIN) & (mag <= _BF16_GEMM_MAX))).all()):
-        return None
-    return v.to(torch.bfloat16)     # preserve_format: a transposed view stays transposed
-
-
-# The range of block exponent fields (of the block's largest magnitude, before a carry) for
-# which `_gemm_bf16_blas` hands a block to the bf16 matmul. oneDNN's bf16 dot product
-# (AVX512-BF16 vdpbf16ps) treats subnormal inputs as zero and flushes subnormal results, which
-# the FP32 accumulator of the emulated MMA does not. Within this range that never happens:
-# a nonzero value is a multiple of its LSB 2^(E-133) >= 2^-62 and at most 2^(E-126) <= 2^56
-# in magnitude, so every product is a multiple of 2^-124 and at most 2^112, and so is every
-# FP32 partial sum of fewer than 2^15 of them (rounding a multiple of 2^-124 to FP32 gives
-# one): zero or a normal number, never an overflow. Real weights and activations sit far
-# inside it; a block outside it sends the call to the FP32 path.
-_BF16_GEMM_EXPONENTS = (71, 182)
-_BF16_GEMM_MIN = 2.0 ** (_BF16_GEMM_EXPONENTS[0] - _F32_EXPONENT_BIAS)   # 2^-56
-_BF16_GEMM_MAX = 2.0 ** (_BF16_GEMM_EXPONENTS[1] + 1 - _F32_EXPONENT_BIAS)   # 2^56
-_BF16_GEMM_MAX_K = 1 << 15
-
-
-def _quantize_bf16_rows(a: torch.Tensor, exponents: tuple[int, int] = _BF16_GEMM_EXPONENTS
-                        ) -> torch.Tensor | None:
-    """bf16 A [rows, K] (K a multiple of 8) converted to bfp16ebs8 along K in one compiled
-    pass, returned as bf16 (the same values as `_quantize_last_dim`); None when a block holds
-    an inf or a NaN or lies outside `exponents` (at least 8: an LSB that is a normal float32,
-    so that every value is a bf16 number; `_BF16_GEMM_EXPONENTS` by default)."""
-    from ._bfp_kernel import quantize_bf16_bfp16ebs8
-
-    block = BFP16EBS8.block
-    src = a.contiguous().view(torch.int16).view(-1, block)
-    out = torch.empty(a.shape, dtype=torch.bfloat16)
-    status = quantize_bf16_bfp16ebs8(src.numpy().view(np.uint16),
-                                     out.view(torch.int16).view(-1, block).numpy()
-                                     .view(np.uint16), _bfp16ebs8_tables(),
-                                     BFP16EBS8.lsb_offset, max(exponents[0], 8), exponents[1])
-    return out if status == 0 else None
-
-
-def _gemm_bf16_blas(a: torch.Tensor, b: torch.Tensor | GemmB,
-                    out: torch.Tensor | None) -> torch.Tensor | None:
-    """`gemm_bfp16`'s BLAS-ordered C for a bf16 output (nearest-even cast), as [rows, N]: A
-    and B converted to bfp16ebs8 and handed to a bf16 matmul, which (oneDNN on a CPU with
-    AVX512-BF16; tested against the FP32 path) multiplies them exactly, adds the products in
-    FP32 and rounds C to bf16 once, to nearest even. None when an operand is out of the range
-    where that holds (`_BF16_GEMM_EXPONENTS`), or K is not a multiple of the block."""
-    k, n = (b.values if isinstance(b, GemmB) else b).shape
-    if k % BFP16EBS8.block or k >= _BF16_GEMM_MAX_K:
-        return None
-    a_q = _quantize_bf16_rows(a.reshape(-1, k))
-    if a_q is None:
-        return None
-    if isinstance(b, GemmB):
-        b_q = b.bf16
-    elif b.dtype == torch.bfloat16:
-        b_q = _quantize_bf16_rows(b.t())
-        b_q = None if b_q is None else b_q.t()
-    else:       # a quantize_gemm_b result (float32)
-        b_q = _bf16_gemm_operand(b)
-    if b_q is None:
-        return None
-    if out is None:
-        return torch.mm(a_q, b_q)
-    return torch.mm(a_q, b_q, out=out.view(-1, n))
-
-
 # Rows of C per pass of the K-tile loop: 2**20 float64 partial sums (8 MiB) stay in the L3, so a
 # tile's sum, rounding and FP32 add do not stream C through memory. Measured on the 2-core
 # development machine (2048x8192x2048, tile_k 32): 2**16 -> 2.1 s, 2**17 -> 1.6 s, 2**19 to 2**22
@@ -533,78 +436,6 @@ def _accumulate_k_tiles(a_q: torch.Tensor, b_q: torch.Tensor, tile_k: int, *,
             if bf16_partials:  # the bf16 C tile's round trip (truncf, then extf)
                 acc.copy_(acc.to(torch.bfloat16))
     return c
-
-
-# --- the attention softmax: FP32, P handed to the PV matmul as bf16 --------------------------
-
-
-
-def softmax_bf16(scores: torch.Tensor, valid: torch.Tensor, scale: float) -> torch.Tensor:
-    """The attention probabilities of each row of `scores` (float32 [R, C]) over its first
-    valid[r] keys (zeros past them), as bf16: t = scores * scale (scale rounded to FP32) minus
-    the row max, exp(t) in FP32 (`exp_fp32`), the sum in SOFTMAX_LANES lanes, e / sum, one cast
-    to bf16.
-
-    The definition; `softmax_bfp16` computes the same values, converted to the block format,
-    in one compiled pass (tested bit for bit)."""
-    rows, cols = scores.shape
-    if rows and int(valid.min()) < 1:
-        raise ValueError("softmax_bf16: every row needs at least one valid key")
-    masked = torch.arange(cols)[None, :] >= valid[:, None]
-    t = (scores.to(torch.float32) * float(np.float32(scale))).masked_fill(masked, float("-inf"))
-    from ._bfp_kernel import SOFTMAX_LANES as lanes
-
-    e = exp_fp32(t - t.amax(dim=-1, keepdim=True))
-    e_pad = torch.nn.functional.pad(e, (0, -cols % lanes)).view(rows, -1, lanes)
-    acc = torch.zeros(rows, lanes)
-    for k in range(e_pad.shape[1]):
-        acc += e_pad[:, k]      # adding +0.0 past the valid keys changes no sum
-    while acc.shape[1] > 1:
-        half = acc.shape[1] // 2
-        acc = acc[:, :half] + acc[:, half:]
-    return to_bf16(e / acc)
-
-
-def exp_fp32(x: torch.Tensor) -> torch.Tensor:
-    """exp of float32 x <= 0 as the emulated softmax computes it (see
-    kernels/emulation/_bfp_kernel.py: float64 range reduction and a degree-9 polynomial, one
-    rounding to float32, within one ulp of the correctly rounded value). Not libm's or torch's exp,
-    whose last bit depends on the vector width and on where a tensor's tail falls."""
-    from ._bfp_kernel import EXP_MIN_ARG, EXP_TAYLOR, LN2_HI, LN2_LO, LOG2E
-
-    xd = x.to(torch.float64).clamp(min=EXP_MIN_ARG)
-    k = torch.round(xd * LOG2E)
-    r = (xd - k * LN2_HI) - k * LN2_LO
-    p = torch.full_like(r, EXP_TAYLOR[0])
-    for c in EXP_TAYLOR[1:]:
-        p = p * r + c
-    pow2 = ((k.to(torch.int64) + 1023) << 52).view(torch.float64)
-    return (p * pow2).to(torch.float32)
-
-
-def softmax_bfp16(scores: torch.Tensor, valid: torch.Tensor, scale: float, *,
-                  in_place: bool = False) -> torch.Tensor:
-    """`to_bfp16(softmax_bf16(scores, valid, scale))` along the keys (float32 out), bit for
-    bit, in one compiled pass over each row that vectorizes (`_bfp_kernel.softmax_bfp16ebs8`):
-    P as the PV matmul reads it. `in_place`: written over `scores` (contiguous), which the
-    caller no longer needs."""
-    from ._bfp_kernel import softmax_bfp16ebs8
-
-    if scores.dtype != torch.float32 or scores.dim() != 2:
-        raise ValueError("softmax_bfp16: scores must be a float32 [R, C] tensor")
-    if scores.shape[0] and int(valid.min()) < 1:
-        raise ValueError("softmax_bfp16: every row needs at least one valid key")
-    if in_place and not scores.is_contiguous():
-        raise ValueError("softmax_bfp16: in_place needs contiguous scores")
-    scores = scores.contiguous()
-    valid = valid.to(torch.int64).clamp(max=scores.shape[1]).contiguous()
-    out = scores if in_place else torch.empty_like(scores)
-    bad = torch.zeros(scores.shape[0], dtype=torch.bool)
-    softmax_bfp16ebs8(scores.numpy(), valid.numpy(), np.float32(scale), out.numpy(),
-                      _bfp16ebs8_tables(), bad.numpy())
-    if bool(bad.any()):     # a score that is not finite: the definition, which propagates it
-        out[bad] = to_bfp16(softmax_bf16(scores[bad], valid[bad], scale))
-    return out
 
 
 # --- GEMV: FP32 vector accumulation -------------------------------------------------------------

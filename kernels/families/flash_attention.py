@@ -34,14 +34,8 @@ from ..definition.family import (
 )
 from ..definition.hardware import Hardware
 from ..definition.rules import Finding
-from ..emulation.numerics import (
-    BFP16EBS8,
-    DEFAULT_TILE_K,
-    _quantize_last_dim,
-    softmax_bf16,
-    softmax_bfp16,
-    to_bf16,
-)
+from ..emulation.numerics import BFP16EBS8, DEFAULT_TILE_K, _quantize_last_dim, to_bf16
+from ..emulation.softmax import softmax_bf16, softmax_bfp16
 from ..emulation.tensors import as_head_first, bound_layout, f32
 from ..measured.measurements import (
     TO_BASE,

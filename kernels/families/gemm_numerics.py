@@ -18,8 +18,8 @@ from ..definition.family import (
     Shape,
     Tensors,
 )
+from ..emulation.bf16_blas import GemmB, gemm_bfp16_blas
 from ..emulation.numerics import (
-    GemmB,
     Rounding,
     fp32_reference,
     gemm_bf16_native,
@@ -132,10 +132,15 @@ def emulate(kernel: str, out_dtype: torch.dtype) -> EmulatedKernel:
             if dest is not None and (head_first or not dest.is_contiguous()
                                      or dest.dtype != out_dtype or s["N"] % span_n):
                 dest = None
-            cm = gemm_bfp16(x["a"], x["b"], tile_k=int(c["tile_k_l1"]), out_dtype=out_dtype,
-                            exact_tiles=exact, bf16_partials=m.bf16_partials, cast=m.cast,
-                            b_quantized=b_q,
-                            out=None if dest is None else dest.view(*x["a"].shape[:-1], -1))
+            dest = None if dest is None else dest.view(*x["a"].shape[:-1], -1)
+            if exact:
+                cm = gemm_bfp16(x["a"], x["b"], tile_k=int(c["tile_k_l1"]), out_dtype=out_dtype,
+                                bf16_partials=m.bf16_partials, cast=m.cast, out=dest,
+                                b_quantized=None if b_q is None else b_q.values)
+            else:
+                cm = gemm_bfp16_blas(x["a"], x["b"], tile_k=int(c["tile_k_l1"]),
+                                     out_dtype=out_dtype, bf16_partials=m.bf16_partials,
+                                     cast=m.cast, b_quantized=b_q, out=dest)
         if s["N"] % span_n:
             cm = misplaced_columns(cm, span_n)
         # A head-first C is written by the output DMA as [N / head_dim, M, head_dim].

@@ -190,7 +190,8 @@ def per_head_attention(s, x):
     """The attention kernel written the slow, obvious way: gemm_bfp16 per head."""
     import math
 
-    from npu_deploy.kernels.emulation.numerics import gemm_bfp16, softmax_bf16
+    from npu_deploy.kernels.emulation.numerics import gemm_bfp16
+    from npu_deploy.kernels.emulation.softmax import softmax_bf16
 
     q, k, v = x["q"], x["k"], x["v"]
     group, start = s["heads"] // s["kv_heads"], s["Lk"] - s["Lq"]
