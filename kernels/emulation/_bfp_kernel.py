@@ -1,7 +1,9 @@
-"""The compiled loops behind `numerics` (numba, cached on disk): the bfp16ebs8 quantizer and the
-two passes of the attention softmax. Each has a torch twin in `numerics` that it is tested
-against bit for bit; no fast-math flag is used, so every float operation is the IEEE one
-written here, in the order written here.
+"""The compiled loops behind `numerics` (numba, cached on disk): the bfp16ebs8 quantizer (from
+float32, and from bf16 to bf16), the attention softmax with P's block conversion, the GEMV.
+Each has a torch twin in `numerics` that it is tested against bit for bit; no fast-math flag
+is used, so every float operation is the IEEE one written here, in the order written here.
+Where a loop is arranged for the compiler to vectorize it, its docstring says why it still
+computes the same values.
 
 Rows and blocks are spread over numba's threads. They are independent, so no result depends
 on the number of threads.
@@ -99,6 +101,50 @@ def quantize_bfp16ebs8(x: np.ndarray, out: np.ndarray, tables: np.ndarray,
     return not bad.any()
 
 
+# Blocks per work item of `quantize_bf16_bfp16ebs8`: its float32 scratch is allocated once per
+# item.
+_BLOCKS_PER_ITEM = 512
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def quantize_bf16_bfp16ebs8(x_bits: np.ndarray, out_bits: np.ndarray, tables: np.ndarray,
+                            lsb_offset: int, e_lo: int, e_hi: int) -> int:
+    """`quantize_bfp16ebs8` on bf16 blocks, given and returned as their bit patterns (uint16
+    [nblocks, block]): each block widened to float32 (exact), quantized by `_quantize_block`,
+    the same float32 values written back as bf16 (exact: a block value has at most 8
+    significant bits and, in range, is a normal number). Returns 2 when a block holds an inf
+    or a NaN, else 1 when a block that is not all zeros has its exponent field outside
+    [e_lo, e_hi] (`out_bits` is then unfinished: such a block's values need not be normal
+    bf16 numbers), else 0."""
+    nblocks, block = x_bits.shape
+    top = np.float32(2.0 ** (lsb_offset + 1))
+    items = (nblocks + _BLOCKS_PER_ITEM - 1) // _BLOCKS_PER_ITEM
+    status = np.zeros(items, dtype=np.int64)
+    for item in numba.prange(items):
+        b0 = item * _BLOCKS_PER_ITEM
+        b1 = min(nblocks, b0 + _BLOCKS_PER_ITEM)
+        x = np.empty((b1 - b0, block), dtype=np.float32)
+        q = np.empty((b1 - b0, block), dtype=np.float32)
+        xb, qb = x.view(np.uint32), q.view(np.uint32)
+        bits = x.view(np.int32)
+        for i in range(b1 - b0):
+            mag = 0
+            for j in range(block):
+                xb[i, j] = np.uint32(x_bits[b0 + i, j]) << np.uint32(16)
+                mag = max(mag, np.int64(x_bits[b0 + i, j] & 0x7FFF))
+            emax = mag >> 7
+            if emax == 0xFF:
+                status[item] = 2
+                break
+            if mag != 0 and not e_lo <= emax <= e_hi:
+                status[item] = max(status[item], 1)
+                continue
+            _quantize_block(x, bits, q, i, tables, lsb_offset, top)
+            for j in range(block):
+                out_bits[b0 + i, j] = np.uint16(qb[i, j] >> np.uint32(16))
+    return status.max() if items else 0
+
+
 # --- the attention softmax -------------------------------------------------------------------
 
 # exp(x) for x <= 0, in float64 and rounded once to float32: x = k ln2 + r with |r| <= ln2/2
@@ -138,69 +184,132 @@ SOFTMAX_LANES = 16
 _ROWS_PER_ITEM = 32
 
 
+@numba.njit(cache=True, nogil=True)
+def _softmax_row(s: np.ndarray, scale: np.float32, tables: np.ndarray, e: np.ndarray,
+                 exp_bits: np.ndarray, exp_poly: np.ndarray, p: np.ndarray, q: np.ndarray,
+                 inv_b: np.ndarray, lsb_b: np.ndarray, mx: np.ndarray,
+                 lanes: np.ndarray) -> bool:
+    """One row of `softmax_bfp16ebs8`: s (float32 [n], the valid keys) -> q[:nb * 8]
+    (nb = ceil(n / 8) blocks; the rest of the row is zeros); the other arrays are scratch.
+    False when a score times the scale is not finite. A function of its own, so that the
+    compiler vectorizes its loops (numba's parallel loop does not)."""
+    n = s.shape[0]
+    ebits = e.view(np.int32)
+    for j in range(n):
+        e[j] = s[j] * scale
+    key = np.int32(-0x7FFFFFFF - 1)
+    expo = np.int32(0)
+    for j in range(n):
+        b = ebits[j]
+        c = np.int32(b ^ ((b >> np.int32(31)) & np.int32(0x7FFFFFFF)))
+        key = c if c > key else key
+        x = np.int32(b & np.int32(0x7F800000))
+        expo = x if x > expo else expo
+    if expo == np.int32(0x7F800000):     # an inf or a NaN
+        return False
+    mx[0] = np.int32(key ^ ((key >> np.int32(31)) & np.int32(0x7FFFFFFF)))
+    m = mx.view(np.float32)[0]
+    for j in range(n):
+        e[j] = e[j] - m
+    exp_row(e[:n], e[:n], exp_bits, exp_poly)
+    lanes[:] = 0.0
+    full = n // SOFTMAX_LANES * SOFTMAX_LANES
+    for j0 in range(0, full, SOFTMAX_LANES):
+        for lane in range(SOFTMAX_LANES):
+            lanes[lane] += e[j0 + lane]
+    for j in range(full, n):
+        lanes[j - full] += e[j]
+    width = SOFTMAX_LANES
+    while width > 1:
+        width //= 2
+        for j in range(width):
+            lanes[j] = lanes[j] + lanes[j + width]
+    total = lanes[0]
+    nb = (n + 7) // 8
+    pbits = p.view(np.uint32)
+    for j in range(n):
+        p[j] = e[j] / total
+    for j in range(n):                 # float32 -> bf16, nearest-even (finite values)
+        b = pbits[j]
+        pbits[j] = (b + np.uint32(0x7FFF) + ((b >> np.uint32(16)) & np.uint32(1))) \
+            & np.uint32(0xFFFF0000)
+    for j in range(n, nb * 8):
+        p[j] = 0.0
+    small = False
+    for i in range(nb):
+        j0 = i * 8
+        mb = pbits[j0]
+        for j in range(1, 8):
+            mb = max(mb, pbits[j0 + j])
+        ex = mb >> np.uint32(23)
+        if ex < 8:       # the LSB is not a normal float32: `_quantize_block` below
+            small |= mb != 0
+            inv_b[i], lsb_b[i] = 0.0, 0.0
+        elif (mb >> np.uint32(16)) & np.uint32(0x7F) == np.uint32(0x7F):   # a carry
+            inv_b[i], lsb_b[i] = tables[3, ex], tables[2, ex]
+        else:
+            inv_b[i], lsb_b[i] = tables[1, ex], tables[0, ex]
+    for i in range(nb):
+        inv, lsb = inv_b[i], lsb_b[i]
+        for j in range(8):
+            q[i * 8 + j] = (np.rint(p[i * 8 + j] * inv) + np.float32(0.0)) * lsb
+    if small:
+        p2, q2 = p[:nb * 8].reshape(nb, 8), q[:nb * 8].reshape(nb, 8)
+        b2 = p2.view(np.int32)
+        for i in range(nb):
+            if inv_b[i] == 0.0:
+                _quantize_block(p2, b2, q2, i, tables, 6, np.float32(128.0))
+    return True
+
+
 @numba.njit(cache=True, nogil=True, parallel=True)
-def softmax_bfp16(s: np.ndarray, valid: np.ndarray, scale: np.float32, out: np.ndarray,
-                  tables: np.ndarray, lsb_offset: int, block: int) -> bool:
+def softmax_bfp16ebs8(s: np.ndarray, valid: np.ndarray, scale: np.float32, out: np.ndarray,
+                      tables: np.ndarray, bad: np.ndarray) -> None:
     """Row r of `out` (float32 [R, C]): the softmax of s[r] * scale over its first valid[r]
     keys -- t = s * scale - max, e = exp(t) (`exp_row`), the sum in SOFTMAX_LANES FP32 lanes,
-    e / sum -- rounded to bf16 (nearest-even), converted to bfp16ebs8 in blocks of `block`
-    along the keys; zeros past valid[r]. `s` is not written. Returns False, with `out`
-    unfinished, when a score times the scale is not finite (the caller then takes the torch
-    path, which propagates it)."""
+    e / sum -- rounded to bf16 (nearest-even), converted to bfp16ebs8 (blocks of 8 along the
+    keys, `tables` = scale_tables(6)); zeros past valid[r]. `out` may be `s` (a row is read
+    into scratch before it is written). A row with a score that times the scale is not
+    finite gets bad[r] = True and is left as it is, in `s` and `out` (the caller computes it
+    with the torch definition, which propagates the value).
+
+    The IEEE operations of `numerics.softmax_bf16` and `to_bfp16` on every value (tested bit
+    for bit), laid out so that the compiler vectorizes them. Where the steps differ, they
+    give the same values for other reasons:
+
+    * the row max is taken on integer keys that order like the floats (the bits, magnitude
+      negated below zero), which vectorizes; the only value it can pick differently is the
+      sign of a zero max, and t = s * scale - max, then exp(t), come out the same for +0 and
+      -0 (exp(+-0) = 1);
+    * a block's carry is read from its largest value's bits: the probabilities are >= 0
+      and bf16, so a block's largest value is the one with the largest bits, and its mantissa
+      rounds up to +128 LSBs exactly when all 8 bits of its significand are ones (it is
+      sig * 2^(E-134), the LSB 2^(E-133), so the mantissa is rint(sig / 2)); a block whose
+      LSB is not a normal float32 (exponent field E < 8) goes through `_quantize_block`."""
     rows, cols = s.shape
-    top = np.float32(2.0 ** (lsb_offset + 1))
-    nb_max = (cols + block - 1) // block
+    nb_max = (cols + 7) // 8
     items = (rows + _ROWS_PER_ITEM - 1) // _ROWS_PER_ITEM
-    bad = np.zeros(items, dtype=np.bool_)
     for item in numba.prange(items):
         exp_bits = np.empty(cols, dtype=np.int64)
         exp_poly = np.empty(cols, dtype=np.float64)
-        p = np.empty((nb_max, block), dtype=np.float32)
-        q = np.empty((nb_max, block), dtype=np.float32)
-        flat_p, flat_q = p.reshape(-1), q.reshape(-1)
-        pbits, ibits = flat_p.view(np.uint32), p.view(np.int32)
+        e = np.empty(cols, dtype=np.float32)
+        p = np.zeros(nb_max * 8, dtype=np.float32)
+        q = np.zeros(nb_max * 8, dtype=np.float32)
+        inv_b = np.empty(nb_max, dtype=np.float32)
+        lsb_b = np.empty(nb_max, dtype=np.float32)
+        mx = np.empty(1, dtype=np.int32)
         lanes = np.empty(SOFTMAX_LANES, dtype=np.float32)
         for r in range(item * _ROWS_PER_ITEM, min(rows, (item + 1) * _ROWS_PER_ITEM)):
             n = valid[r]
-            row = out[r]
-            m = np.float32(-np.inf)
-            for j in range(n):
-                v = s[r, j] * scale
-                bad[item] |= not np.isfinite(v)
-                m = max(m, v)
-            if bad[item]:
-                break
-            for j in range(n):
-                row[j] = s[r, j] * scale - m
-            exp_row(row[:n], row[:n], exp_bits, exp_poly)
-            lanes[:] = 0.0
-            full = n // SOFTMAX_LANES * SOFTMAX_LANES
-            for j0 in range(0, full, SOFTMAX_LANES):
-                for lane in range(SOFTMAX_LANES):
-                    lanes[lane] += row[j0 + lane]
-            for j in range(full, n):
-                lanes[j - full] += row[j]
-            width = SOFTMAX_LANES
-            while width > 1:
-                width //= 2
-                for j in range(width):
-                    lanes[j] = lanes[j] + lanes[j + width]
-            total = lanes[0]
-            nb = (n + block - 1) // block      # blocks holding a valid key; the rest stay 0
-            for j in range(n):
-                flat_p[j] = row[j] / total
-                b = pbits[j]               # float32 -> bf16, nearest-even (finite values)
-                pbits[j] = (b + np.uint32(0x7FFF) + ((b >> 16) & np.uint32(1))) \
-                    & np.uint32(0xFFFF0000)
-            for j in range(n, nb * block):
-                flat_p[j] = 0.0
-            for i in range(nb):
-                _quantize_block(p, ibits, q, i, tables, lsb_offset, top)
-            for j in range(n):
-                row[j] = flat_q[j]
-            for j in range(n, cols):
-                row[j] = 0.0
-    return not bad.any()
+            bad[r] = not _softmax_row(s[r, :n], scale, tables, e, exp_bits, exp_poly, p, q,
+                                      inv_b, lsb_b, mx, lanes)
+            if bad[r]:
+                continue
+            kept = min((n + 7) // 8 * 8, cols)
+            for j in range(kept):
+                out[r, j] = q[j]
+            for j in range(kept, cols):
+                out[r, j] = 0.0
 
 
 # Rows of W per work item of the GEMV: its row of float32 values is allocated once per item.

@@ -310,7 +310,8 @@ def gemm_bfp16(a: torch.Tensor, b: torch.Tensor, *, tile_k: int = DEFAULT_TILE_K
     quantized operands, a different FP32 summation order. That can move a result by FP32
     rounding only (the products of 8-bit mantissas are exact; on the tests' inputs the two
     agree bit for bit), against the ~1e-2 of the block format, and runs 2-3x faster.
-    Whole-model emulation uses it; kernel validation keeps the exact tile order.
+    Whole-model emulation uses it (through `bf16_blas.gemm_bfp16_blas`, which takes a bf16
+    output from a bf16 matmul); kernel validation keeps the exact tile order.
 
     The method's accumulation (see the module docstring): `bf16_partials` rounds the
     accumulator to bf16 (nearest even) after every `tile_k` of K, as direct codegen's bf16 L1
@@ -323,13 +324,13 @@ def gemm_bfp16(a: torch.Tensor, b: torch.Tensor, *, tile_k: int = DEFAULT_TILE_K
     writes its output buffer) and returned."""
     _check_gemm("gemm_bfp16", a, b, tile_k, fmt.block, out_dtype)
     k, n = b.shape
-    a_q = _quantize_last_dim(a.reshape(-1, k).to(torch.float32), fmt)
-    b_q = quantize_gemm_b(b, fmt) if b_quantized is None else b_quantized
     shape = (*a.shape[:-1], n)
     if out is not None and (tuple(out.shape) != shape or out.dtype != out_dtype
                             or not out.is_contiguous()):
         raise ValueError(f"gemm_bfp16: out must be a contiguous {out_dtype} tensor of shape "
                          f"{shape}, got {out.dtype} {tuple(out.shape)}")
+    a_q = _quantize_last_dim(a.reshape(-1, k).to(torch.float32), fmt)
+    b_q = quantize_gemm_b(b, fmt) if b_quantized is None else b_quantized
     if out is not None and out_dtype == torch.float32 and not exact_tiles and not bf16_partials:
         torch.mm(a_q, b_q, out=out.view(-1, n))
         return out
@@ -435,72 +436,6 @@ def _accumulate_k_tiles(a_q: torch.Tensor, b_q: torch.Tensor, tile_k: int, *,
             if bf16_partials:  # the bf16 C tile's round trip (truncf, then extf)
                 acc.copy_(acc.to(torch.bfloat16))
     return c
-
-
-# --- the attention softmax: FP32, P handed to the PV matmul as bf16 --------------------------
-
-
-
-def softmax_bf16(scores: torch.Tensor, valid: torch.Tensor, scale: float) -> torch.Tensor:
-    """The attention probabilities of each row of `scores` (float32 [R, C]) over its first
-    valid[r] keys (zeros past them), as bf16: t = scores * scale (scale rounded to FP32) minus
-    the row max, exp(t) in FP32 (`exp_fp32`), the sum in SOFTMAX_LANES lanes, e / sum, one cast
-    to bf16.
-
-    The definition; `softmax_bfp16` computes the same values, converted to the block format,
-    in one compiled pass (tested bit for bit)."""
-    rows, cols = scores.shape
-    if rows and int(valid.min()) < 1:
-        raise ValueError("softmax_bf16: every row needs at least one valid key")
-    masked = torch.arange(cols)[None, :] >= valid[:, None]
-    t = (scores.to(torch.float32) * float(np.float32(scale))).masked_fill(masked, float("-inf"))
-    from ._bfp_kernel import SOFTMAX_LANES as lanes
-
-    e = exp_fp32(t - t.amax(dim=-1, keepdim=True))
-    e_pad = torch.nn.functional.pad(e, (0, -cols % lanes)).view(rows, -1, lanes)
-    acc = torch.zeros(rows, lanes)
-    for k in range(e_pad.shape[1]):
-        acc += e_pad[:, k]      # adding +0.0 past the valid keys changes no sum
-    while acc.shape[1] > 1:
-        half = acc.shape[1] // 2
-        acc = acc[:, :half] + acc[:, half:]
-    return to_bf16(e / acc)
-
-
-def exp_fp32(x: torch.Tensor) -> torch.Tensor:
-    """exp of float32 x <= 0 as the emulated softmax computes it (see
-    kernels/emulation/_bfp_kernel.py: float64 range reduction and a degree-9 polynomial, one
-    rounding to float32, within one ulp of the correctly rounded value). Not libm's or torch's exp,
-    whose last bit depends on the vector width and on where a tensor's tail falls."""
-    from ._bfp_kernel import EXP_MIN_ARG, EXP_TAYLOR, LN2_HI, LN2_LO, LOG2E
-
-    xd = x.to(torch.float64).clamp(min=EXP_MIN_ARG)
-    k = torch.round(xd * LOG2E)
-    r = (xd - k * LN2_HI) - k * LN2_LO
-    p = torch.full_like(r, EXP_TAYLOR[0])
-    for c in EXP_TAYLOR[1:]:
-        p = p * r + c
-    pow2 = ((k.to(torch.int64) + 1023) << 52).view(torch.float64)
-    return (p * pow2).to(torch.float32)
-
-
-def softmax_bfp16(scores: torch.Tensor, valid: torch.Tensor, scale: float) -> torch.Tensor:
-    """`to_bfp16(softmax_bf16(scores, valid, scale))` along the keys (float32 out), bit for
-    bit, in one compiled pass over each row: P as the PV matmul reads it."""
-    from ._bfp_kernel import softmax_bfp16 as compiled
-
-    if scores.dtype != torch.float32 or scores.dim() != 2:
-        raise ValueError("softmax_bfp16: scores must be a float32 [R, C] tensor")
-    if scores.shape[0] and int(valid.min()) < 1:
-        raise ValueError("softmax_bfp16: every row needs at least one valid key")
-    scores = scores.contiguous()
-    valid = valid.to(torch.int64).clamp(max=scores.shape[1]).contiguous()
-    out = torch.empty_like(scores)
-    if compiled(scores.numpy(), valid.numpy(), np.float32(scale), out.numpy(),
-                _bfp16ebs8_tables(), BFP16EBS8.lsb_offset, BFP16EBS8.block):
-        return out
-    # A score that is not finite: the definition, which propagates it.
-    return to_bfp16(softmax_bf16(scores, valid, scale).to(torch.float32))
 
 
 # --- GEMV: FP32 vector accumulation -------------------------------------------------------------

@@ -34,14 +34,8 @@ from ..definition.family import (
 )
 from ..definition.hardware import Hardware
 from ..definition.rules import Finding
-from ..emulation.numerics import (
-    BFP16EBS8,
-    DEFAULT_TILE_K,
-    _quantize_last_dim,
-    softmax_bf16,
-    softmax_bfp16,
-    to_bf16,
-)
+from ..emulation.numerics import BFP16EBS8, DEFAULT_TILE_K, _quantize_last_dim, to_bf16
+from ..emulation.softmax import softmax_bf16, softmax_bfp16
 from ..emulation.tensors import as_head_first, bound_layout, f32
 from ..measured.measurements import (
     TO_BASE,
@@ -232,37 +226,46 @@ def emulate(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensor
     k = as_head_first(f32(x["k"]), hkv, lk, d, bound_layout(c, "k", "head-first"))
     v = as_head_first(f32(x["v"]), hkv, lk, d, bound_layout(c, "v", "head-first"))
     qq = blocks(q.reshape(-1, d)).view(h, lq, d).to(dtype)
-    kq = blocks(k.reshape(-1, d)).view(hkv, lk, d)
-    kq = kq.repeat_interleave(group, dim=0).to(dtype)
+    kq = blocks(k.reshape(-1, d)).view(hkv, lk, d).to(dtype)
     vq = blocks(v.transpose(1, 2).reshape(-1, lk))
-    vq = vq.view(hkv, d, lk).transpose(1, 2).repeat_interleave(group, dim=0).to(dtype)
+    vq = vq.view(hkv, d, lk).transpose(1, 2).contiguous().to(dtype)
     o = torch.empty(h, lq, d, dtype=torch.bfloat16)
     rows = max(1, (1 << 22) // max(h * lk, 1))          # bounds the FP64 scratch to ~32 MiB
+    # The fast path's scores, one buffer for every step: a fresh one per step costs the
+    # page faults of a new allocation each time.
+    scratch = torch.empty(h * min(rows, lq) * lk) if not exact else None
     for r0 in range(0, lq, rows):
         r1 = min(lq, r0 + rows)
+        n = r1 - r0
         # Keys past the block's last position are masked: their probabilities are exact
         # zeros, which form whole zero blocks and K tiles (upto is a multiple of tk), so
         # they are left out of both products.
         upto = min(lk, -(-(start + r1) // tk) * tk)
-        if not exact:
-            scores = torch.bmm(qq[:, r0:r1], kq[:, :upto].transpose(1, 2))
+        # The query heads that share a KV head, stacked: [kv_heads, group * n, d] (head
+        # kv * group + g's rows at g * n, as `o` holds them), one batch per KV head. Each
+        # score and each output is the sum over the same K (d; upto) as with a batch per
+        # query head, so the same bits.
+        qg = qq[:, r0:r1].reshape(hkv, group * n, d)
+        if scratch is not None:
+            scores = torch.bmm(qg, kq[:, :upto].transpose(1, 2),
+                               out=scratch[:h * n * upto].view(hkv, group * n, upto))
         else:
-            scores = torch.zeros(h, r1 - r0, upto)
+            scores = torch.zeros(hkv, group * n, upto)
             for d0 in range(0, d, tk):
-                scores += torch.bmm(qq[:, r0:r1, d0:d0 + tk],
+                scores += torch.bmm(qg[:, :, d0:d0 + tk],
                                     kq[:, :upto, d0:d0 + tk].transpose(1, 2)).float()
         valid = (torch.arange(r0, r1) + start + 1).clamp(max=upto).repeat(h)
         scale = 1.0 / math.sqrt(d)
         pq = softmax_bf16(scores.view(-1, upto).float(), valid, scale).float() if native \
-            else softmax_bfp16(scores.view(-1, upto), valid, scale)
-        pq = pq.view(h, r1 - r0, upto).to(dtype)
+            else softmax_bfp16(scores.view(-1, upto), valid, scale, in_place=True)
+        pq = pq.view(hkv, group * n, upto).to(dtype)
         if not exact:
             acc = torch.bmm(pq, vq[:, :upto])
         else:
-            acc = torch.zeros(h, r1 - r0, d)
+            acc = torch.zeros(hkv, group * n, d)
             for k0 in range(0, upto, tk):
                 acc += torch.bmm(pq[:, :, k0:k0 + tk], vq[:, k0:k0 + tk]).float()
-        o[:, r0:r1] = to_bf16(acc)
+        o[:, r0:r1] = to_bf16(acc).view(h, n, d)
     if bound_layout(c, "o", "head-first") == "seq-first":
         return {"o": o.transpose(0, 1).reshape(lq, h * d)}
     return {"o": o}

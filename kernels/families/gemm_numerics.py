@@ -18,12 +18,12 @@ from ..definition.family import (
     Shape,
     Tensors,
 )
+from ..emulation.bf16_blas import GemmB, gemm_bfp16_blas
 from ..emulation.numerics import (
     Rounding,
     fp32_reference,
     gemm_bf16_native,
     gemm_bfp16,
-    quantize_gemm_b,
 )
 from ..emulation.tensors import bound_layout, to_head_first
 
@@ -32,17 +32,17 @@ from ..emulation.tensors import bound_layout, to_head_first
 
 # Static weights converted to the block format once, as a deployment writes them once.
 # Keyed by the tensor's storage and version, and holding the tensor so the key stays unique.
-_STATIC_B: dict[tuple[int, int, tuple[int, ...]], tuple[torch.Tensor, torch.Tensor]] = {}
+_STATIC_B: dict[tuple[int, int, tuple[int, ...]], tuple[torch.Tensor, GemmB]] = {}
 _STATIC_B_MAX = 1024
 
 
-def _static_b(b: torch.Tensor) -> torch.Tensor:
+def _static_b(b: torch.Tensor) -> GemmB:
     key = (b.data_ptr(), b._version, tuple(b.shape))
     hit = _STATIC_B.get(key)
     if hit is None:
         if len(_STATIC_B) >= _STATIC_B_MAX:
             _STATIC_B.clear()
-        hit = _STATIC_B[key] = (b, quantize_gemm_b(b))
+        hit = _STATIC_B[key] = (b, GemmB(b))
     return hit[1]
 
 
@@ -132,10 +132,15 @@ def emulate(kernel: str, out_dtype: torch.dtype) -> EmulatedKernel:
             if dest is not None and (head_first or not dest.is_contiguous()
                                      or dest.dtype != out_dtype or s["N"] % span_n):
                 dest = None
-            cm = gemm_bfp16(x["a"], x["b"], tile_k=int(c["tile_k_l1"]), out_dtype=out_dtype,
-                            exact_tiles=exact, bf16_partials=m.bf16_partials, cast=m.cast,
-                            b_quantized=b_q,
-                            out=None if dest is None else dest.view(*x["a"].shape[:-1], -1))
+            dest = None if dest is None else dest.view(*x["a"].shape[:-1], -1)
+            if exact:
+                cm = gemm_bfp16(x["a"], x["b"], tile_k=int(c["tile_k_l1"]), out_dtype=out_dtype,
+                                bf16_partials=m.bf16_partials, cast=m.cast, out=dest,
+                                b_quantized=None if b_q is None else b_q.values)
+            else:
+                cm = gemm_bfp16_blas(x["a"], x["b"], tile_k=int(c["tile_k_l1"]),
+                                     out_dtype=out_dtype, bf16_partials=m.bf16_partials,
+                                     cast=m.cast, b_quantized=b_q, out=dest)
         if s["N"] % span_n:
             cm = misplaced_columns(cm, span_n)
         # A head-first C is written by the output DMA as [N / head_dim, M, head_dim].

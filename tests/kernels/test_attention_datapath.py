@@ -20,7 +20,8 @@ from npu_deploy.kernels.definition.checker import check
 from npu_deploy.kernels.definition.registry import FAMILIES
 from npu_deploy.kernels.definition.selection import select
 from npu_deploy.kernels.definition.specs import Decode, KernelUse, prompt_prefill
-from npu_deploy.kernels.emulation.numerics import softmax_bf16, to_bf16
+from npu_deploy.kernels.emulation.numerics import to_bf16
+from npu_deploy.kernels.emulation.softmax import softmax_bf16
 from npu_deploy.kernels.families.gemm import BF16_DATAPATH_RATE
 from npu_deploy.kernels.npu_runtime.peano_build import BuildError, edited_source
 from npu_deploy.kernels.performance.model import DEFAULT_PARAMS

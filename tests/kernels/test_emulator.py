@@ -190,7 +190,8 @@ def per_head_attention(s, x):
     """The attention kernel written the slow, obvious way: gemm_bfp16 per head."""
     import math
 
-    from npu_deploy.kernels.emulation.numerics import gemm_bfp16, softmax_bf16
+    from npu_deploy.kernels.emulation.numerics import gemm_bfp16
+    from npu_deploy.kernels.emulation.softmax import softmax_bf16
 
     q, k, v = x["q"], x["k"], x["v"]
     group, start = s["heads"] // s["kv_heads"], s["Lk"] - s["Lq"]
@@ -214,6 +215,22 @@ def test_batched_attention_equals_gemm_bfp16_per_head_bit_for_bit(shape):
     x = seeded_inputs(SPECS["flash_attention"], shape, seed=5)
     got = EMULATED["flash_attention"](shape, {}, x)["o"]
     assert torch.equal(got, per_head_attention(shape, x))
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_grouped_query_heads_give_the_bits_of_one_batch_per_head(exact):
+    """GQA stacks the query heads of a KV head into one matmul; the same attention as MHA
+    with K and V repeated per query head comes out bit for bit, on both paths."""
+    from npu_deploy.kernels.emulation.emulator import EMULATED
+
+    gqa = {"heads": 6, "kv_heads": 2, "Lq": 300, "Lk": 300, "head_dim": 64}
+    mha = {**gqa, "kv_heads": 6}
+    x = seeded_inputs(SPECS["flash_attention"], gqa, seed=8)
+    wide = {**x, "k": x["k"].repeat_interleave(3, dim=0), "v": x["v"].repeat_interleave(3, dim=0)}
+    config = {**SPECS["flash_attention"].tunables, "exact_tiles": exact}
+    got = EMULATED["flash_attention"](gqa, config, x)["o"]
+    want = EMULATED["flash_attention"](mha, config, wide)["o"]
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
 
 
 @pytest.mark.parametrize("kernel,shape", [

@@ -497,59 +497,6 @@ def test_compiled_quantizer_leaves_inf_and_nan_to_the_torch_path():
     assert torch.isinf(q[100, 3]) and torch.isnan(q[7, 0])
 
 
-# --- the attention softmax ----------------------------------------------------------------------
-
-def test_exp_is_within_one_ulp_of_the_correctly_rounded_value():
-    from npu_deploy.kernels.emulation.numerics import exp_fp32
-
-    x = torch.cat((-torch.rand(200_000, generator=torch.Generator().manual_seed(0)) * 110,
-                   torch.tensor([0.0, -1e-30, -87.3, -103.9, -104.5, float("-inf")])))
-    got = exp_fp32(x)
-    want = torch.exp(x.to(torch.float64)).to(torch.float32)
-    ulps = (got.view(torch.int32) - want.view(torch.int32)).abs()
-    assert int(ulps.max()) <= 1
-    assert float((ulps > 0).float().mean()) < 1e-4
-    assert got[-1] == 0 and got[-6] == 1
-
-
-@pytest.mark.parametrize("rows,cols,spread", [(5, 77, 1.0), (64, 300, 8.0), (700, 2048, 30.0),
-                                              (3, 1, 1.0), (17, 1000, 1e4)])
-def test_compiled_softmax_is_the_definition_bit_for_bit(rows, cols, spread):
-    from npu_deploy.kernels.emulation.numerics import softmax_bf16, softmax_bfp16
-
-    g = torch.Generator().manual_seed(rows)
-    scores = torch.randn(rows, cols, generator=g) * spread
-    valid = torch.randint(1, cols + 1, (rows,), generator=g)
-    want = to_bfp16(softmax_bf16(scores, valid, 0.125).to(torch.float32))
-    got = softmax_bfp16(scores.clone(), valid, 0.125)
-    assert torch.equal(got.view(torch.int32), want.view(torch.int32))
-    past = torch.arange(cols)[None, :] >= valid[:, None]
-    assert bool((got[past] == 0).all())
-
-
-def test_softmax_matches_torch_within_bf16_rounding():
-    from npu_deploy.kernels.emulation.numerics import softmax_bf16
-
-    g = torch.Generator().manual_seed(3)
-    scores = torch.randn(256, 512, generator=g) * 6
-    valid = torch.randint(1, 513, (256,), generator=g)
-    masked = torch.arange(512)[None, :] >= valid[:, None]
-    want = torch.softmax((scores.double() * 0.125).masked_fill(masked, float("-inf")), dim=-1)
-    got = softmax_bf16(scores, valid, 0.125).double()
-    # bf16 keeps 8 significant bits: half an ulp is 2^-8 relative, plus FP32-level error.
-    assert float(((got - want).abs() / want.clamp(min=1e-30)).max()) <= 2**-8 + 1e-6
-    assert float((got.sum(-1) - 1).abs().max()) < 0.02
-
-
-def test_softmax_of_non_finite_scores_propagates_them():
-    from npu_deploy.kernels.emulation.numerics import softmax_bfp16
-
-    scores = torch.randn(4, 64)
-    scores[2, 5] = float("nan")
-    out = softmax_bfp16(scores, torch.full((4,), 64), 0.125)
-    assert bool(torch.isnan(out[2]).any()) and bool(torch.isfinite(out[[0, 1, 3]]).all())
-
-
 def test_gemm_writes_into_the_output_buffer_it_is_given():
     a, b = gemm_operands(40, 96, 24, seed=4)
     for dtype in (torch.bfloat16, torch.float32):
