@@ -128,10 +128,12 @@ def quantize_bf16_bfp16ebs8(x_bits: np.ndarray, out_bits: np.ndarray, tables: np
         xb, qb = x.view(np.uint32), q.view(np.uint32)
         bits = x.view(np.int32)
         for i in range(b1 - b0):
-            mag = 0
+            mag = np.int64(0)
             for j in range(block):
                 xb[i, j] = np.uint32(x_bits[b0 + i, j]) << np.uint32(16)
-                mag = max(mag, np.int64(x_bits[b0 + i, j] & 0x7FFF))
+                m = np.int64(x_bits[b0 + i, j] & 0x7FFF)
+                if m > mag:
+                    mag = m
             emax = mag >> 7
             if emax == 0xFF:
                 status[item] = 2
