@@ -29,7 +29,6 @@ from typing import Any
 
 from npu_deploy.events import progress
 from npu_deploy.kernels.definition.specs import Decode, Mode, prompt_prefill
-from npu_deploy.kernels.plans.signature import plan_signature
 from npu_deploy.metrics.tokens import Greedy, parted_at_tie, topk_check
 from npu_deploy.oracle.prompts import Prompt
 from npu_deploy.pipeline.recipe import Recipe
@@ -93,8 +92,7 @@ def signature(ws: Workspace, recipe: Recipe, answers: dict[str, Any]) -> tuple[s
                          "prompts": {p.name: ws.ids(p).tolist() for p in ws.prompts()}},
                         sort_keys=True).encode())
     for mode in modes:
-        h.update(f"{mode}={plan_signature(model.plan(mode), layouts=layouts)};"
-                 .encode())
+        h.update(f"{mode}={model.plan_signature(mode, layouts=layouts)};".encode())
     return "sha256:" + h.hexdigest(), len(modes)
 
 

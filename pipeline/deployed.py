@@ -6,6 +6,7 @@ that keeps the top-k of every step for the token-set check (npu_deploy.metrics.t
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,8 @@ from npu_deploy.kernels.definition.hardware import XDNA2, Hardware
 from npu_deploy.kernels.definition.specs import Decode, Mode, prompt_prefill
 from npu_deploy.kernels.plans.plan import DispatchPlan
 from npu_deploy.kernels.plans.plan_runner import PlanRunner
+from npu_deploy.kernels.plans.signature import plan_signature
+from npu_deploy.kernels.plans.transforms import TRANSFORMS
 from npu_deploy.metrics.tokens import Greedy, greedy_step, greedy_with_logits
 from npu_deploy.models.config import ModelArgs
 from npu_deploy.pipeline.recipe import Recipe
@@ -27,23 +30,70 @@ def reference_greedy(reference: Any, ids: torch.Tensor, steps: int) -> Greedy:
     return greedy_with_logits(tokens, logits)
 
 
+class PlanCache:
+    """The plans of one model built so far, shared by every recipe that builds the same
+    one: a mode's plan depends on the recipe's configurations and numerics and on that
+    mode's transforms only (`Recipe.plan_key`), so a recipe that differs from another in
+    its prefill transforms builds none of its decode plans again, and one that adds a
+    transform applies only that one. The newest `size` are kept."""
+
+    def __init__(self, size: int = 2048) -> None:
+        self.size = size
+        self._plans: OrderedDict[tuple[bytes, Mode], DispatchPlan] = OrderedDict()
+        self._signatures: OrderedDict[tuple[bytes, Mode, bool], str] = OrderedDict()
+
+    def plan(self, recipe: Recipe, name: str, args: ModelArgs, mode: Mode, hw: Hardware
+             ) -> DispatchPlan:
+        key = (recipe.plan_key(mode), mode)
+        plan = self._plans.get(key)
+        if plan is None:
+            # Recipe.plan applies the mode's transforms in order to its baseline: the plan
+            # of the same recipe without the last one, built already while the transforms
+            # were tried one by one, is where the last one applies
+            names = recipe.transforms(mode)
+            plan = recipe.plan(name, args, mode, hw) if not names else \
+                TRANSFORMS[names[-1]].apply(self.plan(
+                    recipe.with_transforms(mode, names[:-1]), name, args, mode, hw))
+            self._plans[key] = plan
+            if len(self._plans) > self.size:
+                self._plans.popitem(last=False)
+        else:
+            self._plans.move_to_end(key)
+        return plan
+
+    def signature(self, recipe: Recipe, name: str, args: ModelArgs, mode: Mode, hw: Hardware,
+                  *, layouts: bool) -> str:
+        """The arithmetic signature (kernels.plans.signature) of that plan, computed once."""
+        key = (recipe.plan_key(mode), mode, layouts)
+        sig = self._signatures.get(key)
+        if sig is None:
+            plan = self.plan(recipe, name, args, mode, hw)
+            sig = self._signatures[key] = plan_signature(plan, layouts=layouts)
+            if len(self._signatures) > self.size:
+                self._signatures.popitem(last=False)
+        return sig
+
+
 class DeployedModel:
     """A recipe run on a backend: the deployed model."""
 
     def __init__(self, name: str, args: ModelArgs, weights: Any, recipe: Recipe, backend: Any,
                  hw: Hardware = XDNA2, runner: PlanRunner | None = None,
-                 plans: dict[Mode, DispatchPlan] | None = None) -> None:
+                 plans: PlanCache | None = None) -> None:
         """`runner`: a plan runner of these weights on `backend` to share (its device
         weights and GEMM operands prepared once); else a new one. `plans`: the plans of
-        this recipe built before, by mode, to share (filled as plans are built)."""
+        this model built before, to share (filled as plans are built)."""
         self.name, self.args, self.recipe, self.hw = name, args, recipe, hw
         self.runner = runner or PlanRunner(args, weights, backend)
-        self._plans: dict[Mode, DispatchPlan] = {} if plans is None else plans
+        self._plans = PlanCache() if plans is None else plans
 
     def plan(self, mode: Mode) -> DispatchPlan:
-        if mode not in self._plans:
-            self._plans[mode] = self.recipe.plan(self.name, self.args, mode, self.hw)
-        return self._plans[mode]
+        return self._plans.plan(self.recipe, self.name, self.args, mode, self.hw)
+
+    def plan_signature(self, mode: Mode, *, layouts: bool = True) -> str:
+        """The arithmetic signature of the plan of `mode` (kernels.plans.signature)."""
+        return self._plans.signature(self.recipe, self.name, self.args, mode, self.hw,
+                                     layouts=layouts)
 
     def prefill_plan(self, tokens: int) -> DispatchPlan:
         """The plan a prompt of `tokens` runs: the prefill of the length it is padded to

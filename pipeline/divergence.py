@@ -38,6 +38,7 @@ from npu_deploy.kernels.emulation.emulator import EMULATED, REFERENCE, EmulatorB
 from npu_deploy.kernels.emulation.numerics import to_bf16
 from npu_deploy.kernels.performance.model import estimate
 from npu_deploy.kernels.plans.plan import LM_HEAD_OUT
+from npu_deploy.kernels.plans.plan_runner import PlanRunner
 from npu_deploy.pipeline.deployed import DeployedModel
 from npu_deploy.pipeline.recipe import Recipe
 
@@ -118,19 +119,25 @@ def _trial(what: str, logits: torch.Tensor, token: int) -> Trial:
 def diagnose(name: str, loaded: Any, recipe: Recipe, hw: Any, prompt: str,
              ids: torch.Tensor, oracle: list[int], step: int, steps: int,
              modes: tuple[Mode, Mode], decode: Callable[[list[int]], str] | None = None,
-             guards: tuple[tuple[str, torch.Tensor, int], ...] = ()) -> Diagnosis:
+             guards: tuple[tuple[str, torch.Tensor, int], ...] = (),
+             runner: PlanRunner | None = None) -> Diagnosis:
     """Replay greedy step `step` of `prompt` (the oracle's tokens `oracle`) as described in
     the module docstring; `steps`: the generation's length (its decode context), `modes`:
     the deployment's prefill and decode, on which a change is priced; `decode`: a token id
     -> text for the words (the tokenizer's decode); `guards`: (prompt, ids, the oracle's
     first token) of the prompts whose first answer token the bar protects: a change that
-    loses one of them is not taken, whatever it does for this token."""
+    loses one of them is not taken, whatever it does for this token; `runner`: a plan runner
+    of these weights whose prepared operands every replay shares (`PlanRunner.on`)."""
     context = int(ids.shape[0]) + max(steps, step + 1)
     token = oracle[step]
+    base = runner or PlanRunner(loaded.args, loaded.weights, EmulatorBackend())
+
+    def deployed(r: Recipe, widen: frozenset[str] = frozenset()) -> DeployedModel:
+        return DeployedModel(name, loaded.args, loaded.weights, r, hw=hw,
+                             backend=None, runner=base.on(WidenedBackend(widen)))
 
     def replay(r: Recipe, widen: frozenset[str] = frozenset()) -> torch.Tensor:
-        model = DeployedModel(name, loaded.args, loaded.weights, r, WidenedBackend(widen), hw)
-        return step_logits(model, ids, oracle, step, context)
+        return step_logits(deployed(r, widen), ids, oracle, step, context)
 
     ours = _trial("as deployed", replay(recipe), token)
     # the kernels the replay runs (step 0: the prefill alone), each with the roles it plays
@@ -166,9 +173,7 @@ def diagnose(name: str, loaded: Any, recipe: Recipe, hw: Any, prompt: str,
             trial = _trial(what, replay(after), token)
             if trial.restores:
                 lost = [g for g, g_ids, first in guards if g != prompt and int(step_logits(
-                    DeployedModel(name, loaded.args, loaded.weights, after,
-                                  WidenedBackend(frozenset()), hw),
-                    g_ids, [first], 0, context).argmax()) != first]
+                    deployed(after), g_ids, [first], 0, context).argmax()) != first]
                 if lost:
                     trial = replace(trial, what=f"{what} (loses the first token of "
                                                 f"{', '.join(map(repr, lost))})", safe=False)

@@ -76,8 +76,20 @@ class Recipe:
             raise ValueError(f"recipe: no numerics setting {sorted(unknown)}")
         return replace(self, **settings)  # type: ignore[arg-type]
 
+    def plan_key(self, mode: Mode) -> bytes:
+        """What `plan(..., mode, ...)` depends on: this recipe without the other mode's
+        transforms."""
+        other = "decode_transforms" if isinstance(mode, Prefill) else "prefill_transforms"
+        return replace(self, **{other: ()}).to_json()
+
     def transforms(self, mode: Mode) -> tuple[str, ...]:
         return self.prefill_transforms if isinstance(mode, Prefill) else self.decode_transforms
+
+    def with_transforms(self, mode: Mode, names: tuple[str, ...]) -> Recipe:
+        """The recipe with its `mode` plan's transforms replaced by `names`."""
+        if isinstance(mode, Prefill):
+            return replace(self, prefill_transforms=tuple(names))
+        return replace(self, decode_transforms=tuple(names))
 
     def with_transform(self, mode: Mode, name: str) -> Recipe:
         if isinstance(mode, Prefill):

@@ -258,7 +258,7 @@ def divergence(ws: Workspace, prompt: str, agreed: int) -> Diagnosis | None:
     return diagnose(ws.settings.model, ws.loaded, ws.recipe(), ws.hw, prompt,
                     ws.ids(prompts[prompt]), oracle, min(agreed, len(oracle) - 1),
                     ws.settings.steps, (ws.settings.prefill, ws.settings.decode),
-                    ws.loaded.tokenizer.decode, guards)
+                    ws.loaded.tokenizer.decode, guards, ws.runner)
 
 
 class Toolbox:

@@ -35,7 +35,7 @@ from npu_deploy.kernels.performance.model import Profile, estimate
 from npu_deploy.kernels.plans.plan import DispatchPlan
 from npu_deploy.kernels.plans.plan_runner import PlanRunner
 from npu_deploy.oracle.prompts import DEFAULT_SEQ_LEN, Prompt, canonical_prompts
-from npu_deploy.pipeline.deployed import DeployedModel
+from npu_deploy.pipeline.deployed import DeployedModel, PlanCache
 from npu_deploy.pipeline.recipe import Recipe
 from npu_deploy.store import EventStore
 
@@ -188,21 +188,16 @@ class Workspace:
 
     def deployed(self, recipe: Recipe) -> DeployedModel:
         """The recipe deployed on this run's backend, sharing the runner and the plans
-        built for the same recipe lately (a check signature builds every plan a check runs;
-        the check then runs them)."""
+        built lately (a check signature builds every plan a check runs; the check then
+        runs them, and a recipe that changes one mode's transforms shares the other's)."""
         a = self.loaded
         return DeployedModel(self.settings.model, a.args, a.weights, recipe, self.backend,
-                             self.hw, self.runner, self._recipe_plans(recipe))
+                             self.hw, self.runner, self.plans)
 
-    def _recipe_plans(self, recipe: Recipe) -> dict[Any, Any]:
-        """The plans built for `recipe`, by mode: those of the two recipes used last."""
-        cache: dict[bytes, dict[Any, Any]] = self.__dict__.setdefault("_plan_cache", {})
-        key = recipe.to_json()
-        plans = cache.pop(key, {})
-        cache[key] = plans                  # the newest last
-        while len(cache) > 2:
-            cache.pop(next(iter(cache)))
-        return plans
+    @cached_property
+    def plans(self) -> PlanCache:
+        """The plans this workspace built, by recipe and mode (`PlanCache`)."""
+        return PlanCache()
 
     def time(self, plan: DispatchPlan) -> Profile:
         """The plan's profile: measured on the NPU on the xrt backend (a prefill on the

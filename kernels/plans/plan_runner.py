@@ -22,6 +22,7 @@ and the tensors and the KV cache are cut back to the prompt's positions.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -91,6 +92,14 @@ class PlanRunner:
         self.weights = _device_weights(args, weights)
         self._gemm_b: Tensors = {}      # GEMM B operands: the weight transposed to [K, N]
         self.trace: list[StepTime] | None = None
+
+    def on(self, backend: Any) -> PlanRunner:
+        """This runner on another backend (a replay with other numerics), sharing the
+        device weights and the GEMM operands prepared from them: a static weight's block
+        format (gemm_numerics) is keyed by its tensor, so it is converted once for all."""
+        other = copy.copy(self)
+        other.backend, other.trace = backend, None
+        return other
 
     # --- the plan ---------------------------------------------------------------------
 

@@ -535,3 +535,17 @@ def test_plan_check_verifies_every_program_and_fails_on_a_violation(cli, tmp_pat
     data = json.loads(cli("plan", "smollm2-135m", "--mode", "decode", "--pos", "40",
                           "--check", "--json").stdout)
     assert data["air_check"]["clean"] == report["clean"]
+
+
+def test_a_runner_on_another_backend_shares_what_it_prepared(tiny_models, runs):
+    """`PlanRunner.on`: the same bits on an equal backend, from the same prepared device
+    weights and GEMM operands (a static weight's block format is keyed by its tensor), and
+    the runner it came from is left on its own backend."""
+    name = TINY[0]
+    runner, tokens, base = runs[name]
+    other_backend = EmulatorBackend()
+    other = runner.on(other_backend)
+    assert other.backend is other_backend and runner.backend is not other_backend
+    assert other.weights is runner.weights and other._gemm_b is runner._gemm_b
+    got = other.run(baseline_plan(name, tiny_models[name].args, Prefill(L)), tokens)
+    assert torch.equal(got.logits, base.logits)
