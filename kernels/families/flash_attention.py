@@ -203,6 +203,10 @@ def candidates(spec: KernelSpec, shape: Shape, hw: Hardware) -> Iterator[dict[st
 # --- numerics: both matmuls through the BFP16 datapath (or native bf16), the softmax in FP32,
 # P as bf16 --------------------------------------------------------------------------------
 
+#: query rows per step of a sequence long enough to be split (see `emulate`)
+_ROW_BLOCK = 64
+
+
 def emulate(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensors:
     """Causal attention, all heads at once: S = QK^T and O = PV through the BFP16 datapath
     (exactly what `gemm_bfp16` computes per head: blocks along the K dim, exact K-tile sums
@@ -231,6 +235,10 @@ def emulate(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensor
     vq = vq.view(hkv, d, lk).transpose(1, 2).contiguous().to(dtype)
     o = torch.empty(h, lq, d, dtype=torch.bfloat16)
     rows = max(1, (1 << 22) // max(h * lk, 1))          # bounds the FP64 scratch to ~32 MiB
+    if rows < lq:
+        # split anyway: blocks of _ROW_BLOCK rows skip more of the masked keys (0.096 s
+        # against 0.114 s at 2048 tokens, SmolLM2-135M's heads, measured on the CPU)
+        rows = min(rows, _ROW_BLOCK)
     # The fast path's scores, one buffer for every step: a fresh one per step costs the
     # page faults of a new allocation each time.
     scratch = torch.empty(h * min(rows, lq) * lk) if not exact else None
