@@ -61,6 +61,10 @@ class PlanCache:
             self._plans.move_to_end(key)
         return plan
 
+    def modes(self) -> list[Mode]:
+        """The modes of the plans kept, the oldest first."""
+        return [mode for _, mode in self._plans]
+
     def signature(self, recipe: Recipe, name: str, args: ModelArgs, mode: Mode, hw: Hardware,
                   *, layouts: bool) -> str:
         """The arithmetic signature (kernels.plans.signature) of that plan, computed once."""
@@ -85,14 +89,14 @@ class DeployedModel:
         this model built before, to share (filled as plans are built)."""
         self.name, self.args, self.recipe, self.hw = name, args, recipe, hw
         self.runner = runner or PlanRunner(args, weights, backend)
-        self._plans = PlanCache() if plans is None else plans
+        self.plans = PlanCache() if plans is None else plans
 
     def plan(self, mode: Mode) -> DispatchPlan:
-        return self._plans.plan(self.recipe, self.name, self.args, mode, self.hw)
+        return self.plans.plan(self.recipe, self.name, self.args, mode, self.hw)
 
     def plan_signature(self, mode: Mode, *, layouts: bool = True) -> str:
         """The arithmetic signature of the plan of `mode` (kernels.plans.signature)."""
-        return self._plans.signature(self.recipe, self.name, self.args, mode, self.hw,
+        return self.plans.signature(self.recipe, self.name, self.args, mode, self.hw,
                                      layouts=layouts)
 
     def prefill_plan(self, tokens: int) -> DispatchPlan:

@@ -79,8 +79,9 @@ class Recipe:
     def plan_key(self, mode: Mode) -> bytes:
         """What `plan(..., mode, ...)` depends on: this recipe without the other mode's
         transforms."""
-        other = "decode_transforms" if isinstance(mode, Prefill) else "prefill_transforms"
-        return replace(self, **{other: ()}).to_json()
+        if isinstance(mode, Prefill):
+            return replace(self, decode_transforms=()).to_json()
+        return replace(self, prefill_transforms=()).to_json()
 
     def transforms(self, mode: Mode) -> tuple[str, ...]:
         return self.prefill_transforms if isinstance(mode, Prefill) else self.decode_transforms

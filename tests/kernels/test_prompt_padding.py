@@ -94,9 +94,9 @@ def test_the_deployed_model_runs_nearby_prompts_on_one_plan(tiny_models):
     for n in (5, 37, 128):
         logits, cache = deployed.prefill(torch.arange(1, n + 1) % m.args.vocab)
         assert logits.shape == (m.args.vocab,) and cache["L0.k_cache"].shape[1] == n
-    assert list(deployed._plans) == [Prefill(128)]
+    assert deployed.plans.modes() == [Prefill(128)]
     out = deployed.generate(torch.arange(1, 11), 4)
-    assert len(out.tokens) == 4 and list(deployed._plans) == [Prefill(128), Decode(10, 14),
+    assert len(out.tokens) == 4 and deployed.plans.modes() == [Prefill(128), Decode(10, 14),
                                                                Decode(11, 14), Decode(12, 14)]
 
 
