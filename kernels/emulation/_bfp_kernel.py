@@ -367,3 +367,22 @@ def gemv_lanes_serial(w_bits: np.ndarray, x: np.ndarray, lanes: int, out: np.nda
     """`gemv_lanes` on the calling thread: for a small W, where waking the threads costs
     more than the rows (a decode step's projections)."""
     _gemv_rows(w_bits, x, lanes, out, 0, w_bits.shape[0])
+
+
+# --- RMSNorm's lane sums -----------------------------------------------------------------------
+
+@numba.njit(cache=True, nogil=True)
+def lane_sums_of_squares(x: np.ndarray, lanes: int, acc: np.ndarray) -> None:
+    """acc[r, l] (float32 [rows, lanes]) = the squares of x[r, l], x[r, lanes + l], ... (x
+    float32 [rows, width], width a multiple of `lanes`) added in that order, from +0.0: the
+    float32 multiply and add of the torch definition (rmsnorm's emulation), one by one, so
+    the same bits. Indexed by the loops' own counters so that the lanes vectorize."""
+    rows, width = x.shape
+    for r in range(rows):
+        x_row, a = x[r], acc[r]
+        for lane in range(lanes):
+            a[lane] = 0.0
+        for j0 in range(0, width, lanes):
+            v = x_row[j0:j0 + lanes]
+            for lane in range(lanes):
+                a[lane] += v[lane] * v[lane]

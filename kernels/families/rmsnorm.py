@@ -53,14 +53,32 @@ def emulate(s: Shape, c: dict[str, Any], x: Tensors, out: Tensors | None = None)
     program does."""
     xf = f32(x["x"].to(torch.bfloat16))
     width, lanes = s["width"], streaming.LANES
+    total = lane_sums(xf, width, lanes).sum(-1, keepdim=True)
+    rstd = _bf16(torch.rsqrt(total / float(width) + float(c["eps"])))
+    y = _bf16(_bf16(xf * rstd) * f32(x["weight"].to(torch.bfloat16)))
+    return {"y": bf16_out(y, out, "y")}
+
+
+def lane_sums(xf: torch.Tensor, width: int, lanes: int) -> torch.Tensor:
+    """The program's lane sums of the squares of xf (FP32 [..., width]): lane l adds x[l]^2,
+    x[lanes + l]^2, ... in order ([..., lanes]). Compiled (`lane_sums_of_squares`, the same
+    bits as `lane_sums_torch`, tested): a decode step runs two norms per layer, and the torch
+    loop's width / lanes small operations were most of their time."""
+    from ..emulation._bfp_kernel import lane_sums_of_squares
+
+    rows = xf.reshape(-1, width).contiguous()
+    acc = torch.empty(rows.shape[0], lanes, dtype=torch.float32)
+    lane_sums_of_squares(rows.numpy(), lanes, acc.numpy())
+    return acc.view(*xf.shape[:-1], lanes)
+
+
+def lane_sums_torch(xf: torch.Tensor, width: int, lanes: int) -> torch.Tensor:
+    """`lane_sums` in torch operations: the definition it is tested against."""
     squares = (xf * xf).reshape(*xf.shape[:-1], width // lanes, lanes)
     acc = torch.zeros_like(squares[..., 0, :])
     for j in range(width // lanes):     # the lane sums, in the program's order
         acc = acc + squares[..., j, :]
-    total = acc.sum(-1, keepdim=True)
-    rstd = _bf16(torch.rsqrt(total / float(width) + float(c["eps"])))
-    y = _bf16(_bf16(xf * rstd) * f32(x["weight"].to(torch.bfloat16)))
-    return {"y": bf16_out(y, out, "y")}
+    return acc
 
 
 def _bf16(v: torch.Tensor) -> torch.Tensor:

@@ -507,3 +507,22 @@ def test_gemm_writes_into_the_output_buffer_it_is_given():
             assert got is buf and torch.equal(buf, want)
     with pytest.raises(ValueError, match="out must be a contiguous"):
         gemm_bfp16(a, b, out=torch.empty(40, 25, dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("shape", [(1, 576), (7, 64), (3, 5, 128), (16,)])
+def test_the_compiled_rmsnorm_lane_sums_give_the_torch_definitions_bits(shape):
+    """RMSNorm's lane sums (kernels/families/rmsnorm.py), compiled against the torch loop
+    they replaced, bit for bit: wide-range values whose sums round, a square that
+    overflows, a NaN, a row and a head layout."""
+    from npu_deploy.kernels.families.rmsnorm import lane_sums, lane_sums_torch
+
+    xf = wide_range_bf16(*shape, seed=sum(shape)).float()
+    flat = xf.view(-1)
+    flat[0], flat[-1] = float("nan"), 3e38
+    width = shape[-1]
+    want = lane_sums_torch(xf, width, 16)
+    got = lane_sums(xf, width, 16)
+    assert got.shape == want.shape
+    assert torch.equal(got.isnan(), want.isnan()) and bool(got.isinf().any())
+    keep = ~want.isnan()
+    assert torch.equal(got[keep].view(torch.int32), want[keep].view(torch.int32))
