@@ -122,6 +122,7 @@ def test_every_object_the_plans_link_is_built_as_upstream_builds_it(cli, kit, ne
     assert any(n.source.edits for n in needed.values())     # attn_npu2_bf16_*.o
 
 
+@pytest.mark.slow         # several seconds: out of the fast core (make test-fast)
 def test_an_unchanged_object_is_skipped_and_a_changed_source_rebuilt(cli, kit, needed):
     assert build(cli, kit).exit_code == 0
     first = len(calls(kit["peano"]))
@@ -169,6 +170,7 @@ def objects_line(cli, *args) -> dict:
     return next(r for r in rows if r["key"] == "objects")
 
 
+@pytest.mark.slow         # several seconds: out of the fast core (make test-fast)
 def test_doctor_reads_the_folder_each_object_and_the_plans(cli, kit, needed):
     out = kit["out"]
     out.mkdir()

@@ -104,6 +104,7 @@ def test_a_run_keeps_its_json_form():
     assert not Bf16Run("p", [4], 0, 1, 0).keeps_first_token and r.keeps_first_token
 
 
+@pytest.mark.slow         # several seconds: out of the fast core (make test-fast)
 def test_the_bf16_reference_is_hugging_faces_own_run_in_bf16(tiny_models):
     """Against the oracle: its `agreed` is the token-set check's, its tokens are the bf16
     model's own greedy run, and the model is really bf16 (the FP32 one agrees throughout)."""

@@ -86,6 +86,7 @@ def test_resume_bench_runs_and_labels_its_figures():
     assert [t["target"].split()[0] for t in report["targets"]] == ["replay", "resume"]
 
 
+@pytest.mark.slow         # several seconds: out of the fast core (make test-fast)
 def test_perf_fidelity_labels_its_figures_modeled_against_measured_on_npu():
     result = run_benchmark("perf_fidelity", "--json", timeout=300)
     assert result.returncode == 0, result.stderr

@@ -28,6 +28,7 @@ def test_mypy_passes_on_the_core_packages():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow         # several seconds: out of the fast core (make test-fast)
 def test_no_package_imports_the_npu_runtime_at_import_time():
     """pyxrt and mlir-air exist only on an NPU machine: importing npu-deploy must not need them."""
     code = ("import sys, pkgutil, importlib, npu_deploy\n"

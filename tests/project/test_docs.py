@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from paths import ROOT
 
 from npu_deploy.cli import main
@@ -25,6 +26,7 @@ GENERATED_ELSEWHERE = {
 README_MAX_LINES = 250
 
 
+@pytest.mark.slow         # several seconds: out of the fast core (make test-fast)
 def test_the_generated_docs_are_current():
     """`make docs` (cog) has been run since the last change to what the pages are drawn
     from: every command's --help for docs/cli.md, and whatever else a page's cog block

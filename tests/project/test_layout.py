@@ -133,6 +133,7 @@ def unresolved_imports(package: Path | None = None) -> list[str]:
     return problems
 
 
+@pytest.mark.slow         # several seconds: out of the fast core (make test-fast)
 def test_every_import_of_ours_names_a_module_or_a_name_it_defines():
     assert unresolved_imports() == []
 

@@ -69,6 +69,7 @@ def test_the_wheel_installs_one_top_level_name(wheel: Path):
     assert "npu_deploy/kernels/plans/__init__.pyi" in names
 
 
+@pytest.mark.slow         # several seconds: out of the fast core (make test-fast)
 def test_the_code_imports_only_through_the_namespace():
     """No module, test or benchmark imports a package folder by its bare name: run from the
     repository, `import kernels` would load a second copy of ours (and installed, someone

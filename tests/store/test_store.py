@@ -305,6 +305,7 @@ def _flip(value, position: int, replacement: int):
     return "".join(chars)
 
 
+@pytest.mark.slow         # several seconds: out of the fast core (make test-fast)
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(news=event_lists, data=st.data())
 def test_any_single_changed_byte_in_any_stored_event_is_found_by_verify(news, data):
