@@ -186,7 +186,6 @@ class Autopilot:
             run.say(f"the chat answer parts from the oracle at token {ours['agreed']} "
                     f"(Hugging Face in bf16: {bar.agreed}): {found['words']}")
 
-
     # --- 4 and 5: optimization -------------------------------------------------------------
 
     def phase4(self, run: Any, tb: Toolbox) -> None:

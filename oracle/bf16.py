@@ -61,12 +61,12 @@ def hf_teacher_forced(model: Any, prompt: torch.Tensor, tokens: list[int]
     with torch.inference_mode():
         out = model(prompt[None], use_cache=True)
         prefill = out.logits[0].float()
-        steps = [prefill[-1:]][:len(tokens)]
+        steps = [prefill[-1:]]
         if len(tokens) > 1:
             rest = model(torch.tensor([tokens[:-1]]), past_key_values=out.past_key_values,
                          use_cache=True)
             steps.append(rest.logits[0].float())
-    return prefill, torch.cat(steps) if steps else prefill[:0]
+    return prefill, torch.cat(steps)[:len(tokens)]
 
 
 @dataclass(frozen=True)

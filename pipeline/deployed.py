@@ -45,7 +45,7 @@ class PlanCache:
     def plan(self, recipe: Recipe, name: str, args: ModelArgs, mode: Mode, hw: Hardware
              ) -> DispatchPlan:
         key = (recipe.plan_key(mode), mode)
-        plan = self._plans.get(key)
+        plan = _kept(self._plans, key, self.size)
         if plan is None:
             # Recipe.plan applies the mode's transforms in order to its baseline: the plan
             # of the same recipe without the last one, built already while the transforms
@@ -54,11 +54,7 @@ class PlanCache:
             plan = recipe.plan(name, args, mode, hw) if not names else \
                 TRANSFORMS[names[-1]].apply(self.plan(
                     recipe.with_transforms(mode, names[:-1]), name, args, mode, hw))
-            self._plans[key] = plan
-            if len(self._plans) > self.size:
-                self._plans.popitem(last=False)
-        else:
-            self._plans.move_to_end(key)
+            _kept(self._plans, key, self.size, plan)
         return plan
 
     def modes(self) -> list[Mode]:
@@ -69,13 +65,23 @@ class PlanCache:
                   *, layouts: bool) -> str:
         """The arithmetic signature (kernels.plans.signature) of that plan, computed once."""
         key = (recipe.plan_key(mode), mode, layouts)
-        sig = self._signatures.get(key)
+        sig = _kept(self._signatures, key, self.size)
         if sig is None:
-            plan = self.plan(recipe, name, args, mode, hw)
-            sig = self._signatures[key] = plan_signature(plan, layouts=layouts)
-            if len(self._signatures) > self.size:
-                self._signatures.popitem(last=False)
+            sig = plan_signature(self.plan(recipe, name, args, mode, hw), layouts=layouts)
+            _kept(self._signatures, key, self.size, sig)
         return sig
+
+
+def _kept(cache: OrderedDict[Any, Any], key: Any, size: int, value: Any = None) -> Any:
+    """`cache[key]` marked as the newest (None if absent); with `value`, stored so first,
+    the oldest entry past `size` dropped."""
+    if value is not None:
+        cache[key] = value
+        if len(cache) > size:
+            cache.popitem(last=False)
+    if key in cache:
+        cache.move_to_end(key)
+    return cache.get(key)
 
 
 class DeployedModel:

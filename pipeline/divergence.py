@@ -145,6 +145,7 @@ def diagnose(name: str, loaded: Any, recipe: Recipe, hw: Any, prompt: str,
     for m in modes[:1] if step == 0 else modes:
         for ln in recipe.plan(name, loaded.args, m, hw).launches():
             roles.setdefault(ln.kernel, set()).add(ln.role.split(".")[0])
+
     def widened(f: str) -> torch.Tensor:
         """The replay with kernel `f` in FP32; where its output is the logits (the LM head),
         they stay FP32 too (its `fp32_out` variant): nothing on the device reads them."""
