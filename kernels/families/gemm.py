@@ -388,9 +388,8 @@ def first_launch_only(s: Shape) -> str | None:
     """Observed failing at K = 4864, 8960 and 11008 (the Down projections of Qwen2.5-0.5B,
     1.5B and 3B); GEMMs at K = 896 run correctly as launches 1-4 of Qwen2.5-0.5B's ELFs, so
     the rule starts above 1024; where between 896 and 4864 it starts is not known
-    (programming_examples/llms/qwen25_0_5b/ARCHITECTURE.md, qwen25_1_5b and qwen25_3b
-    *_prefill.py: 'the Down GEMM (K=hidden, non-512-aligned) produces all-NaN when it is not
-    the first launch of a stitched ELF')."""
+    (docs/hardware-facts.md#known-failure-symptoms, from upstream's Qwen2.5 prefill
+    builders)."""
     if s["K"] > 1024 and s["K"] % 512:
         return (f"with K={s['K']} (above 1024, not a multiple of 512) gives all-NaN unless it "
                 "is the first launch of its ELF (measured upstream); start a new ELF with it")
