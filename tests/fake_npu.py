@@ -67,6 +67,7 @@ class FakeXrt:
         self.state = state
         self.live = {"elf": 0, "xclbin": 0}         # hardware contexts alive, by format
         self.peak_live = 0
+        self.bos = 0                                # buffer objects made: the next one's id
         log = self.calls
         fake = self
 
@@ -75,7 +76,7 @@ class FakeXrt:
 
             def __init__(self, device: Any, nbytes: int, flags: Any = None, group: Any = None):
                 self.data = bytearray(nbytes)
-                self.id = len([c for c in log if c[0] == "bo"])
+                self.id, fake.bos = fake.bos, fake.bos + 1
                 log.append(("bo", self.id, nbytes, flags, group))
 
             def map(self) -> bytearray:
