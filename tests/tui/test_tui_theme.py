@@ -84,10 +84,11 @@ def moved(theme: Theme, step: int = 10) -> Theme:
 Cell = tuple[int, int, str, RichColor | None, RichColor | None, str]
 
 
-def drawn_cells(app: App[None]) -> list[Cell]:
+def drawn_cells(app: App[None], *, widgets: bool = True) -> list[Cell]:
     """Every cell of the screen as the terminal receives it (after Textual's filters, which
     turn named ANSI colours into the app's ANSI theme's): x, y, character, foreground,
-    background, and the class of the widget it belongs to."""
+    background, and the class of the widget it belongs to ("" without `widgets`: looking
+    each cell's widget up is most of a drawing's cost)."""
     update = app.screen._compositor.render_full_update()
     cells: list[Cell] = []
     for y, chops in enumerate(update.strips):
@@ -96,9 +97,9 @@ def drawn_cells(app: App[None]) -> list[Cell]:
             for segment in strip:
                 style = segment.style
                 for ch in segment.text:
-                    widget, _ = app.screen.get_widget_at(x, y)
+                    widget = type(app.screen.get_widget_at(x, y)[0]).__name__ if widgets else ""
                     cells.append((x, y, ch, style.color if style else None,
-                                  style.bgcolor if style else None, type(widget).__name__))
+                                  style.bgcolor if style else None, widget))
                     x += 1
     return cells
 
@@ -161,12 +162,12 @@ def newest_at_the_bottom(pilot: Pilot[None]) -> None:
 async def still(pilot: Pilot[None]) -> list[Cell]:
     """The screen's cells once two drawings a tick apart agree (a live screen beneath a
     dialog may still scroll its stream to the newest event when the dialog opens)."""
-    cells = drawn_cells(pilot.app)
+    cells = drawn_cells(pilot.app, widgets=False)
     for _ in range(50):
         await pilot.pause(0.05)
-        again = drawn_cells(pilot.app)
+        again = drawn_cells(pilot.app, widgets=False)
         if again == cells:
-            return cells
+            return drawn_cells(pilot.app)
         cells = again
     raise AssertionError("the screen did not settle")
 
