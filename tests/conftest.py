@@ -65,10 +65,16 @@ def store(db_path: Path):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def model_cache(tmp_path_factory: pytest.TempPathFactory):
+def model_cache(tmp_path_factory: pytest.TempPathFactory, worker_id: str):
     """Converted and generated models go to one cache per test session, never to the
-    user's: a run of the suite starts from what the project's own files build."""
-    path = tmp_path_factory.mktemp("model-cache")
+    user's: a run of the suite starts from what the project's own files build. The
+    pytest-xdist workers share it (the folder above each worker's own), so the bundled
+    model is de-quantized and each random model built once a session, not once a worker:
+    models/sources.py builds under a file lock, and a worker that finds one being built
+    waits for it."""
+    root = tmp_path_factory.getbasetemp()
+    path = (root if worker_id == "master" else root.parent) / "model-cache"
+    path.mkdir(exist_ok=True)
     with pytest.MonkeyPatch.context() as env:
         env.setenv("NPU_DEPLOY_CACHE", str(path))
         yield path

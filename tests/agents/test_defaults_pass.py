@@ -7,6 +7,8 @@ bf16 bar, which may take the greedy-divergence skill's retry (`first_attempts_or
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from npu_deploy.models.random_models import RANDOM_MODELS
@@ -26,6 +28,7 @@ def deploy_headless(cli, db, model: str, seq_len: int,
     with EventStore.open(db, readonly=True) as store:
         (run_id,) = store.run_ids()
         assert store.verify(run_id).ok
+        worked_through_the_toolbox(store, list(store.events(run_id)))
         gates: dict[int, list[bool]] = {}
         for e in store.events(run_id):
             if e.type == "gate.evaluated":
@@ -34,6 +37,31 @@ def deploy_headless(cli, db, model: str, seq_len: int,
                 numerics += [d["change"]["recipe"] for d in e.payload["directions"]
                              if d.get("change") and d["change"].get("recipe")]
     return gates
+
+
+def worked_through_the_toolbox(store: EventStore, events: list) -> None:
+    """What a whole deployment records: every phase worked through the toolbox as steps
+    with their skills; phases 4 and 5 kept only faster transforms, each try an experience;
+    modeled profiles; the evaluator's full report stored with its gate."""
+    loaded = {e.payload["skill"] for e in events if e.type == "skill.loaded"}
+    assert {"deploy-new-llm", "phase-0-cpu-oracle", "phase-7-independent-evaluation"} <= loaded
+    tools = {e.payload["tool"] for e in events if e.type == "tool.completed"}
+    assert {"build_oracle", "select_tiles", "validate_kernel", "run_block", "run_model",
+            "apply_transform", "profile", "generate", "emit_programs", "write_report"} <= tools
+    tried = [e.payload["result"] for e in events if e.type == "tool.completed"
+             and e.payload["tool"] == "apply_transform"]
+    assert any(r["kept"] for r in tried)
+    assert all(r["after_s"] < r["before_s"] for r in tried if r["kept"])
+    experiences = [e.payload for e in events if e.type == "experience.recorded"]
+    assert len(experiences) == len(tried)
+    assert all(x["source"] == "modeled" and x["plan_before"].startswith("sha256:")
+               for x in experiences)
+    profiles = [e.payload for e in events if e.type == "profile.recorded"]
+    assert profiles and all(p["source"] == "modeled" for p in profiles)
+    evaluated = [e for e in events if e.type == "gate.evaluated" and e.phase == 7][-1]
+    report = json.loads(store.get_blob(evaluated.payload["inputs"]))
+    assert report["verdict"] == "PASS" and "Independent evaluation" in report["markdown"]
+    assert events[-1].type == "run.finished" and events[-1].payload["verdict"] == "PASS"
 
 
 #: every tiny model once and every length once, in the default suite (~40 s a deployment on

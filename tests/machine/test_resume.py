@@ -102,6 +102,7 @@ def _uninterrupted(db: Path, run_id: str) -> None:
 @pytest.mark.e2e
 def test_kill_9_at_30_points_then_resume_gives_the_uninterrupted_run(tmp_path):
     reference_db, db, run_id = tmp_path / "ref.db", tmp_path / "runs.db", "crash-run"
+    output = tmp_path / "process.out"         # the latest process's, for a failure's message
     _uninterrupted(reference_db, run_id)
     want = _normalized(reference_db, run_id)
 
@@ -119,8 +120,8 @@ def test_kill_9_at_30_points_then_resume_gives_the_uninterrupted_run(tmp_path):
                 break
             cmd = _cli(db, *DEPLOY, run_id) if state is None else _cli(db, "resume", run_id)
             before = state.version if state is not None else 0
-            proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL)
+            with open(output, "w") as out:
+                proc = subprocess.Popen(cmd, env=_env(), stdout=out, stderr=subprocess.STDOUT)
             starts += 1
             # the kill point is counted from the process's first event (its run.started or
             # run.resumed), not from its launch: how long Python takes to import varies (a
@@ -147,6 +148,9 @@ def test_kill_9_at_30_points_then_resume_gives_the_uninterrupted_run(tmp_path):
                 proc.wait()
                 kills += 1
                 kills_waiting += waiting
+            else:         # it stopped by itself: only the run's end may stop it
+                tail = "\n".join(output.read_text().splitlines()[-15:])
+                assert proc.returncode == 0, f"start {starts} exited {proc.returncode}:\n{tail}"
             assert starts < 200, "the run does not finish"
     finally:
         if proc is not None and proc.poll() is None:
