@@ -16,8 +16,8 @@ each data file in kernels/data/ names the repository, path and commit). No NPU i
    and 5-fold held-out |ln(modeled/measured)|, the median per-shape rank correlation, and
    the same for the other families;
 4. the emulator (computed on this CPU): emulated against measured mean_rel_L1 at every
-   registry GEMM row (`--numerics-rows R` emulates the first R rows of M of each: the
-   figure moves by sampling noise only; the full run takes about 4 minutes);
+   registry GEMM row (`--numerics-rows R` emulates R rows of M of each, A drawn with R
+   rows: the figure moves by sampling noise only; the full run takes about 4 minutes);
 5. plans: dispatches per layer against upstream's ELFs for the nine targets, every
    difference explained;
 6. modeled TTFT and decode tokens/s of all nine at seq 2048, flagged modeled, beside the

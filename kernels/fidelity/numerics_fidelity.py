@@ -47,15 +47,15 @@ def emulated_mean_rel_l1(kernel: str, row: Row, seed: int = 0, *,
     """mean_rel_L1 of `kernel` emulated at the registry row's shape, method and tile, measured
     as mlir-air measures it on the NPU (module docstring); computed on the CPU.
 
-    `rows`: emulate only the first `rows` rows of A. Each row of C depends on its own row of A
-    and on B alone, so these are the full run's values for those rows; the figure moves by
-    sampling noise only (~1% at 64 rows of N >= 512)."""
+    `rows`: emulate `rows` rows of C only, A drawn with that many rows (and B after it, from
+    the same seed: a different draw of the same distribution than the full run's). Each row
+    of C depends on its own row of A and on B alone, so the figure moves by sampling noise
+    only (~1% at 64 rows of N >= 512), and the draw costs `rows` rows of A, not M."""
     family = FAMILIES[kernel]
     if family.numerics is None:
         raise KeyError(f"{kernel} has no emulated numerics")
-    a, b = gemm_operands(row["M"], row["K"], row["N"], seed=seed)
-    if rows is not None:
-        a = a[:rows]
+    m = row["M"] if rows is None else min(rows, row["M"])
+    a, b = gemm_operands(m, row["K"], row["N"], seed=seed)
     shape = {"M": a.shape[0], "K": row["K"], "N": row["N"]}
     config = {**row_config(family.spec, row), "exact_tiles": False}
     out = family.numerics.emulate(shape, config, {"a": a, "b": b})["c"]
