@@ -233,6 +233,28 @@ def test_grouped_query_heads_give_the_bits_of_one_batch_per_head(exact):
     assert torch.equal(got.view(torch.int16), want.view(torch.int16))
 
 
+@pytest.mark.parametrize("shape", [
+    {"heads": 9, "kv_heads": 3, "Lq": 1501, "Lk": 1501, "head_dim": 64},   # blocks, odd last
+    {"heads": 9, "kv_heads": 3, "Lq": 130, "Lk": 130, "head_dim": 64},     # one block
+])
+def test_splitting_each_kv_heads_rows_for_the_threads_keeps_the_bits(shape, monkeypatch):
+    """The fast path hands torch's threads equal batches by splitting each KV head's rows
+    (`batch_parts`: 3 KV heads on 2 threads make 6 batches); the outputs are the bits of one
+    batch per KV head."""
+    from npu_deploy.kernels.emulation.emulator import EMULATED
+    from npu_deploy.kernels.families import flash_attention
+
+    x = seeded_inputs(SPECS["flash_attention"], shape, seed=11)
+    config = {**SPECS["flash_attention"].tunables, "exact_tiles": False}
+    with monkeypatch.context() as m:
+        m.setattr(torch, "get_num_threads", lambda: 2)
+        assert flash_attention.batch_parts(3, 9 * 64) == 2
+        split = EMULATED["flash_attention"](shape, config, x)["o"]
+    monkeypatch.setattr(flash_attention, "batch_parts", lambda kv_heads, rows: 1)
+    whole = EMULATED["flash_attention"](shape, config, x)["o"]
+    assert torch.equal(split.view(torch.int16), whole.view(torch.int16))
+
+
 @pytest.mark.parametrize("kernel,shape", [
     ("gemm_bf16", {"M": 48, "K": 896, "N": 640}),
     ("gemm_fp32", {"M": 48, "K": 2048, "N": 256}),
