@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import sys
 import time
@@ -23,6 +24,7 @@ from typing import Any
 import torch
 
 from benchmarks.host import cpu_name
+from npu_deploy.kernels.emulation import host_memory
 from npu_deploy.kernels.emulation.emulated_model import EmulatedModel
 from npu_deploy.kernels.emulation.emulator import EmulatorBackend
 from npu_deploy.metrics.comparison import compare
@@ -49,7 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--default-allocator", action="store_true",
+                        help="leave glibc's allocator as it is (the emulator otherwise keeps "
+                        "freed memory: kernels/emulation/host_memory.py), for a comparison")
     args = parser.parse_args(argv)
+    if args.default_allocator:
+        host_memory.decline()
 
     loaded = load_model(args.model)
     backend = TimedEmulator()
@@ -60,20 +67,27 @@ def main(argv: list[str] | None = None) -> int:
         model.prefill(tokens)
         loaded.hf(tokens[None])
     emulated, hf = [], []
+    faults = {"emulated": 0, "hf": 0}
     for _ in range(args.repeats):
         backend.seconds.clear()
+        f0 = _page_faults()
         t0 = time.perf_counter()
         logits = model.prefill(tokens)
         emulated.append(time.perf_counter() - t0)
+        f1 = _page_faults()
         with torch.inference_mode():
             t0 = time.perf_counter()
             ref = loaded.hf(tokens[None]).logits[0]
             hf.append(time.perf_counter() - t0)
+        faults["emulated"] += f1 - f0
+        faults["hf"] += _page_faults() - f1
     te, th = statistics.median(emulated), statistics.median(hf)
     ratio = statistics.median(e / h for e, h in zip(emulated, hf, strict=True))
     agreement = compare(ref, logits)
     report = {
         "machine": {"cpu": cpu_name(), "torch_threads": torch.get_num_threads()},
+        "allocator": "keeps freed memory" if host_memory.keep_freed_memory() else "default",
+        "page_faults_per_run": {k: v // args.repeats for k, v in faults.items()},
         "model": args.model, "seq_len": args.seq_len, "source": "measured-cpu",
         "emulated_s": te, "hf_fp32_s": th, "ratio": ratio, "target_ratio": TARGET_RATIO,
         "emulated_runs_s": emulated, "hf_fp32_runs_s": hf,
@@ -87,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     cpu = report["machine"]["cpu"]
     print(f"emulated prefill speed (measured on the CPU of this machine: {cpu}, "
           f"torch {torch.get_num_threads()} threads)")
-    print(f"  {args.model}, {args.seq_len} tokens, median of {args.repeats}")
+    print(f"  {args.model}, {args.seq_len} tokens, median of {args.repeats}; host allocator: "
+          f"{report['allocator']} (kernels/emulation/host_memory.py), page faults per run: "
+          f"emulated {faults['emulated'] // args.repeats}, HF {faults['hf'] // args.repeats}")
     print(f"  emulated prefill (NPU numerics on the CPU)  {te:8.2f} s")
     print(f"  Hugging Face FP32 forward                   {th:8.2f} s")
     print("  time per emulated kernel:")
@@ -101,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{verdict}  emulated / HF FP32 <= {TARGET_RATIO}: measured {ratio:.2f} (median of "
           f"the per-repeat ratios)")
     return 0
+
+
+def _page_faults() -> int:
+    """Minor page faults of this process so far."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 if __name__ == "__main__":

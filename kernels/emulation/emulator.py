@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..definition.family import EmulatedKernel, KernelSpec, ReferenceKernel, Shape, Tensors
 from ..definition.registry import FAMILIES
+from .host_memory import keep_freed_memory
 
 #: Each kernel's emulation and its FP32 reference, by kernel name.
 EMULATED: dict[str, EmulatedKernel] = {
@@ -31,6 +32,11 @@ class EmulatorBackend:
     #: same numbers in either (tests/kernels/test_plans.py holds the bits equal), so an
     #: arithmetic signature (kernels.plans.signature) may leave layouts out
     layout_invariant = True
+
+    def prepare(self, plan: object) -> None:
+        """Before a plan runs: the host allocator keeps the memory a run frees, so the
+        next run's activations fault no pages in (`host_memory`)."""
+        keep_freed_memory()
 
     def run(self, spec: KernelSpec, shape: Shape, config: dict, inputs: Tensors,
             outputs: Tensors) -> None:
