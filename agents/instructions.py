@@ -58,12 +58,32 @@ def what_it_understands() -> str:
                      for form, ex, ph in INSTRUCTIONS)
 
 
+def forms_at(phase: int) -> str:
+    """The forms the autopilot follows at `phase`, short (an input's placeholder)."""
+    here = [form for form, _, ph in INSTRUCTIONS if phase in ph]
+    if not here:
+        return f"the autopilot follows no instruction at phase {phase}"
+    return "the autopilot follows: " + " · ".join(here)
+
+
+def understood_at(phase: int) -> str:
+    """What the autopilot follows in a redirect of `phase`, in one line, for the person
+    about to type one."""
+    here = [f"{form} (e.g. {ex!r})" for form, ex, ph in INSTRUCTIONS if phase in ph]
+    if here:
+        return f"The autopilot follows, at phase {phase}: " + "; ".join(here) + "."
+    return (f"The autopilot follows no instruction at phase {phase}; at other phases: "
+            f"{what_it_understands()}.")
+
+
 def _value(text: str) -> Any:
     return int(text) if text.lstrip("-").isdigit() else text
 
 
-def parse(text: str, phase: int) -> Instruction | str:
-    """The instruction `text` says for `phase`, or why the autopilot cannot follow it."""
+def parse(text: str, phase: int, *, brief: bool = False) -> Instruction | str:
+    """The instruction `text` says for `phase`, or why the autopilot cannot follow it (with
+    what it does understand, unless `brief`: shown where that list already is)."""
+    understands = "" if brief else f"; the autopilot understands: {what_it_understands()}"
     said = " ".join(text.strip().rstrip(".").split())
     if m := _TILE.match(said):
         tunable, value, kernel = m.group(1).lower(), _value(m.group(2)), m.group(3)
@@ -79,11 +99,10 @@ def parse(text: str, phase: int) -> Instruction | str:
     elif m := _SEED.match(said):
         got = Instruction("seed", (1,), seed=int(m.group(1)))
     else:
-        return (f"the autopilot does not understand {said!r}; it understands: "
-                f"{what_it_understands()}")
+        return f"the autopilot does not understand {said!r}{understands}"
     if phase not in got.phases:
         return (f"{said!r} applies to phase {', '.join(map(str, got.phases))}, not phase "
-                f"{phase}; the autopilot understands: {what_it_understands()}")
+                f"{phase}{understands}")
     return got
 
 

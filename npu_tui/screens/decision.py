@@ -16,6 +16,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
+from npu_deploy.agents.instructions import forms_at, parse, understood_at
 from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
 from npu_deploy.events.decisions import naming, open_decisions, queued, waiting_on
 from npu_deploy.events.describe import SHOWN_CHARS, check_text, failing_checks, printable
@@ -126,7 +127,8 @@ class DecisionDialog(ModalScreen[str | None]):
         if self._reason_cut:
             keys.append(f"{FULL_TEXT} the whole reason")
         return "keys: " + " · ".join([*keys, "esc cancel"]) + (
-            " (enter in the instruction sends it)" if self.open.allows("redirect") else "")
+            " (in the instruction: enter sends it, esc leaves it)"
+            if self.open.allows("redirect") else "")
 
     def _body(self, gate: GateSummary | None) -> ComposeResult:
         """What the person reads and types: it scrolls, so the buttons always show."""
@@ -147,9 +149,24 @@ class DecisionDialog(ModalScreen[str | None]):
                 yield Label("Debug directions (from the debug skills that matched):")
                 yield OptionList(*(self._direction(i, d) for i, d in
                                    enumerate(ph.pending_directions, 1)), id="directions")
+            if self.open.allows("redirect"):
+                yield Static(Text(self._understood()), id="instruction-help")
         if self.open.allows("redirect"):
-            yield Input(placeholder="instruction for a redirect (the phase runs again)",
-                        id="instruction")
+            yield Input(placeholder=self._placeholder(), id="instruction")
+            yield Static(id="instruction-answer")       # shown when an answer is refused
+
+    def _placeholder(self) -> str:
+        """What the run's agent follows, in the empty instruction field: seen before typing."""
+        if self.state.agent == "autopilot":
+            return f"r, then type: {forms_at(self.phase)}"
+        return f"r, then type an instruction for phase {self.phase}'s next attempt"
+
+    def _understood(self) -> str:
+        """What the run's agent does with an instruction, before the person types one."""
+        if self.state.agent == "autopilot":
+            return understood_at(self.phase)
+        agent = f"The {self.state.agent} agent" if self.state.agent else "The run's agent"
+        return f"{agent} reads the instruction as written."
 
     def _why(self) -> str:
         s, ph = self.state, self.ph
@@ -217,8 +234,11 @@ class DecisionDialog(ModalScreen[str | None]):
     def on_mount(self) -> None:
         self._paint()
         self.app.theme_changed_signal.subscribe(self, self._paint)
-        if self.kind == "stopped" or (self.initial == "redirect" and self.kind == "checkpoint"):
+        if self.initial == "redirect" and self.kind == "checkpoint":
             self.query_one("#instruction", Input).focus()
+        elif self.kind == "stopped" and self.query("#redirect"):
+            # not the instruction: its letters would swallow the dialog's keys (r o p x)
+            self.query_one("#redirect", Button).focus()
         elif self.open.pick:
             self.query_one(OptionList).focus()
             self.query_one(OptionList).highlighted = 0
@@ -281,6 +301,14 @@ class DecisionDialog(ModalScreen[str | None]):
                         "do differently", severity="error")
             self.query_one("#instruction", Input).focus()
             return
+        if self.state.agent == "autopilot":
+            understood = parse(text, self.phase, brief=True)
+            if isinstance(understood, str):      # answered here, where it was typed
+                self.query_one("#decision").add_class("answered")
+                self.query_one("#instruction-answer", Static).update(Text(
+                    f"Not sent: {printable(understood)}.", style=tone_styles(self)["fail"]))
+                self.query_one("#instruction", Input).focus()
+                return
         payload: dict[str, Any] = {"instruction": text}
         if self.kind == "checkpoint":
             payload["checkpoint_id"] = self.waiting_id
@@ -345,13 +373,22 @@ class DecisionDialog(ModalScreen[str | None]):
         self.dismiss(command_id)
 
     def action_cancel(self) -> None:
+        """esc: out of the instruction first (back to the dialog's keys), then cancel."""
+        if isinstance(self.focused, Input):
+            target = self.query("#redirect").results(Button)
+            button = next(target, None)
+            if button is not None:
+                button.focus()
+                return
         self.dismiss(None)
 
     def action_choose(self, choice: str) -> None:
         """A key for a button: press it, if the run takes that decision now. Pause and abort
         have keys only (KEY_ONLY)."""
         if choice in KEY_ONLY:
-            if choice in self.choices():
+            if choice == "abort" and choice in self.choices():
+                self._confirm_abort()
+            elif choice in self.choices():
                 self._leave_run(choice)
             else:
                 self.notify(f"{choice} is not open now", severity="warning", timeout=3)
@@ -375,6 +412,16 @@ class DecisionDialog(ModalScreen[str | None]):
             return
         options.highlighted = n - 1
         self._pick()
+
+    def _confirm_abort(self) -> None:
+        """x: the run ends for good, so one question first (focus on keeping it)."""
+        from .dialogs import confirm_abort
+
+        def confirmed(yes: bool | None) -> None:
+            if yes:
+                self._leave_run("abort")
+
+        self.app.push_screen(confirm_abort(self.run_id, self.state), confirmed)
 
     def _leave_run(self, kind: str) -> None:
         """Pause or abort: about the run, not what the dialog shows; refused if not open."""

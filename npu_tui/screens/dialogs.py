@@ -54,6 +54,20 @@ class Confirm(ModalScreen[bool]):
         self.dismiss(False)
 
 
+def confirm_abort(run_id: str, state: object) -> Confirm:
+    """The one question before an abort: what it ends and that nothing brings it back; the
+    focus starts on Cancel."""
+    from npu_deploy.events import PHASE_NAMES, DeploymentState
+
+    where = ""
+    if isinstance(state, DeploymentState) and state.current_phase is not None:
+        k = state.current_phase
+        where = f" at phase {k} ({PHASE_NAMES[k]}, attempt {state.phases[k].attempts})"
+    return Confirm(f"Abort run {run_id}{where}? It ends as ABORTED: the phase stops where it "
+                   "is and the run cannot be resumed (a fork can start again from any "
+                   "event). Nothing recorded so far is lost.", "Abort the run", "Keep it")
+
+
 class GotoDialog(ModalScreen[int | None]):
     BINDINGS: ClassVar[list[BindingType]] = CANCEL
 

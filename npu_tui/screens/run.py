@@ -461,15 +461,14 @@ class RunScreen(Screen[None]):
         self.notify("pause left in the inbox; the run stops after its current step")
 
     def action_abort_run(self) -> None:
-        from .dialogs import Confirm
+        from .dialogs import confirm_abort
 
         def abort(yes: bool | None) -> None:
             if yes:
                 self.store.post_command(self.run_id, "abort", author=self.deploy_app.author)
                 self.notify("abort left in the inbox")
 
-        self.app.push_screen(Confirm(f"Abort run {self.run_id}? It ends as ABORTED and "
-                                     "cannot be resumed (a fork can).", "Abort"), abort)
+        self.app.push_screen(confirm_abort(self.run_id, self.head_state), abort)
 
     def decision_commands(self) -> Iterable[SystemCommand]:
         """A command for each decision the run takes now (events/decisions.py), and only

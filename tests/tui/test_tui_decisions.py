@@ -356,3 +356,88 @@ async def test_one_key_approves_and_one_key_pauses(store, db_path, fake):
     assert c.run(wait=False).reason == "paused"
     c.close()
 
+
+
+# --- a person's keys in the stopped-for-a-person dialog (issue 38) ---------------------------
+
+def _stopped(store, fake, agent: str = "fake") -> Conductor:
+    pipeline = fake(fail="0:9")
+    pipeline.agent.name = agent
+    c = start(store, pipeline, Policy(auto_approve=True, budget=1))
+    assert c.run().reason == "needs_human"
+    return c
+
+
+async def test_the_stopped_dialogs_keys_act_and_do_not_type_into_the_instruction(
+        store, db_path, fake):
+    _stopped(store, fake).close()
+    app = DeployApp(db_path, run_id="r1", live=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("d")
+        await until(pilot, lambda: isinstance(app.screen, DecisionDialog))
+        await pilot.pause()
+        dialog = app.screen
+        assert isinstance(dialog, DecisionDialog) and dialog.kind == "stopped"
+        field = dialog.query_one("#instruction")
+        assert dialog.focused is dialog.query_one("#redirect")     # not the text field
+        await pilot.press("o")                                      # override asks first
+        assert isinstance(app.screen, Confirm) and field.value == ""
+        await pilot.press("escape")
+        assert app.screen is dialog
+        await pilot.press("r")                                      # into the instruction
+        assert dialog.focused is field
+        await pilot.press("o", "k")                                 # letters type there now
+        assert field.value == "ok"
+        await pilot.press("escape")                                 # out of it, not away
+        assert app.screen is dialog and dialog.focused is dialog.query_one("#redirect")
+        await pilot.press("p")                                      # and the keys act again
+        await until(pilot, lambda: tui_commands(store, "r1"))
+    assert [c["kind"] for c in tui_commands(store, "r1")] == ["pause"]
+
+
+@pytest.mark.parametrize("keep", [True, False])
+async def test_x_asks_once_what_an_abort_ends_and_keeping_the_run_writes_nothing(
+        store, db_path, fake, keep):
+    _stopped(store, fake).close()
+    app = DeployApp(db_path, run_id="r1", live=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("d")
+        await until(pilot, lambda: isinstance(app.screen, DecisionDialog))
+        await pilot.pause()
+        await pilot.press("x")
+        confirm = app.screen
+        assert isinstance(confirm, Confirm)
+        assert "Abort run r1 at phase 0" in confirm.question
+        assert "cannot be resumed" in confirm.question
+        assert confirm.focused is confirm.query_one("#no")         # enter keeps the run
+        if keep:
+            await pilot.press("enter")
+            assert isinstance(app.screen, DecisionDialog)
+            await pilot.pause(0.2)
+            assert not tui_commands(store, "r1")
+            return
+        confirm.query_one("#yes").press()
+        await until(pilot, lambda: tui_commands(store, "r1"))
+    assert [c["kind"] for c in tui_commands(store, "r1")] == ["abort"]
+
+
+async def test_the_instruction_field_says_what_the_autopilot_follows_and_answers_a_refusal_there(
+        store, db_path, fake):
+    _stopped(store, fake, agent="autopilot").close()
+    app = DeployApp(db_path, run_id="r1", live=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("d")
+        await until(pilot, lambda: isinstance(app.screen, DecisionDialog))
+        await pilot.pause()
+        dialog = app.screen
+        help_text = shown_text(dialog.query_one("#instruction-help"))
+        assert "The autopilot follows no instruction at phase 0" in help_text
+        assert "retry with seed N" in help_text
+        await pilot.press("r", *"make it faster", "enter")
+        await pilot.pause(0.1)
+        assert app.screen is dialog                                 # still open, answered
+        answer = shown_text(dialog.query_one("#instruction-answer"))
+        assert answer == "Not sent: the autopilot does not understand 'make it faster'."
+        assert "follows no instruction at phase 0" in dialog.query_one("#instruction").placeholder
+        assert dialog.focused is dialog.query_one("#instruction")
+        assert not tui_commands(store, "r1")
