@@ -234,16 +234,40 @@ def _decision(p: dict[str, Any]) -> Line:
     return tuple(line)
 
 
+#: A tool call's arguments that are the conductor's bookkeeping, not what the call is about
+_BOOKKEEPING = frozenset({"backend", "idempotent"})
+
+
+def _arguments(args: dict[str, Any]) -> list[str]:
+    """What a tool call is about, in words: a text argument as it is (the kernel, the
+    prompt's name), a number or a flag as name=value, a list joined; a mapping by its size."""
+    words = []
+    for name, value in args.items():
+        if name in _BOOKKEEPING:
+            continue
+        if isinstance(value, str):
+            words.append(value if len(value) <= 48 else value[:47] + "…")
+        elif isinstance(value, list | tuple):
+            words.append(f"{name}=" + ",".join(map(str, value)))
+        elif isinstance(value, dict):
+            words.append(f"{name}={{{len(value)}}}" if value else f"{name}={{}}")
+        else:
+            words.append(f"{name}={value}")
+    return words
+
+
 #: Summaries of one plain span (the event stream's hot path formats them straight).
 _PLAIN: dict[str, Callable[[dict[str, Any]], str]] = {
     "run.started": lambda p: f"{p['model']} on {p['backend']}, agent {p['agent']}",
     "run.forked": lambda p: f"from {p['parent_run_id']} at v{p['parent_version']}",
     "run.resumed": lambda p: f"from v{p['from_version']}: {p['reason']}",
     "phase.exited": lambda p: f"{p['outcome']} {p['reason']}".strip(),
-    "agent.message": lambda p: f"{p['role']}: {p['text']}",
+    # the agent's own words as they are; another role (a person's, the system's) named
+    "agent.message": lambda p: p["text"] if p["role"] == "assistant" else
+    f"{p['role']}: {p['text']}",
     "model.called": lambda p: (f"{p['model']} in {p['input_tokens']} out {p['output_tokens']} "
                                f"${p['cost_usd']:.4f} ({p['stop_reason']})"),
-    "tool.requested": lambda p: f"{p['tool']} [{p['call_id']}]",
+    "tool.requested": lambda p: " ".join([p["tool"], *_arguments(p["arguments"])]),
     "tool.completed": lambda p: f"{p['tool']} [{p['call_id']}] {'ok' if p['ok'] else 'failed'}",
     "tool.abandoned": lambda p: f"{p['tool']} [{p['call_id']}]: {p['reason']}",
     "profile.recorded": lambda p: f"{p['scope']} {p['total_s'] * 1e3:.2f} ms ({p['source']})",

@@ -33,7 +33,29 @@ from ..messages import CursorMoved, ShowEvent
 from ..stream_view import KINDS, SearchQuery, StepResult, StreamView, find
 from ..timeline import EventLine, RunTimeline
 
-PREFIX_WIDTH = 8 + 9 + 2 + 6 + 21     # version, time, glyph, phase.attempt, type
+#: From this many columns a row shows the whole type name, and from TIMED_ROW its time;
+#: narrower, the summary (what identifies the row: the kernel, the gate, the decision) gets
+#: that room.
+WIDE_ROW = 96
+TIMED_ROW = 72
+#: The type column, wide and narrow (narrow, a type shows by its short name, SHORT_TYPES)
+TYPE_WIDTH = (21, 11)
+#: The type column of a narrow row: a word or two, the glyph beside it says the rest
+SHORT_TYPES = {
+    "run.started": "started", "run.forked": "forked", "run.resumed": "resumed",
+    "run.finished": "finished", "phase.entered": "phase in", "phase.exited": "phase out",
+    "agent.message": "message", "model.called": "model call", "tool.requested": "tool call",
+    "tool.completed": "tool done", "tool.abandoned": "tool lost", "gate.evaluated": "gate",
+    "profile.recorded": "profile", "checkpoint.requested": "checkpoint",
+    "human.decision": "decision", "debug.proposed": "debug", "skill.loaded": "skill",
+    "lesson.recorded": "lesson", "lesson.approved": "lesson ok",
+    "experience.recorded": "experience", "error": "error"}
+
+
+def row_layout(width: int, head: int) -> tuple[int, bool, int]:
+    """The version column's width (the run's largest version), whether the time shows, and
+    the type column's width, for rows `width` columns wide."""
+    return max(3, len(str(head))), width >= TIMED_ROW, TYPE_WIDTH[0 if width >= WIDE_ROW else 1]
 DRAWN_KEPT = 256                      # event lines kept drawn (a few screens)
 #: How a folded tool step shows in the glyph column: collapsed, expanded.
 STEP_GLYPHS = (STEP_MARKS["folded"].glyph, STEP_MARKS["expanded"].glyph)
@@ -44,17 +66,19 @@ def copies_dir() -> Path:
     return Path(tempfile.gettempdir()) / "npu-deploy-copies"
 
 
-def step_label(result: StepResult | None) -> str:
-    """The type column of a folded step: how it ended and how long it took."""
+def step_label(result: StepResult | None, *, short: bool = False) -> str:
+    """The type column of a folded step: how it ended and how long it took (`short`, in a
+    narrow row: without the word "tool", which the step's glyph says)."""
+    tool = "" if short else "tool "
     if result is None:
-        return f"tool {STEP_MARKS['running'].glyph} running"
+        return f"{tool}{STEP_MARKS['running'].glyph} running"
     if result.type == "tool.abandoned":
-        return f"tool {STEP_MARKS['abandoned'].glyph} abandoned"
+        return f"{tool}{STEP_MARKS['abandoned'].glyph} abandoned"
     mark = STEP_MARKS["ok" if result.ok else "failed"].glyph
     d = result.duration_s
     if d is None:
-        return f"tool {mark}"
-    return f"tool {mark} {d:.2f} s" if d < 10 else f"tool {mark} {d:.1f} s"
+        return f"{tool}{mark}"
+    return f"{tool}{mark} {d:.2f} s" if d < 10 else f"{tool}{mark} {d:.1f} s"
 
 
 class EventStream(ScrollView, can_focus=True):
@@ -90,8 +114,8 @@ class EventStream(ScrollView, can_focus=True):
         self.matches: list[int] = []            # the rows they show on, oldest first
         self._styles: dict[str, Style] = {}
         # lines drawn lately, as segments (a kept Strip brings seven caches for the collector)
-        #: (version, width) -> the row's segments, and its plain row drawn
-        self._drawn: OrderedDict[tuple[int, int], tuple[list[Segment], Strip]] = OrderedDict()
+        #: (version, width, digits of the head) -> the row's segments, and its plain row drawn
+        self._drawn: OrderedDict[tuple[int, int, int], tuple[list[Segment], Strip]] = OrderedDict()
 
     def on_mount(self) -> None:
         self.sync_head()
@@ -387,14 +411,15 @@ class EventStream(ScrollView, can_focus=True):
         width = self.size.width
         version = self.view.rows[row] if row < len(self.view) else 0
         base = self.visual_style.rich_style
-        drawn = self._drawn.get((version, width))
+        key = (version, width, len(str(self.timeline.head)))
+        drawn = self._drawn.get(key)
         if drawn is None:
             line = self.timeline.line(version)
             if line is None:
                 return Strip.blank(width, base)
             segments = self._segments(line)       # in the widget's style and the tones
             plain = Strip(segments).crop_extend(0, width, base)
-            drawn = self._drawn[(version, width)] = (segments, plain)
+            drawn = self._drawn[key] = (segments, plain)
             if len(self._drawn) > DRAWN_KEPT:
                 self._drawn.popitem(last=False)
         segments, plain = drawn
@@ -413,20 +438,28 @@ class EventStream(ScrollView, can_focus=True):
     def _segments(self, line: EventLine) -> list[Segment]:
         where = "" if line.phase is None else f"p{line.phase}.{line.attempt or 0}"
         tone, glyph, kind = self._style(line.tone), line.glyph, line.type
+        width = self.scrollable_content_region.width
+        digits, timed, type_w = row_layout(width, self.timeline.head)
+        short = type_w < TYPE_WIDTH[0]
+        if short:
+            kind = SHORT_TYPES.get(kind, kind)
         if line.type == "tool.requested" and self.view.paired:
             result = self.view.results.get(line.version)
-            kind = step_label(result)
+            kind = step_label(result, short=short)
             glyph = STEP_GLYPHS[line.version in self.view.expanded] if result else "…"
             if result is not None and not (result.ok and result.type == "tool.completed"):
                 tone = self._style("fail")
-        room = max(8, self.scrollable_content_region.width - PREFIX_WIDTH)
+        if len(kind) >= type_w:
+            kind = kind[:type_w - 2] + "…"
+        prefix = digits + 1 + (9 if timed else 0) + 2 + 6 + type_w
+        room = max(8, width - prefix)
         summary = line.summary if len(line.summary) <= room else line.summary[:room - 1] + "…"
         return [
-            Segment(f"{line.version:>7} ", self._style("muted")),
-            Segment(f"{line.ts[11:19]} ", self._style("muted")),
+            Segment(f"{line.version:>{digits}} ", self._style("muted")),
+            *([Segment(f"{line.ts[11:19]} ", self._style("muted"))] if timed else []),
             Segment(f"{glyph} ", tone),
             Segment(f"{where:<6}", self._style("muted")),
-            Segment(f"{kind:<21}", tone),
+            Segment(f"{kind:<{type_w}}", tone),
             Segment(summary, self._style("")),
         ]
 

@@ -80,8 +80,21 @@ def test_a_retry_says_its_attempt_its_direction_and_its_instruction():
 
 def test_describe_is_one_line_of_at_most_its_width():
     e = sealed("agent.message", {"role": "assistant", "text": "line one\nline two " + "x" * 80})
-    assert describe(e) == "assistant: line one line two " + "x" * 80
-    assert describe(e, 20) == "assistant: line one…" and len(describe(e, 20)) == 20
+    assert describe(e) == "line one line two " + "x" * 80     # the agent's words, as said
+    assert describe(e, 20) == "line one line two x…" and len(describe(e, 20)) == 20
+    user = sealed("agent.message", {"role": "user", "text": "look at RoPE"})
+    assert describe(user) == "user: look at RoPE"                  # another role is named
+
+
+def test_a_tool_call_says_what_it_is_about_not_the_conductors_bookkeeping():
+    e = sealed("tool.requested", {"call_id": "p1.a1.c7", "tool": "validate_kernel", "arguments": {
+        "backend": True, "idempotent": True, "kernel": "silu_mul rows=128 width=1536", "seed": 0}})
+    assert describe(e) == "validate_kernel silu_mul rows=128 width=1536 seed=0"
+    e = sealed("tool.requested", {"call_id": "c", "tool": "profile", "arguments": {
+        "mode": "decode p=128", "transforms": ["reuse_buffers", "merge_dispatches"],
+        "overrides": {}}})
+    assert describe(e) == "profile decode p=128 transforms=reuse_buffers,merge_dispatches " \
+        "overrides={}"
 
 
 @settings(max_examples=200, deadline=None)

@@ -211,6 +211,6 @@ async def test_a_live_runs_newest_event_is_on_screen_and_the_stream_has_its_rows
             await pilot.pause()
             assert not stream.show_horizontal_scrollbar
             shown = app.export_screenshot().replace("&#160;", " ")
-            assert "checkpoint.requested" in shown
+            assert "checkpoint" in shown and "passed its gate" in shown
             body = app.screen.query_one("#run-body").size.height
             assert stream.size.height >= (body * 2) // 5 - 2       # less its border

@@ -160,7 +160,8 @@ async def test_a_tool_step_is_one_line_with_its_duration_and_expands(store, db_p
         line = "".join(s.text for s in stream.render_line(stream.cursor_row
                                                           - stream.scroll_offset.y))
         duration = store.event_at(finished_run, completed).payload["duration_s"]
-        assert f"tool ✓ {duration:.2f} s" in line and "▸" in line and "compute" in line
+        # a narrow row: the glyph says "tool", the type column how it ended and its time
+        assert f"✓ {duration:.2f} s" in line and "▸" in line and "compute i=0" in line
         await press(pilot, "c")                           # a folded step copies both events
         copied = json.loads(app.clipboard)
         assert [e["run_version"] for e in copied] == [requested, completed]
