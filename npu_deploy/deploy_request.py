@@ -261,3 +261,27 @@ def resume_run(store: Any, run_id: str, *, pipeline: str | None = None,
     except ValueError as e:
         raise Refused([Problem("pipeline", str(e))]) from None
     return resume(store, run_id, loaded, on_event=on_event, adopt=adopt)
+
+
+# --- a redirect checked before it is sent (the TUI's decision dialog) ---------------------
+
+def autopilot_forms(phase: int) -> str:
+    """The forms of instruction the autopilot follows at `phase`, short."""
+    from npu_deploy.agents.instructions import forms_at
+
+    return forms_at(phase)
+
+
+def autopilot_understands(phase: int) -> str:
+    """What the autopilot follows in a redirect of `phase`, in a sentence."""
+    from npu_deploy.agents.instructions import understood_at
+
+    return understood_at(phase)
+
+
+def autopilot_refusal(instruction: str, phase: int) -> str | None:
+    """Why the autopilot could not follow `instruction` at `phase` (brief), or None."""
+    from npu_deploy.agents.instructions import parse
+
+    understood = parse(instruction, phase, brief=True)
+    return understood if isinstance(understood, str) else None

@@ -16,7 +16,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from npu_deploy.agents.instructions import forms_at, parse, understood_at
+from npu_deploy.deploy_request import autopilot_forms, autopilot_refusal, autopilot_understands
 from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
 from npu_deploy.events.decisions import naming, open_decisions, queued, waiting_on
 from npu_deploy.events.describe import SHOWN_CHARS, check_text, failing_checks, printable
@@ -158,13 +158,13 @@ class DecisionDialog(ModalScreen[str | None]):
     def _placeholder(self) -> str:
         """What the run's agent follows, in the empty instruction field: seen before typing."""
         if self.state.agent == "autopilot":
-            return f"r, then type: {forms_at(self.phase)}"
+            return f"r, then type: {autopilot_forms(self.phase)}"
         return f"r, then type an instruction for phase {self.phase}'s next attempt"
 
     def _understood(self) -> str:
         """What the run's agent does with an instruction, before the person types one."""
         if self.state.agent == "autopilot":
-            return understood_at(self.phase)
+            return autopilot_understands(self.phase)
         agent = f"The {self.state.agent} agent" if self.state.agent else "The run's agent"
         return f"{agent} reads the instruction as written."
 
@@ -302,8 +302,8 @@ class DecisionDialog(ModalScreen[str | None]):
             self.query_one("#instruction", Input).focus()
             return
         if self.state.agent == "autopilot":
-            understood = parse(text, self.phase, brief=True)
-            if isinstance(understood, str):      # answered here, where it was typed
+            understood = autopilot_refusal(text, self.phase)
+            if understood is not None:           # answered here, where it was typed
                 self.query_one("#decision").add_class("answered")
                 self.query_one("#instruction-answer", Static).update(Text(
                     f"Not sent: {printable(understood)}.", style=tone_styles(self)["fail"]))
