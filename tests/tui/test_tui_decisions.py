@@ -368,15 +368,20 @@ def _stopped(store, fake, agent: str = "fake") -> Conductor:
     return c
 
 
+async def _decide(app, pilot) -> DecisionDialog:
+    """`d`, and the dialog once it has mounted (its focus set)."""
+    await pilot.press("d")
+    await until(pilot, lambda: isinstance(app.screen, DecisionDialog))
+    await pilot.pause()
+    return app.screen
+
+
 async def test_the_stopped_dialogs_keys_act_and_do_not_type_into_the_instruction(
         store, db_path, fake):
     _stopped(store, fake).close()
     app = DeployApp(db_path, run_id="r1", live=True)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.press("d")
-        await until(pilot, lambda: isinstance(app.screen, DecisionDialog))
-        await pilot.pause()
-        dialog = app.screen
+        dialog = await _decide(app, pilot)
         assert isinstance(dialog, DecisionDialog) and dialog.kind == "stopped"
         field = dialog.query_one("#instruction")
         assert dialog.focused is dialog.query_one("#redirect")     # not the text field
@@ -401,9 +406,7 @@ async def test_x_asks_once_what_an_abort_ends_and_keeping_the_run_writes_nothing
     _stopped(store, fake).close()
     app = DeployApp(db_path, run_id="r1", live=True)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.press("d")
-        await until(pilot, lambda: isinstance(app.screen, DecisionDialog))
-        await pilot.pause()
+        await _decide(app, pilot)
         await pilot.press("x")
         confirm = app.screen
         assert isinstance(confirm, Confirm)
@@ -426,10 +429,7 @@ async def test_the_instruction_field_says_what_the_autopilot_follows_and_answers
     _stopped(store, fake, agent="autopilot").close()
     app = DeployApp(db_path, run_id="r1", live=True)
     async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.press("d")
-        await until(pilot, lambda: isinstance(app.screen, DecisionDialog))
-        await pilot.pause()
-        dialog = app.screen
+        dialog = await _decide(app, pilot)
         help_text = shown_text(dialog.query_one("#instruction-help"))
         assert "The autopilot follows no instruction at phase 0" in help_text
         assert "retry with seed N" in help_text
