@@ -18,7 +18,7 @@ from textual.highlight import HighlightTheme, highlight
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from npu_deploy.events import Event
+from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
 from npu_deploy.events.describe import SHOWN_CHARS, cut, printable
 
 CANCEL: list[BindingType] = [Binding("escape", "cancel", "Cancel", id="dialog.cancel")]
@@ -54,13 +54,11 @@ class Confirm(ModalScreen[bool]):
         self.dismiss(False)
 
 
-def confirm_abort(run_id: str, state: object) -> Confirm:
+def confirm_abort(run_id: str, state: DeploymentState) -> Confirm:
     """The one question before an abort: what it ends and that nothing brings it back; the
-    focus starts on Cancel."""
-    from npu_deploy.events import PHASE_NAMES, DeploymentState
-
+    focus starts on keeping the run."""
     where = ""
-    if isinstance(state, DeploymentState) and state.current_phase is not None:
+    if state.current_phase is not None:
         k = state.current_phase
         where = f" at phase {k} ({PHASE_NAMES[k]}, attempt {state.phases[k].attempts})"
     return Confirm(f"Abort run {run_id}{where}? It ends as ABORTED: the phase stops where it "
