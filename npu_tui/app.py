@@ -137,11 +137,17 @@ class DeployApp(App[None]):
             self.push_screen(screen)
 
     def show_runs(self) -> None:
+        """The run browser, its cursor on the run a person comes back from."""
+        came_from = self.screen.run_id if isinstance(self.screen, RunScreen) else None
         if any(isinstance(s, RunsScreen) for s in self.screen_stack):
             while not isinstance(self.screen, RunsScreen):
                 self.pop_screen()
+            runs = self.screen
         else:
-            self.switch_screen(RunsScreen())
+            runs = RunsScreen()
+            self.switch_screen(runs)
+        if came_from is not None:
+            runs.select(came_from)
 
     def action_runs(self) -> None:
         self.show_runs()
@@ -154,6 +160,34 @@ class DeployApp(App[None]):
         self.push_screen(HelpScreen(self.screen))
 
     # --- driving a conductor in this process ----------------------------------------------------
+
+    def ask_resume(self, run_id: str, status: str) -> None:
+        """Resume `run_id` (whose status is `status`) in this process, once a person has
+        seen what it goes on from; the run screen opens live on it."""
+        from npu_deploy.events import PHASE_NAMES
+
+        from .screens.dialogs import ResumeConfirm
+        from .timeline import unfinished_step
+
+        if self.driver is None:
+            self.notify(f"this window only watches: `npu-deploy resume {run_id}` in a shell "
+                        "resumes it", severity="error")
+            return
+        if status in ("finished", "failed", "aborted", "running", "starting"):
+            self.notify(f"run {run_id} is {status}: there is nothing to resume"
+                        + (" (another process runs it; attach instead)"
+                           if status == "running" else ""), severity="warning")
+            return
+        s = self.store.fold(run_id)
+        done = [ph for ph in s.phases if ph.status == "exited:passed"]
+        last = f"{done[-1].phase} ({PHASE_NAMES[done[-1].phase]})" if done else "none"
+
+        def go(yes: bool | None) -> None:
+            if yes:
+                self.drive_resume(run_id)
+
+        self.push_screen(ResumeConfirm(run_id, last, unfinished_step(self.store, run_id),
+                                       status), go)
 
     def drive_resume(self, run_id: str) -> None:
         self._drive(run_id, "resume")

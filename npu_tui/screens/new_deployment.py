@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, ClassVar
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import BindingType
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
 from textual.validation import ValidationResult, Validator
-from textual.widgets import Button, Input, Label, Select, Static, Switch
+from textual.widgets import Button, Footer, Input, Label, Select, Static, Switch
 
 from npu_deploy.deploy_request import (
     AGENTS,
@@ -62,7 +62,10 @@ class Checked(Validator):
 class NewDeployment(ModalScreen["Driver | None"]):
     """Dismisses with a driver of the checked request (`Driver.deploying`), or None."""
 
-    BINDINGS: ClassVar[list[BindingType]] = CANCEL
+    #: ctrl+s deploys from any field (a Select or the Switch takes enter for itself; in a
+    #: text field enter deploys too); the form's footer shows only the form's keys.
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+s", "submit", "Deploy", priority=True, id="form.deploy"), *CANCEL]
 
     def __init__(self, driver: Driver) -> None:
         super().__init__()
@@ -100,8 +103,9 @@ class NewDeployment(ModalScreen["Driver | None"]):
             yield Static(id="seq_len-problem", classes="problem")
             yield Static(id="new-status")       # what the check is doing
             with Horizontal(classes="buttons"):
-                yield Button("Deploy", id="yes", variant="primary")
-                yield Button("Cancel", id="no")
+                yield Button("Deploy (ctrl+s)", id="yes", variant="primary")
+                yield Button("Cancel (esc)", id="no")
+        yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#path", Input).display = False
@@ -236,6 +240,9 @@ class NewDeployment(ModalScreen["Driver | None"]):
             self.show_status(others[0])
         if event.driver is not None and not event.problems:
             self.dismiss(event.driver)
+
+    def action_submit(self) -> None:
+        self.submit()
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -37,7 +37,7 @@ from ..widgets.banner import Banner
 from ..widgets.event_stream import EventPane, EventStream
 from ..widgets.phase_strip import PhaseStrip
 from ..widgets.run_tabs import RunTabs
-from ..widgets.run_title import RunTitle, fit_title, unique_prefix
+from ..widgets.run_title import ALIVE, RunTitle, fit_title, unique_prefix
 from ..widgets.scrubber import Scrubber
 from ..widgets.step_progress import StepProgress
 
@@ -48,6 +48,7 @@ POLL_S = 0.1                 # how often the live worker looks at the store
 LIVE_S = 0.1                 # new events reach the stream, strip and title this often
 REPAINT_S = 0.25             # heavy panels repaint at most this often while events stream in
 FREEZE_S = 1.0               # what the screen made and kept leaves the collector this often
+STATUS_S = 1.0               # whether anything writes the run, this often
 STEP_S = 0.5                 # the step in flight and its progress bar, this often
 #: The palette's decisions about a phase (k): title and help.
 DECISION_COMMANDS = {
@@ -83,6 +84,7 @@ class RunScreen(Screen[None]):
         # priority: the event stream would otherwise take `end` as "scroll to the bottom"
         Binding("end", "follow", "Live", id="run.follow", priority=True),
         Binding("P", "pause_run", "Pause run", show=False, id="run.pause"),
+        Binding("r", "resume", "Resume", id="run.resume"),
         Binding("k", "fork", "Fork here", show=False, id="run.fork"),
         Binding("escape", "back", "Runs", id="run.back"),
     ]
@@ -123,8 +125,8 @@ class RunScreen(Screen[None]):
         self.head_state = self.timeline.state_at(self.timeline.head)
         self.cursor = self.timeline.head if self.follow else min(1, self.timeline.head)
         store, run_id = self.store, self.run_id
-        yield RunTitle(run_id, unique_prefix(run_id, store.run_ids()),
-                       lambda status: store.live_status(run_id, status), id="run-title")
+        self.short_id = unique_prefix(run_id, store.run_ids())
+        yield RunTitle(run_id, self.short_id, self._live_status, id="run-title")
         yield PhaseStrip(id="phases")
         yield Banner(id="banner")
         yield StepProgress(opened=self._opened, id="step-progress")
@@ -147,6 +149,8 @@ class RunScreen(Screen[None]):
         self.set_interval(REPAINT_S, self._flush)
         self.set_interval(FREEZE_S, self._freeze_grown)
         self.set_interval(STEP_S, self.show_step)
+        self.set_interval(STATUS_S, self._show_status)
+        self._show_status()
         self.show_step()
         self._poll()
         self._warm()
@@ -172,6 +176,41 @@ class RunScreen(Screen[None]):
 
     def on_unmount(self) -> None:
         gc.unfreeze()         # what this screen kept alive can be collected again
+
+    def _live_status(self, folded: str) -> str:
+        """The run's status as its writer's lock says; "starting" while this window's own
+        driver loads it or starts its conductor (no lock taken yet: not a crash)."""
+        status = self.store.live_status(self.run_id, folded)
+        app = self.deploy_app
+        if status == "crashed" and (self.run_id in app.driving or self.run_id in app.loading):
+            return "starting"
+        return status
+
+    @property
+    def status(self) -> str:
+        """running, starting, crashed, paused, needs_human, finished, aborted (probed at
+        most once a second, widgets/run_title.py)."""
+        return self.query_one(RunTitle).run_status(self.head_state)
+
+    @property
+    def alive(self) -> bool:
+        """Something writes the run: a conductor, or this window's driver starting one."""
+        return self.status in ALIVE
+
+    def _show_status(self) -> None:
+        """What depends on whether anything writes the run: a step with no result is cut
+        short, not running; no clock ticks; the banner says how to go on."""
+        stopped = not self.alive
+        if stopped != self.query_one(EventStream).stopped:
+            self.query_one(EventStream).set_stopped(stopped)
+            self.refresh_bindings()          # r (resume) shows in the footer, or not
+        self._show_banner()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """r (resume) only while nothing writes the run and it has not ended."""
+        if action == "resume":
+            return self.status in ("crashed", "paused")
+        return True
 
     # --- workers ------------------------------------------------------------------------
 
@@ -272,7 +311,7 @@ class RunScreen(Screen[None]):
         loading = self.deploy_app.loading.get(self.run_id)
         if loading:
             widget.show_loading(loading)
-        elif self.follow and not self.head_state.terminal:
+        elif self.follow and not self.head_state.terminal and self.alive:
             if self._step_reader is None or self._step_reader.is_finished:
                 self._step_reader = self._read_step()
         else:
@@ -284,7 +323,7 @@ class RunScreen(Screen[None]):
             return                        # loading is drawn at once by show_step
         if message.step is not None and self._estimates is None:
             self._estimates = message.estimates
-        following = self.follow and not self.head_state.terminal
+        following = self.follow and not self.head_state.terminal and self.alive
         self.query_one(StepProgress).step(message.step if following else None,
                                           message.estimates, message.counted)
 
@@ -342,8 +381,9 @@ class RunScreen(Screen[None]):
         self._show_title(self.state_at_cursor())
 
     def _show_banner(self) -> None:
-        self.query_one(Banner).show(self.head_state,
-                                    at_newest=self.cursor >= self.timeline.head)
+        self.query_one(Banner).show(self.head_state, self.status, self.short_id,
+                                    at_newest=self.cursor >= self.timeline.head,
+                                    here=self.deploy_app.driver is not None)
 
     # --- replay actions ----------------------------------------------------------------------
 
@@ -450,6 +490,9 @@ class RunScreen(Screen[None]):
                         severity="warning")
             return
         self.app.push_screen(DecisionDialog(self.run_id, state, initial=initial))
+
+    def action_resume(self) -> None:
+        self.deploy_app.ask_resume(self.run_id, self.status)
 
     def action_pause_run(self) -> None:
         state = self.store.fold(self.run_id)

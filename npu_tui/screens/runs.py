@@ -16,26 +16,59 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 from textual.widgets.data_table import CellDoesNotExist
 
-from npu_deploy.events import PHASE_NAMES
 from npu_deploy.events.decisions import waiting_text
 from npu_deploy.events.describe import printable, time_split
 from npu_deploy.store import RunSummary
 
 from ..legend import TONE_CLASSES, tone_styles
-from ..timeline import unfinished_step
 from ..widgets.phase_strip import SHORT
+from ..widgets.run_title import abbreviate, unique_prefix
 
 if TYPE_CHECKING:
     from ..app import DeployApp, Driver
 
-COLUMNS = ("run", "model", "started (UTC)", "phase", "status", "verdict", "tokens", "cost",
-           "events")
+#: The table's columns, left to right.
+COLUMNS = ("run", "model", "phase", "status", "verdict", "started (UTC)", "events", "tokens",
+           "cost")
+#: What a narrow table gives up first, in order, until its rows fit: a shorter form of a
+#: column (the run id's unique start, the model without its owner) or the column itself.
+#: The run, its status and its verdict are never given up: they say what the row is.
+NARROWING = (("cost", None), ("tokens", None), ("events", None), ("run", "short"),
+             ("model", "name"), ("started (UTC)", None), ("model", "cut"), ("phase", "short"),
+             ("model", None), ("phase", None))
+NARROW_BELOW = 110           # columns: under this, the preview goes under the table
+TABLE_SHARE = (3, 5)        # the table's share of a wide screen; the preview has the rest
+MODEL_CUT = 14               # the model column's width at its narrowest form
 #: A run's status by its tone (legend.py TONES): at work, failed, a person's turn, passed.
 STATUS_TONE = {"running": "active", "crashed": "fail", "needs_human": "human",
                "finished": "pass", "failed": "fail", "aborted": "muted", "paused": "human"}
 
 
+def fit_columns(rows: list[dict[str, dict[str, str]]], width: int) -> dict[str, str]:
+    """Which form of each column (a key of each row's cell) the table shows in `width`
+    cells: every column at its first form, then NARROWING's steps in order until the widest
+    cell of each shown column, with a cell's padding, fits. A column given up is absent."""
+    forms = dict.fromkeys(COLUMNS, "full")
+
+    def needed() -> int:
+        return sum(2 + max([len(c), *(len(r[c][f]) for r in rows)])
+                   for c, f in forms.items())
+
+    for column, form in NARROWING:
+        if needed() <= width:
+            break
+        if column not in forms:
+            continue
+        if form is None:
+            del forms[column]
+        else:
+            forms[column] = form
+    return forms
+
+
 class RunsScreen(Screen[None]):
+    #: The screen's class by width (app.tcss): narrow puts the preview under the table.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (NARROW_BELOW, "-wide")]
     COMPONENT_CLASSES: ClassVar[set[str]] = set(TONE_CLASSES)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open", "Open", id="runs.open"),
@@ -51,6 +84,8 @@ class RunsScreen(Screen[None]):
         super().__init__()
         self.summaries: dict[str, RunSummary] = {}
         self.filter_text = ""
+        self._forms: list[tuple[str, str]] = []     # the columns shown, and their forms
+        self._select: str | None = None
 
     @property
     def deploy_app(self) -> DeployApp:
@@ -66,8 +101,6 @@ class RunsScreen(Screen[None]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        for c in COLUMNS:
-            table.add_column(c, key=c)
         self.query_one("#runs-filter", Input).display = False
         self.reload()
         self.set_interval(1.0, self.reload)
@@ -83,18 +116,24 @@ class RunsScreen(Screen[None]):
         shown = [r for r in reversed(runs) if not needle or needle in
                  " ".join((r.run_id, r.model, r.status, r.verdict or "")).lower()]
         table = self.query_one(DataTable)
-        selected = self.selected()
+        selected = self._select or self.selected()
+        self._select = None
+        ids = list(self.summaries)
+        rows = [self._cells(r, ids) for r in shown]
+        forms = fit_columns(rows, self._table_width())
+        if list(forms.items()) != self._forms:
+            self._forms = list(forms.items())
+            table.clear(columns=True)
+            for c in forms:
+                table.add_column(c, key=c)
+        else:
+            table.clear()
         tones = tone_styles(self)
-        table.clear()
-        for r in shown:
-            phase = "—" if r.phase_reached is None else f"{r.phase_reached} " \
-                f"{SHORT[r.phase_reached]}"
+        for r, cells in zip(shown, rows, strict=True):
             # what a person typed (a run id, a model name) is data: Text, never markup
-            table.add_row(Text(printable(r.run_id, 24)), Text(printable(r.model)),
-                          r.created_ts[:16].replace("T", " "), phase,
-                          Text(r.status, style=tones[STATUS_TONE.get(r.status, "")]),
-                          r.verdict or "—", f"{r.input_tokens + r.output_tokens:,}",
-                          f"${r.cost_usd:.2f}", str(r.events), key=r.run_id)
+            table.add_row(*(Text(cells[c][f], style=tones[STATUS_TONE.get(r.status, "")]
+                                 if c == "status" else "") for c, f in forms.items()),
+                          key=r.run_id)
         if selected in {r.run_id for r in shown}:
             table.move_cursor(row=table.get_row_index(selected), animate=False)
         self.query_one("#runs-title", Static).update(Text.assemble(   # a path and a filter
@@ -102,6 +141,47 @@ class RunsScreen(Screen[None]):
                 f"  {self.deploy_app.store.path}  {len(runs)} runs"
                 + (f", {len(shown)} shown (filter {self.filter_text!r})" if needle else ""))))
         self._preview()
+
+    @staticmethod
+    def _cells(r: RunSummary, ids: list[str]) -> dict[str, dict[str, str]]:
+        """Each column's forms for run `r` (the first is the widest; fit_columns picks one);
+        `ids`: every run's id, for the shortest start that names this run alone."""
+        run_id = printable(r.run_id, None)
+        short = unique_prefix(r.run_id, ids)
+        model = printable(r.model, None)
+        name = model.rsplit("/", 1)[-1]
+        phase = "—" if r.phase_reached is None else str(r.phase_reached)
+        return {
+            "run": {"full": abbreviate(run_id, 40),
+                    "short": printable(short, None) + ("…" if short != r.run_id else "")},
+            "model": {"full": abbreviate(model, 40), "name": abbreviate(name, 24),
+                      "cut": abbreviate(name, MODEL_CUT)},
+            "phase": {"full": phase if r.phase_reached is None else
+                      f"{phase} {SHORT[r.phase_reached]}", "short": phase},
+            "status": {"full": r.status},
+            "verdict": {"full": r.verdict or "—"},
+            "started (UTC)": {"full": r.created_ts[:16].replace("T", " ")},
+            "events": {"full": str(r.events)},
+            "tokens": {"full": f"{r.input_tokens + r.output_tokens:,}"},
+            "cost": {"full": f"${r.cost_usd:.2f}"},
+        }
+
+    def _table_width(self) -> int:
+        """The cells the table's rows may take: the screen's width, less the preview beside
+        it when the screen is wide (app.tcss), the table's scroll bar and a margin."""
+        width = self.size.width or self.app.size.width
+        if self.has_class("-wide"):
+            width = width * TABLE_SHARE[0] // TABLE_SHARE[1]
+        return width - 3
+
+    def on_resize(self) -> None:
+        self.reload()
+
+    def select(self, run_id: str) -> None:
+        """Put the cursor on `run_id` at the next reload (the run a person comes back from)."""
+        self._select = run_id
+        if self.is_mounted:
+            self.reload()
 
     def selected(self) -> str | None:
         table = self.query_one(DataTable)
@@ -135,7 +215,14 @@ class RunsScreen(Screen[None]):
         grid.add_row("run", Text(printable(run_id)))
         grid.add_row("model", Text(printable(f"{s.model} on {s.backend}, agent {s.agent}")))
         grid.add_row("policy", Text(printable(s.policy)))
-        grid.add_row("status", r.status if r else s.status)
+        status = r.status if r else s.status
+        grid.add_row("status", Text(status))
+        if status in ("crashed", "paused"):
+            # nothing runs it: say how it goes on, here and from a shell
+            short = unique_prefix(run_id, self.summaries)
+            grid.add_row("next", Text(printable(f"r resumes it here, or npu-deploy resume "
+                                                f"{short} in a shell"),
+                                      style=tone_styles(self)["human"]))
         if s.forked_from:
             grid.add_row("forked", Text(printable(f"from {s.forked_from[0]} at "
                                                   f"v{s.forked_from[1]}")))
@@ -165,32 +252,9 @@ class RunsScreen(Screen[None]):
             self.deploy_app.open_run(run_id, live=True)
 
     def action_resume(self) -> None:
-        from .dialogs import ResumeConfirm
-
         run_id = self.selected()
-        if run_id is None:
-            return
-        app = self.deploy_app
-        if app.driver is None:
-            self.notify("this TUI has no deployment driver; run `npu-deploy resume RUN`",
-                        severity="error")
-            return
-        r = self.summaries[run_id]
-        if r.status in ("finished", "failed", "aborted", "running"):
-            self.notify(f"run {run_id} is {r.status}: there is nothing to resume"
-                        + (" (another process writes it; attach instead)"
-                           if r.status == "running" else ""), severity="warning")
-            return
-        s = app.store.fold(run_id)
-        done = [ph for ph in s.phases if ph.status == "exited:passed"]
-        last = (f"{done[-1].phase} ({PHASE_NAMES[done[-1].phase]})" if done else "none")
-
-        def go(yes: bool | None) -> None:
-            if yes:
-                app.drive_resume(run_id)
-
-        app.push_screen(ResumeConfirm(run_id, last, unfinished_step(app.store, run_id),
-                                      r.status), go)
+        if run_id is not None:
+            self.deploy_app.ask_resume(run_id, self.summaries[run_id].status)
 
     def action_fork(self) -> None:
         from .dialogs import ForkDialog

@@ -10,20 +10,35 @@ from npu_deploy.events import DeploymentState
 from npu_deploy.events.decisions import waiting_text
 from npu_deploy.events.describe import one_line
 
+#: What a run nothing writes is, in the banner's words, by its status.
+STOPPED = {"crashed": "crashed", "paused": "is paused"}
+
 
 class Banner(Static):
     """A line or two over the stream (app.tcss, `#banner`), drawn from the run's newest
     state, whatever event the cursor is on."""
 
-    def show(self, head: DeploymentState, *, at_newest: bool) -> None:
-        """What `head` (the run's state at its newest event) waits for; `at_newest`: the
+    def show(self, head: DeploymentState, status: str, short_id: str, *, at_newest: bool,
+             here: bool) -> None:
+        """What `head` (the run's state at its newest event) waits for, or, when nothing
+        runs it (`status` crashed or paused), how it goes on: `r` here (`here`: this window
+        can run a conductor), `npu-deploy resume SHORT_ID` from a shell. `at_newest`: the
         cursor is on that event (else the banner says it speaks of the newest)."""
+        now = "" if at_newest else "at the newest event, "
         text = waiting_text(head)
+        if status in STOPPED:
+            where = f"{text}; " if text else ""
+            keys: list[str | tuple[str, str]] = \
+                [("r", "bold"), " resumes it here, or "] if here else []
+            self.display = True
+            self.update(Text.assemble(
+                f"■  {now}run {STOPPED[status]}  —  ", one_line(where, 200), *keys,
+                (f"npu-deploy resume {one_line(short_id, 40)}", "bold")))
+            return
         if text is None:
             self.display = False
             return
         self.display = True
-        now = "" if at_newest else "at the newest event, "
         # an exit reason is an agent's words: data, never markup
         self.update(Text.assemble(f"⚠  {now}{one_line(text, 200)}  —  press ", ("d", "bold"),
                                   " to decide"))

@@ -66,11 +66,15 @@ def copies_dir() -> Path:
     return Path(tempfile.gettempdir()) / "npu-deploy-copies"
 
 
-def step_label(result: StepResult | None, *, short: bool = False) -> str:
+def step_label(result: StepResult | None, *, short: bool = False, stopped: bool = False
+               ) -> str:
     """The type column of a folded step: how it ended and how long it took (`short`, in a
-    narrow row: without the word "tool", which the step's glyph says)."""
+    narrow row: without the word "tool", which the step's glyph says). A step with no
+    result runs, unless nothing writes the run any more (`stopped`): then it was cut."""
     tool = "" if short else "tool "
     if result is None:
+        if stopped:
+            return f"{tool}{STEP_MARKS['abandoned'].glyph} cut" + ("" if short else " short")
         return f"{tool}{STEP_MARKS['running'].glyph} running"
     if result.type == "tool.abandoned":
         return f"{tool}{STEP_MARKS['abandoned'].glyph} abandoned"
@@ -106,6 +110,7 @@ class EventStream(ScrollView, can_focus=True):
         self.view = StreamView.unpaired(timeline.head)
         self.building: str | None = None        # the kind whose view a worker builds
         self.cursor = 0
+        self.stopped = False                    # nothing writes the run (crashed, paused)
         self.search_query = SearchQuery("")
         self.searching = False                  # a worker is reading the matches
         self._jump_when_found = False           # enter was pressed while it read
@@ -156,6 +161,14 @@ class EventStream(ScrollView, can_focus=True):
                                 self._searched_upto, head), head)
         self.virtual_size = Size(self.size.width, len(self.view))
         self.refresh()
+
+    def set_stopped(self, stopped: bool) -> None:
+        """Nothing writes the run (or something does again): its unfinished step is drawn
+        as cut short (or running)."""
+        if stopped != self.stopped:
+            self.stopped = stopped
+            self._drawn.clear()
+            self.refresh()
 
     def set_cursor(self, version: int, *, announce: bool = False) -> None:
         version = max(1 if self.timeline.head else 0, min(version, self.timeline.head))
@@ -445,9 +458,11 @@ class EventStream(ScrollView, can_focus=True):
             kind = SHORT_TYPES.get(kind, kind)
         if line.type == "tool.requested" and self.view.paired:
             result = self.view.results.get(line.version)
-            kind = step_label(result, short=short)
-            glyph = STEP_GLYPHS[line.version in self.view.expanded] if result else "…"
-            if result is not None and not (result.ok and result.type == "tool.completed"):
+            kind = step_label(result, short=short, stopped=self.stopped)
+            glyph = STEP_GLYPHS[line.version in self.view.expanded] if result else \
+                STEP_MARKS["abandoned" if self.stopped else "running"].glyph
+            if (result is None and self.stopped) or \
+                    (result is not None and not (result.ok and result.type == "tool.completed")):
                 tone = self._style("fail")
         if len(kind) >= type_w:
             kind = kind[:type_w - 2] + "…"

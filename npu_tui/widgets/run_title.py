@@ -23,6 +23,9 @@ from .phase_strip import SHORT
 #: one, and again, until the title fits. Status and verdict keep a form at every width.
 TITLE_CUTS = (7, 2, 3, 6, 4, 1, 4, 1, 5, 0)
 TITLE_STYLES = ("bold", "", "", "bold", "", "bold", "bold", "muted")
+#: What the title says of a run being written: by a conductor, or by this window's own
+#: driver before its conductor has the run (loading the pipeline and the model).
+ALIVE = ("running", "starting")
 STATUS_S = 1.0               # the writer's lock is probed at most this often
 
 
@@ -78,6 +81,7 @@ class RunTitle(Static):
         self.run_id, self.short_id = run_id, short_id
         self._live_status = live_status
         self._status: tuple[float, str] = (0.0, "")
+        self._seen = -1             # the run's version at the last probe
 
     def show(self, state: DeploymentState, head: DeploymentState, cursor: int, newest: int,
              mode: str) -> None:
@@ -86,6 +90,8 @@ class RunTitle(Static):
         k = state.current_phase
         verdict = head.verdict
         status = self.run_status(head)
+        if status not in ALIVE and mode == "LIVE":
+            mode = "AT END"          # nothing writes it: following shows no more
         # the run id and the model name are data: Text, never markup
         self.update(fit_title([
             (printable(self.run_id), printable(self.short_id) +
@@ -105,8 +111,9 @@ class RunTitle(Static):
             layout=False)           # one line, always (app.tcss): no relayout of the screen
 
     def run_status(self, head: DeploymentState) -> str:
-        """running / crashed / ...: probing the writer's lock file, at most once a second."""
+        """running / crashed / ...: probing the writer's lock file at most once a second,
+        and again whenever the run has grown since (a writer is at work)."""
         now = time.monotonic()
-        if now - self._status[0] > STATUS_S or head.terminal:
-            self._status = (now, self._live_status(head.status))
+        if now - self._status[0] > STATUS_S or head.terminal or head.version != self._seen:
+            self._status, self._seen = (now, self._live_status(head.status)), head.version
         return self._status[1]

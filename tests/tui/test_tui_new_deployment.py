@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from textual.widgets import Button, Input, Select, Static, Switch
+from textual.widgets import Button, Footer, Input, Select, Static, Switch
 from tui_pilot import SIZE, start, until
 
 from npu_deploy.cli.tui import ConductorDriver
@@ -23,6 +23,7 @@ from npu_deploy.tui.screens.help import HelpScreen
 from npu_deploy.tui.screens.new_deployment import NewDeployment
 from npu_deploy.tui.screens.run import RunScreen
 from npu_deploy.tui.screens.runs import RunsScreen
+from npu_deploy.tui.widgets.scrubber import Scrubber
 
 
 @pytest.fixture
@@ -86,6 +87,10 @@ async def test_the_form_deploys_a_tiny_model_here_and_the_run_screen_opens_live(
         assert screen.run_id == run_id and run_id not in before
         await until(pilot, lambda: screen.head_state.phases[0].attempts >= 1, timeout=60)
         assert store.is_locked(run_id)                   # its conductor is in this process
+        # the scrubber follows the run from its first event: phase 0's band is drawn
+        await pilot.pause(0.3)
+        scrubber = screen.query_one(Scrubber)
+        assert "0" in "".join(seg.text for seg in scrubber.render_line(0))
         await pilot.press("P")                           # pause it from the run screen
         await until(pilot, lambda: not app.driving, timeout=120)
     s = store.fold(run_id)
@@ -235,3 +240,25 @@ async def test_a_tui_without_a_driver_says_how_to_deploy(db_path, waiting_run):
         assert isinstance(app.screen, RunsScreen)
         assert any("npu-deploy deploy MODEL" in n.message for n in app._notifications)
         assert "New deployment" not in [c.title for c in app.get_system_commands(app.screen)]
+
+
+async def test_ctrl_s_deploys_from_any_field_and_the_footer_has_the_forms_keys(
+        store, db_path, waiting_run):
+    """The Deploy button is seven Tabs away: ctrl+s submits from the field the focus is in
+    (a Select here), and the footer under the form shows its keys, not the browser's."""
+    app = browser(db_path)
+    async with app.run_test(size=SIZE) as pilot:
+        form = await open_form(pilot, app)
+        footer = form.query_one(Footer)
+        keys = {b.binding.description for b in form.active_bindings.values()
+                if b.binding.show}
+        assert footer.screen is form and {"Deploy", "Cancel"} <= keys
+        assert "New deployment" not in keys and "Attach live" not in keys
+        form.query_one("#model-kind", Select).value = "path"
+        await pilot.pause()
+        form.query_one("#path", Input).value = str(db_path.parent / "no-such-model")
+        form.query_one("#backend", Select).focus()
+        await pilot.press("ctrl+s")                               # submitted: checked
+        await until(pilot, lambda: "no model" in problem(form, "model"), timeout=60)
+        assert app.screen is form
+    assert [r.run_id for r in store.runs()] == [waiting_run]
