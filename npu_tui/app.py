@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from platformdirs import user_config_path
-from textual.app import App, SystemCommand
+from rich.text import Text
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
+from textual.widgets import Static
 
 from npu_deploy.deploy_request import DeployRequest, Refused
 from npu_deploy.events import uuid7
@@ -84,8 +86,13 @@ class DeployApp(App[None]):
 
     def __init__(self, store_path: str | os.PathLike[str], *, run_id: str | None = None,
                  live: bool = True, driver: Driver | None = None,
-                 drive: str | None = None) -> None:
+                 drive: str | None = None, opening: str | None = None) -> None:
         super().__init__()
+        # The line the command wrote while Python imported (npu_deploy/loading.py): the
+        # first frame shows it until the first screen is built (its styles, a run's events:
+        # 0.1-0.5 s more), so that the terminal is never blank between the two.
+        self.opening = opening
+        self._opening_line: Static | None = None
         self.store_path = Path(store_path)
         self.start_run, self.start_live = run_id, live
         self.driver, self.drive = driver, drive       # drive: "deploy" | "resume" | None
@@ -104,20 +111,33 @@ class DeployApp(App[None]):
         super().notify(printable(message), title=printable(title), severity=severity,
                        timeout=timeout, markup=False)
 
+    def compose(self) -> ComposeResult:
+        if self.opening:
+            self._opening_line = Static(Text(self.opening), id="opening")
+            yield self._opening_line
+
     def on_mount(self) -> None:
         self.store = EventStore.open(self.store_path)
         try:
             self.set_keymap(read_keymap(keymap_path()))
         except ValueError as e:
             self.notify(str(e), severity="error", timeout=10)
+        if self.opening:
+            self.call_after_refresh(self._open_first)       # after the line's frame
+        else:
+            self._open_first()
+
+    def _open_first(self) -> None:
         if self.start_run is None:
             self.push_screen(RunsScreen())
-            return
-        if self.drive is not None:
-            self.loading[self.start_run] = "starting …"
-            # after the first frame: loading the pipeline and the model takes seconds
-            self.call_after_refresh(self._drive, self.start_run, self.drive)
-        self.open_run(self.start_run, live=self.start_live)
+        else:
+            if self.drive is not None:
+                self.loading[self.start_run] = "starting …"
+                # after the first frame: loading the pipeline and the model takes seconds
+                self.call_after_refresh(self._drive, self.start_run, self.drive)
+            self.open_run(self.start_run, live=self.start_live)
+        if self._opening_line is not None:
+            self._opening_line.remove()     # under the first screen: never shown again
 
     def on_unmount(self) -> None:
         if self.driving:

@@ -12,9 +12,9 @@ from typing import Any
 
 import click
 
+from npu_deploy import loading as loading_line
 from npu_deploy.deploy_request import DeployRequest, checked, resume_run
 from npu_deploy.events.describe import printable
-from npu_deploy.loading import erase as erase_loading_line
 from npu_deploy.store import EventStore
 
 from .group import code_version
@@ -122,9 +122,14 @@ def run_app(run_id: str | None, *, live: bool, driver: Any = None,
             drive: str | None = None) -> None:
     from npu_deploy.tui import DeployApp
 
-    app = DeployApp(db_path(), run_id=run_id, live=live, driver=driver, drive=drive)
-    app.run()
-    erase_loading_line()    # the line that said what was loading (npu_deploy/loading.py)
+    # the line that said what was loading (npu_deploy/loading.py) stays on the screen until
+    # the TUI's first screen is drawn, and is taken off the terminal after it
+    app = DeployApp(db_path(), run_id=run_id, live=live, driver=driver, drive=drive,
+                    opening=loading_line.said)
+    try:
+        app.run()
+    finally:
+        loading_line.erase()
     # The terminal is restored. What is left is slow and loses nothing if cut: a conductor
     # of this process mid-step (it has a pause in its inbox; a step cut short is re-run by
     # `npu-deploy resume` under its idempotency key, as after a crash), readers' threads,
