@@ -5,7 +5,8 @@ back until it shows what the person waits for.
     .venv/bin/python -m benchmarks.tui_bench --terminal [--repeats 3] [--model tiny-llama]
         [--quit-after 1.0] [--json]
 
-Per entry point, with its own store in a temporary folder:
+Per entry point, with its own store in a temporary folder, each with `--db` after the
+command and again before it (`npu-deploy --db X tui`, the group's option):
 
 - `deploy MODEL` (the real autopilot pipeline, the TUI with its conductor in this process),
 - `tui` (the run browser), `replay RUN` and `attach RUN` on the run the first deploy made,
@@ -13,14 +14,15 @@ Per entry point, with its own store in a temporary folder:
 
 first line: from the Enter that starts the command (the shell's fork and exec included)
 until the pane shows what it loads (npu_deploy/loading.py's line, written before the
-imports) or its header. first frame: until the pane shows the entry point's header: the run
-screen's title line (its "times UTC"), the run browser's title ("N runs"), resume's first
-line. quit: `--quit-after` seconds after the first frame (so a deploy's conductor is
-mid-step, loading the model) the quit key is sent (`q`; ctrl+c for the headless resume),
-and two moments are taken: the terminal restored (the header is gone: the alternate screen
-was left) and the shell's prompt back (the command's process exited and the shell printed a
-marker). The pane is read about every 5-10 ms (one `tmux capture-pane` each), which bounds
-the resolution.
+imports) or its header. TUI blank: how long the TUI's own screen (the alternate screen) was
+blank before its first frame. first frame: until the pane shows the entry point's header:
+the run screen's title line (its "times UTC"), the run browser's title ("N runs"), resume's
+first line. quit: `--quit-after` seconds after the first frame (so a deploy's conductor is
+still loading the pipeline and the model) the quit key is sent (`q`; ctrl+c for the
+headless resume), and two moments are taken: the terminal restored (the header is gone: the
+alternate screen was left) and the shell's prompt back (the command's process exited and
+the shell printed a marker). The pane is read about every 5-10 ms (one tmux call each),
+which bounds the resolution.
 
 Figures are measured on the CPU of this machine, under whatever else runs on it; nothing is
 asserted.
@@ -45,7 +47,7 @@ from typing import Any
 NPU_DEPLOY = Path(sys.executable).parent / "npu-deploy"
 WIDTH, HEIGHT = 160, 45
 RUN_TITLE = re.compile(r"times UTC")                 # the run screen's title line
-RUNS_TITLE = re.compile(r"npu-deploy .* \d+ runs")   # the run browser's title line
+RUNS_TITLE = re.compile(r"npu-deploy  .*  \d+ runs")  # the browser's title, not the line
 RESUMED = re.compile(r"resumed at v\d+")             # resume's first line
 LOADING = re.compile(r"npu-deploy \w+.*: (opening|loading) .*…")   # npu_deploy/loading.py's line
 
@@ -75,6 +77,12 @@ class Pane:
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p", "-t", self.name)
 
+    def sample(self) -> tuple[bool, str]:
+        """Whether the pane shows the alternate screen (the TUI's), and its text."""
+        alt, _, text = self.tmux("display-message", "-p", "-t", self.name, "#{alternate_on}",
+                                 ";", "capture-pane", "-p", "-t", self.name).partition("\n")
+        return alt.strip() == "1", text
+
     def until(self, test: Callable[[str], bool], timeout: float) -> float | None:
         """monotonic time at which the pane first passed `test`; None on timeout."""
         end = time.monotonic() + timeout
@@ -102,8 +110,19 @@ def measure(pane: Pane, entry: Entry, quit_after: float, timeout: float) -> dict
     pane.send(" ".join(entry.argv) + f"; echo {marker}", literal=True)
     t0 = time.monotonic()
     pane.send("Enter")
-    said = pane.until(lambda s: bool(LOADING.search(s) or entry.header.search(s)), timeout)
-    painted = pane.until(lambda s: bool(entry.header.search(s)), timeout)
+    said = painted = None
+    blank, last = 0.0, t0          # the TUI's screen blank before its first frame
+    end = t0 + timeout
+    while painted is None and time.monotonic() < end:
+        alt, text = pane.sample()
+        now = time.monotonic()
+        if said is None and (LOADING.search(text) or entry.header.search(text)):
+            said = now
+        if entry.header.search(text):
+            painted = now
+        elif alt and not text.strip():
+            blank += now - last
+        last = now
     if painted is None:
         return {"entry": entry.name, "error": "no header within the timeout",
                 "screen": pane.screen()[-600:]}
@@ -115,21 +134,30 @@ def measure(pane: Pane, entry: Entry, quit_after: float, timeout: float) -> dict
     exited = pane.until(lambda s: marker in (line.strip() for line in s.splitlines()),
                         timeout)
     return {"entry": entry.name, "first_line_s": None if said is None else said - t0,
+            "tui_blank_s": blank if entry.quit_key == "q" else None,
             "first_paint_s": painted - t0,
             "restored_s": None if restored is None else restored - t1,
             "prompt_s": None if exited is None else exited - t1}
 
 
 def entries(db: Path, model: str, repeat: int, run: str) -> list[Entry]:
-    base = [str(NPU_DEPLOY)]
-    return [
-        Entry("deploy", [*base, "deploy", model, "--run-id", f"bench-{repeat}", "--db",
-                         str(db)], RUN_TITLE),
-        Entry("tui", [*base, "tui", "--db", str(db)], RUNS_TITLE),
-        Entry("replay", [*base, "replay", run, "--db", str(db)], RUN_TITLE),
-        Entry("attach", [*base, "attach", run, "--db", str(db)], RUN_TITLE),
-        Entry("resume", [*base, "resume", run, "--db", str(db)], RESUMED, "C-c"),
-    ]
+    """Each entry point with --db after the command, then before it (the group's option)."""
+    def argv(first: bool, *words: str) -> list[str]:
+        store = ["--db", str(db)]
+        return [str(NPU_DEPLOY), *(store if first else []), *words, *([] if first else store)]
+
+    out = []
+    for first in (False, True):
+        tag = " (--db first)" if first else ""
+        out += [
+            Entry(f"deploy{tag}", argv(first, "deploy", model, "--run-id",
+                                       f"bench-{repeat}-{int(first)}"), RUN_TITLE),
+            Entry(f"tui{tag}", argv(first, "tui"), RUNS_TITLE),
+            Entry(f"replay{tag}", argv(first, "replay", run), RUN_TITLE),
+            Entry(f"attach{tag}", argv(first, "attach", run), RUN_TITLE),
+            Entry(f"resume{tag}", argv(first, "resume", run), RESUMED, "C-c"),
+        ]
+    return out
 
 
 def run_terminal(repeats: int, model: str, quit_after: float,
@@ -182,7 +210,7 @@ def first_run(db: Path, model: str, env: dict[str, str]) -> None:
 
 def summary(samples: list[dict[str, Any]]) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
-    for key in ("first_line_s", "first_paint_s", "restored_s", "prompt_s"):
+    for key in ("first_line_s", "tui_blank_s", "first_paint_s", "restored_s", "prompt_s"):
         values = [s[key] for s in samples if s.get(key) is not None]
         out[f"{key}_median"] = statistics.median(values) if values else None
         out[f"{key}_max"] = max(values) if values else None
@@ -193,16 +221,17 @@ def print_terminal(r: dict[str, Any]) -> None:
     print(f"TUI entry points in a real terminal (tmux {WIDTH}x{HEIGHT}, {r['repeats']} runs "
           f"each, quit {r['quit_after_s']} s after the first paint, model {r['model']}); "
           "measured on the CPU, median (max):")
-    print(f"  {'entry':8} {'first line':>16} {'first frame':>18} {'terminal restored':>20} "
-          f"{'prompt back':>18}")
+    print(f"  {'entry':20} {'first line':>14} {'TUI blank':>14} {'first frame':>14} "
+          f"{'terminal restored':>18} {'prompt back':>14}")
 
     def cell(s: dict[str, Any], key: str) -> str:
         med, top = s[f"{key}_median"], s[f"{key}_max"]
         return "n/a" if med is None else f"{med:.2f} s ({top:.2f})"
 
     for name, s in r["summary"].items():
-        print(f"  {name:8} {cell(s, 'first_line_s'):>16} {cell(s, 'first_paint_s'):>18} "
-              f"{cell(s, 'restored_s'):>20} {cell(s, 'prompt_s'):>18}")
+        print(f"  {name:20} {cell(s, 'first_line_s'):>14} {cell(s, 'tui_blank_s'):>14} "
+              f"{cell(s, 'first_paint_s'):>14} {cell(s, 'restored_s'):>18} "
+              f"{cell(s, 'prompt_s'):>14}")
     for name, samples in r["samples"].items():
         for s in samples:
             if "error" in s:

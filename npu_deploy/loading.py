@@ -3,7 +3,9 @@ TUI. Importing the command line takes about half a second (click, the store's sq
 which imports numpy) and the TUI as much again (Textual); loading a pipeline imports torch,
 seconds. A command that opens the TUI or drives a run first says, on one line, what it opens
 and that it is loading, so the terminal is never blank while Python imports (launch.py
-writes it); the TUI erases the line once it has left its screen (cli/tui.py, `run_app`).
+writes it), wherever `--db` stands (`npu-deploy --db X tui` as `npu-deploy tui --db X`).
+The TUI's first frame is the same line, until its first screen is built, and the TUI
+erases the line once it has left its screen (cli/tui.py, `run_app`).
 
 Nothing here may import more than the standard library (and platformdirs, for where the
 store is: store/locations.py): its point is to write before that. For a run, the line is the
@@ -32,8 +34,18 @@ LOADING = {
               "model)",
     "resume": "loading the store and the run's pipeline",
 }
-#: Set when the line was written, for the TUI to erase it.
-said = False
+#: The options of the group and of LOADING's commands that take a value: the word after one
+#: is its value, neither the command nor its subject (tests/cli/test_launch.py checks this
+#: set against the command line's options).
+VALUE_OPTIONS = frozenset({
+    "--db", "--pipeline", "--run-id", "--pause-at", "--budget", "--agent", "--model",
+    "--agent-budget", "--seq-len", "--steps", "--seed-fault", "--backend", "--air-objects",
+    "--repeats"})
+#: Options that make the command answer at once, wherever they are.
+AT_ONCE = frozenset({"-h", "--help", "--version"})
+#: The line, once written: the TUI shows it until its first screen is drawn, then erases it.
+said: str | None = None
+_rows = 1
 
 
 def plain(text: str, limit: int = 48) -> str:
@@ -44,32 +56,46 @@ def plain(text: str, limit: int = 48) -> str:
     return shown if len(shown) <= limit else shown[:limit - 1] + "…"
 
 
+def words(argv: list[str]) -> tuple[list[str], dict[str, str], set[str]]:
+    """ARGV after the program, as click reads it, in whatever order it comes (`npu-deploy
+    --db X tui` and `npu-deploy tui --db X` alike): the positional words (the command, then
+    its arguments), each option's value (the last one given, as click keeps it) and the
+    flags."""
+    positional: list[str] = []
+    values: dict[str, str] = {}
+    flags: set[str] = set()
+    rest = iter(argv[1:])
+    for word in rest:
+        if word == "--":
+            positional.extend(rest)
+        elif word.startswith("--") and "=" in word:
+            name, _, value = word.partition("=")
+            values[name] = value
+        elif word in VALUE_OPTIONS:
+            values[word] = next(rest, "")
+        elif word.startswith("-") and word != "-":
+            flags.add(word)
+        else:
+            positional.append(word)
+    return positional, values, flags
+
+
 def loading_line(argv: list[str]) -> str | None:
     """What `npu-deploy ARGV` says before it imports, or None (a command that answers at
     once, help, a headless deploy)."""
-    if len(argv) < 2 or argv[1] not in LOADING or {"-h", "--help"} & set(argv):
+    positional, values, flags = words(argv)
+    if not positional or positional[0] not in LOADING or flags & AT_ONCE:
         return None
-    command = argv[1]
-    if command == "deploy" and "--headless" in argv:
+    command = positional[0]
+    if command == "deploy" and "--headless" in flags:
         return None
-    # the run or the model, when it comes first (what follows an option may be its value)
-    subject = argv[2] if len(argv) > 2 and not argv[2].startswith("-") else ""
-    about = subject and command in ("attach", "replay", "resume") and run_header(
-        store_file(argv), subject)
+    subject = positional[1] if len(positional) > 1 else ""     # the run, or the model
+    db = values.get("--db") or str(default_db_path())
+    about = subject and command in ("attach", "replay", "resume") and run_header(db, subject)
     head = f"npu-deploy {command}" + (f" {about or plain(subject)}" if subject else "")
-    if command == "tui" and (count := run_count(store_file(argv))) is not None:
+    if command == "tui" and (count := run_count(db)) is not None:
         head += f" ({count} run{'s' if count != 1 else ''})"
     return f"{head}: {LOADING[command]} …"
-
-
-def store_file(argv: list[str]) -> str:
-    """The store the command will open: its --db, else the default."""
-    for i, a in enumerate(argv):
-        if a == "--db" and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith("--db="):
-            return a[len("--db="):]
-    return str(default_db_path())
 
 
 def _read(db: str, sql: str, args: tuple[object, ...] = ()) -> list[tuple[object, ...]] | None:
@@ -135,17 +161,24 @@ def run_count(db: str) -> int | None:
 
 def say(line: str) -> None:
     """Write the loading line, on a terminal that shows it."""
-    global said
+    global said, _rows
     if sys.stdout.isatty() and os.environ.get("TERM") != "dumb":
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
-        said = True
+        said = line
+        try:
+            width = os.get_terminal_size(sys.stdout.fileno()).columns
+        except OSError:
+            width = 80
+        _rows = max(1, -(-len(line) // max(1, width)))       # the rows it wraps to
 
 
 def erase() -> None:
-    """Take the loading line back off the terminal (the TUI has been and gone)."""
+    """Take the loading line back off the terminal (the TUI has been and gone), and with it
+    what the terminal echoed of keys typed before the TUI read them (a `q` while it loaded):
+    back to the line's first column, up its rows, clear to the end of the screen."""
     global said
-    if said and sys.stdout.isatty():
-        sys.stdout.write("\x1b[1A\x1b[2K")          # up one line, and clear it
+    if said is not None and sys.stdout.isatty():
+        sys.stdout.write(f"\r\x1b[{_rows}A\x1b[J")
         sys.stdout.flush()
-        said = False
+        said = None

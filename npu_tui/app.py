@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from platformdirs import user_config_path
-from textual.app import App, SystemCommand
+from rich.text import Text
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
+from textual.widgets import Static
 
 from npu_deploy.deploy_request import DeployRequest, Refused
 from npu_deploy.events import uuid7
@@ -44,6 +46,11 @@ class Driver(Protocol):
     def resume(self, run_id: str, loading: Loading) -> str: ...
 
     def fork(self, run_id: str, at_version: int, note: str | None) -> str: ...
+
+    def leave(self, run_id: str) -> bool:
+        """The TUI is quitting: from now on `deploy` makes no run (it raises instead of
+        starting one). Whether it had made `run_id`'s run; waits while it makes it."""
+        ...
 
     def deploying(self, request: DeployRequest) -> Driver:
         """A driver whose `deploy` starts `request` as a new run; raises
@@ -84,8 +91,13 @@ class DeployApp(App[None]):
 
     def __init__(self, store_path: str | os.PathLike[str], *, run_id: str | None = None,
                  live: bool = True, driver: Driver | None = None,
-                 drive: str | None = None) -> None:
+                 drive: str | None = None, opening: str | None = None) -> None:
         super().__init__()
+        # The line the command wrote while Python imported (npu_deploy/loading.py): the
+        # first frame shows it until the first screen is built (its styles, a run's events:
+        # 0.1-0.5 s more), so that the terminal is never blank between the two.
+        self.opening = opening
+        self._opening_line: Static | None = None
         self.store_path = Path(store_path)
         self.start_run, self.start_live = run_id, live
         self.driver, self.drive = driver, drive       # drive: "deploy" | "resume" | None
@@ -93,6 +105,15 @@ class DeployApp(App[None]):
         self.driving: set[str] = set()
         self.loading: dict[str, str] = {}     # run id -> what its driver loads now
         self.refused: str | None = None        # why `deploy` made no run, if it did not
+        # deploys asked of a driver: run id -> its driver (each may not have made its run yet)
+        self.deploys: dict[str, Driver] = {}
+        if drive == "deploy" and run_id is not None and driver is not None:
+            self.deploys[run_id] = driver
+        # at quit: the deploys that had made no run (none will be), and the runs whose
+        # conductor (in this process) was left a pause; run id -> why its conductor returned
+        self.not_started: list[str] = []
+        self.left_paused: list[str] = []
+        self.halted: dict[str, str] = {}
         # run id -> set when its conductor (a worker thread of this process) has returned
         self.conducting: dict[str, threading.Event] = {}
         self.store: EventStore
@@ -104,27 +125,45 @@ class DeployApp(App[None]):
         super().notify(printable(message), title=printable(title), severity=severity,
                        timeout=timeout, markup=False)
 
+    def compose(self) -> ComposeResult:
+        if self.opening:
+            self._opening_line = Static(Text(self.opening), id="opening")
+            yield self._opening_line
+
     def on_mount(self) -> None:
         self.store = EventStore.open(self.store_path)
         try:
             self.set_keymap(read_keymap(keymap_path()))
         except ValueError as e:
             self.notify(str(e), severity="error", timeout=10)
+        if self.opening:
+            self.call_after_refresh(self._open_first)       # after the line's frame
+        else:
+            self._open_first()
+
+    def _open_first(self) -> None:
         if self.start_run is None:
             self.push_screen(RunsScreen())
-            return
-        if self.drive is not None:
-            self.loading[self.start_run] = "starting …"
-            # after the first frame: loading the pipeline and the model takes seconds
-            self.call_after_refresh(self._drive, self.start_run, self.drive)
-        self.open_run(self.start_run, live=self.start_live)
+        else:
+            if self.drive is not None:
+                self.loading[self.start_run] = "starting …"
+                # after the first frame: loading the pipeline and the model takes seconds
+                self.call_after_refresh(self._drive, self.start_run, self.drive)
+            self.open_run(self.start_run, live=self.start_live)
+        if self._opening_line is not None:
+            self._opening_line.remove()     # under the first screen: never shown again
 
     def on_unmount(self) -> None:
-        if self.driving:
-            for run_id in list(self.driving):
-                # The conductor runs in this process: leave it a pause so that it stops at
-                # its next step boundary and the run is resumable, not cut mid-write.
-                self.store.post_command(run_id, "pause", author=self.author)
+        for run_id, driver in self.deploys.items():
+            if not driver.leave(run_id):
+                # quit while it loaded (the pipeline, the model): no run, and none is made
+                self.not_started.append(run_id)
+                self.driving.discard(run_id)
+        for run_id in list(self.driving):
+            # The conductor runs in this process: leave it a pause so that it stops at
+            # its next step boundary and the run is resumable, not cut mid-write.
+            self.store.post_command(run_id, "pause", author=self.author)
+            self.left_paused.append(run_id)
         self.store.close()
 
     # --- navigation ---------------------------------------------------------------------------
@@ -198,6 +237,7 @@ class DeployApp(App[None]):
         checked request's, `Driver.deploying`) runs its conductor in a worker of this
         process, and the run screen opens live on it."""
         run_id = uuid7()
+        self.deploys[run_id] = driver
         self._drive(run_id, "deploy", driver)
         self.open_run(run_id, live=True)
         return run_id
@@ -237,6 +277,7 @@ class DeployApp(App[None]):
         try:
             outcome = (driver.deploy(run_id, loading) if how == "deploy"
                        else driver.resume(run_id, loading))
+            self.halted[run_id] = outcome           # for the command line, after a quit
         except ValueError as e:
             outcome = f"stopped: {type(e).__name__}: {e}"
             if how == "deploy" and run_id == self.start_run and not self._created(run_id):
@@ -256,6 +297,8 @@ class DeployApp(App[None]):
             outcome = f"stopped: {type(e).__name__}: {e}"
         finally:
             done.set()
+        if run_id in self.not_started or not self.is_running:
+            return                        # the app closed meanwhile (quit while it loaded)
         try:
             self.call_from_thread(self._driven, run_id, outcome)
         except RuntimeError:              # the app closed meanwhile
@@ -265,6 +308,7 @@ class DeployApp(App[None]):
         """`deploy` refused before its run was made (the model, the pipeline): leave with
         the command line's one-line error, not a screen of a run that does not exist."""
         self.driving.discard(run_id)
+        self.deploys.pop(run_id, None)
         self.loading.pop(run_id, None)
         self.refused = why
         self.exit(return_code=EXIT_REFUSED)

@@ -6,6 +6,7 @@ Environment knobs, read when the pipeline is made:
   FAKE_STEP_S   seconds each agent step takes (default 0)
   FAKE_FAIL     "phase:times,..." - the gate of `phase` fails its first `times` attempts
   FAKE_STEPS    agent steps per attempt (default 3)
+  FAKE_LOAD_S   seconds `make` takes, as loading a real pipeline does (default 0)
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class FakeMatcher:
 
 
 def make() -> Pipeline:
+    time.sleep(float(os.environ.get("FAKE_LOAD_S", "0")))
     fails: dict[int, int] = {}
     for part in filter(None, os.environ.get("FAKE_FAIL", "").split(",")):
         phase, times = part.split(":")

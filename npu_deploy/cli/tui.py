@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,9 +13,9 @@ from typing import Any
 
 import click
 
+from npu_deploy import loading as loading_line
 from npu_deploy.deploy_request import DeployRequest, checked, resume_run
 from npu_deploy.events.describe import printable
-from npu_deploy.loading import erase as erase_loading_line
 from npu_deploy.store import EventStore
 
 from .group import code_version
@@ -31,6 +32,10 @@ def _quiet(what: str) -> None:
     """A driver's `loading` when no one shows it."""
 
 
+class Left(Exception):
+    """What a driver's `deploy` raises instead of making its run once the TUI has quit."""
+
+
 @dataclass
 class ConductorDriver:
     """Runs a conductor for the TUI. Each call opens its own store connection: it runs in
@@ -41,6 +46,11 @@ class ConductorDriver:
     policy: Any = None
     model: str = ""
     config: dict[str, Any] = field(default_factory=dict)
+    # Making a run and quitting exclude each other: a quit waits for the run being made
+    # (then leaves it a pause), or the run is not made at all.
+    _gate: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _made: set[str] = field(default_factory=set, init=False, repr=False)
+    _left: bool = field(default=False, init=False, repr=False)
 
     def deploy(self, run_id: str, loading: Loading = _quiet) -> str:
         """Load and check what `deploy` checks before a headless run (the pipeline, the
@@ -56,11 +66,15 @@ class ConductorDriver:
         loading("starting the conductor …")
         store = EventStore.open(self.store_path)
         try:
-            conductor = Conductor.start(store, pipeline,
-                                        self.policy, model=self.model,
-                                        code_version=code_version(), run_id=run_id,
-                                        config=self.config,
-                                        backend=self.config.get("backend", "emulator"))
+            with self._gate:
+                if self._left:
+                    raise Left(f"run {run_id}: the TUI quit before it was started")
+                conductor = Conductor.start(store, pipeline,
+                                            self.policy, model=self.model,
+                                            code_version=code_version(), run_id=run_id,
+                                            config=self.config,
+                                            backend=self.config.get("backend", "emulator"))
+                self._made.add(run_id)
             loading("")
             return self._drive(conductor)
         finally:
@@ -85,6 +99,11 @@ class ConductorDriver:
             return self._drive(conductor)
         finally:
             store.close()
+
+    def leave(self, run_id: str) -> bool:
+        with self._gate:
+            self._left = True
+            return run_id in self._made
 
     def fork(self, run_id: str, at_version: int, note: str | None) -> str:
         from npu_deploy.machine import fork
@@ -122,21 +141,33 @@ def run_app(run_id: str | None, *, live: bool, driver: Any = None,
             drive: str | None = None) -> None:
     from npu_deploy.tui import DeployApp
 
-    app = DeployApp(db_path(), run_id=run_id, live=live, driver=driver, drive=drive)
-    app.run()
-    erase_loading_line()    # the line that said what was loading (npu_deploy/loading.py)
+    # the line that said what was loading (npu_deploy/loading.py) stays on the screen until
+    # the TUI's first screen is drawn, and is taken off the terminal after it
+    app = DeployApp(db_path(), run_id=run_id, live=live, driver=driver, drive=drive,
+                    opening=loading_line.said)
+    try:
+        app.run()
+    finally:
+        loading_line.erase()
     # The terminal is restored. What is left is slow and loses nothing if cut: a conductor
     # of this process mid-step (it has a pause in its inbox; a step cut short is re-run by
     # `npu-deploy resume` under its idempotency key, as after a crash), readers' threads,
     # torch and the interpreter's teardown. Give a waiting conductor the time to record its
     # pause, then leave at once.
+    for run in app.not_started:
+        click.echo(f"run {printable(run)} was not started: quit while it loaded (the pipeline "
+                   "and the model); nothing was stored", err=True)
     end = time.monotonic() + QUIT_GRACE_S
-    for run, returned in list(app.conducting.items()):
-        if not returned.wait(timeout=max(0.0, end - time.monotonic())):
-            if run in app.loading and app.loading[run] != "":
-                continue        # still loading: not started, or started and left a pause
-            run = printable(run)
-            click.echo(f"run {run}: quit mid-step; `npu-deploy resume {run}` goes on "
+    for run in app.left_paused:
+        returned = app.conducting[run].wait(timeout=max(0.0, end - time.monotonic()))
+        shown = printable(run)
+        if returned and app.halted.get(run, "").startswith("paused"):
+            click.echo(f"run {shown} is paused; `npu-deploy resume {shown}` goes on", err=True)
+        elif not returned and app.loading.get(run):
+            click.echo(f"run {shown}: quit while it loaded; `npu-deploy resume {shown}` goes "
+                       "on", err=True)
+        elif not returned:
+            click.echo(f"run {shown}: quit mid-step; `npu-deploy resume {shown}` goes on "
                        "(the step is run again)", err=True)
     if app.refused is not None:
         say_error(app.refused)

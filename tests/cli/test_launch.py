@@ -15,8 +15,19 @@ from npu_deploy.loading import loading_line
 @pytest.mark.parametrize(("argv", "said"), [
     (["tui", "--db", "/nonexistent/runs.db"], "npu-deploy tui: opening the TUI"),
     (["replay", "r1", "--db", "/nonexistent/runs.db"], "npu-deploy replay r1: opening the TUI"),
-    (["attach", "--db", "x.db", "r1"], "npu-deploy attach: opening the TUI"),
+    (["attach", "--db", "x.db", "r1"], "npu-deploy attach r1: opening the TUI"),
     (["deploy", "tiny"], "npu-deploy deploy tiny: opening the TUI"),
+    # the group's --db before the command, and options before the subject
+    (["--db", "/nonexistent/runs.db", "tui"], "npu-deploy tui: opening the TUI"),
+    (["--db=/nonexistent/runs.db", "replay", "r1"], "npu-deploy replay r1: opening the TUI"),
+    (["--db", "x.db", "deploy", "--pipeline", "p:make", "--run-id", "d1", "tiny"],
+     "npu-deploy deploy tiny: opening the TUI"),
+    (["resume", "--pipeline", "p:make", "--", "r1"],
+     "npu-deploy resume r1: loading the store and the run's pipeline"),
+    (["--db", "x.db", "deploy", "tiny", "--headless"], None),
+    (["--db", "x.db", "--help"], None),
+    (["--version"], None),
+    (["--db", "tui"], None),                    # "tui" is the store, and no command follows
     (["resume", "r1", "--db", "/nonexistent/runs.db"],
      "npu-deploy resume r1: loading the store and the run's pipeline"),
     (["deploy", "tiny", "--headless"], None),
@@ -27,6 +38,21 @@ from npu_deploy.loading import loading_line
 def test_what_each_command_says_before_it_imports(argv, said):
     line = loading_line(["npu-deploy", *argv])
     assert (line is None) if said is None else line.startswith(said)
+
+
+def test_the_options_that_take_a_value_are_the_command_lines():
+    """What loading.py skips as an option's value is what click takes as one, for the group
+    and each command that says it loads (an option added there must be added here)."""
+    import click
+
+    from npu_deploy.cli import main
+    from npu_deploy.loading import LOADING, VALUE_OPTIONS
+
+    taking = {name for command in (main, *(main.commands[c] for c in LOADING))
+              for p in command.params
+              if isinstance(p, click.Option) and not p.is_flag and not p.count
+              for name in p.opts if name.startswith("--")}
+    assert taking == VALUE_OPTIONS
 
 
 def test_an_argument_is_shown_as_text_and_cut():
@@ -91,6 +117,8 @@ def test_a_runs_line_is_its_header_as_the_store_has_it(runs_db, run_id, held):
         s = store.fold(run_id)
         status = store.live_status(run_id, s.status)
         line = loading_line(["npu-deploy", "attach", run_id[:6], "--db", str(runs_db)])
+        before = loading_line(["npu-deploy", "--db", str(runs_db), "attach", run_id[:6]])
+    assert before == line
     verdict = f"verdict {s.verdict}" if s.verdict else "no verdict yet"
     assert line is not None and line.startswith(
         f"npu-deploy attach {run_id}  {s.model}  phase {s.current_phase}  run {status}  "
@@ -99,8 +127,9 @@ def test_a_runs_line_is_its_header_as_the_store_has_it(runs_db, run_id, held):
 
 def test_the_browsers_line_counts_the_runs_and_a_bad_store_is_left_to_the_command(
         runs_db, tmp_path):
-    assert loading_line(["npu-deploy", "tui", "--db", str(runs_db)]).startswith(
-        "npu-deploy tui (2 runs): opening the TUI")
+    for argv in (["tui", "--db", str(runs_db)], ["--db", str(runs_db), "tui"]):
+        assert loading_line(["npu-deploy", *argv]).startswith(
+            "npu-deploy tui (2 runs): opening the TUI")
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"not a database" * 100)
     for argv in (["tui", f"--db={junk}"], ["attach", "r1", "--db", str(junk)],
