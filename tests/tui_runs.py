@@ -280,6 +280,50 @@ def checker_run(store: EventStore, run_id: str = "checker-p1") -> str:
     return run_id
 
 
+class _OracleGate:
+    """Phase 0's gate as pipeline/gates/oracle.py writes it (its metrics, its thresholds),
+    on the three prompts of a model without a chat template; one prompt's decode drifts."""
+
+    #: oracle.py's checks of a prompt: metric, comparison, threshold, gating
+    METRICS = (("prefill_logits_rel_l2", "<=", 1e-4, True),
+               ("decode_logits_rel_l2", "<=", 1e-4, True),
+               ("greedy_tokens_identical", ">=", 32, True),
+               ("prefill_logits_max_abs", "<=", 1e-3, False),
+               ("prefill_logits_cosine", ">=", 0.999999, False),
+               ("stored_oracle_tokens", ">=", 32, True))
+
+    def evaluate(self, run: Any) -> GateEvaluated:
+        from npu_deploy.events.phases import phase
+
+        values = {"prefill_logits_rel_l2": 3.1e-7, "decode_logits_rel_l2": 4.2e-7,
+                  "greedy_tokens_identical": 32, "prefill_logits_max_abs": 2.4e-5,
+                  "prefill_logits_cosine": 1.0, "stored_oracle_tokens": 32}
+        checks = []
+        for prompt in ("story", "npu", "prefill-128"):
+            for metric, comparison, threshold, gating in self.METRICS:
+                value = 2.5e-3 if (prompt, metric) == ("npu", "decode_logits_rel_l2") \
+                    else values[metric]
+                passed = value <= threshold if comparison == "<=" else value >= threshold
+                checks.append(GateCheck(subject=prompt, metric=metric, value=value,
+                                        threshold=threshold, comparison=comparison,
+                                        passed=passed, gating=gating))
+        return GateEvaluated(gate=phase(0).gate, passed=False, checks=checks)
+
+
+def oracle_gate_run(store: EventStore, run_id: str = "oracle-p0") -> str:
+    """Phase 0's gate with the oracle's own check names failed on one prompt's decode
+    logits; debug directions wait for a pick."""
+    pipe = pipeline()
+    pipe.gates[0] = _OracleGate()
+    c = Conductor.start(store, pipe, Policy(), model=MODEL, run_id=run_id)
+    try:
+        halt = c.run(wait=False)
+        assert halt.reason == "awaiting_pick", halt
+    finally:
+        c.close()
+    return run_id
+
+
 def build_store(path: str | os.PathLike[str], *builders: Any) -> list[str]:
     """A store file with the given runs (builder functions), written deterministically
     one after the other on one fake clock."""
