@@ -91,6 +91,26 @@ def match(catalog: Catalog, symptoms: Symptoms, kind: str = "debug"
     return ranked
 
 
+#: A direction's title is its skill's first clause, in whole words, in at most this many
+#: characters.
+TITLE_CHARS = 120
+_CLAUSE = re.compile(r" \(|, |; | — ")
+
+
+def title_of(description: str) -> str:
+    """A skill's description as a direction's title: its first sentence up to the first
+    clause after the opening words ("Diagnoses a GEMM whose output is silently wrong"), and
+    never cut inside a word; a title still too long ends in an ellipsis at a space."""
+    first = description.split(". ")[0].rstrip(".")
+    for m in _CLAUSE.finditer(first):
+        if m.start() >= 30:
+            first = first[:m.start()]
+            break
+    if len(first) <= TITLE_CHARS:
+        return first
+    return first[:TITLE_CHARS].rsplit(" ", 1)[0].rstrip(",;:") + " …"
+
+
 class SkillMatcher:
     """The conductor's DebugMatcher: debug skills ranked by their triggers, each with the
     triggers that fired in words. With `changes` (what a retry can change after the failed
@@ -133,7 +153,7 @@ class SkillMatcher:
         change = self.changes(run, [c for c in failing if c.get("gating", True)]) \
             if self.changes is not None else None
         directions = [DebugDirection(direction_id=skill.name, skill=skill.name,
-                                     title=skill.description.split(". ")[0][:120],
+                                     title=title_of(skill.description),
                                      rationale="triggers: " + ", ".join(ids),
                                      score=round(score, 3),
                                      evidence=explain(skill, symptoms), change=change)

@@ -3,10 +3,12 @@ the phase, the attempt and the gate, and leaves exactly one inbox command, or no
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.style import Style
+from rich.table import Table
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -19,7 +21,14 @@ from textual.widgets.option_list import Option
 from npu_deploy.deploy_request import autopilot_forms, autopilot_refusal, autopilot_understands
 from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
 from npu_deploy.events.decisions import naming, open_decisions, queued, waiting_on
-from npu_deploy.events.describe import SHOWN_CHARS, check_text, failing_checks, printable
+from npu_deploy.events.describe import (
+    SHOWN_CHARS,
+    change_lines,
+    check_text,
+    failing_checks,
+    printable,
+    settings_text,
+)
 from npu_deploy.events.state import GateSummary
 
 from ..legend import TONE_CLASSES, tone_styles
@@ -42,27 +51,61 @@ KEY_ONLY = frozenset({"pause", "abort"})
 
 #: A direction's fields the dialog lays out itself; any other field is evidence, shown as
 #: "name: value" so that what a debug skill adds to its proposals reaches the person.
-LAID_OUT = frozenset({"direction_id", "skill", "score", "title", "rationale"})
+LAID_OUT = frozenset({"direction_id", "skill", "score", "title", "rationale", "evidence",
+                      "change"})
 
 
 def evidence_lines(direction: dict[str, Any]) -> list[str]:
-    """A direction's evidence in words: a mapping as "metric: value" lines, a list joined."""
-    def words(value: Any) -> str:
-        if isinstance(value, float):
-            return f"{value:.6g}"
-        if isinstance(value, list | tuple):
-            return ", ".join(words(v) for v in value)
-        return str(value)
-
+    """A direction's other fields in words: a mapping as `name = value` pairs, a list
+    joined."""
     out: list[str] = []
     for name, value in direction.items():
         if name in LAID_OUT or value in (None, "", [], {}):
             continue
         if isinstance(value, dict):
-            out += [f"{k}: {words(v)}" for k, v in value.items()]
-        else:
-            out.append(f"{name.replace('_', ' ')}: {words(value)}")
+            value = settings_text(value)
+        elif isinstance(value, list | tuple):
+            value = ", ".join(map(str, value))
+        out.append(f"{name.replace('_', ' ')}: {value}")
     return out
+
+
+def shared_change(directions: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The change every direction's retry makes, when there are two or more and it is the
+    same one (a skill matcher gives each direction the retry's one change): said once."""
+    changes = [d.get("change") for d in directions]
+    if len(changes) > 1 and changes[0] and all(c == changes[0] for c in changes):
+        return changes[0]
+    return None
+
+
+def direction_text(i: int, d: dict[str, Any], earlier: Sequence[dict[str, Any]],
+                   shared: bool) -> Table:
+    """Direction `i` in whole words, each line wrapping under itself after its number: its
+    title and skill, what it matched in words (else the proposer's rationale), and what its
+    retry changes unless every direction makes that change (`shared`, said above them) or
+    an earlier one does (`earlier`: the directions before it). Text, never markup: a
+    skill's or an agent's words are data."""
+    body = Text.assemble((printable(str(d["title"])), "bold"),
+                         printable(f"  ({d['skill']}, score {d['score']:.2f})"))
+    why = [f"matched: {w}" for w in d.get("evidence") or ()] or (
+        [str(d["rationale"])] if d.get("rationale") else [])
+    change = d.get("change")
+    same = next((n for n, e in enumerate(earlier, 1) if change and e.get("change") == change),
+                None)
+    if shared or not change:
+        changes = []
+    elif same is not None:
+        changes = [f"changes: the same as direction {same}"]
+    else:
+        changes = change_lines(change)
+    for line in [*why, *changes, *evidence_lines(d)]:
+        body.append(f"\n{printable(line)}")
+    grid = Table.grid(padding=(0, 1, 0, 0))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row(Text(f"{i}."), body)
+    return grid
 
 
 class DecisionDialog(ModalScreen[str | None]):
@@ -146,9 +189,19 @@ class DecisionDialog(ModalScreen[str | None]):
                 if failing_checks(gate.checks):
                     yield Static(id="decision-failing")
             if self.open.pick:
+                directions = ph.pending_directions
                 yield Label("Debug directions (from the debug skills that matched):")
-                yield OptionList(*(self._direction(i, d) for i, d in
-                                   enumerate(ph.pending_directions, 1)), id="directions")
+                shared = shared_change(directions)
+                if shared is not None:
+                    said = change_lines(shared)
+                    yield Static(Text("\n".join(
+                        ["Whichever direction you pick, its retry changes "
+                         f"{printable(said[0].removeprefix('changes: '))}",
+                         *map(printable, said[1:])])), id="shared-change")
+                yield OptionList(*(Option(direction_text(i, d, directions[:i - 1],
+                                                         shared is not None),
+                                          id=d["direction_id"])
+                                   for i, d in enumerate(directions, 1)), id="directions")
             if self.open.allows("redirect"):
                 yield Static(Text(self._understood()), id="instruction-help")
         if self.open.allows("redirect"):
@@ -218,18 +271,6 @@ class DecisionDialog(ModalScreen[str | None]):
             if c.get("message"):
                 text.append(f"\n    {printable(c['message'])}")
         return text
-
-    @staticmethod
-    def _direction(i: int, d: dict[str, Any]) -> Option:
-        """A direction in full: its title wraps, never cut; the rationale and evidence in
-        words. Text, not markup: a skill's words are data."""
-        text = Text.assemble((printable(f"{i}. {d['title']}"), "bold"),
-                             printable(f"  [{d['skill']}, score {d['score']:.2f}]"))
-        if d.get("rationale"):
-            text.append(f"\n   {printable(d['rationale'])}", style="italic")
-        for line in evidence_lines(d):
-            text.append(f"\n   {printable(line)}")
-        return Option(text, id=d["direction_id"])
 
     def on_mount(self) -> None:
         self._paint()

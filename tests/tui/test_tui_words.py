@@ -9,17 +9,23 @@ finding of the real constraint checker, wide-gate ten layers."""
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import tui_runs
+from rich.console import Console
+from textual.widgets import OptionList, Static
 from tui_pilot import until
 
 from npu_deploy.events import fold
+from npu_deploy.skills import load_catalog
+from npu_deploy.skills.matcher import title_of
 from npu_deploy.store import EventStore
 from npu_deploy.tui import DeployApp
+from npu_deploy.tui.screens.decision import DecisionDialog, direction_text, shared_change
 from npu_deploy.tui.timeline import gate_rows
 from npu_deploy.tui.widgets.panels import GatesPanel
 from npu_deploy.tui.widgets.panels.gates import fit_names
@@ -120,3 +126,66 @@ async def test_every_kernel_and_layer_row_keeps_the_word_that_names_it(db, size)
     lines, _ = await table_lines(db, "wide-gate", size)
     layers = [re.search(r"\b(?:layers|l)\.(\d+)\.", line) for line in lines[:10]]
     assert [m.group(1) if m else None for m in layers] == [str(i) for i in range(10)]
+
+
+# --- debug directions ------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def dirs_built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("tui-directions") / "runs.db"
+    assert tui_runs.build_store(path, tui_runs.directions_run) == ["dirs-p1"]
+    return path
+
+
+def drawn(renderable: object, width: int) -> list[str]:
+    console = Console(width=width, file=io.StringIO(), record=True)
+    console.print(renderable)
+    return console.export_text().splitlines()
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_debug_directions_read_in_whole_words_and_say_their_one_change_once(
+        dirs_built, tmp_path, monkeypatch, size):
+    """dirs-p1: the real skill matcher proposes two directions whose retries make the same
+    change. The dialog says that change once, above them, its configuration as `name =
+    value` (a Python dict before, in each direction); each direction's title is its skill's
+    first clause in whole words (cut mid-word at 120 characters before), wrapped under
+    itself after its number."""
+    db = tmp_path / "runs.db"
+    db.write_bytes(dirs_built.read_bytes())
+    monkeypatch.setenv("NPU_DEPLOY_KEYMAP", str(tmp_path / "no-keymap.toml"))
+    monkeypatch.setenv("NPU_DEPLOY_SETTINGS", str(tmp_path / "no-settings.toml"))
+    app = DeployApp(db, run_id="dirs-p1", live=True)
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("d")
+        await until(pilot, lambda: isinstance(app.screen, DecisionDialog))
+        shared = str(app.screen.query_one("#shared-change", Static).render())
+        options = app.screen.query_one("#directions", OptionList)
+        width = options.scrollable_content_region.width - 2       # the option's padding
+        shown = [drawn(options.get_option_at_index(i).prompt, width)
+                 for i in range(options.option_count)]
+    assert shared.startswith("Whichever direction you pick, its retry changes gemm_bf16")
+    assert "tile_k 256 -> 128" in shared
+    assert "runs with herd_n = 8, ping_pong = true, tile_k = 128, tile_m = 64, tile_n = 64" \
+        in " ".join(shared.split())
+    catalog = load_catalog()
+    for lines, skill in zip(shown, ("buffer-object-corruption", "silent-gemm-corruption"),
+                            strict=True):
+        text = " ".join(" ".join(lines).split())
+        assert title_of(catalog[skill].description) in text, text
+        assert f"({skill}, score" in text and "matched: " in text
+        assert "{" not in text and "changes" not in text         # said once, above
+        assert all(line.startswith("   ") for line in lines[1:] if line.strip()), lines
+
+
+def test_a_direction_that_makes_an_earlier_ones_change_says_so():
+    change = {"text": "X: tile_n 32 -> 64", "configs": {"X": {"tile_n": 64}}}
+    other = {"text": "undo the prefill transform fuse_qkv", "undo": ["fuse_qkv"]}
+    dirs = [{"title": f"t{i}", "skill": "s", "score": 0.5, "rationale": "r", "change": c}
+            for i, c in enumerate((change, change, other))]
+    assert shared_change(dirs) is None and shared_change(dirs[:2]) == change
+    text = [" ".join(drawn(direction_text(i, d, dirs[:i - 1], False), 80))
+            for i, d in enumerate(dirs, 1)]
+    assert "changes: X: tile_n 32 -> 64" in text[0] and "X runs with tile_n = 64" in text[0]
+    assert "changes: the same as direction 1" in text[1]
+    assert "changes: undo the prefill transform fuse_qkv" in text[2]
