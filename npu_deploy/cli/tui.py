@@ -131,18 +131,45 @@ def run_app(run_id: str | None, *, live: bool, driver: Any = None,
     # torch and the interpreter's teardown. Give a waiting conductor the time to record its
     # pause, then leave at once.
     end = time.monotonic() + QUIT_GRACE_S
+    cut: set[str] = set()
     for run, returned in list(app.conducting.items()):
         if not returned.wait(timeout=max(0.0, end - time.monotonic())):
+            cut.add(run)
             if run in app.loading and app.loading[run] != "":
                 continue        # still loading: not started, or started and left a pause
+            if say_where_it_stands(app, run, here=True):
+                continue        # it waited for a person, not in a step
             run = printable(run)
             click.echo(f"run {run}: quit mid-step; `npu-deploy resume {run}` goes on "
                        "(the step is run again)", err=True)
+    say_where_runs_stand(app, cut)
     if app.refused is not None:
         say_error(app.refused)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(app.return_code or 0)
+
+
+def say_where_runs_stand(app: Any, cut: set[str]) -> None:
+    """After the TUI quit: a line for each run it ran or showed last that waits for a
+    person or is paused, with the command that goes on (`cut`: runs whose conductor did not
+    return in time, said already)."""
+    runs = [r for r in app.conducting if r not in cut]
+    if app.shown is not None and app.shown not in runs and app.shown not in cut:
+        runs.append(app.shown)
+    for run in runs:
+        say_where_it_stands(app, run, here=False)
+
+
+def say_where_it_stands(app: Any, run: str, *, here: bool) -> bool:
+    """`here`: its conductor is still this process's (which is ending). Whether a line was
+    written."""
+    from npu_deploy.tui.standing import quit_line
+
+    line = quit_line(app.store_path, run, here=here)
+    if line is not None:
+        click.echo(line, err=True)
+    return line is not None
 
 
 def _existing_run(run: str) -> str:

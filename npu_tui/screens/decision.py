@@ -338,8 +338,8 @@ class DecisionDialog(ModalScreen[str | None]):
     def _redirect(self) -> None:
         text = self.query_one("#instruction", Input).value.strip()
         if not text:
-            self.notify("a redirect needs an instruction: type what the next attempt should "
-                        "do differently", severity="error")
+            self.notify("Type the instruction first: what the next attempt should do "
+                        "differently.", severity="error")
             self.query_one("#instruction", Input).focus()
             return
         if self.state.agent == "autopilot":
@@ -358,7 +358,8 @@ class DecisionDialog(ModalScreen[str | None]):
     def _pick(self) -> None:
         options = self.query_one(OptionList)
         if options.highlighted is None:
-            self.notify("choose a direction first", severity="error")
+            self.notify("Choose a direction first (its number, or the arrows).",
+                        severity="error")
             return
         option = options.get_option_at_index(options.highlighted)
         self._leave("pick", {"proposal_id": self.waiting_id, "direction_id": option.id})
@@ -401,16 +402,15 @@ class DecisionDialog(ModalScreen[str | None]):
                    **naming(self.waiting)}
         command_id = store.post_command(self.run_id, kind, payload,
                                         author=self.deploy_app.author)
+        done = self._done(kind, payload)
         if store.is_locked(self.run_id) or self.run_id in self.deploy_app.driving:
-            self.notify(f"{kind} left for run {self.run_id}; its conductor records it once",
-                        timeout=4)
+            self.notify(f"{done}.")
         elif self.deploy_app.continue_run(self.run_id):
-            self.notify(f"{kind} left for run {self.run_id}; it goes on in this window",
-                        timeout=4)
+            self.notify(f"{done}; it goes on in this window.")
         else:
-            self.notify(f"{kind} left for run {self.run_id}, but no conductor runs it now: "
-                        "resume it (r in the runs screen, or npu-deploy resume) to record it",
-                        severity="warning", timeout=8)
+            self.notify(f"{done} once it runs again: nothing runs it now. Resume it with r "
+                        f"in the runs list, or npu-deploy resume {self.run_id} in a shell.",
+                        severity="warning")
         self.dismiss(command_id)
 
     def action_cancel(self) -> None:
@@ -432,12 +432,12 @@ class DecisionDialog(ModalScreen[str | None]):
             elif choice in self.choices():
                 self._leave_run(choice)
             else:
-                self.notify(f"{choice} is not open now", severity="warning", timeout=3)
+                self._not_open(choice)
             return
         buttons = self.query(f"#{choice}").results(Button)
         button = next(buttons, None)
         if button is None or button.disabled:
-            self.notify(f"{choice} is not open now", severity="warning", timeout=3)
+            self._not_open(choice)
             return
         if choice == "redirect" and not self.query_one("#instruction", Input).value.strip():
             self.query_one("#instruction", Input).focus()     # type it, then enter sends it
@@ -449,7 +449,8 @@ class DecisionDialog(ModalScreen[str | None]):
             return
         options = self.query_one(OptionList)
         if n > options.option_count:
-            self.notify(f"there are {options.option_count} directions", severity="warning")
+            self.notify(f"There are {options.option_count} directions: press 1 to "
+                        f"{options.option_count}.", severity="warning")
             return
         options.highlighted = n - 1
         self._pick()
@@ -474,5 +475,23 @@ class DecisionDialog(ModalScreen[str | None]):
             self._close_by(f"{kind} refused: run {self.run_id} {why}. Nothing was written.")
             return
         command_id = store.post_command(self.run_id, kind, {}, author=self.deploy_app.author)
-        self.notify(f"{kind} left for run {self.run_id}", timeout=4)
+        self.notify(f"{self._done(kind, {})}.")
         self.dismiss(command_id)
+
+    def _done(self, kind: str, payload: dict[str, Any]) -> str:
+        """What a command sent does to the run, in words, once the run's process reads it."""
+        run, k = self.run_id, self.phase
+        if kind == "approve" and payload.get("override"):
+            return (f"Approved anyway: run {run} leaves phase {k} as passed, and the "
+                    "evaluator will fail it")
+        return {"approve": f"Approved: run {run} goes on after phase {k}",
+                "redirect": f"Sent: run {run} runs phase {k} again with your instruction",
+                "pick": f"Picked: run {run} runs phase {k} again following that direction",
+                "pause": f"Pausing: run {run} stops when its current step ends",
+                "abort": f"Aborting: run {run} ends when its current step ends",
+                }.get(kind, f"Sent {kind} to run {run}")
+
+    def _not_open(self, choice: str) -> None:
+        why = self.open.refused.get(choice)
+        self.notify(f"{BUTTONS[choice][0].rstrip('…')} is not possible here"
+                    + (f": run {self.run_id} {why}." if why else "."), severity="warning")

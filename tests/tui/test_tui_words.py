@@ -17,7 +17,12 @@ from pathlib import Path
 import pytest
 import tui_runs
 from rich.console import Console
-from textual.widgets import OptionList, Static
+from textual.binding import Binding
+from textual.command import CommandList, CommandPalette
+from textual.geometry import Region
+from textual.notifications import Notification
+from textual.widgets import OptionList, Static, TabbedContent
+from textual.widgets._toast import Toast
 from tui_pilot import until
 
 from npu_deploy.events import fold
@@ -26,9 +31,14 @@ from npu_deploy.skills.matcher import title_of
 from npu_deploy.store import EventStore
 from npu_deploy.tui import DeployApp
 from npu_deploy.tui.screens.decision import DecisionDialog, direction_text, shared_change
+from npu_deploy.tui.screens.help import HelpScreen
+from npu_deploy.tui.screens.run import RunScreen
+from npu_deploy.tui.standing import quit_line, returned_words
 from npu_deploy.tui.timeline import gate_rows
+from npu_deploy.tui.widgets.banner import Banner
 from npu_deploy.tui.widgets.panels import GatesPanel
 from npu_deploy.tui.widgets.panels.gates import fit_names
+from npu_deploy.tui.widgets.scrubber import Scrubber
 
 SIZES = [(80, 24), (120, 40), (200, 60)]
 RUNS = ("oracle-p0", "checker-p1", "wide-gate")
@@ -48,7 +58,6 @@ def db(built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     path = tmp_path / "runs.db"
     path.write_bytes(built.read_bytes())
     monkeypatch.setenv("NPU_DEPLOY_KEYMAP", str(tmp_path / "no-keymap.toml"))
-    monkeypatch.setenv("NPU_DEPLOY_SETTINGS", str(tmp_path / "no-settings.toml"))
     yield path
 
 
@@ -154,7 +163,6 @@ async def test_debug_directions_read_in_whole_words_and_say_their_one_change_onc
     db = tmp_path / "runs.db"
     db.write_bytes(dirs_built.read_bytes())
     monkeypatch.setenv("NPU_DEPLOY_KEYMAP", str(tmp_path / "no-keymap.toml"))
-    monkeypatch.setenv("NPU_DEPLOY_SETTINGS", str(tmp_path / "no-settings.toml"))
     app = DeployApp(db, run_id="dirs-p1", live=True)
     async with app.run_test(size=size) as pilot:
         await pilot.press("d")
@@ -189,3 +197,190 @@ def test_a_direction_that_makes_an_earlier_ones_change_says_so():
     assert "changes: X: tile_n 32 -> 64" in text[0] and "X runs with tile_n = 64" in text[0]
     assert "changes: the same as direction 1" in text[1]
     assert "changes: undo the prefill transform fuse_qkv" in text[2]
+
+
+# --- notices ---------------------------------------------------------------------------------
+
+#: Words of the code, not of the person who reads a notice
+JARGON = ("conductor", "inbox", "left for run", "records it", "not open now", "v1")
+
+
+@pytest.fixture(scope="module")
+def checkpoint_built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("tui-notices") / "runs.db"
+    assert tui_runs.build_store(path, tui_runs.checkpoint_run) == ["live-p0"]
+    return path
+
+
+def overlaps(a: Region, b: Region) -> bool:
+    return bool(a.intersection(b).area)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+async def test_notices_say_what_happened_in_plain_words_clear_of_the_scrubber_and_gates(
+        checkpoint_built, tmp_path, monkeypatch, size):
+    """live-p0 waits at its checkpoint and nothing runs it: approving leaves the approval
+    and says, in plain words, that it happens once the run is resumed and how ("its
+    conductor records it once" before); a jump with nothing to jump to says so. Every
+    notice sits over the top of the event stream, never over the banner, the tabs (the
+    gates) or the scrubber (bottom right over the scrubber and the gates before), and goes
+    within a few seconds."""
+    db = tmp_path / "runs.db"
+    db.write_bytes(checkpoint_built.read_bytes())
+    monkeypatch.setenv("NPU_DEPLOY_KEYMAP", str(tmp_path / "no-keymap.toml"))
+    app = DeployApp(db, run_id="live-p0", live=True)
+    said: list[Notification] = []
+    async with app.run_test(size=size, notifications=True) as pilot:
+        await pilot.press("d")
+        await until(pilot, lambda: isinstance(app.screen, DecisionDialog))
+        await pilot.press("a")
+        await until(pilot, lambda: isinstance(app.screen, RunScreen))
+        said += list(app._notifications)
+        await pilot.press("f")
+        await until(pilot, lambda: len(app.screen.query(Toast)) == 2)
+        said += [n for n in app._notifications if n not in said]
+        screen = app.screen
+        toasts = [t.region for t in screen.query(Toast)]
+        kept = [screen.query_one(w).region for w in (Scrubber, TabbedContent, Banner)]
+    words = [n.message for n in said]
+    assert words[0] == ("Approved: run live-p0 goes on after phase 0 once it runs again: "
+                        "nothing runs it now. Resume it with r in the runs list, or "
+                        "npu-deploy resume live-p0 in a shell.")
+    assert words[1] == "No gate failure after this event."
+    assert not [w for w in words if any(j in w for j in JARGON)]
+    assert all(n.timeout <= 5 for n in said)
+    assert toasts and all(r.area for r in toasts)
+    assert not [(t, k) for t in toasts for k in kept if overlaps(t, k)], (toasts, kept)
+
+
+# --- the theme, kept ------------------------------------------------------------------------
+
+def palette_hits(app: DeployApp) -> list[str]:
+    results = app.screen.query_one(CommandList)
+    return [str(getattr(results.get_option_at_index(i).prompt, "plain",
+                        results.get_option_at_index(i).prompt)).split("\n")[0]
+            for i in range(results.option_count)]
+
+
+async def choose_theme(app: DeployApp, pilot, search: str, theme: str) -> None:
+    """The palette, as a person uses it: ctrl+p, `search`, the first hit, then `theme`."""
+    await pilot.press("ctrl+p")
+    await until(pilot, lambda: isinstance(app.screen, CommandPalette))
+    await pilot.press(*search)
+    await until(pilot, lambda: bool(palette_hits(app)))
+    assert palette_hits(app)[0].startswith("Change theme"), palette_hits(app)
+    await pilot.press("enter")
+    await until(pilot, lambda: isinstance(app.screen, CommandPalette)
+                and any(theme in h for h in palette_hits(app)))
+    await pilot.press(*theme)
+    await until(pilot, lambda: palette_hits(app)[:1] == [theme])
+    await pilot.press("enter")
+    await until(pilot, lambda: not isinstance(app.screen, CommandPalette))
+
+
+@pytest.mark.parametrize("search", ["change theme", "theme"])
+async def test_change_theme_is_found_in_the_palette_and_kept_for_the_next_launch(
+        db, tui_settings, search):
+    """"change theme" found nothing in the palette before (its command was "Theme"), and
+    the theme chosen was gone at the next launch."""
+    app = DeployApp(db, run_id="oracle-p0", live=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert app.theme == "textual-dark"
+        await choose_theme(app, pilot, search, "textual-light")
+        assert app.theme == "textual-light"
+    assert 'theme = "textual-light"' in tui_settings.read_text()
+    again = DeployApp(db, run_id="oracle-p0", live=True)
+    async with again.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert again.theme == "textual-light"
+        assert not list(again._notifications)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("theme = [\n", "is not a settings file"),
+    ('theme = "no-such-theme"\n', "there is no theme 'no-such-theme'")])
+async def test_a_settings_file_it_cannot_use_is_one_notice_and_the_defaults(
+        db, tui_settings, text, says):
+    tui_settings.write_text(text)
+    app = DeployApp(db, run_id="oracle-p0", live=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert app.theme == "textual-dark"
+        [notice] = [n.message for n in app._notifications]
+        assert says in notice and str(tui_settings) in notice and "\n" not in notice
+        app.theme = "nord"                      # a choice writes the file anew
+    assert 'theme = "nord"' in tui_settings.read_text()
+
+
+# --- where a run stands when the TUI quits ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def standing_built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("tui-standing") / "runs.db"
+    tui_runs.build_store(path, tui_runs.checkpoint_run, tui_runs.stopped_run,
+                         tui_runs.finished_run, tui_runs.working_run)
+    return path
+
+
+def test_quitting_says_where_a_waiting_run_stands_and_the_command_that_goes_on(
+        standing_built):
+    db = standing_built
+    assert quit_line(db, "live-p0", here=False) == (
+        "run live-p0 waits: phase 0 (build CPU oracle) passed its gate: approve or redirect; "
+        "`npu-deploy resume live-p0` goes on")
+    with EventStore.open(db) as store, tui_runs.held(store, "live-p0"):   # another process
+        assert quit_line(db, "live-p0", here=False) == (
+            "run live-p0 waits: phase 0 (build CPU oracle) passed its gate: approve or "
+            "redirect; `npu-deploy attach live-p0` opens it to decide")
+    # its conductor ran in the TUI's process, which left it a pause
+    assert quit_line(db, "live-p0", here=True) == (
+        "run live-p0 is paused: phase 0 (build CPU oracle) passed its gate: approve or "
+        "redirect; `npu-deploy resume live-p0` goes on")
+    stopped = quit_line(db, "stopped-p2", here=False)
+    assert stopped is not None and stopped.startswith(
+        "run stopped-p2 waits: phase 2 (single block) stopped for a person: ")
+    assert stopped.endswith("; `npu-deploy resume stopped-p2` goes on")
+    assert quit_line(db, "done-pass", here=False) is None          # ended
+    assert quit_line(db, "work-p1", here=True) is None             # mid-step: said apart
+    assert quit_line(db, "no-such-run", here=False) is None
+
+
+def test_a_conductor_that_returns_says_where_its_run_stands(standing_built):
+    with EventStore.open(standing_built, readonly=True) as store:
+        done, waiting = store.fold("done-pass"), store.fold("live-p0")
+    assert returned_words("done-pass", "finished PASS", done) == (
+        "Run done-pass finished: verdict PASS.", "information")
+    assert returned_words("live-p0", "stopped: ValueError: no NPU", waiting) == (
+        "Run live-p0 stopped on an error: ValueError: no NPU", "error")
+
+
+# --- help --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("run_id", ["oracle-p0", None], ids=["run screen", "run browser"])
+async def test_help_opens_on_this_screens_own_keys_without_binding_ids(db, run_id):
+    """Help began with a table's cursor keys (the run browser) or the stream's scroll keys,
+    each with its binding id; now the screen's own keys come first, Textual's keys every
+    widget has come last, and the ids are left to keymap.toml (a note says where)."""
+    app = DeployApp(db, run_id=run_id, live=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        beneath = app.screen
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        text = drawn_text(app.screen.keys())
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    assert lines[0] == "This screen"
+    own = {b.description for cls in type(beneath).__mro__
+           for b in cls.__dict__.get("BINDINGS", ()) if isinstance(b, Binding)}
+    section = lines[1:next(i for i, line in enumerate(lines)
+                           if line in ("Where the focus is", "Everywhere"))]
+    assert section and all(line.split(None, 1)[1] in own for line in section), section
+    generic = [i for i, line in enumerate(lines) if "Focus Next" in line]
+    assert generic and generic[0] > lines.index("Also (every Textual app)")
+    assert not re.search(r"\b(run|stream|replay|runs|app)\.[a-z_]+\b", text), text
+    assert "Keys can be changed in" in lines[-2] + lines[-1] and "keymap" in text
+
+
+def drawn_text(renderable: object) -> str:
+    console = Console(width=150, file=io.StringIO(), record=True)
+    console.print(renderable)
+    return console.export_text()
