@@ -106,9 +106,18 @@ def title_of(description: str) -> str:
         if m.start() >= 30:
             first = first[:m.start()]
             break
-    if len(first) <= TITLE_CHARS:
-        return first
-    return first[:TITLE_CHARS].rsplit(" ", 1)[0].rstrip(",;:") + " …"
+    return whole_words(first)
+
+
+def whole_words(text: str, limit: int = TITLE_CHARS) -> str:
+    """`text` in at most `limit` characters, cut at a space and ending in " …" if it was
+    cut: never inside a word."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 2]
+    if " " in cut:
+        cut = cut.rsplit(" ", 1)[0].rstrip(",;:")
+    return cut + " …"
 
 
 class SkillMatcher:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from npu_deploy.skills import CATALOG_DIR, Symptoms, load_catalog, match, validate
-from npu_deploy.skills.matcher import TITLE_CHARS, SkillMatcher, title_of
+from npu_deploy.skills.matcher import TITLE_CHARS, SkillMatcher, title_of, whole_words
 
 PHASES = ["phase-0-cpu-oracle", "phase-1-kernel-validation", "phase-2-single-block",
           "phase-3-full-model", "phase-4-prefill-optimization", "phase-5-decode-optimization",
@@ -224,3 +224,7 @@ def test_every_debug_direction_title_is_whole_words():
         assert rest[:1] in (" ", ",", ";", "."), (title, rest[:20])
     assert title_of(load_catalog()["silent-gemm-corruption"].description) \
         == "Diagnoses a GEMM whose output is silently wrong"
+    for limit in range(3, 40):
+        said = whole_words("re-select the tile configuration of flash_attention", limit)
+        assert len(said) <= limit and (said.endswith(" …") or said.startswith("re-select the"))
+    assert whole_words("re-select the tile configuration", 20) == "re-select the …"
