@@ -206,5 +206,7 @@ def waiting_text(state: DeploymentState) -> str | None:
     ph, where = state.phases[k], f"phase {k} ({PHASE_NAMES[k]})"
     return {"stopped": f"{where} stopped for a person: {ph.exit_reason}",
             "checkpoint": f"{where} passed its gate: approve or redirect",
-            "proposal": f"{where} failed its gate: pick one of "
-                        f"{len(ph.pending_directions)} debug directions"}[waiting.kind]
+            "proposal": f"{where} failed its gate: " + (
+                f"pick one of {len(ph.pending_directions)} debug directions"
+                if len(ph.pending_directions) != 1 else "pick its debug direction")
+            }[waiting.kind]

@@ -203,10 +203,36 @@ def direction_lines(d: dict[str, Any], deterministic: bool = False) -> list[str]
     lines = [f"matched: {why}" for why in d.get("evidence", ())]
     change = d.get("change")
     if change:
-        lines.append(f"changes: {change['text']}")
+        lines += change_lines(change)
     elif deterministic:
         lines.append("changes nothing: the same attempt would fail the same way")
     return lines
+
+
+def change_lines(change: dict[str, Any]) -> list[str]:
+    """A retry's change (payloads.RetryChange as stored) in words: what it changes, then
+    each kernel's whole configuration as the next attempt runs it and the recipe settings
+    it sets, as `name = value` ("tile_m = 64, ping_pong = true"), never a Python dict."""
+    lines = [f"changes: {change['text']}"]
+    lines += [f"{key} runs with {settings_text(config)}"
+              for key, config in change.get("configs", {}).items() if config]
+    if change.get("recipe"):
+        lines.append(f"recipe: {settings_text(change['recipe'])}")
+    return lines
+
+
+def settings_text(settings: dict[str, Any]) -> str:
+    """`name = value` pairs in their order, as a configuration file writes them."""
+    def word(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, float):
+            return f"{v:.6g}"
+        if isinstance(v, list | tuple):
+            return ", ".join(word(x) for x in v)
+        return str(v)
+
+    return ", ".join(f"{k} = {word(v)}" for k, v in settings.items())
 
 
 # --- the summaries --------------------------------------------------------------------------

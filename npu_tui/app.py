@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import ClassVar, Protocol
 
-from platformdirs import user_config_path
 from rich.text import Text
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
+from textual.theme import Theme
 from textual.widgets import Static
 
 from npu_deploy.deploy_request import DeployRequest, Refused
@@ -29,11 +29,15 @@ from npu_deploy.store import EventStore
 
 from .screens.run import RunScreen
 from .screens.runs import RunsScreen
+from .settings import SettingsError, keymap_path, read_settings, settings_path, write_setting
+from .standing import returned_words
 
 #: What a driver calls while it loads (the pipeline, torch, the model) before its conductor's
 #: first event; "" when that is done.
 Loading = Callable[[str], None]
 EXIT_REFUSED = 1             # the app's return code when `deploy` was refused before its run
+#: How long a notice stays, by severity, in seconds: long enough to read it once.
+NOTICE_S: dict[str, float] = {"information": 3.0, "warning": 5.0, "error": 8.0}
 
 
 class Driver(Protocol):
@@ -56,11 +60,6 @@ class Driver(Protocol):
         """A driver whose `deploy` starts `request` as a new run; raises
         deploy_request.Refused with every problem, before anything is stored."""
         ...
-
-
-def keymap_path() -> Path:
-    env = os.environ.get("NPU_DEPLOY_KEYMAP")
-    return Path(env) if env else user_config_path("npu-deploy") / "keymap.toml"
 
 
 def read_keymap(path: Path) -> dict[str, str]:
@@ -114,6 +113,7 @@ class DeployApp(App[None]):
         self.not_started: list[str] = []
         self.left_paused: list[str] = []
         self.halted: dict[str, str] = {}
+        self.shown: str | None = None          # the run on screen (said when it quits)
         # run id -> set when its conductor (a worker thread of this process) has returned
         self.conducting: dict[str, threading.Event] = {}
         self.store: EventStore
@@ -123,7 +123,7 @@ class DeployApp(App[None]):
         """Every notice, from any screen: it quotes data (a run id, a store's error, a path),
         so it is never markup and shows its control characters (`markup` is ignored)."""
         super().notify(printable(message), title=printable(title), severity=severity,
-                       timeout=timeout, markup=False)
+                       timeout=NOTICE_S[severity] if timeout is None else timeout, markup=False)
 
     def compose(self) -> ComposeResult:
         if self.opening:
@@ -135,7 +135,8 @@ class DeployApp(App[None]):
         try:
             self.set_keymap(read_keymap(keymap_path()))
         except ValueError as e:
-            self.notify(str(e), severity="error", timeout=10)
+            self.notify(f"Your keys are the usual ones: {e}", severity="error")
+        self._restore_theme()
         if self.opening:
             self.call_after_refresh(self._open_first)       # after the line's frame
         else:
@@ -166,10 +167,32 @@ class DeployApp(App[None]):
             self.left_paused.append(run_id)
         self.store.close()
 
+    def _restore_theme(self) -> None:
+        """The theme chosen at an earlier launch (settings.py); each later choice is kept."""
+        path = settings_path()
+        try:
+            theme = read_settings(path).get("theme")
+        except SettingsError as e:
+            self.notify(str(e), severity="warning")
+            theme = None
+        if isinstance(theme, str) and theme in self.available_themes:
+            self.theme = theme
+        elif theme is not None:
+            self.notify(f"{path}: there is no theme {theme!r}; the TUI starts in {self.theme}",
+                        severity="warning")
+        self.theme_changed_signal.subscribe(self, self._keep_theme)
+
+    def _keep_theme(self, theme: Theme) -> None:
+        try:
+            write_setting(settings_path(), "theme", theme.name)
+        except OSError as e:
+            self.notify(f"The theme is not kept for the next launch: {e}", severity="warning")
+
     # --- navigation ---------------------------------------------------------------------------
 
     def open_run(self, run_id: str, *, live: bool) -> None:
         screen = RunScreen(run_id, live=live)
+        self.shown = run_id
         if isinstance(self.screen, RunScreen):
             self.switch_screen(screen)
         else:
@@ -178,6 +201,7 @@ class DeployApp(App[None]):
     def show_runs(self) -> None:
         """The run browser, its cursor on the run a person comes back from."""
         came_from = self.screen.run_id if isinstance(self.screen, RunScreen) else None
+        self.shown = None
         if any(isinstance(s, RunsScreen) for s in self.screen_stack):
             while not isinstance(self.screen, RunsScreen):
                 self.pop_screen()
@@ -318,7 +342,7 @@ class DeployApp(App[None]):
         line, and the run as it was."""
         self.driving.discard(run_id)
         self._loading(run_id, "")
-        self.notify(error_line(why), severity="error", timeout=10)
+        self.notify(error_line(why), severity="error")
 
     def _created(self, run_id: str) -> bool:
         with EventStore.open(self.store.path, readonly=True) as store:
@@ -340,13 +364,18 @@ class DeployApp(App[None]):
             # a decision taken here while its conductor was returning (a pause): go on
             self.continue_run(run_id)
             return
-        self.notify(f"run {run_id}: the conductor in this process returned ({outcome})",
-                    timeout=8)
+        words, severity = returned_words(run_id, outcome, self.store.fold(run_id))
+        self.notify(words, severity=severity)
 
     # --- the command palette -------------------------------------------------------------------
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        for command in super().get_system_commands(screen):
+            if command.title == "Theme":     # found by "theme" and by "change theme"
+                command = SystemCommand("Change theme", "the colours: dark, light, or the "
+                                        "terminal's own (ANSI); kept for the next launch",
+                                        self.action_change_theme)
+            yield command
         commands = getattr(screen, "commands", None)
         if commands is not None:
             yield from commands()

@@ -91,6 +91,35 @@ def match(catalog: Catalog, symptoms: Symptoms, kind: str = "debug"
     return ranked
 
 
+#: A direction's title is its skill's first clause, in whole words, in at most this many
+#: characters.
+TITLE_CHARS = 120
+_CLAUSE = re.compile(r" \(|, |; | — ")
+
+
+def title_of(description: str) -> str:
+    """A skill's description as a direction's title: its first sentence up to the first
+    clause after the opening words ("Diagnoses a GEMM whose output is silently wrong"), and
+    never cut inside a word; a title still too long ends in an ellipsis at a space."""
+    first = description.split(". ")[0].rstrip(".")
+    for m in _CLAUSE.finditer(first):
+        if m.start() >= 30:
+            first = first[:m.start()]
+            break
+    return whole_words(first)
+
+
+def whole_words(text: str, limit: int = TITLE_CHARS) -> str:
+    """`text` in at most `limit` characters, cut at a space and ending in " …" if it was
+    cut: never inside a word."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit - 2]
+    if " " in cut:
+        cut = cut.rsplit(" ", 1)[0].rstrip(",;:")
+    return cut + " …"
+
+
 class SkillMatcher:
     """The conductor's DebugMatcher: debug skills ranked by their triggers, each with the
     triggers that fired in words. With `changes` (what a retry can change after the failed
@@ -133,7 +162,7 @@ class SkillMatcher:
         change = self.changes(run, [c for c in failing if c.get("gating", True)]) \
             if self.changes is not None else None
         directions = [DebugDirection(direction_id=skill.name, skill=skill.name,
-                                     title=skill.description.split(". ")[0][:120],
+                                     title=title_of(skill.description),
                                      rationale="triggers: " + ", ".join(ids),
                                      score=round(score, 3),
                                      evidence=explain(skill, symptoms), change=change)

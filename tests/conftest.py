@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -112,6 +113,20 @@ def anchor_key(tmp_path_factory: pytest.TempPathFactory):
         env.setenv("NPU_DEPLOY_KEY_FILE", str(path))
         env.setenv("NPU_DEPLOY_PIPELINES", "fake_pipeline:make")
         yield path
+
+
+@pytest.fixture(scope="session")
+def settings_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("tui-settings")
+
+
+@pytest.fixture(autouse=True)
+def tui_settings(settings_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """What the TUI keeps for its next launch (the theme, npu_tui/settings.py) goes to a file
+    of each test's own, never the user's: a theme one test chooses is not the next one's."""
+    path = settings_dir / f"{uuid.uuid4().hex}.toml"
+    monkeypatch.setenv("NPU_DEPLOY_SETTINGS", str(path))
+    return path
 
 
 @pytest.fixture(scope="session")

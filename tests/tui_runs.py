@@ -280,6 +280,95 @@ def checker_run(store: EventStore, run_id: str = "checker-p1") -> str:
     return run_id
 
 
+class _OracleGate:
+    """Phase 0's gate as pipeline/gates/oracle.py writes it (its metrics, its thresholds),
+    on the three prompts of a model without a chat template; one prompt's decode drifts."""
+
+    #: oracle.py's checks of a prompt: metric, comparison, threshold, gating
+    METRICS = (("prefill_logits_rel_l2", "<=", 1e-4, True),
+               ("decode_logits_rel_l2", "<=", 1e-4, True),
+               ("greedy_tokens_identical", ">=", 32, True),
+               ("prefill_logits_max_abs", "<=", 1e-3, False),
+               ("prefill_logits_cosine", ">=", 0.999999, False),
+               ("stored_oracle_tokens", ">=", 32, True))
+
+    def evaluate(self, run: Any) -> GateEvaluated:
+        from npu_deploy.events.phases import phase
+
+        values = {"prefill_logits_rel_l2": 3.1e-7, "decode_logits_rel_l2": 4.2e-7,
+                  "greedy_tokens_identical": 32, "prefill_logits_max_abs": 2.4e-5,
+                  "prefill_logits_cosine": 1.0, "stored_oracle_tokens": 32}
+        checks = []
+        for prompt in ("story", "npu", "prefill-128"):
+            for metric, comparison, threshold, gating in self.METRICS:
+                value = 2.5e-3 if (prompt, metric) == ("npu", "decode_logits_rel_l2") \
+                    else values[metric]
+                passed = value <= threshold if comparison == "<=" else value >= threshold
+                checks.append(GateCheck(subject=prompt, metric=metric, value=value,
+                                        threshold=threshold, comparison=comparison,
+                                        passed=passed, gating=gating))
+        return GateEvaluated(gate=phase(0).gate, passed=False, checks=checks)
+
+
+def oracle_gate_run(store: EventStore, run_id: str = "oracle-p0") -> str:
+    """Phase 0's gate with the oracle's own check names failed on one prompt's decode
+    logits; debug directions wait for a pick."""
+    pipe = pipeline()
+    pipe.gates[0] = _OracleGate()
+    c = Conductor.start(store, pipe, Policy(), model=MODEL, run_id=run_id)
+    try:
+        halt = c.run(wait=False)
+        assert halt.reason == "awaiting_pick", halt
+    finally:
+        c.close()
+    return run_id
+
+
+class _GemmGate:
+    """Phase 1's gate with one GEMM's output wrong on its second call: the real debug
+    skills silent-gemm-corruption and buffer-object-corruption both match it."""
+
+    def evaluate(self, run: Any) -> GateEvaluated:
+        kernel = "gemm_bf16 K=576 M=128 N=1536 (gate_proj, up_proj)"
+        return GateEvaluated(gate=f"kernels-{run.phase}", passed=False, checks=[
+            GateCheck(subject=kernel, metric="within_frac", value=0.31, threshold=1.0,
+                      comparison=">=", passed=False, message="C: 69% of the elements "
+                      "outside atol + rtol |ref|; the second call differs from the first"),
+            GateCheck(subject="gemv_fp32acc K=576 N=576 (q_proj)", metric="within_frac",
+                      value=1.0, threshold=1.0, comparison=">=", passed=True)])
+
+
+def _next_tiles(run: Any, failing: list[dict[str, Any]]) -> Any:
+    """What pipeline/retry_changes.py's phase-1 change says of this gate: the GEMM's next
+    valid configuration (one change, whichever skill's direction is picked)."""
+    from npu_deploy.events.payloads import RetryChange
+
+    return RetryChange(
+        text="gemm_bf16 K=576 M=128 N=1536 (gate_proj, up_proj): tile_k 256 -> 128 (the "
+             "selection's second valid configuration of 12)",
+        configs={"gemm_bf16 K=576 M=128 N=1536": {"tile_m": 64, "tile_k": 128, "tile_n": 64,
+                                                  "herd_n": 8, "ping_pong": True}})
+
+
+def directions_run(store: EventStore, run_id: str = "dirs-p1") -> str:
+    """Phase 0 approved; phase 1's gate failed and the real skill matcher (the catalog's
+    debug skills, their triggers in words) proposes two directions that make the same
+    change."""
+    from npu_deploy.skills.matcher import SkillMatcher
+
+    pipe = pipeline()
+    pipe.gates[1], pipe.matcher = _GemmGate(), SkillMatcher(changes=_next_tiles)
+    c = Conductor.start(store, pipe, Policy(), model=MODEL, run_id=run_id)
+    try:
+        assert c.run(wait=False).reason == "awaiting_human"
+        store.post_command(run_id, "approve", author="ada@tui")
+        halt = c.run(wait=False)
+        assert halt.reason == "awaiting_pick", halt
+    finally:
+        c.close()
+    return run_id
+
+
 def build_store(path: str | os.PathLike[str], *builders: Any) -> list[str]:
     """A store file with the given runs (builder functions), written deterministically
     one after the other on one fake clock."""

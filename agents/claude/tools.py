@@ -28,6 +28,7 @@ from npu_deploy.pipeline.report.write import write_report
 from npu_deploy.pipeline.toolbox import Toolbox
 from npu_deploy.pipeline.workspace import blob_json
 from npu_deploy.skills.catalog import load_catalog
+from npu_deploy.skills.matcher import whole_words
 
 #: What a tool may raise for a bad request: recorded as a failed step, told to the model.
 TOOL_ERRORS: tuple[type[Exception], ...] = (
@@ -95,7 +96,8 @@ def _directions(c: Context, a: dict[str, Any]) -> dict[str, Any]:
         out = []
         for i, d in enumerate(a["directions"], 1):
             out.append({"direction_id": f"agent-{i}", "skill": str(d.get("skill") or "agent"),
-                        "title": str(d["title"])[:120], "rationale": str(d["rationale"]),
+                        "title": whole_words(str(d["title"])),
+                        "rationale": str(d["rationale"]),
                         "score": float(d.get("score", 0.5))})
         if not out:
             raise ValueError("propose at least one direction")

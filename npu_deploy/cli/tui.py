@@ -158,22 +158,51 @@ def run_app(run_id: str | None, *, live: bool, driver: Any = None,
         click.echo(f"run {printable(run)} was not started: quit while it loaded (the pipeline "
                    "and the model); nothing was stored", err=True)
     end = time.monotonic() + QUIT_GRACE_S
+    cut = set(app.not_started)            # runs said already (none said twice)
     for run in app.left_paused:
         returned = app.conducting[run].wait(timeout=max(0.0, end - time.monotonic()))
         shown = printable(run)
         if returned and app.halted.get(run, "").startswith("paused"):
+            cut.add(run)
             click.echo(f"run {shown} is paused; `npu-deploy resume {shown}` goes on", err=True)
         elif not returned and app.loading.get(run):
+            cut.add(run)
             click.echo(f"run {shown}: quit while it loaded; `npu-deploy resume {shown}` goes "
                        "on", err=True)
         elif not returned:
+            cut.add(run)
+            if say_where_it_stands(app, run, here=True):
+                continue        # it waited for a person, not in a step
             click.echo(f"run {shown}: quit mid-step; `npu-deploy resume {shown}` goes on "
                        "(the step is run again)", err=True)
+    say_where_runs_stand(app, cut)
     if app.refused is not None:
         say_error(app.refused)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(app.return_code or 0)
+
+
+def say_where_runs_stand(app: Any, cut: set[str]) -> None:
+    """After the TUI quit: a line for each run it ran or showed last that waits for a
+    person or is paused, with the command that goes on (`cut`: runs whose conductor did not
+    return in time, said already)."""
+    runs = [r for r in app.conducting if r not in cut]
+    if app.shown is not None and app.shown not in runs and app.shown not in cut:
+        runs.append(app.shown)
+    for run in runs:
+        say_where_it_stands(app, run, here=False)
+
+
+def say_where_it_stands(app: Any, run: str, *, here: bool) -> bool:
+    """`here`: its conductor is still this process's (which is ending). Whether a line was
+    written."""
+    from npu_deploy.tui.standing import quit_line
+
+    line = quit_line(app.store_path, run, here=here)
+    if line is not None:
+        click.echo(line, err=True)
+    return line is not None
 
 
 def _existing_run(run: str) -> str:

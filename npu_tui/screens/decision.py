@@ -3,10 +3,12 @@ the phase, the attempt and the gate, and leaves exactly one inbox command, or no
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.style import Style
+from rich.table import Table
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -19,7 +21,14 @@ from textual.widgets.option_list import Option
 from npu_deploy.deploy_request import autopilot_forms, autopilot_refusal, autopilot_understands
 from npu_deploy.events import PHASE_NAMES, DeploymentState, Event
 from npu_deploy.events.decisions import naming, open_decisions, queued, waiting_on
-from npu_deploy.events.describe import SHOWN_CHARS, check_text, failing_checks, printable
+from npu_deploy.events.describe import (
+    SHOWN_CHARS,
+    change_lines,
+    check_text,
+    failing_checks,
+    printable,
+    settings_text,
+)
 from npu_deploy.events.state import GateSummary
 
 from ..legend import TONE_CLASSES, tone_styles
@@ -42,27 +51,61 @@ KEY_ONLY = frozenset({"pause", "abort"})
 
 #: A direction's fields the dialog lays out itself; any other field is evidence, shown as
 #: "name: value" so that what a debug skill adds to its proposals reaches the person.
-LAID_OUT = frozenset({"direction_id", "skill", "score", "title", "rationale"})
+LAID_OUT = frozenset({"direction_id", "skill", "score", "title", "rationale", "evidence",
+                      "change"})
 
 
 def evidence_lines(direction: dict[str, Any]) -> list[str]:
-    """A direction's evidence in words: a mapping as "metric: value" lines, a list joined."""
-    def words(value: Any) -> str:
-        if isinstance(value, float):
-            return f"{value:.6g}"
-        if isinstance(value, list | tuple):
-            return ", ".join(words(v) for v in value)
-        return str(value)
-
+    """A direction's other fields in words: a mapping as `name = value` pairs, a list
+    joined."""
     out: list[str] = []
     for name, value in direction.items():
         if name in LAID_OUT or value in (None, "", [], {}):
             continue
         if isinstance(value, dict):
-            out += [f"{k}: {words(v)}" for k, v in value.items()]
-        else:
-            out.append(f"{name.replace('_', ' ')}: {words(value)}")
+            value = settings_text(value)
+        elif isinstance(value, list | tuple):
+            value = ", ".join(map(str, value))
+        out.append(f"{name.replace('_', ' ')}: {value}")
     return out
+
+
+def shared_change(directions: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The change every direction's retry makes, when there are two or more and it is the
+    same one (a skill matcher gives each direction the retry's one change): said once."""
+    changes = [d.get("change") for d in directions]
+    if len(changes) > 1 and changes[0] and all(c == changes[0] for c in changes):
+        return changes[0]
+    return None
+
+
+def direction_text(i: int, d: dict[str, Any], earlier: Sequence[dict[str, Any]],
+                   shared: bool) -> Table:
+    """Direction `i` in whole words, each line wrapping under itself after its number: its
+    title and skill, what it matched in words (else the proposer's rationale), and what its
+    retry changes unless every direction makes that change (`shared`, said above them) or
+    an earlier one does (`earlier`: the directions before it). Text, never markup: a
+    skill's or an agent's words are data."""
+    body = Text.assemble((printable(str(d["title"])), "bold"),
+                         printable(f"  ({d['skill']}, score {d['score']:.2f})"))
+    why = [f"matched: {w}" for w in d.get("evidence") or ()] or (
+        [str(d["rationale"])] if d.get("rationale") else [])
+    change = d.get("change")
+    same = next((n for n, e in enumerate(earlier, 1) if change and e.get("change") == change),
+                None)
+    if shared or not change:
+        changes = []
+    elif same is not None:
+        changes = [f"changes: the same as direction {same}"]
+    else:
+        changes = change_lines(change)
+    for line in [*why, *changes, *evidence_lines(d)]:
+        body.append(f"\n{printable(line)}")
+    grid = Table.grid(padding=(0, 1, 0, 0))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row(Text(f"{i}."), body)
+    return grid
 
 
 class DecisionDialog(ModalScreen[str | None]):
@@ -146,9 +189,19 @@ class DecisionDialog(ModalScreen[str | None]):
                 if failing_checks(gate.checks):
                     yield Static(id="decision-failing")
             if self.open.pick:
+                directions = ph.pending_directions
                 yield Label("Debug directions (from the debug skills that matched):")
-                yield OptionList(*(self._direction(i, d) for i, d in
-                                   enumerate(ph.pending_directions, 1)), id="directions")
+                shared = shared_change(directions)
+                if shared is not None:
+                    said = change_lines(shared)
+                    yield Static(Text("\n".join(
+                        ["Whichever direction you pick, its retry changes "
+                         f"{printable(said[0].removeprefix('changes: '))}",
+                         *map(printable, said[1:])])), id="shared-change")
+                yield OptionList(*(Option(direction_text(i, d, directions[:i - 1],
+                                                         shared is not None),
+                                          id=d["direction_id"])
+                                   for i, d in enumerate(directions, 1)), id="directions")
             if self.open.allows("redirect"):
                 yield Static(Text(self._understood()), id="instruction-help")
         if self.open.allows("redirect"):
@@ -219,18 +272,6 @@ class DecisionDialog(ModalScreen[str | None]):
                 text.append(f"\n    {printable(c['message'])}")
         return text
 
-    @staticmethod
-    def _direction(i: int, d: dict[str, Any]) -> Option:
-        """A direction in full: its title wraps, never cut; the rationale and evidence in
-        words. Text, not markup: a skill's words are data."""
-        text = Text.assemble((printable(f"{i}. {d['title']}"), "bold"),
-                             printable(f"  [{d['skill']}, score {d['score']:.2f}]"))
-        if d.get("rationale"):
-            text.append(f"\n   {printable(d['rationale'])}", style="italic")
-        for line in evidence_lines(d):
-            text.append(f"\n   {printable(line)}")
-        return Option(text, id=d["direction_id"])
-
     def on_mount(self) -> None:
         self._paint()
         self.app.theme_changed_signal.subscribe(self, self._paint)
@@ -297,8 +338,8 @@ class DecisionDialog(ModalScreen[str | None]):
     def _redirect(self) -> None:
         text = self.query_one("#instruction", Input).value.strip()
         if not text:
-            self.notify("a redirect needs an instruction: type what the next attempt should "
-                        "do differently", severity="error")
+            self.notify("Type the instruction first: what the next attempt should do "
+                        "differently.", severity="error")
             self.query_one("#instruction", Input).focus()
             return
         if self.state.agent == "autopilot":
@@ -317,7 +358,8 @@ class DecisionDialog(ModalScreen[str | None]):
     def _pick(self) -> None:
         options = self.query_one(OptionList)
         if options.highlighted is None:
-            self.notify("choose a direction first", severity="error")
+            self.notify("Choose a direction first (its number, or the arrows).",
+                        severity="error")
             return
         option = options.get_option_at_index(options.highlighted)
         self._leave("pick", {"proposal_id": self.waiting_id, "direction_id": option.id})
@@ -360,16 +402,15 @@ class DecisionDialog(ModalScreen[str | None]):
                    **naming(self.waiting)}
         command_id = store.post_command(self.run_id, kind, payload,
                                         author=self.deploy_app.author)
+        done = self._done(kind, payload)
         if store.is_locked(self.run_id) or self.run_id in self.deploy_app.driving:
-            self.notify(f"{kind} left for run {self.run_id}; its conductor records it once",
-                        timeout=4)
+            self.notify(f"{done}.")
         elif self.deploy_app.continue_run(self.run_id):
-            self.notify(f"{kind} left for run {self.run_id}; it goes on in this window",
-                        timeout=4)
+            self.notify(f"{done}; it goes on in this window.")
         else:
-            self.notify(f"{kind} left for run {self.run_id}, but no conductor runs it now: "
-                        "resume it (r in the runs screen, or npu-deploy resume) to record it",
-                        severity="warning", timeout=8)
+            self.notify(f"{done} once it runs again: nothing runs it now. Resume it with r "
+                        f"in the runs list, or npu-deploy resume {self.run_id} in a shell.",
+                        severity="warning")
         self.dismiss(command_id)
 
     def action_cancel(self) -> None:
@@ -391,12 +432,12 @@ class DecisionDialog(ModalScreen[str | None]):
             elif choice in self.choices():
                 self._leave_run(choice)
             else:
-                self.notify(f"{choice} is not open now", severity="warning", timeout=3)
+                self._not_open(choice)
             return
         buttons = self.query(f"#{choice}").results(Button)
         button = next(buttons, None)
         if button is None or button.disabled:
-            self.notify(f"{choice} is not open now", severity="warning", timeout=3)
+            self._not_open(choice)
             return
         if choice == "redirect" and not self.query_one("#instruction", Input).value.strip():
             self.query_one("#instruction", Input).focus()     # type it, then enter sends it
@@ -408,7 +449,8 @@ class DecisionDialog(ModalScreen[str | None]):
             return
         options = self.query_one(OptionList)
         if n > options.option_count:
-            self.notify(f"there are {options.option_count} directions", severity="warning")
+            self.notify(f"There are {options.option_count} directions: press 1 to "
+                        f"{options.option_count}.", severity="warning")
             return
         options.highlighted = n - 1
         self._pick()
@@ -433,5 +475,23 @@ class DecisionDialog(ModalScreen[str | None]):
             self._close_by(f"{kind} refused: run {self.run_id} {why}. Nothing was written.")
             return
         command_id = store.post_command(self.run_id, kind, {}, author=self.deploy_app.author)
-        self.notify(f"{kind} left for run {self.run_id}", timeout=4)
+        self.notify(f"{self._done(kind, {})}.")
         self.dismiss(command_id)
+
+    def _done(self, kind: str, payload: dict[str, Any]) -> str:
+        """What a command sent does to the run, in words, once the run's process reads it."""
+        run, k = self.run_id, self.phase
+        if kind == "approve" and payload.get("override"):
+            return (f"Approved anyway: run {run} leaves phase {k} as passed, and the "
+                    "evaluator will fail it")
+        return {"approve": f"Approved: run {run} goes on after phase {k}",
+                "redirect": f"Sent: run {run} runs phase {k} again with your instruction",
+                "pick": f"Picked: run {run} runs phase {k} again following that direction",
+                "pause": f"Pausing: run {run} stops when its current step ends",
+                "abort": f"Aborting: run {run} ends when its current step ends",
+                }.get(kind, f"Sent {kind} to run {run}")
+
+    def _not_open(self, choice: str) -> None:
+        why = self.open.refused.get(choice)
+        self.notify(f"{BUTTONS[choice][0].rstrip('…')} is not possible here"
+                    + (f": run {self.run_id} {why}." if why else "."), severity="warning")

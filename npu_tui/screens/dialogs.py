@@ -83,10 +83,11 @@ class GotoDialog(ModalScreen[int | None]):
         try:
             version = int(event.value)
         except ValueError:
-            self.notify("type an event number", severity="error")
+            self.notify("Type an event number.", severity="error")
             return
         if not 1 <= version <= self.head:
-            self.notify(f"no event {version}: the run has 1-{self.head}", severity="error")
+            self.notify(f"No event {version}: this run has events 1-{self.head}.",
+                        severity="error")
             return
         self.dismiss(version)
 
@@ -243,7 +244,7 @@ class ForkDialog(ModalScreen[tuple[int, str] | None]):
         except ValueError:
             at = 0
         if not 1 <= at <= self.head:
-            self.notify(f"N must be between 1 and {self.head}", severity="error")
+            self.notify(f"Fork at an event from 1 to {self.head}.", severity="error")
             return
         self.dismiss((at, self.query_one("#note", Input).value.strip()))
 

@@ -395,7 +395,7 @@ class RunScreen(Screen[None]):
         """Seek to the next (or previous) mark of `kind`; say so when there is none."""
         m = self.timeline.next_mark(self.cursor, (kind,), forward=direction > 0)
         if m is None:
-            self.notify(f"no {none} {'after' if direction > 0 else 'before'} this event",
+            self.notify(f"No {none} {'after' if direction > 0 else 'before'} this event.",
                         severity=severity)
             return False
         self.seek(m.version)
@@ -423,7 +423,7 @@ class RunScreen(Screen[None]):
 
     def action_speed(self, step: int) -> None:
         self.player.faster(step, self.cursor)
-        self.notify(f"replay speed {self.player.rate} events/s", timeout=2)
+        self.notify(f"Replay at {self.player.rate} events a second.", timeout=2)
         self._show_title(self.state_at_cursor())
 
     def _advance_play(self) -> None:
@@ -450,8 +450,8 @@ class RunScreen(Screen[None]):
 
         driver = self.deploy_app.driver
         if driver is None:
-            self.notify(f"fork from the command line: npu-deploy fork {self.run_id} "
-                        f"--at {self.cursor}", severity="warning")
+            self.notify("This window cannot fork: in a shell, "
+                        f"npu-deploy fork {self.run_id} --at {self.cursor}", severity="warning")
             return
 
         def go(answer: tuple[int, str] | None) -> None:
@@ -462,8 +462,8 @@ class RunScreen(Screen[None]):
             except ValueError as e:
                 self.notify(str(e), severity="error")
                 return
-            self.notify(f"forked at v{answer[0]} as {new}; resume it from the runs screen",
-                        timeout=8)
+            self.notify(f"Forked at event {answer[0]} as run {new}. To run it: esc, "
+                        "then r on it in the runs list.")
 
         self.app.push_screen(ForkDialog(self.run_id, self.timeline.head, self.cursor), go)
 
@@ -485,8 +485,8 @@ class RunScreen(Screen[None]):
 
         state = self.store.fold(self.run_id)
         if not open_decisions(state).decides_a_phase:
-            self.notify(f"run {self.run_id} is not waiting for a decision "
-                        f"({self.store.live_status(self.run_id, state.status)})",
+            self.notify(f"Nothing to decide: run {self.run_id} is "
+                        f"{self.store.live_status(self.run_id, state.status)}.",
                         severity="warning")
             return
         self.app.push_screen(DecisionDialog(self.run_id, state, initial=initial))
@@ -498,10 +498,10 @@ class RunScreen(Screen[None]):
         state = self.store.fold(self.run_id)
         why = refusal(state, {"decision": "pause"}, state.current_phase)
         if why is not None:
-            self.notify(f"run {self.run_id} {why}; nothing to pause", severity="warning")
+            self.notify(f"Nothing to pause: run {self.run_id} {why}.", severity="warning")
             return
         self.store.post_command(self.run_id, "pause", author=self.deploy_app.author)
-        self.notify("pause left in the inbox; the run stops after its current step")
+        self.notify("Pausing: the run stops when its current step ends.")
 
     def action_abort_run(self) -> None:
         from .dialogs import confirm_abort
@@ -509,7 +509,7 @@ class RunScreen(Screen[None]):
         def abort(yes: bool | None) -> None:
             if yes:
                 self.store.post_command(self.run_id, "abort", author=self.deploy_app.author)
-                self.notify("abort left in the inbox")
+                self.notify("Aborting: the run ends when its current step ends.")
 
         self.app.push_screen(confirm_abort(self.run_id, self.head_state), abort)
 

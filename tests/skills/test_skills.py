@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from npu_deploy.skills import CATALOG_DIR, Symptoms, load_catalog, match, validate
-from npu_deploy.skills.matcher import SkillMatcher
+from npu_deploy.skills.matcher import TITLE_CHARS, SkillMatcher, title_of, whole_words
 
 PHASES = ["phase-0-cpu-oracle", "phase-1-kernel-validation", "phase-2-single-block",
           "phase-3-full-model", "phase-4-prefill-optimization", "phase-5-decode-optimization",
@@ -211,3 +211,20 @@ def test_a_seeded_gemm_fault_proposes_the_matching_skill_and_the_pick_passes(tmp
                               for e in gate_steps)
     retry = [e for e in events if e.type == "phase.entered" and e.phase == 1][-1]
     assert retry.attempt == 2 and retry.payload["debug_direction"] == "silent-gemm-corruption"
+
+
+def test_every_debug_direction_title_is_whole_words():
+    """A direction's title is its skill's first clause, never cut inside a word (the first
+    sentence cut at 120 characters read "... because N" or "... the res")."""
+    for skill in load_catalog().of_kind("debug"):
+        title = title_of(skill.description)
+        assert len(title) <= TITLE_CHARS
+        assert skill.description.startswith(title.removesuffix(" …"))
+        rest = skill.description[len(title.removesuffix(" …")):]
+        assert rest[:1] in (" ", ",", ";", "."), (title, rest[:20])
+    assert title_of(load_catalog()["silent-gemm-corruption"].description) \
+        == "Diagnoses a GEMM whose output is silently wrong"
+    for limit in range(3, 40):
+        said = whole_words("re-select the tile configuration of flash_attention", limit)
+        assert len(said) <= limit and (said.endswith(" …") or said.startswith("re-select the"))
+    assert whole_words("re-select the tile configuration", 20) == "re-select the …"

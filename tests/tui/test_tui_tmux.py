@@ -185,7 +185,7 @@ EXITED = re.compile(r"\[exit \d+\]")     # what the shell echoes after the comma
 def pane_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """What a pane's shell needs to run the fake pipeline with the session's key and cache."""
     keep = ("NPU_DEPLOY_KEY_FILE", "NPU_DEPLOY_PIPELINES", "NPU_DEPLOY_CACHE",
-            "NPU_DEPLOY_MEASUREMENTS", "HOME")
+            "NPU_DEPLOY_MEASUREMENTS", "NPU_DEPLOY_SETTINGS", "HOME")
     return {"TERM": "xterm-256color", "PS1": "$ ",
             "NPU_DEPLOY_KEYMAP": str(tmp_path / "no-keymap.toml"),
             "PYTHONPATH": os.pathsep.join((str(TESTS), str(ROOT))),
@@ -253,3 +253,58 @@ def step_open(db: Path) -> bool:
         steps = {e.payload["call_id"]: e.type for e in store.events(
             "q1", types=("tool.requested", "tool.completed"))}
     return "tool.requested" in steps.values()
+
+
+def colours(pane: Pane, row: str) -> str:
+    """The escape sequences of the pane's first line that holds `row`: its colours."""
+    text = pane.tmux("capture-pane", "-p", "-e", "-t", pane.name)
+    line = next((line for line in text.splitlines() if row in SGR.sub("", line)), "")
+    return "".join(SGR.findall(line))
+
+
+SGR = re.compile(r"\x1b\[[0-9;:]*m")
+
+
+def test_a_chosen_theme_is_there_at_the_next_launch_and_quitting_says_how_to_go_on(tmp_path):
+    """Launch, choose textual-light in the palette ("change theme"), quit; launch again: the
+    title is drawn in textual-light's colours, which the settings file names. Each quit
+    leaves one line on the shell: the run waits at its checkpoint, and the command that
+    goes on."""
+    import tui_runs
+
+    db, settings = tmp_path / "runs.db", tmp_path / "settings" / "tui.toml"
+    tui_runs.build_store(db, tui_runs.checkpoint_run)
+    pane = Pane(f"npu-deploy-test-{uuid.uuid4().hex[:8]}", "theme")
+    title = "LIVE v13/13"           # the TUI's title row (the loading line before it has not)
+    said = ("run live-p0 waits: phase 0 (build CPU oracle) passed its gate: approve or "
+            "redirect; `npu-deploy resume live-p0` goes on")
+    try:
+        pane.start(pane_env(tmp_path, NPU_DEPLOY_SETTINGS=str(settings), COLORTERM="truecolor"))
+        pane.type(f"cd {tmp_path} && {NPU_DEPLOY} attach live-p0 --db {db}; echo \"[exit $?]\"")
+        pane.wait_for(title, timeout=30)
+        wait_until(lambda: colours(pane, title), "the title drawn")
+        dark = colours(pane, title)
+        pane.keys("C-p")
+        pane.wait_for("Search for commands")
+        pane.type("change theme")
+        pane.wait_for("Search for themes")
+        pane.type("textual-light")
+        pane.wait_for(lambda s: "Search for themes" not in s)      # the palette is closed
+        wait_until(lambda: colours(pane, title) not in ("", dark), "the light theme drawn")
+        time.sleep(0.5)
+        light = colours(pane, title)
+        pane.keys("q")
+        first = pane.wait_for(EXITED.search, timeout=20)
+        assert 'theme = "textual-light"' in settings.read_text()
+        pane.type("clear")
+        pane.type(f"{NPU_DEPLOY} attach live-p0 --db {db}; echo \"[exit $?]\"")
+        pane.wait_for(title, timeout=30)
+        wait_until(lambda: colours(pane, title) == light, "the title in the chosen theme")
+        pane.keys("q")
+        second = pane.wait_for(EXITED.search, timeout=20)
+    finally:
+        pane.kill()
+    assert light != dark
+    for screen in (first, second):
+        assert "[exit 0]" in screen, screen
+        assert " ".join(screen.split()).count(said) == 1, screen

@@ -1,4 +1,4 @@
-"""The Gates tab: every check of a phase's gate against its threshold, in a table whose six
+"""The Gates tab: every check of a phase's gate against its threshold, in a table whose five
 columns stay at any width, with each check's values across the attempts."""
 
 from __future__ import annotations
@@ -55,9 +55,11 @@ class GatesPanel(Panel):
                                 colours=self.spark_colours())))
 
 
-#: The gate table's columns, left to right; every one is drawn at every width.
-GATE_COLUMNS = ("status", "gate", "subject", "metric", "value", "threshold")
-SUBJECT_MIN = 10              # the subject is shortened to no fewer cells than this
+#: The gate table's columns, left to right; every one is drawn at every width. The gate's
+#: name is the same on every row: it is in the line above the table, not a column.
+GATE_COLUMNS = ("status", "subject", "metric", "value", "threshold")
+SUBJECT, METRIC = 1, 2        # the columns that say what a row is; they give up cells last
+FLOORS = {SUBJECT: 10, METRIC: 8}     # the fewest cells either is shortened to
 
 
 def shorten(text: Text, width: int) -> Text:
@@ -77,21 +79,81 @@ def shorten(text: Text, width: int) -> Text:
     return shown
 
 
+_WORDS = re.compile(r"([^A-Za-z0-9]+)")
+
+
+def _first_letters(vocabulary: set[str]) -> dict[str, str]:
+    """Each word of letters cut to the shortest start that no other word of `vocabulary`
+    begins with ("logits" -> "lo" beside "l2"): two different words never read the same.
+    A word with a digit is never cut (a cut number reads as another number)."""
+    short = {}
+    for word in vocabulary:
+        if len(word) < 2 or not word.isalpha():
+            continue
+        for n in range(1, len(word)):
+            start = word[:n]
+            if not any(o != word and o.startswith(start) for o in vocabulary):
+                short[word] = start
+                break
+    return short
+
+
+def fit_names(names: list[str], width: int) -> dict[str, str]:
+    """Every name of a column in at most `width` cells, each still told apart from the
+    others: a word two or more of the names share gives up its letters (the most shared
+    first, a name's last word last: "prefill_logits_max_abs" -> "prefill_lo_max_abs" ->
+    "p_lo_max_abs"); a word of one name alone is what tells it apart, and stays whole. What
+    is still too long ends in an ellipsis."""
+    split = {name: _WORDS.split(name) for name in set(names)}
+    vocabulary = {w for parts in split.values() for w in parts[::2] if w}
+    short = _first_letters(vocabulary)
+    shared = {w: sum(w in parts[::2] for parts in split.values()) for w in vocabulary}
+    out = {}
+    for name, parts in split.items():
+        parts = list(parts)
+        words = [i for i in range(0, len(parts), 2)
+                 if parts[i] in short and shared[parts[i]] > 1]
+        words.sort(key=lambda i: (i == len(parts) - 1, -shared[parts[i]], i))
+        for i in words:
+            if Text("".join(parts)).cell_len <= width:
+                break
+            parts[i] = short[parts[i]]
+        text = Text("".join(parts))
+        text.truncate(width, overflow="ellipsis")
+        out[name] = text.plain
+    return out
+
+
 def gate_table(rows: list[GateRow], gate: str, tones: Tones, width: int,
                colours: SparkColours | None = None) -> RenderableType:
-    """The checks in `width` cells with the six columns of GATE_COLUMNS at any width: the
-    subject (then the gate name, then the metric) is shortened to fit, the values across
-    attempts are a seventh column where there is room, and a check's message is a line
-    under its row, wrapped across the columns after the status (a Rich table has no cell
-    that spans a row, so the columns are laid out here, at widths fixed for the panel)."""
-    cells = [gate_cells(r, gate, tones) for r in rows]
+    """The checks in `width` cells with the columns of GATE_COLUMNS at any width: the
+    subject and the metric, whichever is wider first, give up cells to fit (their shared
+    words first, `fit_names`), the values across attempts are a sixth column where there is
+    room, and a check's message is a line under its row, wrapped across the columns after
+    the status (a Rich table has no cell that spans a row, so the columns are laid out
+    here, at widths fixed for the panel). `gate` names the table's gate: its heading says
+    it, not its rows."""
+    cells = [gate_cells(r, tones) for r in rows]
     widths = [max(len(name), *(c[i].cell_len for c in cells))
               for i, name in enumerate(GATE_COLUMNS)]
     over = sum(widths) + len(widths) - 1 - width
-    for i, floor in ((2, SUBJECT_MIN), (1, 4), (3, 6)):   # subject, then gate, then metric
-        cut = min(max(0, over), max(0, widths[i] - floor))
-        widths[i] -= cut
-        over -= cut
+    heads = list(GATE_COLUMNS)
+    if over > 0:        # "ok", "FAIL", "lens" say what the column is: its heading goes first
+        status = max(c[0].cell_len for c in cells)
+        over -= widths[0] - status
+        widths[0], heads[0] = status, ""
+    while over > 0:
+        i = max((SUBJECT, METRIC), key=lambda i: widths[i] - FLOORS[i])
+        if widths[i] <= FLOORS[i]:
+            break
+        widths[i] -= 1
+        over -= 1
+    # a failing check's subject of words (a kernel's) wraps under itself instead (`line`)
+    wraps = [not r.passed and r.gating and " " in r.subject for r in rows]
+    names = {i: fit_names([c[i].plain for c in cells], widths[i]) for i in (SUBJECT, METRIC)}
+    cells = [[Text(names[i][c.plain], style=c.style)
+              if i in names and not (w and i == SUBJECT) else c for i, c in enumerate(row)]
+             for row, w in zip(cells, wraps, strict=True)]
     # the values across attempts: a sparkline and the figures where they fit, else the
     # sparkline alone (one block per attempt), else nothing
     room = width - sum(widths) - len(widths)
@@ -105,14 +167,14 @@ def gate_table(rows: list[GateRow], gate: str, tones: Tones, width: int,
         """One row at the columns' widths, so that the rows line up: one line of text, or
         where a failing check's subject has words to wrap, a grid in which it wraps under
         itself (a word longer than the column ends in an ellipsis, Rich's overflow)."""
-        if style and " " in row[2].plain and row[2].cell_len > widths[2]:
+        if style and " " in row[SUBJECT].plain and row[SUBJECT].cell_len > widths[SUBJECT]:
             grid = Table.grid(padding=(0, 1, 0, 0))
             for i, w in enumerate(widths):
                 grid.add_column(width=w, justify="right" if i in RIGHT else "left",
-                                no_wrap=i != 2, overflow="ellipsis")
+                                no_wrap=i != SUBJECT, overflow="ellipsis")
             if trend is not None:
                 grid.add_column(no_wrap=True)
-            grid.add_row(*(c if i == 2 else shorten(c, w) for i, (c, w)
+            grid.add_row(*(c if i == SUBJECT else shorten(c, w) for i, (c, w)
                            in enumerate(zip(row, widths, strict=True))),
                          *([trend] if trend is not None else []), style=style)
             return grid
@@ -128,7 +190,7 @@ def gate_table(rows: list[GateRow], gate: str, tones: Tones, width: int,
         return out
 
     lines: list[RenderableType] = [
-        line([Text(n, style="bold underline") for n in GATE_COLUMNS],
+        line([Text(n, style="bold underline") for n in heads],
              Text(trend_head, style="bold underline") if show_trend else None)]
     for r, row, trend in zip(rows, cells, trends, strict=True):
         lines.append(line(row, trend if show_trend else None,
@@ -153,15 +215,15 @@ class GateTable:
 
 
 #: The right-aligned columns (value, threshold): figures line up on their last digit.
-RIGHT = (4, 5)
+RIGHT = (3, 4)
 
 
-def gate_cells(r: GateRow, gate: str, tones: Tones) -> list[Text]:
+def gate_cells(r: GateRow, tones: Tones) -> list[Text]:
     mark = gate_mark(r.passed, r.gating)
     value, threshold = gate_figures(r.value, r.threshold)
     # a check against the bf16 reference's figure (phase 3's bf16 bar) says whose it is
     whose = " bf16" if r.metric.endswith(BF16_SUFFIX) else ""
-    return [Text(mark.glyph, style=tones[mark.tone]), Text(gate), Text(printable(r.subject)),
+    return [Text(mark.glyph, style=tones[mark.tone]), Text(printable(r.subject)),
             Text(printable(r.metric)), Text(value),
             Text(f"{r.comparison} {threshold}{whose}")]
 
