@@ -26,19 +26,22 @@ class Banner(Static):
         cursor is on that event (else the banner says it speaks of the newest)."""
         now = "" if at_newest else "at the newest event, "
         text = waiting_text(head)
-        if status in STOPPED:
-            where = f"{text}; " if text else ""
+        short = one_line(short_id, 40)
+        if status in STOPPED and text is None:
             keys: list[str | tuple[str, str]] = \
                 [("r", "bold"), " resumes it here, or "] if here else []
             self.display = True
-            self.update(Text.assemble(
-                f"■  {now}run {STOPPED[status]}  —  ", one_line(where, 200), *keys,
-                (f"npu-deploy resume {one_line(short_id, 40)}", "bold")))
+            self.update(Text.assemble(f"■  {now}run {STOPPED[status]}  —  ", *keys,
+                                      (f"npu-deploy resume {short}", "bold")))
             return
         if text is None:
             self.display = False
             return
         self.display = True
+        # nothing runs it now: a decision taken here resumes it in this window (app.py
+        # continue_run); from a shell, `npu-deploy decide` then `resume`
+        after = ("" if status not in STOPPED else " (nothing runs the run now: deciding "
+                 "resumes it here)" if here else f" (nothing runs it: npu-deploy resume {short})")
         # an exit reason is an agent's words: data, never markup
         self.update(Text.assemble(f"⚠  {now}{one_line(text, 200)}  —  press ", ("d", "bold"),
-                                  " to decide"))
+                                  " to decide", after))

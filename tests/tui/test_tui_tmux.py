@@ -275,7 +275,7 @@ def test_a_chosen_theme_is_there_at_the_next_launch_and_quitting_says_how_to_go_
     db, settings = tmp_path / "runs.db", tmp_path / "settings" / "tui.toml"
     tui_runs.build_store(db, tui_runs.checkpoint_run)
     pane = Pane(f"npu-deploy-test-{uuid.uuid4().hex[:8]}", "theme")
-    title = "LIVE v13/13"           # the TUI's title row (the loading line before it has not)
+    title = "AT END v13/13"         # the TUI's title row (the loading line before it has not)
     said = ("run live-p0 waits: phase 0 (build CPU oracle) passed its gate: approve or "
             "redirect; `npu-deploy resume live-p0` goes on")
     try:
