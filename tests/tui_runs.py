@@ -163,6 +163,23 @@ def stopped_run(store: EventStore, run_id: str = "stopped-p2") -> str:
     return _halted(store, run_id, "2:9", Policy(auto_approve=True, budget=2), "needs_human")
 
 
+def stopped_autopilot_run(store: EventStore, run_id: str = "stopped-ap") -> str:
+    """Phase 0's gate failed its whole budget (1) under an agent named autopilot, so the
+    decision dialog checks a redirect as the autopilot reads it: needs_human."""
+    c = Conductor.start(store, _named(pipeline("0:9"), "autopilot"),
+                        Policy(auto_approve=True, budget=1), model=MODEL, run_id=run_id)
+    try:
+        assert c.run(wait=False).reason == "needs_human"
+    finally:
+        c.close()
+    return run_id
+
+
+def _named(p: Pipeline, agent: str) -> Pipeline:
+    p.agent.name = agent       # type: ignore[attr-defined]
+    return p
+
+
 def finished_run(store: EventStore, run_id: str = "done-pass") -> str:
     """Auto-approved to the end; phase 3's gate failed once and the policy picked a
     direction, so the scrubber has a failure, a debug proposal and decisions to show."""

@@ -43,6 +43,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
             tui_runs.EPOCH - timedelta(days=1))):
         tui_runs.wide_gate_run(store)
         tui_runs.checker_run(store)
+        tui_runs.stopped_autopilot_run(store)
     return path
 
 
@@ -99,34 +100,6 @@ def still(pilot: Pilot[None]) -> None:
 
 
 # --- the run browser -----------------------------------------------------------------------
-
-def test_runs_screen(snap_compare, db, hold):
-    """Every run, newest first: work-p1 running (its lock held here), the waiting ones
-    crashed (no conductor holds them), stopped-p2 needs_human, done-pass finished, the
-    day-older wide-gate last; the preview shows the selected (newest) run."""
-    hold("work-p1")
-    assert snap_compare(DeployApp(db), terminal_size=SIZE, run_before=settle())
-
-
-def test_new_deployment_form_refuses_a_seq_len(snap_compare, db, hold):
-    """The new-deployment form (`n`) over the run browser at 80x24: a tiny model on the
-    emulator (its times MODELED), seq-len 4 typed and refused under the field in the words
-    `deploy --seq-len` uses; nothing is stored until Deploy passes every check."""
-    from npu_deploy.cli.tui import ConductorDriver
-
-    hold("work-p1")
-
-    async def run_before(pilot: Pilot[None]) -> None:
-        await settle("n")(pilot)
-        box = pilot.app.screen.query_one("#seq-len", Input)
-        box.value = ""
-        box.focus()
-        await pilot.press("4")
-        await pilot.pause()
-        still(pilot)
-    assert snap_compare(DeployApp(db, driver=ConductorDriver(db)), terminal_size=(80, 24),
-                        run_before=run_before)
-
 
 # --- a live run ----------------------------------------------------------------------------
 
@@ -298,9 +271,7 @@ async def test_a_live_run_opens_scrolled_to_its_newest_event(db):
 
 #: state: (run, whether a conductor holds it). checker-p1's failed gate carries the
 #: constraint checker's finding, shown under its row.
-STATES = {"running": ("work-p1", True), "checkpoint": ("live-p0", True),
-          "needs_human": ("stopped-p2", False), "failed": ("checker-p1", True),
-          "finished": ("done-pass", False)}
+STATES = {"failed": ("checker-p1", True), "finished": ("done-pass", False)}
 
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=lambda s: f"{s[0]}x{s[1]}")
@@ -390,3 +361,57 @@ def test_themes(snap_compare, db, hold, screen, theme):
         assert pilot.app.current_theme.name == theme
 
     assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
+
+
+# --- every screen a person works in, at 80x24, 120x40 and 200x60 ------------------------------
+
+def screen_text(pilot: Pilot[None]) -> str:
+    """What the terminal shows, as text (the screen in front, over those under it)."""
+    update = pilot.app.screen._compositor.render_full_update()
+    return "\n".join("".join(seg.text for strip in chops for seg in strip)
+                     for chops in update.strips)
+
+
+async def _refused_redirect(pilot: Pilot[None]) -> None:
+    await pilot.press("r", *"make it faster", "enter")
+    await pilot.pause()
+
+
+#: screen: (the run it opens on, or None for the browser; the run a conductor holds; the keys
+#: pressed; what else is done; words each size must show).
+SCREENS = {
+    "browser": (None, "work-p1", (), None, ("running", "needs_human", "finished", "PASS")),
+    "live": ("work-p1", "work-p1", (), None, ("run running", "compute i=2")),
+    "crashed": ("work-p1", None, (), None, ("crashed", "npu-deploy resume work-p1", "cut")),
+    "checkpoint-dialog": ("live-p0", "live-p0", ("d",), None, ("Approve", "Redirect")),
+    "stopped-refused": ("stopped-ap", None, ("d",), _refused_redirect,
+                        ("Not sent", "make it faster")),
+    "help": ("live-p0", "live-p0", ("question_mark",), None, ("Decide",)),
+    "form": (None, "work-p1", ("n",), None, ("Deploy", "Cancel", "seq-len")),
+}
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40), (200, 60)],
+                         ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("screen", list(SCREENS))
+def test_screens_at_three_sizes(snap_compare, db, hold, screen, size):
+    """The browser, a live run, a crashed run, the decision dialog at a checkpoint and
+    stopped for a person with a refused redirect answered in it, help and the new-deployment
+    form: each at 80x24, 120x40 and 200x60, showing the words that say what each row is."""
+    from npu_deploy.cli.tui import ConductorDriver
+
+    run_id, held, keys, then, words = SCREENS[screen]
+    if held:
+        hold(held)
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        await settle(*keys)(pilot)
+        if then is not None:
+            await then(pilot)
+        still(pilot)
+        text = " ".join(screen_text(pilot).split())
+        for word in words:
+            assert word in text, (word, text)
+
+    app = DeployApp(db, run_id=run_id, live=True, driver=ConductorDriver(db))
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
