@@ -36,7 +36,7 @@ from ..timeline import RunTimeline, step_estimates, step_in_flight
 from ..widgets.banner import Banner
 from ..widgets.event_stream import EventPane, EventStream
 from ..widgets.phase_strip import PhaseStrip
-from ..widgets.run_tabs import RunTabs
+from ..widgets.run_tabs import TAB_BINDINGS, RunTabs, tab_commands
 from ..widgets.run_title import RunTitle, fit_title, unique_prefix
 from ..widgets.scrubber import Scrubber
 from ..widgets.step_progress import StepProgress
@@ -85,6 +85,7 @@ class RunScreen(Screen[None]):
         Binding("P", "pause_run", "Pause run", show=False, id="run.pause"),
         Binding("k", "fork", "Fork here", show=False, id="run.fork"),
         Binding("escape", "back", "Runs", id="run.back"),
+        *TAB_BINDINGS,
     ]
 
     def __init__(self, run_id: str, *, live: bool) -> None:
@@ -430,6 +431,9 @@ class RunScreen(Screen[None]):
     def action_back(self) -> None:
         self.deploy_app.show_runs()
 
+    def action_show_tab(self, pane: str) -> None:
+        self.query_one(RunTabs).active = pane
+
     @on(ShowEvent)
     def _show_event(self, message: ShowEvent) -> None:
         from .dialogs import EventDetail
@@ -500,3 +504,5 @@ class RunScreen(Screen[None]):
         yield SystemCommand("Next decision", "replay", self.action_next_decision)
         yield SystemCommand("Follow the newest event", "live", self.action_follow)
         yield SystemCommand("Play / pause the replay", "", self.action_play)
+        for pane, title, about in tab_commands():
+            yield SystemCommand(title, about, lambda pane=pane: self.action_show_tab(pane))
