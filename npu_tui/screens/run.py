@@ -21,7 +21,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
-from textual.widgets import Footer, TabbedContent
+from textual.widgets import TabbedContent
 from textual.worker import Worker, get_current_worker
 
 from npu_deploy.events import DeploymentState
@@ -35,6 +35,7 @@ from ..player import Player
 from ..timeline import RunTimeline, step_estimates, step_in_flight
 from ..widgets.banner import Banner
 from ..widgets.event_stream import EventPane, EventStream
+from ..widgets.footer import KeysFooter
 from ..widgets.phase_strip import PhaseStrip
 from ..widgets.run_tabs import TAB_BINDINGS, RunTabs, tab_commands
 from ..widgets.run_title import RunTitle, fit_title, unique_prefix
@@ -134,7 +135,7 @@ class RunScreen(Screen[None]):
             yield RunTabs(self.timeline, initial="tab-gates", id="tabs")
         with Vertical(id="replay-bar"):
             yield Scrubber(self.timeline, id="scrubber")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         stream = self.query_one(EventStream)

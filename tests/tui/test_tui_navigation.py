@@ -1,7 +1,9 @@
 """Moving around the TUI (issue 38 point 7), under Pilot on a real store: the run screen's
 tabs by key (1-4, binding ids run.tab_*) and from the palette, digits typed into a field
-staying text; and the tab bar's underline moves at once (no slide). How long each takes is
-benchmarks/tui_bench.py --latency's to say, measured on the CPU."""
+staying text; and what a key shows is whole in the frame after it: the tab bar's underline
+(no slide), the footer as the focus moves (relabelled in place, nothing mounted), a run
+opened from the browser (focused, laid out for the width, its footer filled). How long
+each takes is benchmarks/tui_bench.py --latency's to say, measured on the CPU."""
 
 from __future__ import annotations
 
@@ -13,9 +15,11 @@ from typing import Any
 import pytest
 import tui_runs
 from textual.app import App
-from textual.widgets import Input, TabbedContent
+from textual.widgets import Footer, Input, TabbedContent
+from textual.widgets._footer import FooterKey
 from textual.widgets._tabs import Underline
 from textual.widgets.tabbed_content import ContentTab, ContentTabs
+from tui_pilot import until
 
 from npu_deploy.tui import DeployApp
 from npu_deploy.tui.screens.dialogs import GotoDialog
@@ -57,6 +61,18 @@ def at_each_frame(probe: Callable[[App[Any]], None]) -> Iterator[None]:
         yield
     finally:
         App._display = original  # type: ignore[method-assign]
+
+
+async def textuals_keys(pilot: Any, screen: RunScreen) -> list[tuple[str, str]]:
+    """The keys Textual's own footer shows on `screen` now: one is mounted, asked, removed."""
+    reference = Footer(id="reference")
+    await screen.mount(reference)
+    screen.refresh_bindings()
+    await until(pilot, lambda: reference.query(FooterKey))
+    keys = [(k.key_display, k.description) for k in reference.query(FooterKey)
+            if not k.has_class("-command-palette")]
+    await reference.remove()
+    return keys
 
 
 def tabs_of(app: DeployApp) -> TabbedContent:
@@ -154,3 +170,24 @@ async def test_the_tab_bar_underline_moves_at_once_not_in_a_slide(db):
                 after = span(tabs, pane)
                 assert spans and spans[-1] == after
                 assert set(spans) <= {before, after}, (key, spans)
+
+
+async def test_tab_moves_the_focus_and_the_footer_follows_without_a_key_mounted(db):
+    """The footer shows the keys Textual's footer would for the focused widget, relabelled
+    where they stand: the same key widgets throughout."""
+    app = DeployApp(db, run_id=RUN, live=False)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = app.screen
+        footer = screen.query_one(Footer)
+        await pilot.pause()
+        keys = set(footer.query(FooterKey))
+        focused = []
+        for _ in range(4):
+            await pilot.press("tab")
+            await pilot.pause()
+            focused.append(type(screen.focused).__name__)
+            assert set(footer.query(FooterKey)) == keys
+            shown = [(k.key_display, k.description) for k in footer.query(FooterKey)
+                     if k.display and not k.has_class("-command-palette")]
+            assert shown == await textuals_keys(pilot, screen), focused[-1]
+        assert focused == ["ContentTabs", "GatesPanel", "EventStream", "ContentTabs"]
