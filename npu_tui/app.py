@@ -5,6 +5,7 @@ as a `Driver`), or in another one (attach)."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import getpass
 import os
 import threading
@@ -25,6 +26,7 @@ from npu_deploy.events.decisions import queued
 from npu_deploy.events.describe import error_line, printable
 from npu_deploy.store import EventStore
 
+from .memory import settle
 from .screens.run import RunScreen
 from .screens.runs import RunsScreen
 
@@ -112,6 +114,7 @@ class DeployApp(App[None]):
             self.notify(str(e), severity="error", timeout=10)
         if self.start_run is None:
             self.push_screen(RunsScreen())
+            self.call_after_refresh(settle, self)       # npu_tui/memory.py
             return
         if self.drive is not None:
             self.loading[self.start_run] = "starting …"
@@ -126,6 +129,7 @@ class DeployApp(App[None]):
                 # its next step boundary and the run is resumable, not cut mid-write.
                 self.store.post_command(run_id, "pause", author=self.author)
         self.store.close()
+        gc.unfreeze()                  # what the screens froze (npu_tui/memory.py)
 
     # --- navigation ---------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
@@ -30,6 +30,7 @@ from npu_deploy.events.decisions import open_decisions, refusal
 from npu_deploy.store import EventStore, progress
 
 from ..legend import TONE_CLASSES
+from ..memory import settle
 from ..messages import CursorMoved, EventsArrived, KeyframesWarm, Seek, ShowEvent, StepRead
 from ..player import Player
 from ..timeline import RunTimeline, step_estimates, step_in_flight
@@ -67,6 +68,9 @@ class RunScreen(Screen[None]):
     #: The screen's class by width (app.tcss): narrow stacks the stream over the tabs.
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
     COMPONENT_CLASSES: ClassVar[set[str]] = set(TONE_CLASSES)
+    #: The stream has the focus from the first frame (Textual's default, the first focusable
+    #: widget, was the hidden search bar: the stream then took the focus a frame later).
+    AUTO_FOCUS = "EventStream"
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("d", "decide", "Decide", id="run.decide"),
@@ -100,6 +104,7 @@ class RunScreen(Screen[None]):
         self._opened = time.monotonic()
         self._estimates: dict[tuple[str, int | None], float] | None = None
         self._step_reader: Worker[None] | None = None
+        self._resumed = False
 
     @property
     def playing(self) -> bool:
@@ -121,6 +126,11 @@ class RunScreen(Screen[None]):
     # --- building -----------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
+        # The width's class before anything is styled: Textual sets it at the first resize,
+        # after the first frame, and then styles and lays out the whole screen again.
+        width = self.app.size.width
+        self.add_class(next(c for w, c in reversed(self.HORIZONTAL_BREAKPOINTS) if width >= w),
+                       update=False)
         self.timeline = RunTimeline(self.store, self.run_id)
         self.head_state = self.timeline.state_at(self.timeline.head)
         self.cursor = self.timeline.head if self.follow else min(1, self.timeline.head)
@@ -172,8 +182,16 @@ class RunScreen(Screen[None]):
         if self._grown:
             self._freeze()
 
+    def on_screen_resume(self, event: events.ScreenResume) -> None:
+        # The first resume follows the compose, which styled every widget: Textual would
+        # style the whole screen again (20-35 ms before the first frame; tui_bench --latency)
+        if not self._resumed:
+            self._resumed = True
+            event.refresh_styles = False
+
     def on_unmount(self) -> None:
-        gc.unfreeze()         # what this screen kept alive can be collected again
+        gc.unfreeze()         # what this screen kept alive can be collected again, and
+        self.app.call_after_refresh(settle, self.app)   # the rest frozen again (memory.py)
 
     # --- workers ------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ each takes is benchmarks/tui_bench.py --latency's to say, measured on the CPU.""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +25,7 @@ from tui_pilot import until
 from npu_deploy.tui import DeployApp
 from npu_deploy.tui.screens.dialogs import GotoDialog
 from npu_deploy.tui.screens.run import RunScreen
+from npu_deploy.tui.screens.runs import RunsScreen
 from npu_deploy.tui.widgets.panels import AgentPanel, PlanPanel
 
 SIZE = (160, 48)
@@ -191,3 +193,41 @@ async def test_tab_moves_the_focus_and_the_footer_follows_without_a_key_mounted(
                      if k.display and not k.has_class("-command-palette")]
             assert shown == await textuals_keys(pilot, screen), focused[-1]
         assert focused == ["ContentTabs", "GatesPanel", "EventStream", "ContentTabs"]
+
+
+@pytest.mark.parametrize(("size", "width_class"), [((160, 48), "-wide"), ((80, 24), "-narrow")])
+async def test_a_run_opened_from_the_browser_is_whole_in_its_first_frame(db, size, width_class):
+    """Its first frame has the stream focused, the layout of the terminal's width and the
+    footer's keys: nothing follows a frame later."""
+    app = DeployApp(db)
+    first: dict[str, Any] = {}
+
+    def probe(app: App[Any]) -> None:
+        screen = app.screen
+        if isinstance(screen, RunScreen) and not first:
+            first.update(focused=type(screen.focused).__name__, classes=set(screen.classes),
+                         keys=[k.description for k in screen.query_one(Footer).query(FooterKey)
+                               if k.display])
+
+    async with app.run_test(size=size) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, RunsScreen) and app.screen.selected())
+        with at_each_frame(probe):
+            await pilot.press("enter")
+            await until(pilot, lambda: bool(first))
+        assert first["focused"] == "EventStream"
+        assert width_class in first["classes"]
+        assert {"Details", "Decide", "Runs"} <= set(first["keys"])
+
+
+async def test_the_app_keeps_its_long_lived_objects_out_of_the_collector(db):
+    """Once the browser is drawn, and again once a run screen closed over it."""
+    app = DeployApp(db)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, RunsScreen)
+                    and gc.get_freeze_count() > 0)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, RunScreen))
+        run = app.screen
+        await pilot.press("escape")
+        await until(pilot, lambda: not run.is_attached and gc.get_freeze_count() > 0)
+    assert gc.get_freeze_count() == 0                     # given back when the app ends
