@@ -12,10 +12,11 @@ import threading
 import tomllib
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 from platformdirs import user_config_path
 from textual.app import App, SystemCommand
+from textual.await_complete import AwaitComplete
 from textual.binding import Binding, BindingType
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
@@ -146,6 +147,16 @@ class DeployApp(App[None]):
                 self.pop_screen()
         else:
             self.switch_screen(RunsScreen())
+
+    def pop_screen(self) -> AwaitComplete:
+        done = super().pop_screen()
+        self.call_after_refresh(settle, self)   # what the closed screen made, frozen or freed
+        return done
+
+    def switch_screen(self, screen: Screen[Any] | str) -> AwaitComplete:
+        done = super().switch_screen(screen)
+        self.call_after_refresh(settle, self)
+        return done
 
     def action_runs(self) -> None:
         self.show_runs()

@@ -5,10 +5,12 @@ does; each tab's title starts with its key."""
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from textual import on
 from textual.binding import Binding
 from textual.widgets import TabbedContent, TabPane
-from textual.widgets.tabbed_content import ContentTabs
+from textual.widgets._tabs import Underline  # exported by no public module (8.2.8)
+from textual.widgets.tabbed_content import ContentTab, ContentTabs
 
 from npu_deploy.events import DeploymentState, Event
 
@@ -61,6 +63,17 @@ class RunTabs(TabbedContent):
             ContentTabs._highlight_active(bar, animate=False)
 
         bar._highlight_active = at_once  # type: ignore[method-assign]
+        # It is under the active tab from the screen's first frame: Textual places it once
+        # the tab bar has been laid out, a frame or more later (tui_bench --latency).
+        x = 0
+        for title in bar.query(ContentTab):
+            left, right = title.styles.gutter.left, title.styles.gutter.right
+            width = cell_len(title.label_text)
+            if title.has_class("-active"):
+                line = bar.query_one(Underline)
+                line.show_highlight = True
+                line.highlight_start, line.highlight_end = x + left, x + left + width
+            x += left + width + right
 
     def show(self, state: DeploymentState, cursor: int) -> None:
         """Every tab is now at `cursor`, whose state is `state`: the one in view is drawn."""

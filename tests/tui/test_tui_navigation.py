@@ -22,8 +22,10 @@ from textual.widgets._tabs import Underline
 from textual.widgets.tabbed_content import ContentTab, ContentTabs
 from tui_pilot import until
 
+from npu_deploy.cli.tui import ConductorDriver
 from npu_deploy.tui import DeployApp
 from npu_deploy.tui.screens.dialogs import GotoDialog
+from npu_deploy.tui.screens.new_deployment import NewDeployment
 from npu_deploy.tui.screens.run import RunScreen
 from npu_deploy.tui.screens.runs import RunsScreen
 from npu_deploy.tui.widgets.panels import AgentPanel, PlanPanel
@@ -205,9 +207,11 @@ async def test_a_run_opened_from_the_browser_is_whole_in_its_first_frame(db, siz
     def probe(app: App[Any]) -> None:
         screen = app.screen
         if isinstance(screen, RunScreen) and not first:
+            line = screen.query_one(TabbedContent).query_one(Underline)
             first.update(focused=type(screen.focused).__name__, classes=set(screen.classes),
                          keys=[k.description for k in screen.query_one(Footer).query(FooterKey)
-                               if k.display])
+                               if k.display],
+                         underline=(line.highlight_start, line.highlight_end))
 
     async with app.run_test(size=size) as pilot:
         await until(pilot, lambda: isinstance(app.screen, RunsScreen) and app.screen.selected())
@@ -217,11 +221,15 @@ async def test_a_run_opened_from_the_browser_is_whole_in_its_first_frame(db, siz
         assert first["focused"] == "EventStream"
         assert width_class in first["classes"]
         assert {"Details", "Decide", "Runs"} <= set(first["keys"])
+        await pilot.pause(0.3)
+        gates = app.screen.query_one(f"#{ContentTab.add_prefix('tab-gates')}", ContentTab)
+        assert first["underline"] == gates.virtual_region.shrink(gates.styles.gutter).column_span
 
 
 async def test_the_app_keeps_its_long_lived_objects_out_of_the_collector(db):
-    """Once the browser is drawn, and again once a run screen closed over it."""
-    app = DeployApp(db)
+    """Once the browser is drawn, and again once a screen opened over it closed (a run, the
+    new-deployment form): what survived is frozen, and given back when the app ends."""
+    app = DeployApp(db, driver=ConductorDriver(db))
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: isinstance(app.screen, RunsScreen)
                     and gc.get_freeze_count() > 0)
@@ -230,4 +238,11 @@ async def test_the_app_keeps_its_long_lived_objects_out_of_the_collector(db):
         run = app.screen
         await pilot.press("escape")
         await until(pilot, lambda: not run.is_attached and gc.get_freeze_count() > 0)
-    assert gc.get_freeze_count() == 0                     # given back when the app ends
+        for _ in range(2):
+            frozen = gc.get_freeze_count()
+            await pilot.press("n")
+            await until(pilot, lambda: isinstance(app.screen, NewDeployment))
+            await pilot.press("escape")
+            await until(pilot, lambda frozen=frozen: isinstance(app.screen, RunsScreen)
+                        and gc.get_freeze_count() > frozen)
+    assert gc.get_freeze_count() == 0
