@@ -4,10 +4,14 @@
     .venv/bin/python -m benchmarks.tui_bench [--events 100000] [--seeks 200]
         [--live-seconds 10] [--rate 1000] [--cache-dir DIR] [--quick] [--json]
     .venv/bin/python -m benchmarks.tui_bench --terminal [--repeats 3] [--json]
+    .venv/bin/python -m benchmarks.tui_bench --latency [--events 20000] [--repeats 10] [--json]
 
 --terminal measures something else: the first paint and the quit of every entry point
 (deploy, tui, replay, attach, resume) started as a real process in tmux; see
-benchmarks/tui_terminal.py. What follows is the in-process benchmark.
+benchmarks/tui_terminal.py. --latency measures only the key-to-frame latency of moving
+around (Tab, the tab switches, opening a run from the browser, opening the new-deployment
+form), in well under a minute; see benchmarks/tui_latency.py. What follows is the
+in-process benchmark.
 
 The run is written with the real store API (`EventStore.create_run`, `append_batch` in
 batches of 1000, a snapshot after every phase.exited as the conductor takes), in the
@@ -89,6 +93,7 @@ FIRST_PAINT_TARGET_S = 0.5
 SEEK_P95_TARGET_MS = 50.0
 LATENESS_P99_TARGET_MS = 50.0
 PEAK_RSS_TARGET_MB = 150.0
+LATENCY_EVENTS = 20_000       # --latency: the run opened from the browser
 
 SIZE = (160, 45)
 TABS = ("tab-gates", "tab-perf", "tab-agent", "tab-plan")
@@ -1052,7 +1057,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--terminal", action="store_true",
                     help="instead: first paint and quit of every entry point as a real "
                          "process in tmux (benchmarks/tui_terminal.py)")
-    ap.add_argument("--repeats", type=int, default=3, help="--terminal: runs per entry point")
+    ap.add_argument("--latency", action="store_true",
+                    help="instead: key-to-frame latency of Tab, the tab switches, opening a "
+                         "run and the new-deployment form (benchmarks/tui_latency.py)")
+    ap.add_argument("--repeats", type=int, default=None,
+                    help="--terminal: runs per entry point (3); --latency: warm repeats of "
+                         "each key (10)")
     ap.add_argument("--model", default="tiny-llama", help="--terminal: the model deployed")
     ap.add_argument("--quit-after", type=float, default=1.0,
                     help="--terminal: seconds between the first paint and the quit key")
@@ -1064,11 +1074,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     quick = {"events": 3000, "seeks": 10, "live_seconds": 1.5}
     full = {"events": 100_000, "seeks": 200, "live_seconds": 10.0}
-    for name, value in (quick if args.quick else full).items():
+    latency = {"events": LATENCY_EVENTS}
+    if args.repeats is None:
+        args.repeats = 10 if args.latency else 3
+    for name, value in {**(quick if args.quick else full),
+                        **(latency if args.latency and not args.quick else {})}.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
     if args.live_prefix is None:
         args.live_prefix = args.events // 2
+    if args.repeats < 1:
+        ap.error("--repeats >= 1")
     if args.events < 200 or args.seeks < 1 or args.live_seconds <= 0 or args.rate <= 0:
         ap.error("--events >= 200, --seeks >= 1, --live-seconds > 0 and --rate > 0")
     return args
@@ -1095,6 +1111,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return emit(run_terminal(args.repeats, args.model, args.quit_after, progress),
                     args.json, print_terminal)
+    if args.latency:
+        from benchmarks.tui_latency import print_latency, run_latency
+
+        return emit(run_latency(args.events, args.seed, args.cache_dir, args.repeats,
+                                progress), args.json, print_latency)
     params = Params(args.events, args.seeks, args.live_seconds, args.rate, args.live_prefix,
                     args.seed, args.cache_dir, args.quick, progress)
     return emit(run_benchmark(params), args.json, print_report)

@@ -5,16 +5,18 @@ as a `Driver`), or in another one (attach)."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import getpass
 import os
 import threading
 import tomllib
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 from rich.text import Text
 from textual.app import App, ComposeResult, SystemCommand
+from textual.await_complete import AwaitComplete
 from textual.binding import Binding, BindingType
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
@@ -27,6 +29,7 @@ from npu_deploy.events.decisions import queued
 from npu_deploy.events.describe import error_line, printable
 from npu_deploy.store import EventStore
 
+from .memory import settle
 from .screens.run import RunScreen
 from .screens.runs import RunsScreen
 from .settings import SettingsError, keymap_path, read_settings, settings_path, write_setting
@@ -145,6 +148,7 @@ class DeployApp(App[None]):
     def _open_first(self) -> None:
         if self.start_run is None:
             self.push_screen(RunsScreen())
+            self.call_after_refresh(settle, self)       # npu_tui/memory.py
         else:
             if self.drive is not None:
                 self.loading[self.start_run] = "starting …"
@@ -166,6 +170,7 @@ class DeployApp(App[None]):
             self.store.post_command(run_id, "pause", author=self.author)
             self.left_paused.append(run_id)
         self.store.close()
+        gc.unfreeze()                  # what the screens froze (npu_tui/memory.py)
 
     def _restore_theme(self) -> None:
         """The theme chosen at an earlier launch (settings.py); each later choice is kept."""
@@ -211,6 +216,16 @@ class DeployApp(App[None]):
             self.switch_screen(runs)
         if came_from is not None:
             runs.select(came_from)
+
+    def pop_screen(self) -> AwaitComplete:
+        done = super().pop_screen()
+        self.call_after_refresh(settle, self)   # what the closed screen made, frozen or freed
+        return done
+
+    def switch_screen(self, screen: Screen[Any] | str) -> AwaitComplete:
+        done = super().switch_screen(screen)
+        self.call_after_refresh(settle, self)
+        return done
 
     def action_runs(self) -> None:
         self.show_runs()

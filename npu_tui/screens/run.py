@@ -15,13 +15,13 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
-from textual.widgets import Footer, TabbedContent
+from textual.widgets import TabbedContent
 from textual.worker import Worker, get_current_worker
 
 from npu_deploy.events import DeploymentState
@@ -30,13 +30,15 @@ from npu_deploy.events.decisions import open_decisions, refusal
 from npu_deploy.store import EventStore, progress
 
 from ..legend import TONE_CLASSES
+from ..memory import settle
 from ..messages import CursorMoved, EventsArrived, KeyframesWarm, Seek, ShowEvent, StepRead
 from ..player import Player
 from ..timeline import RunTimeline, step_estimates, step_in_flight
 from ..widgets.banner import Banner
 from ..widgets.event_stream import EventPane, EventStream
+from ..widgets.footer import KeysFooter
 from ..widgets.phase_strip import PhaseStrip
-from ..widgets.run_tabs import RunTabs
+from ..widgets.run_tabs import TAB_BINDINGS, RunTabs, tab_commands
 from ..widgets.run_title import ALIVE, RunTitle, fit_title, unique_prefix
 from ..widgets.scrubber import Scrubber
 from ..widgets.step_progress import StepProgress
@@ -67,6 +69,9 @@ class RunScreen(Screen[None]):
     #: The screen's class by width (app.tcss): narrow stacks the stream over the tabs.
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
     COMPONENT_CLASSES: ClassVar[set[str]] = set(TONE_CLASSES)
+    #: The stream has the focus from the first frame (Textual's default, the first focusable
+    #: widget, was the hidden search bar: the stream then took the focus a frame later).
+    AUTO_FOCUS = "EventStream"
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("d", "decide", "Decide", id="run.decide"),
@@ -87,6 +92,7 @@ class RunScreen(Screen[None]):
         Binding("r", "resume", "Resume", id="run.resume"),
         Binding("k", "fork", "Fork here", show=False, id="run.fork"),
         Binding("escape", "back", "Runs", id="run.back"),
+        *TAB_BINDINGS,
     ]
 
     def __init__(self, run_id: str, *, live: bool) -> None:
@@ -100,6 +106,7 @@ class RunScreen(Screen[None]):
         self._opened = time.monotonic()
         self._estimates: dict[tuple[str, int | None], float] | None = None
         self._step_reader: Worker[None] | None = None
+        self._resumed = False
 
     @property
     def playing(self) -> bool:
@@ -121,6 +128,11 @@ class RunScreen(Screen[None]):
     # --- building -----------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
+        # The width's class before anything is styled: Textual sets it at the first resize,
+        # after the first frame, and then styles and lays out the whole screen again.
+        width = self.app.size.width
+        self.add_class(next(c for w, c in reversed(self.HORIZONTAL_BREAKPOINTS) if width >= w),
+                       update=False)
         self.timeline = RunTimeline(self.store, self.run_id)
         self.head_state = self.timeline.state_at(self.timeline.head)
         self.cursor = self.timeline.head if self.follow else min(1, self.timeline.head)
@@ -135,7 +147,7 @@ class RunScreen(Screen[None]):
             yield RunTabs(self.timeline, initial="tab-gates", id="tabs")
         with Vertical(id="replay-bar"):
             yield Scrubber(self.timeline, id="scrubber")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         stream = self.query_one(EventStream)
@@ -174,8 +186,16 @@ class RunScreen(Screen[None]):
         if self._grown:
             self._freeze()
 
+    def on_screen_resume(self, event: events.ScreenResume) -> None:
+        # The first resume follows the compose, which styled every widget: Textual would
+        # style the whole screen again (20-35 ms before the first frame; tui_bench --latency)
+        if not self._resumed:
+            self._resumed = True
+            event.refresh_styles = False
+
     def on_unmount(self) -> None:
-        gc.unfreeze()         # what this screen kept alive can be collected again
+        gc.unfreeze()         # what this screen kept alive can be collected again, and
+        self.app.call_after_refresh(settle, self.app)   # the rest frozen again (memory.py)
 
     def _live_status(self, folded: str) -> str:
         """The run's status as its writer's lock says; "starting" while this window's own
@@ -470,6 +490,9 @@ class RunScreen(Screen[None]):
     def action_back(self) -> None:
         self.deploy_app.show_runs()
 
+    def action_show_tab(self, pane: str) -> None:
+        self.query_one(RunTabs).active = pane
+
     @on(ShowEvent)
     def _show_event(self, message: ShowEvent) -> None:
         from .dialogs import EventDetail
@@ -543,3 +566,5 @@ class RunScreen(Screen[None]):
         yield SystemCommand("Next decision", "replay", self.action_next_decision)
         yield SystemCommand("Follow the newest event", "live", self.action_follow)
         yield SystemCommand("Play / pause the replay", "", self.action_play)
+        for pane, title, about in tab_commands():
+            yield SystemCommand(title, about, lambda pane=pane: self.action_show_tab(pane))

@@ -13,7 +13,7 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Input, Static
 from textual.widgets.data_table import CellDoesNotExist
 
 from npu_deploy.events.decisions import waiting_text
@@ -21,6 +21,7 @@ from npu_deploy.events.describe import printable, time_split
 from npu_deploy.store import RunSummary
 
 from ..legend import TONE_CLASSES, tone_styles
+from ..widgets.footer import KeysFooter
 from ..widgets.phase_strip import SHORT
 from ..widgets.run_title import abbreviate, unique_prefix
 
@@ -97,7 +98,7 @@ class RunsScreen(Screen[None]):
         with Horizontal(id="runs-body"):
             yield DataTable(id="runs", cursor_type="row", zebra_stripes=True)
             yield Static(id="preview")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)

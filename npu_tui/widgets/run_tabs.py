@@ -1,10 +1,16 @@
 """The run screen's four tabs (Gates, Performance, Agent, Plan) at the replay cursor. Only
-the tab in view is drawn: the others are marked stale and drawn when they are shown."""
+the tab in view is drawn: the others are marked stale and drawn when they are shown. Keys 1-4
+show them (the run screen's bindings, `TAB_BINDINGS`), as the palette's "Show the ... tab"
+does; each tab's title starts with its key."""
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from textual import on
+from textual.binding import Binding
 from textual.widgets import TabbedContent, TabPane
+from textual.widgets._tabs import Underline  # exported by no public module (8.2.8)
+from textual.widgets.tabbed_content import ContentTab, ContentTabs
 
 from npu_deploy.events import DeploymentState, Event
 
@@ -16,6 +22,22 @@ TABS = (("tab-gates", "Gates", GatesPanel, "gates"),
         ("tab-perf", "Performance", PerformancePanel, "perf"),
         ("tab-agent", "Agent", AgentPanel, "agent"),
         ("tab-plan", "Plan", PlanPanel, "plan"))
+#: What each tab shows, in the palette beside "Show the ... tab".
+ABOUT = {"tab-gates": "every check of the phase's gate", "tab-perf": "TTFT, tokens/s, the "
+         "profile and the roofline", "tab-agent": "the agent's transcript up to the cursor",
+         "tab-plan": "the recipe, the transforms tried and the plans"}
+#: The run screen's keys for the tabs: 1-4 in the order of the tab bar (binding ids
+#: run.tab_gates ... run.tab_plan, for the keymap). Not in the footer: each tab's title
+#: shows its key. An input with the focus (the stream's search) takes the digits as text.
+TAB_BINDINGS = [Binding(str(n), f"show_tab('{pane}')", f"{title} tab", show=False,
+                        id=f"run.tab_{name}")
+                for n, (pane, title, _panel, name) in enumerate(TABS, 1)]
+
+
+def tab_commands() -> list[tuple[str, str, str]]:
+    """The palette's commands for the tabs: (pane id, title, help)."""
+    return [(pane, f"Show the {title} tab", f"{ABOUT[pane]} (key {n})")
+            for n, (pane, title, _panel, _name) in enumerate(TABS, 1)]
 
 
 class RunTabs(TabbedContent):
@@ -28,8 +50,30 @@ class RunTabs(TabbedContent):
         self.cursor = 0
         self.state: DeploymentState | None = None
         self._stale: set[str] = set()
-        for pane, title, panel, panel_id in TABS:
-            self.compose_add_child(TabPane(title, panel(id=panel_id), id=pane))
+        for n, (pane, title, panel, panel_id) in enumerate(TABS, 1):
+            self.compose_add_child(TabPane(f"{n} {title}", panel(id=panel_id), id=pane))
+
+    def on_mount(self) -> None:
+        # The tab bar's underline moves at once, not in Textual's 0.3 s slide: a switch is
+        # shown in the frame after the key (20-50 ms), not 0.34-0.44 s later when the slide
+        # ends (benchmarks/tui_bench.py --latency). The project animates nothing else either.
+        bar = self.get_child_by_type(ContentTabs)
+
+        def at_once(animate: bool = True) -> None:
+            ContentTabs._highlight_active(bar, animate=False)
+
+        bar._highlight_active = at_once  # type: ignore[method-assign]
+        # It is under the active tab from the screen's first frame: Textual places it once
+        # the tab bar has been laid out, a frame or more later (tui_bench --latency).
+        x = 0
+        for title in bar.query(ContentTab):
+            left, right = title.styles.gutter.left, title.styles.gutter.right
+            width = cell_len(title.label_text)
+            if title.has_class("-active"):
+                line = bar.query_one(Underline)
+                line.show_highlight = True
+                line.highlight_start, line.highlight_end = x + left, x + left + width
+            x += left + width + right
 
     def show(self, state: DeploymentState, cursor: int) -> None:
         """Every tab is now at `cursor`, whose state is `state`: the one in view is drawn."""

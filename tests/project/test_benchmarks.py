@@ -76,6 +76,24 @@ def test_tui_bench_runs_end_to_end_and_labels_its_figures(tmp_path):
         "UI timer lateness p99 <= 50 ms at 1000 events/s"}
 
 
+@pytest.mark.slow
+def test_tui_bench_latency_times_each_key_and_labels_its_figures(tmp_path):
+    result = run_benchmark("tui_bench", "--latency", "--events", "400", "--repeats", "2",
+                           "--json", "--cache-dir", str(tmp_path), timeout=300)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["source"] == "measured-cpu"
+    actions = report["actions"]
+    assert list(actions) == ["Tab", "tab switch, keys 1-4", "tab switch, click on its title",
+                             "tab switch, right in the tab bar",
+                             "open a run from the browser (enter)",
+                             "open the new-deployment form (n)"]
+    for a in actions.values():
+        assert a["warm_n"] == 2 and 0 < a["warm_p50_s"] <= a["warm_last_frame_p50_s"]
+    assert [t["target"] for t in report["targets"]][0] == \
+        "Tab: key to frame <= 0.2 s warm (median)"
+
+
 def test_resume_bench_runs_and_labels_its_figures():
     result = run_benchmark("resume_bench", "--events", "3000", "--repeats", "1", "--json",
                            timeout=300)
