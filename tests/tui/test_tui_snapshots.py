@@ -52,7 +52,7 @@ def db(built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     """A private copy of the store as ./runs.db, and no user keymap."""
     (tmp_path / DB).write_bytes(built.read_bytes())
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("NPU_DEPLOY_KEYMAP", str(tmp_path / "no-keymap.toml"))
+    monkeypatch.setenv("NPU_DEPLOY_KEYMAP", "no-keymap.toml")     # relative: help names it
     yield DB
 
 
@@ -326,7 +326,7 @@ def test_plan_tab_of_a_finished_run(snap_compare, planned, tmp_path, monkeypatch
     dispatches with their kernels, launches, MODELED time and share."""
     (tmp_path / DB).write_bytes(planned.read_bytes())
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("NPU_DEPLOY_KEYMAP", str(tmp_path / "no-keymap.toml"))
+    monkeypatch.setenv("NPU_DEPLOY_KEYMAP", "no-keymap.toml")     # relative: help names it
     assert snap_compare(DeployApp(DB, run_id="plan-done", live=True), terminal_size=size,
                         run_before=at_tab("tab-plan"))
 
@@ -339,7 +339,7 @@ def test_tabs_in_replay_mid_phase_4(snap_compare, planned, tmp_path, monkeypatch
     gate, the Gates tab's check has a sparkline of its three attempts beside their values."""
     (tmp_path / DB).write_bytes(planned.read_bytes())
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("NPU_DEPLOY_KEYMAP", str(tmp_path / "no-keymap.toml"))
+    monkeypatch.setenv("NPU_DEPLOY_KEYMAP", "no-keymap.toml")     # relative: help names it
     assert snap_compare(DeployApp(DB, run_id="plan-done", live=False), terminal_size=(160, 48),
                         run_before=at_tab(tab, version))
 
