@@ -22,6 +22,7 @@ import time
 import types
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from fake_pipeline import FakeAgent, make
@@ -135,7 +136,13 @@ def _halted(store: EventStore, run_id: str, faults: str, policy: Policy, reason:
             *, approve_first: bool = False) -> str:
     """Run `run_id` (the fake pipeline with FAKE_FAIL `faults`) until the conductor halts
     for `reason`; with `approve_first`, a person approves the first checkpoint on the way."""
-    c = Conductor.start(store, pipeline(faults), policy, model=MODEL, run_id=run_id)
+    return _halt(store, run_id, pipeline(faults), policy, reason, approve_first=approve_first)
+
+
+def _halt(store: EventStore, run_id: str, pipe: Pipeline, policy: Policy, reason: str,
+          *, approve_first: bool = False) -> str:
+    """Run `run_id` on `pipe` until the conductor halts for `reason` (see `_halted`)."""
+    c = Conductor.start(store, pipe, policy, model=MODEL, run_id=run_id)
     try:
         if approve_first:
             assert c.run(wait=False).reason == "awaiting_human"
@@ -166,13 +173,8 @@ def stopped_run(store: EventStore, run_id: str = "stopped-p2") -> str:
 def stopped_autopilot_run(store: EventStore, run_id: str = "stopped-ap") -> str:
     """Phase 0's gate failed its whole budget (1) under an agent named autopilot, so the
     decision dialog checks a redirect as the autopilot reads it: needs_human."""
-    c = Conductor.start(store, _named(pipeline("0:9"), "autopilot"),
-                        Policy(auto_approve=True, budget=1), model=MODEL, run_id=run_id)
-    try:
-        assert c.run(wait=False).reason == "needs_human"
-    finally:
-        c.close()
-    return run_id
+    return _halt(store, run_id, _named(pipeline("0:9"), "autopilot"),
+                 Policy(auto_approve=True, budget=1), "needs_human")
 
 
 def _named(p: Pipeline, agent: str) -> Pipeline:
@@ -249,13 +251,7 @@ def wide_gate_run(store: EventStore, run_id: str = "wide-gate") -> str:
     a decision dialog the size real gates make."""
     pipe = pipeline()
     pipe.gates[0], pipe.matcher = _WideGate(), _ManyDirections()
-    c = Conductor.start(store, pipe, Policy(), model=MODEL, run_id=run_id)
-    try:
-        halt = c.run(wait=False)
-        assert halt.reason == "awaiting_pick", halt
-    finally:
-        c.close()
-    return run_id
+    return _halt(store, run_id, pipe, Policy(), "awaiting_pick")
 
 
 class _CheckerGate:
@@ -332,13 +328,7 @@ def oracle_gate_run(store: EventStore, run_id: str = "oracle-p0") -> str:
     logits; debug directions wait for a pick."""
     pipe = pipeline()
     pipe.gates[0] = _OracleGate()
-    c = Conductor.start(store, pipe, Policy(), model=MODEL, run_id=run_id)
-    try:
-        halt = c.run(wait=False)
-        assert halt.reason == "awaiting_pick", halt
-    finally:
-        c.close()
-    return run_id
+    return _halt(store, run_id, pipe, Policy(), "awaiting_pick")
 
 
 class _GemmGate:
@@ -375,15 +365,7 @@ def directions_run(store: EventStore, run_id: str = "dirs-p1") -> str:
 
     pipe = pipeline()
     pipe.gates[1], pipe.matcher = _GemmGate(), SkillMatcher(changes=_next_tiles)
-    c = Conductor.start(store, pipe, Policy(), model=MODEL, run_id=run_id)
-    try:
-        assert c.run(wait=False).reason == "awaiting_human"
-        store.post_command(run_id, "approve", author="ada@tui")
-        halt = c.run(wait=False)
-        assert halt.reason == "awaiting_pick", halt
-    finally:
-        c.close()
-    return run_id
+    return _halt(store, run_id, pipe, Policy(), "awaiting_pick", approve_first=True)
 
 
 def build_store(path: str | os.PathLike[str], *builders: Any) -> list[str]:
@@ -391,6 +373,19 @@ def build_store(path: str | os.PathLike[str], *builders: Any) -> list[str]:
     one after the other on one fake clock."""
     with EventStore.open(path) as store, deterministic():
         return [build(store) for build in builders]
+
+
+def private_copy(built: Path, tmp_path: Path, monkeypatch: Any, *, chdir: bool = False
+                 ) -> Path:
+    """A copy of a module's store (`built`) for one test, which may leave inbox commands in
+    it, and no user keymap. `chdir`: the test runs in its folder and gets the relative path
+    (the run browser prints it: the same on every run)."""
+    (tmp_path / "runs.db").write_bytes(built.read_bytes())
+    monkeypatch.setenv("NPU_DEPLOY_KEYMAP", str(tmp_path / "no-keymap.toml"))
+    if not chdir:
+        return tmp_path / "runs.db"
+    monkeypatch.chdir(tmp_path)
+    return Path("runs.db")
 
 
 ALL_RUNS = (finished_run, stopped_run, failed_gate_run, checkpoint_run, working_run)

@@ -9,7 +9,10 @@ import sys
 
 import pytest
 
-# 64 MiB written, freed, and written again: the page faults of the second write
+# 64 MiB written and freed, then written again five times: the fewest page faults of those
+# writes. Not only the second: torch asks for 64-byte aligned blocks, a little more than the
+# freed block, so when a small object sits after it in the heap the next block is new heap;
+# once freed blocks lie together they serve it (a prefill's steady state).
 _SCRIPT = """
 import resource, sys, torch
 from npu_deploy.kernels.emulation import host_memory
@@ -19,13 +22,16 @@ if sys.argv[1] == "default":
 EmulatorBackend().prepare(None)
 faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 torch.ones(16 << 20)                    # allocated, written, freed
-before = faults()
-torch.ones(16 << 20)
-print(host_memory.keep_freed_memory(), faults() - before)
+counts = []
+for _ in range(5):
+    before = faults()
+    torch.ones(16 << 20)
+    counts.append(faults() - before)
+print(host_memory.keep_freed_memory(), min(counts))
 """
 
 
-def _second_write(policy: str) -> tuple[bool, int]:
+def _rewrites(policy: str) -> tuple[bool, int]:
     out = subprocess.run([sys.executable, "-c", _SCRIPT, policy], capture_output=True,
                          text=True, check=True).stdout.split()
     return out[0] == "True", int(out[1])
@@ -33,9 +39,9 @@ def _second_write(policy: str) -> tuple[bool, int]:
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the policy is glibc's mallopt")
 def test_an_emulated_run_reuses_freed_memory_without_faulting_it_in_again() -> None:
-    kept, faults = _second_write("keep")
+    kept, faults = _rewrites("keep")
     assert kept
     assert faults < 1000            # 64 MiB is 16,384 pages of 4 KiB
-    declined, default_faults = _second_write("default")
+    declined, default_faults = _rewrites("default")
     assert not declined
     assert default_faults > 16_000  # glibc's default maps and unmaps a block this large

@@ -37,10 +37,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
 @pytest.fixture
 def db(built: tuple[Path, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
        ) -> Iterator[tuple[Path, list[str]]]:
-    path = tmp_path / "runs.db"
-    path.write_bytes(built[0].read_bytes())
-    monkeypatch.setenv("NPU_DEPLOY_KEYMAP", str(tmp_path / "no-keymap.toml"))
-    yield path, built[1]
+    yield tui_runs.private_copy(built[0], tmp_path, monkeypatch), built[1]
 
 
 def screen_lines(app: DeployApp) -> list[str]:

@@ -45,10 +45,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def db(built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    path = tmp_path / "runs.db"
-    path.write_bytes(built.read_bytes())
-    monkeypatch.setenv("NPU_DEPLOY_KEYMAP", str(tmp_path / "no-keymap.toml"))
-    yield path
+    yield tui_runs.private_copy(built, tmp_path, monkeypatch)
 
 
 def drawn_text(renderable: object) -> str:

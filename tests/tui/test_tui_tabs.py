@@ -29,10 +29,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def db(built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    (tmp_path / "runs.db").write_bytes(built.read_bytes())
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("NPU_DEPLOY_KEYMAP", str(tmp_path / "no-keymap.toml"))
-    yield Path("runs.db")
+    yield tui_runs.private_copy(built, tmp_path, monkeypatch, chdir=True)
 
 
 def versions(text: str) -> list[int]:

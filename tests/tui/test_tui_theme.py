@@ -46,9 +46,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def db(built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    path = tmp_path / "runs.db"
-    path.write_bytes(built.read_bytes())
-    monkeypatch.setenv("NPU_DEPLOY_KEYMAP", str(tmp_path / "no-keymap.toml"))
+    path = tui_runs.private_copy(built, tmp_path, monkeypatch)
     monkeypatch.delenv("NPU_DEPLOY_THEME", raising=False)
     yield path
 

@@ -79,7 +79,7 @@ def test_the_stopped_runs_dialog_keys_act_and_its_abort_asks_first(attached):
     pane.keys("BTab", "Enter")                        # the focus starts on "Keep it"
     wait_until(lambda: inbox(db), "the abort in the inbox")
     assert inbox(db) == ["abort"]
-    pane.wait_for(lambda s: KEYS not in s and "abort left for run stopped-p2" in s)
+    pane.wait_for(lambda s: KEYS not in s and "Aborting: run stopped-p2" in s)
 
 
 def test_p_pauses_and_the_run_screens_abort_asks_what_it_ends(attached):
@@ -104,3 +104,23 @@ def test_p_pauses_and_the_run_screens_abort_asks_what_it_ends(attached):
             pane.keys("BTab", "Enter")
             wait_until(lambda: len(inbox(db)) == 2, "the abort in the inbox")
     assert inbox(db) == ["pause", "abort"]
+
+
+def test_back_from_a_run_in_a_real_terminal_the_cursor_is_on_that_run(tmp_path):
+    """`npu-deploy replay RUN` (not the newest run), esc: the browser opens with its cursor
+    on RUN, so enter opens RUN again; before, it sat on the newest run."""
+    db = tmp_path / "runs.db"
+    ids = tui_runs.build_store(db, *tui_runs.ALL_RUNS)
+    run = "debug-p1"
+    assert ids[-1] != run                         # the browser lists the newest first
+    pane = Pane(f"npu-deploy-test-{uuid.uuid4().hex[:8]}", "cursor")
+    try:
+        pane.start(pane_env(tmp_path))
+        pane.type(f"cd {tmp_path} && {NPU_DEPLOY} replay {run} --db {db}")
+        pane.wait_for(lambda s: s.lstrip().startswith(f"{run} "), timeout=30)
+        escape(pane)
+        pane.wait_for("5 runs")
+        pane.keys("Enter")                        # the run under the cursor, opened
+        pane.wait_for(lambda s: s.lstrip().startswith(f"{run} "))
+    finally:
+        pane.kill()

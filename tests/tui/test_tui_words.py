@@ -55,10 +55,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def db(built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    path = tmp_path / "runs.db"
-    path.write_bytes(built.read_bytes())
-    monkeypatch.setenv("NPU_DEPLOY_KEYMAP", str(tmp_path / "no-keymap.toml"))
-    yield path
+    yield tui_runs.private_copy(built, tmp_path, monkeypatch)
 
 
 WORDS = re.compile(r"[^A-Za-z0-9]+")
