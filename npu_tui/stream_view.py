@@ -81,24 +81,30 @@ class StreamView:
     def around(cls, store: EventStore, run_id: str, head: int, version: int,
                events: int) -> StreamView:
         """The view of every event with only the `events` events either side of `version`
-        paired (and a few more after, where their steps end): what a run opened at `version` shows
-        until the whole view is built (`build`), read in a few milliseconds whatever the
-        run's length. Its rows there are the whole view's, and so is their number, if each
+        paired (and a few more after, where their steps end): what a run opened at `version`
+        shows until the whole view is built (`build`), read in a few milliseconds whatever
+        the run's length. Its rows there are the whole view's, and so is their number, if each
         step's result follows its request (which the writer ensures); the rows before and
         after stand in for the other events, unread."""
         start = max(0, version - events)
         stop = min(head, version + events + LOOKAHEAD)
         view = cls()
         view.partial = True
-        ended = {v for (v,) in store.conn.execute(      # each folded into its request's row
-            "SELECT run_version FROM events WHERE run_id = ? AND run_version <= ? AND "
-            f"type IN ({', '.join('?' * (len(STEP_TYPES) - 1))})",
-            (run_id, head, *STEP_TYPES[1:]))}
-        before = sum(1 for v in ended if v <= start)
-        after = sum(1 for v in ended if v > stop)
+        results = f"type IN ({', '.join('?' * (len(STEP_TYPES) - 1))})"  # a step's end
+
+        def ended(after: int, upto: int) -> int:
+            return int(store.conn.execute(
+                f"SELECT count(*) FROM events WHERE run_id = ? AND run_version > ? AND "
+                f"run_version <= ? AND {results}", (run_id, after, upto, *STEP_TYPES[1:])
+            ).fetchone()[0])
+
+        before, after = ended(0, start), ended(stop, head)
         view.rows.extend(range(1, start - before + 1))
         view._pair(store, run_id, start, stop)
-        view.rows.extend(v for v in range(start + 1, stop + 1) if v not in ended)
+        folded = {v for (v,) in store.conn.execute(
+            f"SELECT run_version FROM events WHERE run_id = ? AND run_version > ? AND "
+            f"run_version <= ? AND {results}", (run_id, start, stop, *STEP_TYPES[1:]))}
+        view.rows.extend(v for v in range(start + 1, stop + 1) if v not in folded)
         view.rows.extend(range(head - (head - stop - after) + 1, head + 1))
         view.upto = head
         return view
