@@ -38,6 +38,8 @@ KINDS: Final[dict[str, str]] = {
 }
 #: A tool step is requested, then completed (or abandoned, when a crash cut it short).
 STEP_TYPES: Final = ("tool.requested", "tool.completed", "tool.abandoned")
+#: A view read `around` a version pairs this many events past it, where its steps end.
+LOOKAHEAD: Final = 500
 _PHASE_TOKEN = re.compile(r"^phase:(\d+)$", re.IGNORECASE)
 
 
@@ -65,12 +67,45 @@ class StreamView:
         self.request_of: dict[int, int] = {}      # result version -> request version
         self.expanded: set[int] = set()           # request versions shown as two rows
         self._open: dict[str, int] = {}           # call id -> request awaiting its result
+        self.partial = False                      # only the last events paired (`tail`)
 
     @classmethod
     def unpaired(cls, head: int) -> StreamView:
         """Every event on its own row: what the stream shows until a view is built."""
         view = cls(paired=False)
         view.rows.extend(range(1, head + 1))
+        view.upto = head
+        return view
+
+    @classmethod
+    def around(cls, store: EventStore, run_id: str, head: int, version: int,
+               events: int) -> StreamView:
+        """The view of every event with only the `events` events either side of `version`
+        paired (and a few more after, where their steps end): what a run opened at `version`
+        shows until the whole view is built (`build`), read in a few milliseconds whatever
+        the run's length. Its rows there are the whole view's, and so is their number, if each
+        step's result follows its request (which the writer ensures); the rows before and
+        after stand in for the other events, unread."""
+        start = max(0, version - events)
+        stop = min(head, version + events + LOOKAHEAD)
+        view = cls()
+        view.partial = True
+        results = f"type IN ({', '.join('?' * (len(STEP_TYPES) - 1))})"  # a step's end
+
+        def ended(after: int, upto: int) -> int:
+            return int(store.conn.execute(
+                f"SELECT count(*) FROM events WHERE run_id = ? AND run_version > ? AND "
+                f"run_version <= ? AND {results}", (run_id, after, upto, *STEP_TYPES[1:])
+            ).fetchone()[0])
+
+        before, after = ended(0, start), ended(stop, head)
+        view.rows.extend(range(1, start - before + 1))
+        view._pair(store, run_id, start, stop)
+        folded = {v for (v,) in store.conn.execute(
+            f"SELECT run_version FROM events WHERE run_id = ? AND run_version > ? AND "
+            f"run_version <= ? AND {results}", (run_id, start, stop, *STEP_TYPES[1:]))}
+        view.rows.extend(v for v in range(start + 1, stop + 1) if v not in folded)
+        view.rows.extend(range(head - (head - stop - after) + 1, head + 1))
         view.upto = head
         return view
 

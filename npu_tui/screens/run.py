@@ -143,7 +143,7 @@ class RunScreen(Screen[None]):
         yield Banner(id="banner")
         yield StepProgress(opened=self._opened, id="step-progress")
         with Horizontal(id="run-body"):
-            yield EventPane(self.timeline, id="stream-pane")
+            yield EventPane(self.timeline, opened_at=self.cursor, id="stream-pane")
             yield RunTabs(self.timeline, initial="tab-gates", id="tabs")
         with Vertical(id="replay-bar"):
             yield Scrubber(self.timeline, id="scrubber")

@@ -56,6 +56,11 @@ def row_layout(width: int, head: int) -> tuple[int, bool, int]:
     """The version column's width (the run's largest version), whether the time shows, and
     the type column's width, for rows `width` columns wide."""
     return max(3, len(str(head))), width >= TIMED_ROW, TYPE_WIDTH[0 if width >= WIDE_ROW else 1]
+#: A run's first frame shows the OPENED_EVENTS events either side of its cursor folded (a
+#: few screens), the rest from a worker; a run of up to SHORT_RUN events is folded whole
+#: before it (about 2 ms a thousand events; benchmarks/tui_bench.py --latency).
+OPENED_EVENTS = 500
+SHORT_RUN = 4000
 DRAWN_KEPT = 256                      # event lines kept drawn (a few screens)
 #: How a folded tool step shows in the glyph column: collapsed, expanded.
 STEP_GLYPHS = (STEP_MARKS["folded"].glyph, STEP_MARKS["expanded"].glyph)
@@ -104,9 +109,11 @@ class EventStream(ScrollView, can_focus=True):
         Binding("c", "copy", "Copy JSON", show=False, id="stream.copy"),
     ]
 
-    def __init__(self, timeline: RunTimeline, *, id: str | None = None) -> None:
+    def __init__(self, timeline: RunTimeline, *, opened_at: int = 0,
+                 id: str | None = None) -> None:
         super().__init__(id=id)
         self.timeline = timeline
+        self.opened_at = opened_at              # where the screen puts the cursor first
         self.view = StreamView.unpaired(timeline.head)
         self.building: str | None = None        # the kind whose view a worker builds
         self.cursor = 0
@@ -123,8 +130,34 @@ class EventStream(ScrollView, can_focus=True):
         self._drawn: OrderedDict[tuple[int, int, int], tuple[list[Segment], Strip]] = OrderedDict()
 
     def on_mount(self) -> None:
+        head, store, run_id = self.timeline.head, self.timeline.store, self.timeline.run_id
+        if head <= SHORT_RUN:          # a short run: folded before the first frame
+            self.view = StreamView.build(store, run_id, "all", head)
+        else:
+            # The first frame shows the events around where the screen opens (its first or
+            # newest) folded, read from those events alone; the whole view, the same rows,
+            # follows from a worker. (A row is one or two events, a step's: two screens'
+            # worth of events either side cover whatever the stream scrolls to first.)
+            self.view = StreamView.around(store, run_id, head, self.opened_at,
+                                          max(OPENED_EVENTS, 2 * self.app.size.height))
+            self._build("all", head)
         self.sync_head()
-        self.show_kind("all")
+        if len(self.view) > self.app.size.height:
+            # More rows than the screen has: the scrollbar shows in the first layout, not in
+            # a second one after the first frame (Textual decides it once the stream is sized).
+            self.show_vertical_scrollbar = True
+            self.vertical_scrollbar.display = True
+
+    def _size_updated(self, size: Size, virtual_size: Size, container_size: Size,
+                      layout: bool = True) -> bool:
+        # Sized in the layout itself, so the first frame has the canvas and the scroll at
+        # the cursor (a Resize event comes after that frame, and another layout with it).
+        if size.width != self.virtual_size.width:
+            self.set_reactive(EventStream.virtual_size, Size(size.width, len(self.view)))
+        resized = super()._size_updated(size, virtual_size, container_size, layout)
+        if resized:
+            self._scroll_to_cursor()
+        return resized
 
     def on_resize(self) -> None:
         # The first layout (and every later one) may come after the cursor was set.
@@ -244,7 +277,10 @@ class EventStream(ScrollView, can_focus=True):
             self.app.call_from_thread(self._built, view)
 
     def _built(self, view: StreamView) -> None:
-        if view.kind != self.building:
+        if self.view.partial and self.building is None and view.kind == self.view.kind:
+            for request in self.view.expanded:         # the whole view of a `tail` one
+                view.toggle(request)
+        elif view.kind != self.building:
             return
         self.building = None
         view.grow(self.timeline.store, self.timeline.run_id, self.timeline.head)
@@ -496,14 +532,16 @@ class EventPane(Vertical):
         Binding("escape", "close_search", "Close search", show=False, id="stream.close_search"),
     ]
 
-    def __init__(self, timeline: RunTimeline, *, id: str | None = None) -> None:
+    def __init__(self, timeline: RunTimeline, *, opened_at: int = 0,
+                 id: str | None = None) -> None:
         super().__init__(id=id)
         self.timeline = timeline
+        self.opened_at = opened_at
 
     def compose(self) -> ComposeResult:
         yield SearchBar(placeholder="search: type, text in payloads, phase:N  (enter next, "
                         "shift+enter previous, esc close)", id="stream-search")
-        yield EventStream(self.timeline, id="stream")
+        yield EventStream(self.timeline, opened_at=self.opened_at, id="stream")
 
     @property
     def stream(self) -> EventStream:

@@ -197,3 +197,54 @@ def test_search_text_is_found_in_its_json_escaped_form(store, fake):
     assert find(store, "r3", SearchQuery.parse("NO INSTRUCTION"), 0, head) == said
     assert SearchQuery.parse("phase:4  ab  C").phases == (4,)
     assert SearchQuery.parse("phase:4  ab  C").text == "ab c"
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "newest"])
+def test_the_view_read_around_a_version_has_the_whole_views_rows_there(store, finished_run,
+                                                                        where):
+    """What the first frame shows of a long run, read from the events around its cursor,
+    is the whole view there, and has as many rows (the scrollbar does not move after)."""
+    head = store.conn.execute("SELECT max(run_version) FROM events WHERE run_id = ?",
+                              (finished_run,)).fetchone()[0]
+    version = {"first": 1, "middle": head // 2, "newest": head}[where]
+    whole = StreamView.build(store, finished_run, "all", head)
+    part = StreamView.around(store, finished_run, head, version, 20)
+    assert part.partial and len(part) == len(whole)
+    row = whole.row_of(version)
+    near = slice(max(0, row - 10), row + 10)
+    assert part.rows[near] == whole.rows[near]
+    assert [part.results.get(v) for v in part.rows[near]] == \
+        [whole.results.get(v) for v in whole.rows[near]]
+
+
+@pytest.mark.parametrize("live", [False, True])
+async def test_a_long_run_opens_with_its_steps_folded_in_the_first_frame(
+        store, db_path, finished_run, monkeypatch, live):
+    """A run longer than SHORT_RUN shows its steps folded from its first frame, at its first
+    event (a replay) or its newest (live): what the whole view, built by a worker, shows
+    after is the same lines and the same scroll."""
+    import npu_deploy.tui.widgets.event_stream as es
+
+    monkeypatch.setattr(es, "SHORT_RUN", 40)
+    monkeypatch.setattr(es, "OPENED_EVENTS", 30)
+    builds: list[tuple[str, int]] = []
+    build = EventStream._build
+    monkeypatch.setattr(EventStream, "_build", lambda self, kind, head: builds.append(
+        (kind, head)))
+    app = DeployApp(db_path, run_id=finished_run, live=live)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: bool(app.screen.query(EventStream)))
+        stream = app.screen.query_one(EventStream)
+        await pilot.pause()
+
+        def shown() -> tuple[list[str], int]:
+            return ["".join(s.text for s in stream.render_line(y))
+                    for y in range(stream.size.height)], stream.scroll_offset.y
+
+        first = shown()
+        assert any("✓" in line for line in first[0])           # a folded step's line
+        assert builds == [("all", stream.timeline.head)]
+        build(stream, *builds[0])
+        await until(pilot, lambda: not stream.view.partial)
+        await pilot.pause()
+        assert shown() == first

@@ -78,6 +78,15 @@ class Panel(ScrollView, can_focus=True):
         self._parts = parts
         self._lay_out()
 
+    def _size_updated(self, size: Size, virtual_size: Size, container_size: Size,
+                      layout: bool = True) -> bool:
+        # Laid out at its width in the layout itself, so the first frame that shows the
+        # panel has its lines (the Resize event comes after that frame).
+        resized = super()._size_updated(size, virtual_size, container_size, layout)
+        if self.scrollable_content_region.width != self._width:
+            self._lay_out()
+        return resized
+
     def on_resize(self) -> None:
         if self.scrollable_content_region.width != self._width:
             self._lay_out()
