@@ -112,8 +112,9 @@ class RunTitle(Static):
 
     def run_status(self, head: DeploymentState) -> str:
         """running / crashed / ...: probing the writer's lock file at most once a second,
-        and again whenever the run has grown since (a writer is at work)."""
+        and again whenever the run has grown since (a writer is at work; its last event,
+        run.finished, is seen at once)."""
         now = time.monotonic()
-        if now - self._status[0] > STATUS_S or head.terminal or head.version != self._seen:
+        if now - self._status[0] > STATUS_S or head.version != self._seen:
             self._status, self._seen = (now, self._live_status(head.status)), head.version
         return self._status[1]
