@@ -15,7 +15,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
 from textual.validation import ValidationResult, Validator
-from textual.widgets import Button, Footer, Input, Label, Select, Static, Switch
+from textual.widgets import Button, Input, Label, Select, Static, Switch
 
 from npu_deploy.deploy_request import (
     AGENTS,
@@ -33,6 +33,7 @@ from npu_deploy.deploy_request import (
 from npu_deploy.events.describe import printable
 
 from ..messages import FieldChecked, RequestChecked
+from ..widgets.footer import KeysFooter
 from .dialogs import CANCEL
 
 if TYPE_CHECKING:
@@ -105,7 +106,7 @@ class NewDeployment(ModalScreen["Driver | None"]):
             with Horizontal(classes="buttons"):
                 yield Button("Deploy (ctrl+s)", id="yes", variant="primary")
                 yield Button("Cancel (esc)", id="no")
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.query_one("#path", Input).display = False
