@@ -23,7 +23,7 @@ from npu_deploy.store import RunSummary
 from ..legend import TONE_CLASSES, tone_styles
 from ..widgets.footer import KeysFooter
 from ..widgets.phase_strip import SHORT
-from ..widgets.run_title import abbreviate, unique_prefix
+from ..widgets.run_title import abbreviate, unique_prefix, unique_prefixes
 
 if TYPE_CHECKING:
     from ..app import DeployApp, Driver
@@ -119,8 +119,8 @@ class RunsScreen(Screen[None]):
         table = self.query_one(DataTable)
         selected = self._select or self.selected()
         self._select = None
-        ids = list(self.summaries)
-        rows = [self._cells(r, ids) for r in shown]
+        shorts = unique_prefixes(self.summaries)
+        rows = [self._cells(r, shorts[r.run_id]) for r in shown]
         forms = fit_columns(rows, self._table_width())
         if list(forms.items()) != self._forms:
             self._forms = list(forms.items())
@@ -144,11 +144,10 @@ class RunsScreen(Screen[None]):
         self._preview()
 
     @staticmethod
-    def _cells(r: RunSummary, ids: list[str]) -> dict[str, dict[str, str]]:
+    def _cells(r: RunSummary, short: str) -> dict[str, dict[str, str]]:
         """Each column's forms for run `r` (the first is the widest; fit_columns picks one);
-        `ids`: every run's id, for the shortest start that names this run alone."""
+        `short`: the shortest start of its id that names it alone."""
         run_id = printable(r.run_id, None)
-        short = unique_prefix(r.run_id, ids)
         model = printable(r.model, None)
         name = model.rsplit("/", 1)[-1]
         phase = "—" if r.phase_reached is None else str(r.phase_reached)

@@ -63,11 +63,25 @@ def abbreviate(text: str, width: int) -> str:
 def unique_prefix(run_id: str, others: Iterable[str], least: int = 8) -> str:
     """The shortest start of `run_id`, of at least `least` characters, that starts no other
     run id: what `npu-deploy show` and the other commands accept for it."""
-    others = [o for o in others if o != run_id]
-    for n in range(least, len(run_id)):
-        if not any(o.startswith(run_id[:n]) for o in others):
-            return run_id[:n]
-    return run_id
+    return unique_prefixes([run_id, *others], least)[run_id]
+
+
+def unique_prefixes(run_ids: Iterable[str], least: int = 8) -> dict[str, str]:
+    """`unique_prefix` of every id at once: in sorted order an id shares most of its start
+    with a neighbour, so one pass over the sorted ids finds each (the browser redraws a
+    store's runs every second)."""
+    ids = sorted(set(run_ids))
+
+    def shared(a: str, b: str) -> int:
+        return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                    min(len(a), len(b)))
+
+    out = {}
+    for i, run_id in enumerate(ids):
+        n = max([shared(run_id, ids[j]) + 1 for j in (i - 1, i + 1) if 0 <= j < len(ids)],
+                default=0)
+        out[run_id] = run_id[:max(least, n)]
+    return out
 
 
 class RunTitle(Static):
