@@ -18,6 +18,7 @@ The phase-3 gate (pipeline/gates/model.py) holds the deployment to this bar.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -39,15 +40,29 @@ def hf_greedy(model: Any, prompt: torch.Tensor, steps: int) -> tuple[torch.Tenso
     with torch.inference_mode():
         out = model(prompt[None], use_cache=True)
         prefill = out.logits[0].float()
-        last, past = prefill[-1], out.past_key_values
+        last, past = prefill[-1], _cache_of(out)
         tokens, chosen_from = [], []
         for step in range(steps):
             chosen_from.append(last)
             tokens.append(int(last.argmax()))
             if step + 1 < steps:
-                out = model(torch.tensor([[tokens[-1]]]), past_key_values=past, use_cache=True)
-                last, past = out.logits[0, -1].float(), out.past_key_values
+                out = model(torch.tensor([[tokens[-1]]]), use_cache=True,
+                            **{_cache_argument(model): past})
+                last, past = out.logits[0, -1].float(), _cache_of(out)
     return prefill, tokens, torch.stack(chosen_from)
+
+
+def _cache_argument(model: Any) -> str:
+    """The name under which this model's forward takes the KV cache: `cache` in the
+    transformers releases that deprecated `past_key_values` (a warning on every call), which
+    older releases take."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters \
+        else "past_key_values"
+
+
+def _cache_of(out: Any) -> Any:
+    """The KV cache a forward returned, under either name."""
+    return out["cache"] if "cache" in out else out["past_key_values"]
 
 
 def hf_teacher_forced(model: Any, prompt: torch.Tensor, tokens: list[int]
@@ -63,8 +78,8 @@ def hf_teacher_forced(model: Any, prompt: torch.Tensor, tokens: list[int]
         prefill = out.logits[0].float()
         steps = [prefill[-1:]]
         if len(tokens) > 1:
-            rest = model(torch.tensor([tokens[:-1]]), past_key_values=out.past_key_values,
-                         use_cache=True)
+            rest = model(torch.tensor([tokens[:-1]]), use_cache=True,
+                         **{_cache_argument(model): _cache_of(out)})
             steps.append(rest.logits[0].float())
     return prefill, torch.cat(steps)[:len(tokens)]
 

@@ -5,13 +5,21 @@ oracle, and no different first token where the bf16 run keeps the oracle's)."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import pytest
 import torch
 
 from npu_deploy.events import phases
 from npu_deploy.oracle import reference_of
-from npu_deploy.oracle.bf16 import Bf16Run, against_bar, bf16_model, bf16_reference, hf_greedy
+from npu_deploy.oracle.bf16 import (
+    Bf16Run,
+    against_bar,
+    bf16_model,
+    bf16_reference,
+    hf_greedy,
+    hf_teacher_forced,
+)
 from npu_deploy.oracle.prompts import canonical_prompts
 from npu_deploy.pipeline.deployed import reference_greedy
 from npu_deploy.pipeline.gates.model import FIRST_TOKEN, SUMMED, bf16_checks
@@ -125,5 +133,9 @@ def test_the_bf16_reference_is_hugging_faces_own_run_in_bf16(tiny_models):
         assert r.tokens == tokens and r.agreed == same and r.steps == 12
         assert r.diverged_at == (None if same == 12 else same)
     # the FP32 model keeps every token (the phase-0 gate); the bf16 one need not
-    fp32 = {n: hf_greedy(loaded.hf, i, 12)[1] for n, i in ids.items()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)    # the cache by its current name
+        fp32 = {n: hf_greedy(loaded.hf, i, 12)[1] for n, i in ids.items()}
+        forced = hf_teacher_forced(loaded.hf, ids["capital"], answers["capital"]["tokens"])[1]
     assert all(fp32[n] == answers[n]["tokens"] for n in ids)
+    assert [int(t) for t in forced.argmax(-1)] == fp32["capital"]
