@@ -72,6 +72,7 @@ class WidenedBackend(EmulatorBackend):
                 value = value.transpose(0, 1)
             value = value.reshape(out.shape)
             out.copy_(to_bf16(value) if out.dtype == torch.bfloat16 else value)
+        self.wrote(outputs)
 
 
 @dataclass(frozen=True)

@@ -192,9 +192,10 @@ def _softmax_row(s: np.ndarray, scale: np.float32, tables: np.ndarray, e: np.nda
                  inv_b: np.ndarray, lsb_b: np.ndarray, mx: np.ndarray,
                  lanes: np.ndarray) -> bool:
     """One row of `softmax_bfp16ebs8`: s (float32 [n], the valid keys) -> q[:nb * 8]
-    (nb = ceil(n / 8) blocks; the rest of the row is zeros); the other arrays are scratch.
-    False when a score times the scale is not finite. A function of its own, so that the
-    compiler vectorizes its loops (numba's parallel loop does not)."""
+    (nb = ceil(n / 8) blocks; the rest of the row is zeros) and mx[1], the smallest exponent
+    field of a nonzero block's largest value (256 when every block is zero); the other arrays
+    are scratch. False when a score times the scale is not finite. A function of its own, so
+    that the compiler vectorizes its loops (numba's parallel loop does not)."""
     n = s.shape[0]
     ebits = e.view(np.int32)
     for j in range(n):
@@ -238,12 +239,15 @@ def _softmax_row(s: np.ndarray, scale: np.float32, tables: np.ndarray, e: np.nda
     for j in range(n, nb * 8):
         p[j] = 0.0
     small = False
+    low = np.uint32(256)
     for i in range(nb):
         j0 = i * 8
         mb = pbits[j0]
         for j in range(1, 8):
             mb = max(mb, pbits[j0 + j])
         ex = mb >> np.uint32(23)
+        if mb != 0:
+            low = min(low, ex)
         if ex < 8:       # the LSB is not a normal float32: `_quantize_block` below
             small |= mb != 0
             inv_b[i], lsb_b[i] = 0.0, 0.0
@@ -255,6 +259,7 @@ def _softmax_row(s: np.ndarray, scale: np.float32, tables: np.ndarray, e: np.nda
         inv, lsb = inv_b[i], lsb_b[i]
         for j in range(8):
             q[i * 8 + j] = (np.rint(p[i * 8 + j] * inv) + np.float32(0.0)) * lsb
+    mx[1] = np.int32(low)
     if small:
         p2, q2 = p[:nb * 8].reshape(nb, 8), q[:nb * 8].reshape(nb, 8)
         b2 = p2.view(np.int32)
@@ -266,14 +271,19 @@ def _softmax_row(s: np.ndarray, scale: np.float32, tables: np.ndarray, e: np.nda
 
 @numba.njit(cache=True, nogil=True, parallel=True)
 def softmax_bfp16ebs8(s: np.ndarray, valid: np.ndarray, scale: np.float32, out: np.ndarray,
-                      tables: np.ndarray, bad: np.ndarray) -> None:
-    """Row r of `out` (float32 [R, C]): the softmax of s[r] * scale over its first valid[r]
-    keys -- t = s * scale - max, e = exp(t) (`exp_row`), the sum in SOFTMAX_LANES FP32 lanes,
-    e / sum -- rounded to bf16 (nearest-even), converted to bfp16ebs8 (blocks of 8 along the
-    keys, `tables` = scale_tables(6)); zeros past valid[r]. `out` may be `s` (a row is read
+                      tables: np.ndarray, bad: np.ndarray, out16: np.ndarray,
+                      low: np.ndarray) -> None:
+    """Row r of `out` (float32 [R, C]), or of `out16` (uint16 [R, C]: the same values as bf16
+    bit patterns, exact since each is a bf16 number) when that has R rows: the softmax of
+    s[r] * scale over its first valid[r] keys -- t = s * scale - max, e = exp(t)
+    (`exp_row`), the sum in SOFTMAX_LANES FP32 lanes, e / sum -- rounded to bf16
+    (nearest-even), converted to bfp16ebs8 (blocks of 8 along the keys, `tables` =
+    scale_tables(6)); zeros past valid[r]. `out` may be `s` (a row is read
     into scratch before it is written). A row with a score that times the scale is not
     finite gets bad[r] = True and is left as it is, in `s` and `out` (the caller computes it
-    with the torch definition, which propagates the value).
+    with the torch definition, which propagates the value). low[r] (int32) is the smallest
+    exponent field of the largest value of a nonzero block of row r (256 when there is none):
+    the row's smallest LSB is 2^(low[r] - 133).
 
     The IEEE operations of `numerics.softmax_bf16` and `to_bfp16` on every value (tested bit
     for bit), laid out so that the compiler vectorizes them. Where the steps differ, they
@@ -299,19 +309,29 @@ def softmax_bfp16ebs8(s: np.ndarray, valid: np.ndarray, scale: np.float32, out: 
         q = np.zeros(nb_max * 8, dtype=np.float32)
         inv_b = np.empty(nb_max, dtype=np.float32)
         lsb_b = np.empty(nb_max, dtype=np.float32)
-        mx = np.empty(1, dtype=np.int32)
+        mx = np.empty(2, dtype=np.int32)
         lanes = np.empty(SOFTMAX_LANES, dtype=np.float32)
+        qbits = q.view(np.uint32)
         for r in range(item * _ROWS_PER_ITEM, min(rows, (item + 1) * _ROWS_PER_ITEM)):
             n = valid[r]
             bad[r] = not _softmax_row(s[r, :n], scale, tables, e, exp_bits, exp_poly, p, q,
                                       inv_b, lsb_b, mx, lanes)
             if bad[r]:
+                low[r] = 0
                 continue
+            low[r] = mx[1]
             kept = min((n + 7) // 8 * 8, cols)
-            for j in range(kept):
-                out[r, j] = q[j]
-            for j in range(kept, cols):
-                out[r, j] = 0.0
+            if out16.shape[0] == rows:
+                row16 = out16[r]
+                for j in range(kept):
+                    row16[j] = np.uint16(qbits[j] >> np.uint32(16))
+                for j in range(kept, cols):
+                    row16[j] = 0
+            else:
+                for j in range(kept):
+                    out[r, j] = q[j]
+                for j in range(kept, cols):
+                    out[r, j] = 0.0
 
 
 # Rows of W per work item of the GEMV: its row of float32 values is allocated once per item.

@@ -7,6 +7,10 @@ BLAS anyway) -- ~3x faster than an FP32 matmul and a cast."""
 
 from __future__ import annotations
 
+import contextvars
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import torch
 
@@ -113,7 +117,9 @@ def gemm_bf16_blas(a: torch.Tensor, b: torch.Tensor | GemmB,
     k, n = (b.values if isinstance(b, GemmB) else b).shape
     if k % BFP16EBS8.block or k >= _BF16_GEMM_MAX_K:
         return None
-    a_q = _quantize_bf16_rows(a.reshape(-1, k))
+    shared = _SHARED_A.get()
+    a_q = _quantize_bf16_rows(a.reshape(-1, k)) if shared is None \
+        else shared.convert(a.reshape(-1, k))
     if a_q is None:
         return None
     if isinstance(b, GemmB):
@@ -128,3 +134,76 @@ def gemm_bf16_blas(a: torch.Tensor, b: torch.Tensor | GemmB,
     if out is None:
         return torch.mm(a_q, b_q)
     return torch.mm(a_q, b_q, out=out.view(-1, n))
+
+
+def block_exponents(v: torch.Tensor) -> tuple[int, int]:
+    """The smallest and the largest exponent field E of a nonzero block's largest magnitude,
+    over the bfp16ebs8 blocks of `v` (float32 [..., K], blocked along the last dim, as
+    `to_bfp16` leaves them); (256, 0) when every block is zero. A block's nonzero values are
+    multiples of its LSB 2^(E - 133) and at most 2^(E - 126) in magnitude."""
+    block = BFP16EBS8.block
+    mag = torch.nn.functional.pad(v.abs(), (0, -v.shape[-1] % block))
+    top = mag.reshape(-1, block).amax(dim=1)
+    fields = (top[top > 0].view(torch.int32) >> 23)
+    if not fields.numel():
+        return 256, 0
+    return int(fields.min()), int(fields.max())
+
+
+def exact_in_bf16_matmul(low_a: int, high_a: int, low_b: int, high_b: int, k: int) -> bool:
+    """Whether a bf16 matmul (oneDNN's vdpbf16ps: subnormal inputs read as zero, subnormal
+    results flushed) of bfp16ebs8 operands A and B with these block exponent ranges
+    (`block_exponents`) along a K of k adds the exact products in FP32 as the FP32 path does:
+    every nonzero value is a normal float (E >= 8), every product a multiple of 2^-124
+    (LSBs 2^(low_a - 133) * 2^(low_b - 133)), so every partial sum is zero or normal, and no
+    sum of k products reaches 2^127 (products at most 2^(high_a + high_b - 252)). The GEMM's
+    fixed range `_BF16_GEMM_EXPONENTS` is the case of two equal ranges."""
+    if low_a == 256 or low_b == 256:          # a zero operand: every sum is +-0 either way
+        return True
+    return (min(low_a, low_b) >= 8 and low_a + low_b >= 142
+            and high_a + high_b + max(k - 1, 1).bit_length() <= 379)
+
+
+class SharedA:
+    """A operands converted by `gemm_bf16_blas`, kept for the next GEMMs that read the same
+    activation (a layer's Q, K and V projections read one, its gate and up another). An entry
+    is keyed by the tensor's storage, offset, shape, strides and dtype and holds the tensor,
+    so its memory is not reused while it is kept. Nothing tells it that a tensor was written
+    in place (inference tensors keep no version, and a compiled kernel writes through a
+    numpy view), so whoever runs kernels calls `forget` with every tensor they write: the
+    emulator backend does, for every output of every kernel."""
+
+    _MAX = 4
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple, tuple[torch.Tensor, torch.Tensor | None]] = {}
+
+    def convert(self, a: torch.Tensor) -> torch.Tensor | None:
+        key = (a.untyped_storage().data_ptr(), a.storage_offset(), tuple(a.shape), a.stride(),
+               a.dtype)
+        hit = self._kept.get(key)
+        if hit is None:
+            if len(self._kept) >= self._MAX:
+                del self._kept[next(iter(self._kept))]
+            hit = self._kept[key] = (a, _quantize_bf16_rows(a))
+        return hit[1]
+
+    def forget(self, written: torch.Tensor) -> None:
+        """Drop what was converted from `written`'s storage."""
+        ptr = written.untyped_storage().data_ptr()
+        for key in [k for k in self._kept if k[0] == ptr]:
+            del self._kept[key]
+
+
+_SHARED_A: contextvars.ContextVar[SharedA | None] = contextvars.ContextVar("shared_a",
+                                                                            default=None)
+
+
+@contextmanager
+def sharing_a(shared: SharedA) -> Iterator[SharedA]:
+    """GEMMs run inside take their converted A operands from `shared`."""
+    token = _SHARED_A.set(shared)
+    try:
+        yield shared
+    finally:
+        _SHARED_A.reset(token)

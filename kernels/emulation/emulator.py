@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..definition.family import EmulatedKernel, KernelSpec, ReferenceKernel, Shape, Tensors
 from ..definition.registry import FAMILIES
+from .bf16_blas import SharedA, sharing_a
 from .host_memory import keep_freed_memory
 
 #: Each kernel's emulation and its FP32 reference, by kernel name.
@@ -40,10 +41,26 @@ class EmulatorBackend:
 
     def run(self, spec: KernelSpec, shape: Shape, config: dict, inputs: Tensors,
             outputs: Tensors) -> None:
-        """Write the kernel's results into `outputs` (preallocated, as on the device)."""
+        """Write the kernel's results into `outputs` (preallocated, as on the device). A
+        GEMM's A operand converted to the block format is kept for the next GEMMs that read
+        the same tensor (`bf16_blas.SharedA`), until a kernel writes it."""
         kernel = EMULATED.get(spec.name)
         if kernel is None:
             raise KeyError(f"the emulator has no kernel {spec.name!r}")
-        for name, value in kernel(shape, {**spec.tunables, **config}, inputs, outputs).items():
+        with sharing_a(self.shared_a):
+            results = kernel(shape, {**spec.tunables, **config}, inputs, outputs)
+        for name, value in results.items():
             if value.data_ptr() != outputs[name].data_ptr():
                 outputs[name].copy_(value.reshape(outputs[name].shape))
+        self.wrote(outputs)
+
+    @property
+    def shared_a(self) -> SharedA:
+        """The GEMM A operands this backend's kernels converted and may share."""
+        return self.__dict__.setdefault("_shared_a", SharedA())
+
+    def wrote(self, outputs: Tensors) -> None:
+        """A kernel wrote `outputs`: nothing converted from them is shared any more. A
+        subclass that writes outputs itself calls this."""
+        for written in outputs.values():
+            self.shared_a.forget(written)

@@ -1,7 +1,8 @@
 """The attention softmax of the emulator: FP32, with P handed to the PV matmul as bf16
 (`softmax_bf16`, the definition) or converted to bfp16ebs8 (`softmax_bfp16`, one compiled
-pass, bit for bit the definition's values in the block format). See `numerics` for the
-formats."""
+pass, bit for bit the definition's values in the block format; `softmax_bfp16_bf16`, the
+same values as bf16 for a bf16 matmul, with the range that matmul needs to know). See
+`numerics` for the formats."""
 
 from __future__ import annotations
 
@@ -73,7 +74,40 @@ def softmax_bfp16(scores: torch.Tensor, valid: torch.Tensor, scale: float, *,
     out = scores if in_place else torch.empty_like(scores)
     bad = torch.zeros(scores.shape[0], dtype=torch.bool)
     softmax_bfp16ebs8(scores.numpy(), valid.numpy(), np.float32(scale), out.numpy(),
-                      _bfp16ebs8_tables(), bad.numpy())
+                      _bfp16ebs8_tables(), bad.numpy(), _NO_BITS,
+                      np.empty(scores.shape[0], dtype=np.int32))
     if bool(bad.any()):     # a score that is not finite: the definition, which propagates it
         out[bad] = to_bfp16(softmax_bf16(scores[bad], valid[bad], scale))
     return out
+
+
+_NO_BITS = np.empty((0, 0), dtype=np.uint16)
+
+
+def softmax_bfp16_bf16(scores: torch.Tensor, valid: torch.Tensor, scale: float,
+                       out: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+    """`softmax_bfp16`'s values as bf16 (each one is a bf16 number, so exactly), written to
+    `out` (bf16 [R, C], contiguous) if given, and the smallest exponent field E of a nonzero
+    block's largest value over all rows (256 if there is none; 0 if a row was not finite):
+    every nonzero value is a multiple of 2^(E - 133), its block's LSB or a larger one."""
+    from ._bfp_kernel import softmax_bfp16ebs8
+
+    if scores.dtype != torch.float32 or scores.dim() != 2:
+        raise ValueError("softmax_bfp16_bf16: scores must be a float32 [R, C] tensor")
+    if scores.shape[0] and int(valid.min()) < 1:
+        raise ValueError("softmax_bfp16_bf16: every row needs at least one valid key")
+    if out is None:
+        out = torch.empty(scores.shape, dtype=torch.bfloat16)
+    elif out.shape != scores.shape or out.dtype != torch.bfloat16 or not out.is_contiguous():
+        raise ValueError("softmax_bfp16_bf16: out must be a contiguous bf16 tensor shaped "
+                         "like scores")
+    scores = scores.contiguous()
+    valid = valid.to(torch.int64).clamp(max=scores.shape[1]).contiguous()
+    bad = torch.zeros(scores.shape[0], dtype=torch.bool)
+    low = torch.empty(scores.shape[0], dtype=torch.int32)
+    softmax_bfp16ebs8(scores.numpy(), valid.numpy(), np.float32(scale), scores.numpy(),
+                      _bfp16ebs8_tables(), bad.numpy(), out.view(torch.int16).numpy()
+                      .view(np.uint16), low.numpy())
+    if bool(bad.any()):     # a score that is not finite: the definition, which propagates it
+        out[bad] = to_bfp16(softmax_bf16(scores[bad], valid[bad], scale)).to(torch.bfloat16)
+    return out, int(low.min()) if low.numel() else 256

@@ -34,8 +34,9 @@ from ..definition.family import (
 )
 from ..definition.hardware import Hardware
 from ..definition.rules import Finding
+from ..emulation.bf16_blas import block_exponents, exact_in_bf16_matmul
 from ..emulation.numerics import BFP16EBS8, DEFAULT_TILE_K, _quantize_last_dim, to_bf16
-from ..emulation.softmax import softmax_bf16, softmax_bfp16
+from ..emulation.softmax import softmax_bf16, softmax_bfp16_bf16
 from ..emulation.tensors import as_head_first, bound_layout, f32
 from ..measured.measurements import (
     TO_BASE,
@@ -249,10 +250,16 @@ def emulate(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensor
         # split anyway: blocks of _ROW_BLOCK rows skip more of the masked keys (0.096 s
         # against 0.114 s at 2048 tokens, SmolLM2-135M's heads, measured on the CPU)
         rows = min(rows, _ROW_BLOCK)
-    # The fast path's scores, one buffer for every step: a fresh one per step costs the
-    # page faults of a new allocation each time.
+    # The fast path's scores and P, one buffer each for every step: a fresh one per step
+    # costs the page faults of a new allocation each time.
     scratch = torch.empty(h * min(rows, lq) * lk) if not exact else None
-    split_kv = _KeysSplit(kq, vq)
+    p_bits = torch.empty(h * min(rows, lq) * lk, dtype=torch.bfloat16) \
+        if scratch is not None and not native else None
+    split_k, split_v = _Repeated(kq), _Repeated(vq)
+    # PV as a bf16 matmul where that adds the same exact products in FP32 as the FP32 one
+    # (`exact_in_bf16_matmul`; P's range is known once the step's softmax is done)
+    v_low, v_high = block_exponents(vq.transpose(1, 2)) if p_bits is not None else (0, 0)
+    split_v16 = _Repeated(vq.to(torch.bfloat16)) if p_bits is not None else None
     for r0 in range(0, lq, rows):
         r1 = min(lq, r0 + rows)
         n = r1 - r0
@@ -268,7 +275,7 @@ def emulate(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensor
         if scratch is not None:
             # each KV head's rows in `parts` batches (`batch_parts`), its K and V repeated
             parts = batch_parts(hkv, group * n)
-            kb, vb = (kq, vq) if parts == 1 else split_kv[parts]
+            kb = split_k[parts]
             scores = torch.bmm(qg.view(hkv * parts, -1, d), kb[:, :upto].transpose(1, 2),
                                out=scratch[:h * n * upto].view(hkv * parts, -1, upto))
         else:
@@ -278,11 +285,22 @@ def emulate(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensor
                                     kq[:, :upto, d0:d0 + tk].transpose(1, 2)).float()
         valid = (torch.arange(r0, r1) + start + 1).clamp(max=upto).repeat(h)
         scale = 1.0 / math.sqrt(d)
-        pq = softmax_bf16(scores.view(-1, upto).float(), valid, scale).float() if native \
-            else softmax_bfp16(scores.view(-1, upto), valid, scale, in_place=True)
+        if native:
+            pq = softmax_bf16(scores.view(-1, upto).float(), valid, scale).float()
+        else:
+            p16, p_low = softmax_bfp16_bf16(
+                scores.view(-1, upto), valid, scale,
+                out=None if p_bits is None else p_bits[:h * n * upto].view(-1, upto))
+            if split_v16 is not None and exact_in_bf16_matmul(p_low, 127, v_low, v_high,
+                                                              upto):
+                # P <= 1: its largest exponent field is at most 127
+                o[:, r0:r1] = torch.bmm(p16.view(hkv * parts, -1, upto),
+                                        split_v16[parts][:, :upto]).view(h, n, d)
+                continue
+            pq = p16.float()
         pq = pq.view(hkv, group * n, upto).to(dtype)
         if not exact:
-            acc = torch.bmm(pq.view(hkv * parts, -1, upto), vb[:, :upto])
+            acc = torch.bmm(pq.view(hkv * parts, -1, upto), split_v[parts][:, :upto])
         else:
             acc = torch.zeros(hkv, group * n, d)
             for k0 in range(0, upto, tk):
@@ -293,17 +311,18 @@ def emulate(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensor
     return {"o": o}
 
 
-class _KeysSplit(dict[int, tuple[torch.Tensor, torch.Tensor]]):
-    """K and V with each KV head repeated `parts` times (the key), made on first use."""
+class _Repeated(dict[int, torch.Tensor]):
+    """K or V [kv_heads, L, d] with each KV head repeated `parts` times (the key), made on
+    first use."""
 
-    def __init__(self, k: torch.Tensor, v: torch.Tensor) -> None:
-        super().__init__()
-        self.k, self.v = k, v
+    def __init__(self, t: torch.Tensor) -> None:
+        super().__init__({1: t})
+        self.t = t
 
-    def __missing__(self, parts: int) -> tuple[torch.Tensor, torch.Tensor]:
-        pair = (self.k.repeat_interleave(parts, dim=0), self.v.repeat_interleave(parts, dim=0))
-        self[parts] = pair
-        return pair
+    def __missing__(self, parts: int) -> torch.Tensor:
+        kv, *rest = self.t.shape
+        self[parts] = self.t.unsqueeze(1).expand(kv, parts, *rest).reshape(kv * parts, *rest)
+        return self[parts]
 
 
 def reference(s: Shape, c: dict, x: Tensors) -> Tensors:

@@ -7,8 +7,12 @@ import pytest
 import torch
 
 from npu_deploy.kernels.emulation.bf16_blas import (
+    _BF16_GEMM_EXPONENTS,
+    _BF16_GEMM_MAX_K,
     GemmB,
     _quantize_bf16_rows,
+    block_exponents,
+    exact_in_bf16_matmul,
     gemm_bf16_blas,
     gemm_bfp16_blas,
 )
@@ -133,3 +137,26 @@ def test_gemm_takes_the_fp32_path_outside_the_bf16_range():
     floor = gemm_bfp16_blas(a, b, cast="floor")
     assert torch.equal(floor, to_bf16(to_bfp16(a.float()) @ to_bfp16(b.float(), dim=0),
                                       "floor"))
+
+
+def test_block_exponents_read_each_blocks_largest_value():
+    v = torch.zeros(2, 20)                       # blocks of 8 along the rows, the last short
+    v[0, 3], v[0, 9] = 1.0, -2.0 ** -40          # fields 127 and 87
+    v[1, 17] = 3.0 * 2.0 ** 20                   # field 148, in the short block
+    v[1, 8:16] = 2.0 ** -100                     # field 27
+    v[1, 0] = 2.0 ** -100 * 0.5                  # a block's only value: field 26
+    assert block_exponents(v) == (26, 148)
+    assert block_exponents(torch.zeros(3, 16)) == (256, 0)
+
+
+def test_exact_in_bf16_matmul_is_the_gemms_range_at_its_edges():
+    """Two operands in the GEMM's fixed range are accepted up to its K; one LSB product
+    below 2^-124, a subnormal value or a sum that may reach 2^127 is refused."""
+    lo, hi = _BF16_GEMM_EXPONENTS
+    assert exact_in_bf16_matmul(lo, hi, lo, hi, _BF16_GEMM_MAX_K - 1)
+    assert not exact_in_bf16_matmul(lo, hi, lo, hi, _BF16_GEMM_MAX_K + 1)
+    assert not exact_in_bf16_matmul(lo - 1, hi, lo, hi, 64)     # LSB product 2^-125
+    assert exact_in_bf16_matmul(lo - 20, 127, lo + 20, hi, 64)  # 2^-124 either way
+    assert not exact_in_bf16_matmul(7, 127, 200, 200, 64)       # a subnormal value
+    assert not exact_in_bf16_matmul(100, 200, 100, 200, 64)     # 2^148 * 2^6 overflows
+    assert exact_in_bf16_matmul(256, 0, 3, 250, 4096)           # a zero operand

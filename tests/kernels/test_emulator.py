@@ -272,3 +272,75 @@ def test_blas_ordered_fp32_sums_stay_within_1e6_of_the_exact_tile_order(kernel, 
         c = compare(exact[name], fast[name])
         # One bf16 ulp where a sum lands on a rounding boundary, otherwise FP32-level.
         assert c.rel_l2 < (1e-3 if exact[name].dtype == torch.bfloat16 else 1e-6), c.rel_l2
+
+
+def test_attentions_pv_as_a_bf16_matmul_is_the_fp32_path_up_to_summation_order(monkeypatch):
+    """The fast path multiplies P by V as a bf16 matmul where that adds the same exact
+    products in FP32 (`exact_in_bf16_matmul`): the output is the FP32 matmul's but for a
+    rare last bf16 bit (another summation order). A V whose products with P could be
+    subnormal takes the FP32 matmul, bit for bit."""
+    from npu_deploy.kernels.emulation.emulator import EMULATED
+    from npu_deploy.kernels.families import flash_attention
+
+    shape = {"heads": 9, "kv_heads": 3, "Lq": 700, "Lk": 700, "head_dim": 64}
+    x = seeded_inputs(SPECS["flash_attention"], shape, seed=4)
+    config = {**SPECS["flash_attention"].tunables, "exact_tiles": False}
+    taken = []
+    real = flash_attention.exact_in_bf16_matmul
+
+    def spy(*args):
+        taken.append(real(*args))
+        return taken[-1]
+    monkeypatch.setattr(flash_attention, "exact_in_bf16_matmul", spy)
+    fast = EMULATED["flash_attention"](shape, config, x)["o"]
+    assert taken and all(taken)
+    monkeypatch.setattr(flash_attention, "exact_in_bf16_matmul", lambda *a: False)
+    fp32 = EMULATED["flash_attention"](shape, config, x)["o"]
+    ulps = (fast.view(torch.int16).int() - fp32.view(torch.int16).int()).abs()
+    assert int(ulps.max()) <= 1 and float((ulps > 0).float().mean()) < 1e-3
+
+    tiny = {**x, "v": (x["v"].float() * 2.0 ** -110).to(torch.bfloat16)}
+    monkeypatch.setattr(flash_attention, "exact_in_bf16_matmul", spy)
+    taken.clear()
+    got = EMULATED["flash_attention"](shape, config, tiny)["o"]
+    assert taken and not any(taken)
+    monkeypatch.setattr(flash_attention, "exact_in_bf16_matmul", lambda *a: False)
+    want = EMULATED["flash_attention"](shape, config, tiny)["o"]
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+
+
+def test_gemms_share_a_converted_a_until_a_kernel_writes_it():
+    """Consecutive GEMMs on one activation (Q, K, V) convert it to the block format once;
+    a kernel that then writes the tensor in place makes the next GEMM convert it again."""
+    from npu_deploy.kernels.emulation import bf16_blas
+
+    spec, shape = SPECS["gemm_bf16"], {"M": 64, "K": 256, "N": 128}
+    config = {**spec.tunables, "exact_tiles": False, "method": "drain"}   # nearest even
+    x = seeded_inputs(spec, shape, seed=3)
+    other = seeded_inputs(spec, shape, seed=4)
+    backend = EmulatorBackend()
+    conversions = []
+    real = bf16_blas._quantize_bf16_rows
+
+    def counted(a, *args):
+        conversions.append(a.shape)
+        return real(a, *args)
+
+    def gemm(b: torch.Tensor) -> torch.Tensor:
+        out = {"c": torch.empty(64, 128, dtype=torch.bfloat16)}
+        backend.run(spec, shape, config, {"a": x["a"], "b": b}, out)
+        return out["c"]
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(bf16_blas, "_quantize_bf16_rows", counted)
+        first, second = gemm(x["b"]), gemm(other["b"])
+        assert conversions.count((64, 256)) == 1      # A, not the B operands (K x N)
+        add = {"rows": 64, "width": 256}
+        backend.run(SPECS["add"], add, dict(SPECS["add"].tunables),
+                    {"a": other["a"], "b": other["a"]}, {"y": x["a"]})    # written in place
+        third = gemm(x["b"])
+        assert conversions.count((64, 256)) == 2
+    want = {"c": torch.empty(64, 128, dtype=torch.bfloat16)}
+    EmulatorBackend().run(spec, shape, config, {"a": x["a"].clone(), "b": x["b"]}, want)
+    assert torch.equal(third.view(torch.int16), want["c"].view(torch.int16))
+    assert not torch.equal(first, third) and not torch.equal(first, second)

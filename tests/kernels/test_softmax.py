@@ -38,6 +38,21 @@ def test_compiled_softmax_is_the_definition_bit_for_bit(rows, cols, spread):
     in_place = scores.clone()
     assert softmax_bfp16(in_place, valid, 0.125, in_place=True) is in_place
     assert torch.equal(in_place.view(torch.int32), want.view(torch.int32))
+    _same_as_bf16(scores, valid, want)
+
+
+def _same_as_bf16(scores, valid, want):
+    """`softmax_bfp16_bf16` gives `want` as bf16 bits (the scores untouched), and the
+    smallest exponent field of a nonzero block's largest value, as `block_exponents` reads
+    it from `want`."""
+    from npu_deploy.kernels.emulation.bf16_blas import block_exponents
+    from npu_deploy.kernels.emulation.softmax import softmax_bfp16_bf16
+
+    kept = scores.clone()
+    got, low = softmax_bfp16_bf16(scores, valid, 0.125)
+    assert got.dtype == torch.bfloat16 and torch.equal(scores, kept)
+    assert torch.equal(got.float().view(torch.int32), want.view(torch.int32))
+    assert low == block_exponents(want)[0]
 
 
 def test_compiled_softmax_edge_rows_are_the_definition_bit_for_bit():
@@ -65,6 +80,7 @@ def test_compiled_softmax_edge_rows_are_the_definition_bit_for_bit():
     want = to_bfp16(p)
     got = softmax_bfp16(scores, valid, 0.125)
     assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+    _same_as_bf16(scores, valid, want)
     # the cases are there: a block whose largest P has all 8 significand bits set (its
     # mantissa rounds to +128: a carry), and nonzero blocks below a normal LSB (E < 8)
     top = p.view(len(rows), -1, 8).view(torch.int32).amax(-1)
@@ -101,3 +117,9 @@ def test_softmax_of_non_finite_scores_propagates_them():
     in_place = scores.clone()
     softmax_bfp16(in_place, torch.full((4,), 64), 0.125, in_place=True)
     assert same(in_place, want)
+    from npu_deploy.kernels.emulation.softmax import softmax_bfp16_bf16
+
+    as_bf16, low = softmax_bfp16_bf16(scores, torch.full((4,), 64), 0.125)
+    assert low == 0        # a row that is not finite: no bf16 matmul reads it
+    assert torch.equal(as_bf16[:2].float().view(torch.int32), want[:2].view(torch.int32))
+    assert bool(torch.isnan(as_bf16[2]).any()) and not bool(torch.isfinite(as_bf16[3]).all())
