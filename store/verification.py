@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import zlib
 from dataclasses import dataclass
 from hashlib import sha256
 from typing import Any
@@ -17,13 +16,13 @@ from npu_deploy.events import (
     DeploymentState,
     blob_refs,
     declared_blob_refs,
-    sha256_hex,
     with_head,
 )
 from npu_deploy.events.envelope import PREIMAGE_SEPARATORS, SEP, hash_preimage
 from npu_deploy.events.state import REDUCED_TYPES, reduce_body
 
 from .anchor import HEAD_FIELDS, check, key_id, key_path, snapshot_fields, user_key
+from .blobs import BlobMismatch, unpack
 from .errors import StoreCorrupt, UnknownRun
 from .rows import EVENT_COLUMNS, RUN_OPENERS, event_from_row
 from .storefile import StoreFile
@@ -162,20 +161,17 @@ class Verifier:
         payload's schema declares (`needed`) and the store lacks. Another string that only
         looks like a reference (a skill file's digest in `skill.loaded`) may name no blob."""
         for digest, version in blobs.items():
-            row = self.file.conn.execute("SELECT codec, data, size FROM blobs WHERE sha256 = ?",
-                                    (digest,)).fetchone()
-            what = f"blob sha256:{digest[:16]}... (referenced by v{version})"
+            row = self.file.conn.execute("SELECT codec, data FROM blobs WHERE sha256 = ?",
+                                         (digest,)).fetchone()
             if row is None:
                 if digest in needed:
-                    return f"{what} is missing from the store: it was deleted"
+                    return (f"blob sha256:{digest[:16]}... (referenced by v{version}) is "
+                            "missing from the store: it was deleted")
                 continue
-            try:   # never more than the size recorded, plus one byte to see a longer one
-                data = (zlib.decompressobj().decompress(row[1], (row[2] or 0) + 1)
-                        if row[0] == "zlib" else row[1])
-            except zlib.error:
-                data = b""
-            if row[0] not in ("zlib", "raw") or sha256_hex(data) != digest:
-                return f"{what} does not match its digest: its stored bytes were changed"
+            try:
+                unpack(digest, row[0], row[1], keep=False)
+            except BlobMismatch as e:
+                return f"{e} (referenced by v{version})"
         return None
 
     def _snapshot_problem(self, run_id: str) -> str | None:

@@ -194,7 +194,7 @@ def test_blobs_are_content_addressed_compressed_and_checked_on_read(store, db_pa
     conn = raw(db_path)
     conn.execute("DROP TRIGGER blobs_immutable")
     conn.execute("UPDATE blobs SET codec = 'raw', data = ?", (b"other",))
-    with pytest.raises(StoreCorrupt, match="does not match its hash"):
+    with pytest.raises(StoreCorrupt, match="does not match its digest"):
         store.get_blob(ref)
 
 
