@@ -239,18 +239,37 @@ def seal(new: NewEvent, *, run_id: str, run_version: int, prev_hash: str,
                  new.payload if payload is None else payload)
 
 
+#: An event id: a UUID in its canonical lowercase text (`uuid7` makes every one).
+EVENT_ID_RE: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+#: A time as `utc_now` writes it. ASCII digits only: `\d` would take any script's digits.
+TS_RE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z\Z")
+HASH_RE: Final = re.compile(r"[0-9a-f]{64}\Z")
+#: The largest attempt number or run version stored: far past any real run, and inside
+#: SQLite's 64-bit integers, which a bigger JSON number would overflow.
+MAX_COUNT: Final = 2**31 - 1
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """A value as an error message quotes it: repr (so control characters show escaped),
+    cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def check_envelope(new: NewEvent) -> None:
     """Refuse an envelope that no reader could trust, naming the field."""
     if new.actor not in ACTORS:
-        raise InvalidEvent(f"actor: {new.actor!r} is not one of {', '.join(ACTORS)}")
+        raise InvalidEvent(f"actor: {shown(new.actor)} is not one of {', '.join(ACTORS)}")
     # `type(...) is int`: 2.0 is in range(8), but SQLite would store it as 2 and the
     # hash, taken over "2.0", would no longer match the row.
     if new.phase is not None and (type(new.phase) is not int or new.phase not in PHASES):
-        raise InvalidEvent(f"phase: {new.phase!r} is not a phase number 0-7")
-    if new.attempt is not None and (type(new.attempt) is not int or new.attempt < 1):
-        raise InvalidEvent(f"attempt: {new.attempt!r} must be an integer >= 1")
+        raise InvalidEvent(f"phase: {shown(new.phase)} is not a phase number 0-7")
+    if new.attempt is not None and (type(new.attempt) is not int
+                                    or not 1 <= new.attempt <= MAX_COUNT):
+        raise InvalidEvent(f"attempt: {shown(new.attempt)} must be an integer from 1 to "
+                           f"{MAX_COUNT}")
     for name in ("causation_id", "correlation_id", "idempotency_key"):
         value = getattr(new, name)
         if value is not None and (not isinstance(value, str) or not value or len(value) > 200
                                   or not value.isprintable()):
-            raise InvalidEvent(f"{name}: must be 1-200 printable characters")
+            raise InvalidEvent(f"{name}: {shown(value)} must be 1-200 printable characters")

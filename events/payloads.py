@@ -13,13 +13,25 @@ its blob references) is checking.py's: this module names the event types.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, ClassVar, Literal, Self
 
 from .checking import BLOB_REF_RE as BLOB_REF_RE
 from .checking import BlobRef as BlobRef
 from .checking import RefFinder, builder_for, checker_for, plain, ref_finder
 from .checking import blob_refs as blob_refs
-from .envelope import InvalidEvent
+from .envelope import (
+    EVENT_ID_RE,
+    HASH_RE,
+    MAX_COUNT,
+    RUN_ID_RE,
+    TS_RE,
+    Event,
+    InvalidEvent,
+    NewEvent,
+    check_envelope,
+    shown,
+)
 
 Verdict = Literal["PASS", "FAIL", "ABORTED", "NEEDS_HUMAN"]
 Source = Literal["measured-npu", "measured-cpu", "modeled"]
@@ -425,6 +437,51 @@ def validate_payload(type_name: str, payload: Any) -> dict[str, Any]:
     """Check a payload against its event type; return it with defaults filled in."""
     result: dict[str, Any] = checker_for(payload_class(type_name))(payload, type_name)
     return result
+
+
+def check_event(event: Event) -> None:
+    """Every envelope field of a sealed event, as it will be stored: the one check that both
+    the writer (after sealing, store/writer.py) and an import (for each line it reads,
+    store/transfer.py) apply, naming the first bad field. `types` maps each known event
+    type to (payload class, current schema version); the payload itself is checked
+    against its type's schema by `validate_payload`, which both call too."""
+    for name in ("event_id", "run_id", "type", "actor", "ts", "payload_json", "prev_hash",
+                 "hash"):
+        if type(getattr(event, name)) is not str:
+            raise InvalidEvent(f"{name}: {shown(getattr(event, name))} must be a string")
+    for name in ("run_version", "schema_version"):
+        value = getattr(event, name)
+        if type(value) is not int or not 1 <= value <= MAX_COUNT:
+            raise InvalidEvent(f"{name}: {shown(value)} must be an integer from 1 to "
+                               f"{MAX_COUNT}")
+    if not EVENT_ID_RE.match(event.event_id):
+        raise InvalidEvent(f"event_id: {shown(event.event_id)} is not an event id (a UUID "
+                           "in lowercase hex, as npu-deploy writes them)")
+    if not RUN_ID_RE.match(event.run_id):
+        raise InvalidEvent(f"run_id: {shown(event.run_id)} must be 1-64 letters, digits, "
+                           "'.', '_' or '-'")
+    if event.type not in EVENT_TYPES:
+        raise InvalidEvent(f"type: {shown(event.type)} is no event type this npu-deploy "
+                           "knows; upgrade it if a newer one wrote the event")
+    current = EVENT_TYPES[event.type][1]
+    if event.schema_version > current:
+        raise InvalidEvent(f"schema_version: {event.type} schema {event.schema_version} is "
+                           f"newer than this npu-deploy's ({current}); upgrade it")
+    if not TS_RE.match(event.ts):
+        raise InvalidEvent(f"ts: {shown(event.ts)} is not a UTC time written as "
+                           "2026-11-21T05:12:58.123456Z")
+    try:   # the calendar (month 13, February 30); the pattern fixed the form
+        datetime.fromisoformat(event.ts)
+    except ValueError:
+        raise InvalidEvent(f"ts: {shown(event.ts)} is no date on the calendar") from None
+    for name in ("prev_hash", "hash"):
+        if not HASH_RE.match(getattr(event, name)):
+            raise InvalidEvent(f"{name}: {shown(getattr(event, name))} is not a SHA-256 "
+                               "(64 lowercase hex digits)")
+    check_envelope(NewEvent(event.type, {}, actor=event.actor, phase=event.phase,
+                            attempt=event.attempt, causation_id=event.causation_id,
+                            correlation_id=event.correlation_id,
+                            idempotency_key=event.idempotency_key))
 
 
 def current_schema_version(type_name: str) -> int:

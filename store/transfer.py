@@ -10,34 +10,33 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import json
 import os
-import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from npu_deploy.events import (
-    EVENT_TYPES,
+    BLOB_REF_RE,
     GENESIS_HASH,
     DeploymentState,
     Event,
     InvalidEvent,
-    NewEvent,
     apply,
     blob_refs,
     canonical_json,
-    check_envelope,
+    check_event,
     declared_blob_refs,
     upcast,
     utc_now,
     validate_payload,
 )
+from npu_deploy.events.envelope import shown
 
 from .anchor import anchor_head, user_key
+from .blobs import CODECS, BlobMismatch, unpack
+from .blobs import MAX_BLOB_BYTES as MAX_BLOB_BYTES  # the most an import inflates
 from .errors import ImportRefused, StoreError
 from .eventstore import EventStore
 from .files import atomic_file, check_writable_target, regular_or_missing
@@ -165,12 +164,6 @@ def import_run(store: EventStore, source: str | os.PathLike[str] | ExportedRun) 
     return ImportResult(run_id, len(events), len(blobs), already_present=False)
 
 
-#: The largest blob an import expands (decompressed bytes). A run's blobs are plans,
-#: reports, programs and activations of a few MB; a record that inflates past this is a
-#: damaged or hostile file (a zlib "bomb" grows about 1000-fold), refused before it fills
-#: memory.
-MAX_BLOB_BYTES = 256 * 2**20
-
 #: The deepest nesting of arrays and objects an imported event may hold. Payloads nest a
 #: few levels; Python's JSON parser recurses per level and would fail past ~1000.
 MAX_JSON_DEPTH = 64
@@ -187,7 +180,11 @@ def _read_export(path: Path
         raise ImportRefused(f"no file {path}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ImportRefused(f"cannot read {path} as an export file ({e})") from None
-    lines = text.splitlines()
+    # "\n" alone ends a line, as export writes them and an editor counts them: splitlines()
+    # would also break inside a JSON string at U+2028 or \x1c and misnumber every line.
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
     if not lines:
         raise ImportRefused(f"{path} is empty; export a run with `npu-deploy export RUN -o FILE`")
     records = []
@@ -206,6 +203,10 @@ def _read_export(path: Path
     header = records[0]
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise ImportRefused(f"{path} is not an npu-deploy run export (no header on line 1)")
+    for name in ("format_version", "store_schema", "events"):
+        if name in header and type(header[name]) is not int:
+            raise ImportRefused(f"{path} line 1: header {name} {shown(header[name])} is not "
+                                "an integer: the file was edited")
     newer = header.get("store_schema", 0) > SCHEMA_VERSION
     if header.get("format_version") != FORMAT_VERSION or newer:
         raise ImportRefused(f"{path} was written by a newer npu-deploy "
@@ -217,6 +218,8 @@ def _read_export(path: Path
     events: list[Event] = []
     blobs: dict[str, tuple[str, bytes, int]] = {}
     prev = GENESIS_HASH
+    seen_ids: set[str] = set()
+    seen_keys: set[str] = set()
     for n, record in enumerate(records[1:], 2):
         where = f"{path} line {n}"
         if isinstance(record, dict) and "event" in record:
@@ -229,6 +232,15 @@ def _read_export(path: Path
             if event.computed_hash() != event.hash:
                 raise ImportRefused(f"{where}: hash mismatch at v{event.run_version}: "
                                     "the event was edited after export")
+            if event.event_id in seen_ids:
+                raise ImportRefused(f"{where}: event_id {event.event_id} is already used by "
+                                    "an earlier event: the file was edited")
+            if event.idempotency_key is not None and event.idempotency_key in seen_keys:
+                raise ImportRefused(f"{where}: idempotency_key {shown(event.idempotency_key)} "
+                                    "is already used by an earlier event: the file was edited")
+            seen_ids.add(event.event_id)
+            if event.idempotency_key is not None:
+                seen_keys.add(event.idempotency_key)
             events.append(event)
             prev = event.hash
         elif isinstance(record, dict) and "blob" in record:
@@ -250,79 +262,49 @@ def _read_export(path: Path
 
 
 def _event_from_record(record: Any, where: str) -> Event:
+    """An event line as the writer would have stored it: every field checked by the
+    writer's own `check_event`, the payload against its type's schema (after upcasting)."""
     if not isinstance(record, dict) or set(record) != set(_ENVELOPE):
         raise ImportRefused(f"{where}: an event needs exactly the fields {', '.join(_ENVELOPE)}")
     try:
         payload_json = canonical_json(record["payload"])
     except (TypeError, ValueError) as e:
         raise ImportRefused(f"{where}: payload is not JSON ({e})") from None
-    for name in ("event_id", "run_id", "type", "actor", "ts", "prev_hash", "hash"):
-        if not isinstance(record[name], str):
-            raise ImportRefused(f"{where}: {name} must be a string")
-    for name in ("run_version", "schema_version"):
-        if isinstance(record[name], bool) or not isinstance(record[name], int):
-            raise ImportRefused(f"{where}: {name} must be an integer")
-    type_, version = record["type"], record["schema_version"]
-    if type_ not in EVENT_TYPES or version > EVENT_TYPES[type_][1]:
-        raise ImportRefused(f"{where}: event type {type_!r} (schema {version}) is unknown to "
-                            "this npu-deploy; upgrade to import it")
+    event = Event(seq=None, event_id=record["event_id"], run_id=record["run_id"],
+                  run_version=record["run_version"], type=record["type"],
+                  schema_version=record["schema_version"], phase=record["phase"],
+                  attempt=record["attempt"], actor=record["actor"], ts=record["ts"],
+                  causation_id=record["causation_id"],
+                  correlation_id=record["correlation_id"],
+                  idempotency_key=record["idempotency_key"], payload_json=payload_json,
+                  prev_hash=record["prev_hash"], hash=record["hash"], payload={})
     try:
-        check_envelope(NewEvent(type_, {}, actor=record["actor"], phase=record["phase"],
-                                attempt=record["attempt"], causation_id=record["causation_id"],
-                                correlation_id=record["correlation_id"],
-                                idempotency_key=record["idempotency_key"]))
-        payload = validate_payload(type_, upcast(type_, version, record["payload"]))
+        check_event(event)
+        if not isinstance(record["payload"], dict):
+            raise InvalidEvent(f"payload: expected an object, got {shown(record['payload'])}")
+        payload = validate_payload(event.type, upcast(event.type, event.schema_version,
+                                                      record["payload"]))
     except InvalidEvent as e:
         raise ImportRefused(f"{where}: {e}") from None
-    return Event(seq=None, event_id=record["event_id"], run_id=record["run_id"],
-                 run_version=record["run_version"], type=type_, schema_version=version,
-                 phase=record["phase"], attempt=record["attempt"], actor=record["actor"],
-                 ts=record["ts"], causation_id=record["causation_id"],
-                 correlation_id=record["correlation_id"],
-                 idempotency_key=record["idempotency_key"], payload_json=payload_json,
-                 prev_hash=record["prev_hash"], hash=record["hash"], payload=payload)
+    return event._replace(payload=payload)
 
 
 def _blob_from_record(record: dict[str, Any], where: str) -> tuple[str, tuple[str, bytes, int]]:
     ref, codec = record.get("blob", ""), record.get("codec")
-    if not isinstance(ref, str) or not ref.startswith("sha256:") or codec not in ("zlib", "raw"):
-        raise ImportRefused(f"{where}: malformed blob record")
+    if not isinstance(ref, str) or not BLOB_REF_RE.match(ref) or codec not in CODECS:
+        raise ImportRefused(f"{where}: malformed blob record (a blob needs \"blob\": "
+                            f"\"sha256:<64 hex>\", \"codec\": one of {', '.join(CODECS)}, "
+                            "and \"data\")")
     try:
         stored = base64.b64decode(record["data"], validate=True)
-        size, digest = _inflate(stored, codec, where, ref)
-    except (KeyError, binascii.Error, zlib.error, TypeError):
-        raise ImportRefused(f"{where}: blob {ref} data is damaged") from None
-    if digest != ref.removeprefix("sha256:"):
-        raise ImportRefused(f"{where}: blob {ref} does not match its hash")
+    except (KeyError, binascii.Error, TypeError, ValueError):
+        raise ImportRefused(f"{where}: blob {ref} data is damaged (not base64)") from None
+    digest = ref.removeprefix("sha256:")
+    try:
+        size, _ = unpack(digest, codec, stored, keep=False)
+    except BlobMismatch as e:
+        raise ImportRefused(f"{where}: {e}") from None
     return digest, (codec, stored, size)
-
-
-def _inflate(stored: bytes, codec: str, where: str, ref: str) -> tuple[int, str]:
-    """The size and sha256 of a blob's bytes, decompressed a chunk at a time, so memory
-    stays bounded; refused past MAX_BLOB_BYTES."""
-    h, size = hashlib.sha256(), 0
-    if codec == "raw":
-        chunks: Iterator[bytes] = iter([stored])
-    else:
-        chunks = _zlib_chunks(stored)
-    for chunk in chunks:
-        size += len(chunk)
-        if size > MAX_BLOB_BYTES:
-            raise ImportRefused(f"{where}: blob {ref} expands past {MAX_BLOB_BYTES >> 20} MiB, "
-                                "the most an import accepts: the file is damaged or hostile")
-        h.update(chunk)
-    return size, h.hexdigest()
-
-
-def _zlib_chunks(stored: bytes, chunk: int = 1 << 20) -> Iterator[bytes]:
-    inflater = zlib.decompressobj()
-    data = stored
-    while data and not inflater.eof:
-        yield inflater.decompress(data, chunk)
-        data = inflater.unconsumed_tail
-    yield inflater.flush()
-    if not inflater.eof:
-        raise zlib.error("truncated zlib stream")
 
 
 def _too_deep(value: Any) -> bool:

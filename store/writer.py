@@ -27,6 +27,7 @@ from npu_deploy.events import (
     apply,
     canonical_json,
     check_envelope,
+    check_event,
     current_schema_version,
     new_run_id,
     seal,
@@ -72,14 +73,19 @@ _UPDATE_SUMMARY = ("UPDATE runs SET status = ?, current_phase = ?, phase_reached
 
 def prepare(new: NewEvent, *, run_id: str, run_version: int, prev_hash: str,
             event_id: str | None = None, ts: str | None = None) -> Event:
-    """Validate a new event and seal it as the next link after `prev_hash`."""
+    """Validate a new event and seal it as the next link after `prev_hash`: its payload
+    against its type's schema, then every field of the sealed event with `check_event`,
+    the very checks an import applies to each event it reads (store/transfer.py)."""
     if not isinstance(new, NewEvent):
         raise InvalidEvent(f"expected a NewEvent, got {type(new).__name__}")
     check_envelope(new)
     payload = validate_payload(new.type, new.payload)
-    return seal(new, run_id=run_id, run_version=run_version, prev_hash=prev_hash,
-                schema_version=current_schema_version(new.type),
-                payload_json=canonical_json(payload), payload=payload, event_id=event_id, ts=ts)
+    event = seal(new, run_id=run_id, run_version=run_version, prev_hash=prev_hash,
+                 schema_version=current_schema_version(new.type),
+                 payload_json=canonical_json(payload), payload=payload, event_id=event_id,
+                 ts=ts)
+    check_event(event)
+    return event
 
 
 def insert_row(conn: sqlite3.Connection, event: Event) -> Event:
