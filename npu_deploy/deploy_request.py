@@ -73,6 +73,7 @@ class DeployRequest:
     pipeline: str | None = None           # module:function; default by the agent
     claude_model: str | None = None
     agent_budget: str = ""
+    sandbox_limits: str = ""              # what Claude's commands may write
     seed_fault: str | None = None
     air_objects: str | None = None
     repeats: int | None = None
@@ -109,7 +110,7 @@ def checked(request: DeployRequest, with_model: bool = True) -> Deployment:
     attempt(lambda: check_seq_len(request.seq_len))
     npu = attempt(lambda: npu_config(request.backend, request.air_objects, request.repeats))
     claude = attempt(lambda: claude_config(request.agent, request.claude_model,
-                                           request.agent_budget))
+                                           request.agent_budget, request.sandbox_limits))
     pipeline = request.pipeline or (CLAUDE_PIPELINE if request.agent == "claude"
                                     else DEFAULT_PIPELINE)
     if with_model and checks_model(pipeline):
@@ -172,22 +173,29 @@ def needs_key(what: str) -> None:
                                         "autopilot (the default)")])
 
 
-def claude_config(agent: str, option: str | None, budget: str) -> dict[str, Any] | None:
-    """--agent claude: the key must be there, the model priced, the budget well formed."""
+def claude_config(agent: str, option: str | None, budget: str,
+                  sandbox: str = "") -> dict[str, Any] | None:
+    """--agent claude: the key must be there, the model priced, the budget and the sandbox's
+    limits well formed."""
     if agent not in AGENTS:
         raise Refused([Problem("agent", f"no agent {agent!r}: {', '.join(AGENTS)}")])
     if agent != "claude":
+        if sandbox:
+            raise Refused([Problem("agent", "--sandbox-limits is for --agent claude: the "
+                                            "autopilot runs no commands")])
         return None
     from npu_deploy.agents.claude import Budget, ClaudeConfig, model_from_env, price_of
+    from npu_deploy.agents.claude.limits import SandboxLimits
 
     needs_key("--agent claude")
     model = model_from_env(option)
     try:
         price_of(model)
         limits = Budget.parse(budget)
+        writes = SandboxLimits.parse(sandbox)
     except ValueError as e:
         raise Refused([Problem("agent", str(e))]) from None
-    return ClaudeConfig(model=model, budget=limits).to_config()
+    return ClaudeConfig(model=model, budget=limits, sandbox=writes).to_config()
 
 
 def needs_npu(what: str, objects: str | None) -> None:

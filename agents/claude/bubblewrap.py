@@ -56,7 +56,7 @@ def _probe(exe: str | None) -> str | None:
     if exe is None:
         return f"run_command needs bubblewrap (bwrap) to confine commands; none found. {INSTALL}"
     try:
-        done = subprocess.run([exe, *confinement(), "--", "/bin/true"],
+        done = subprocess.run([exe, *confinement(), "--tmpfs", "/tmp", "--", "/bin/true"],
                               capture_output=True, env=BWRAP_ENV_VARS, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"run_command: bubblewrap at {exe} cannot run ({e}). {INSTALL}"
@@ -83,7 +83,28 @@ def confinement() -> list[str]:
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     for tree in _python_trees():
         args += ["--ro-bind", str(tree), str(tree)]
-    return [*args, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    return [*args, "--proc", "/proc", "--dev", "/dev"]
+
+
+@functools.cache
+def sizes_tmpfs(exe: str) -> bool:
+    """Whether this bwrap takes `--size` for a tmpfs (bubblewrap 0.10.0 and later)."""
+    try:
+        done = subprocess.run([exe, "--help"], capture_output=True, env=BWRAP_ENV_VARS,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return b"--size" in done.stdout + done.stderr
+
+
+def tmp_mount(exe: str, workspace: Path, tmp_bytes: int) -> list[str]:
+    """The command's /tmp: a tmpfs of `tmp_bytes`, or, where bwrap cannot size one, the
+    workspace's .tmp folder, whose bytes then count toward the workspace's limit."""
+    if sizes_tmpfs(exe):
+        return ["--size", str(tmp_bytes), "--tmpfs", "/tmp"]
+    folder = workspace / ".tmp"
+    folder.mkdir(exist_ok=True)
+    return ["--bind", str(folder), "/tmp"]
 
 
 def _python_trees() -> list[Path]:
@@ -93,12 +114,13 @@ def _python_trees() -> list[Path]:
 
 
 def command_argv(exe: str, command: str, workspace: Path, read_only: Iterable[Path],
-                 hidden: Iterable[Path], memory_bytes: int) -> list[str]:
+                 hidden: Iterable[Path], memory_bytes: int, file_bytes: int,
+                 tmp_bytes: int) -> list[str]:
     """bwrap's argv for one shell command in the workspace: writable, but for the
     `read_only` folders in it; every `hidden` path that a system mount would show is
-    covered by an empty tmpfs. The memory limit is set inside, where no capability is
-    left to raise it again."""
-    args = [exe, *confinement()]
+    covered by an empty tmpfs; /tmp holds at most `tmp_bytes`. The memory and file-size
+    limits are set inside, where no capability is left to raise them again."""
+    args = [exe, *confinement(), *tmp_mount(exe, workspace, tmp_bytes)]
     shown = [Path(s) for s in SYSTEM] + _python_trees()
     for path in hidden:
         if any(path.is_relative_to(s) for s in shown) and path.is_dir():
@@ -112,5 +134,8 @@ def command_argv(exe: str, command: str, workspace: Path, read_only: Iterable[Pa
     args += ["--setenv", "PATH", path_var, "--setenv", "HOME", str(workspace),
              "--setenv", "LANG", "C.UTF-8", "--setenv", "TMPDIR", "/tmp",
              "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--chdir", str(workspace)]
-    limit = 'ulimit -v "$1" && ulimit -c 0 && exec /bin/sh -c "$2"'
-    return [*args, "--", "/bin/sh", "-c", limit, "sh", str(memory_bytes // 1024), command]
+    # ulimit -f counts 512-byte blocks: a write past it fails (EFBIG), and the writer gets
+    # SIGXFSZ, which kills it unless it catches it.
+    limit = 'ulimit -v "$1" && ulimit -f "$2" && ulimit -c 0 && exec /bin/sh -c "$3"'
+    return [*args, "--", "/bin/sh", "-c", limit, "sh", str(memory_bytes // 1024),
+            str(max(1, file_bytes // 512)), command]

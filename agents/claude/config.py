@@ -1,6 +1,7 @@
-"""The agent's settings (model, output limit, budget, retries, command timeout), stored in
-the run's configuration, and the API key: read from ANTHROPIC_API_KEY and nowhere else,
-and kept out of every event, blob and error message (`scrub`)."""
+"""The agent's settings (model, output limit, budget, retries, command timeout, what a
+command may write), stored in the run's configuration, and the API key: read from
+ANTHROPIC_API_KEY and nowhere else, and kept out of every event, blob and error message
+(`scrub`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from npu_deploy.agents.claude.budget import Budget
+from npu_deploy.agents.claude.limits import SandboxLimits
 
 KEY_ENV = "ANTHROPIC_API_KEY"
 MODEL_ENV = "NPU_DEPLOY_CLAUDE_MODEL"
@@ -26,20 +28,23 @@ class ClaudeConfig:
     budget: Budget = field(default_factory=Budget)
     max_retries: int = 4
     command_timeout_s: float = 600.0
+    sandbox: SandboxLimits = field(default_factory=SandboxLimits)
 
     @classmethod
     def of(cls, config: dict[str, Any]) -> ClaudeConfig:
         c = dict(config.get("claude") or {})
         budget = Budget(**c["budget"]) if c.get("budget") else Budget()
         return cls(str(c.get("model", DEFAULT_MODEL)), int(c.get("max_tokens", 8192)), budget,
-                   int(c.get("max_retries", 4)), float(c.get("command_timeout_s", 600.0)))
+                   int(c.get("max_retries", 4)), float(c.get("command_timeout_s", 600.0)),
+                   SandboxLimits.of(c.get("sandbox")))
 
     def to_config(self) -> dict[str, Any]:
         b = self.budget
         return {"model": self.model, "max_tokens": self.max_tokens,
                 "max_retries": self.max_retries, "command_timeout_s": self.command_timeout_s,
                 "budget": {"turns": b.turns, "tokens": b.tokens, "usd": b.usd,
-                           "wall_s": b.wall_s}}
+                           "wall_s": b.wall_s},
+                "sandbox": self.sandbox.to_config()}
 
 
 def model_from_env(option: str | None, env: Mapping[str, str] | None = None) -> str:

@@ -2,7 +2,8 @@
 the gates' code and of the oracle's answers; file tools that walk a path one component at a
 time without following links, touch regular files only, never write the protected copies
 or through a hard link to them, and stop a regular expression that runs too long; and shell
-commands confined by bubblewrap (`bubblewrap.py`), with limits on time, memory and output."""
+commands confined by bubblewrap (`bubblewrap.py`), with limits on time, memory, output
+and bytes written (`limits.py`)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,13 @@ import regex
 from platformdirs import user_config_path
 
 from npu_deploy.agents.claude import bubblewrap
+from npu_deploy.agents.claude.limits import (
+    WHERE,
+    SandboxLimits,
+    disk_usage,
+    size_text,
+    usage,
+)
 from npu_deploy.pipeline.workspace import Workspace
 from npu_deploy.store.anchor import key_path
 
@@ -35,6 +43,7 @@ GREP_SECONDS = 10.0          # one grep's regular expression may search this lon
 GREP_FILE_BYTES = 16 << 20   # grep skips files larger than this
 OUTPUT_BYTES = 1 << 20       # a command printing more is stopped, its output cut
 MEMORY_BYTES = 4 << 30       # address space of each process of a command
+WATCH_S = 0.1                # how often the workspace's size is measured while a command runs
 
 
 class Refused(PermissionError):
@@ -300,34 +309,54 @@ def hidden_paths(store_file: Path | None) -> list[Path]:
 
 def run_command(command: str, cwd: Path, timeout_s: float, *,
                 hidden: list[Path] | None = None, output_bytes: int = OUTPUT_BYTES,
-                memory_bytes: int = MEMORY_BYTES) -> dict[str, Any]:
+                memory_bytes: int = MEMORY_BYTES,
+                limits: SandboxLimits | None = None) -> dict[str, Any]:
     """A shell command in the workspace, confined by bubblewrap (refused where no sandbox
     can be set up). The output is read as it comes; past `output_bytes`, or at the
     timeout, the command is killed: bwrap's process group, and with it its PID namespace,
-    so nothing it started outlives it."""
+    so nothing it started outlives it. What it writes is bounded by `limits`: no file past
+    file_bytes (nor past what the workspace has left), /tmp at tmp_bytes, and the
+    workspace, measured every WATCH_S while it runs, at workspace_bytes: refused before it
+    starts when the workspace is already full, stopped when it fills it."""
     problem = bubblewrap.unavailable()
     exe = bubblewrap.binary()
     if problem is not None or exe is None:
         raise Refused(problem or "run_command: no bubblewrap")
+    limits = limits or SandboxLimits()
     root = cwd.resolve()
+    used = disk_usage(root)
+    left = limits.workspace_bytes - used
+    if left < 1 << 20:
+        raise Refused(f"run_command: the workspace holds {size_text(used)}, at its limit of "
+                      f"{size_text(limits.workspace_bytes)} (workspace_bytes in {WHERE}); "
+                      "delete files from it before running a command")
+    file_bytes = min(limits.file_bytes, left)
     argv = bubblewrap.command_argv(exe, command, root, [root / p for p in PROTECTED],
                                    hidden if hidden is not None else hidden_paths(None),
-                                   memory_bytes)
+                                   memory_bytes, file_bytes, limits.tmp_bytes)
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, env=bubblewrap.BWRAP_ENV_VARS,
                             start_new_session=True)
     assert proc.stdout is not None
-    out, total, timed_out = bytearray(), 0, False
+    out, total, timed_out, full = bytearray(), 0, False, False
     deadline = time.monotonic() + timeout_s
+    watch_at = time.monotonic()
     try:
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ)
             while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
+                left_s = deadline - time.monotonic()
+                if left_s <= 0:
                     timed_out = True
                     break
-                if not sel.select(left):
+                if time.monotonic() >= watch_at:
+                    walk = time.monotonic()
+                    if disk_usage(root) > limits.workspace_bytes:
+                        full = True
+                        break
+                    # a walk costs CPU in proportion to the files: at most a tenth of it
+                    watch_at = time.monotonic() + max(WATCH_S, 10 * (time.monotonic() - walk))
+                if not sel.select(max(0.0, min(left_s, watch_at - time.monotonic()))):
                     continue
                 chunk = os.read(proc.stdout.fileno(), 65536)
                 if not chunk:
@@ -348,5 +377,28 @@ def run_command(command: str, cwd: Path, timeout_s: float, *,
     if cut:
         text += (f"\n… output cut at {output_bytes:,} bytes: the command was stopped "
                  "(write long output to a file and read parts of it)")
+    used, largest = usage(root)
+    full = full or used > limits.workspace_bytes
+    # A write stopped at the file limit: the writer got SIGXFSZ (128 + 25 from the shell),
+    # or EFBIG ("File too large"), and the file it wrote stands at the limit.
+    hit = (largest >= file_bytes or proc.returncode == 128 + signal.SIGXFSZ
+           or b"File size limit exceeded" in out or b"File too large" in out)
+    stopped = None
+    if full:
+        stopped = (f"the command was stopped: the workspace passed its limit of "
+                   f"{size_text(limits.workspace_bytes)} (workspace_bytes in {WHERE}); "
+                   "delete what it wrote that you do not need")
+    elif hit:
+        stopped = (f"a write was refused: no file may grow past {size_text(file_bytes)} "
+                   f"(file_bytes in {WHERE}, or what the workspace has left of its "
+                   f"{size_text(limits.workspace_bytes)}; /tmp holds "
+                   f"{size_text(limits.tmp_bytes)})")
+    elif b"No space left on device" in out:
+        stopped = (f"a write found no space left: /tmp holds at most "
+                   f"{size_text(limits.tmp_bytes)} (tmp_bytes in {WHERE}); write large "
+                   "files to the workspace instead")
+    if stopped:
+        text += f"\n… {stopped}"
     return {"command": command, "exit_code": proc.returncode, "timed_out": timed_out,
-            "output_cut": cut, "output": text[-RESULT_CHARS:], "output_chars": len(text)}
+            "output_cut": cut, "output": text[-RESULT_CHARS:], "output_chars": len(text),
+            "limit": stopped}

@@ -194,13 +194,16 @@ TOOLS: dict[str, Tool] = {
                           str(a["path"]), str(a["old"]), str(a["new"])), idempotent=False)),
     "run_command": Tool("Run a shell command in the workspace, in a sandbox: only the "
                         "workspace is writable (not oracle/ or gates/), no network, a "
-                        "minimal environment; killed at the timeout or past 1 MB of output.",
+                        "minimal environment; killed at the timeout or past 1 MB of output; "
+                        "files, the workspace and /tmp have size limits (the result's "
+                        "'limit' says when one stopped a write).",
                         {"command": STR, "timeout_s": {"type": "number"}}, ("command",),
                         lambda c, a: c.step("run_command", a, lambda: run_command(
                             str(a["command"]), c.files.root,
                             min(float(a.get("timeout_s", c.config.command_timeout_s)),
                                 c.config.command_timeout_s),
-                            hidden=hidden_paths(c.tb.ws.store.path)), idempotent=False)),
+                            hidden=hidden_paths(c.tb.ws.store.path),
+                            limits=c.config.sandbox), idempotent=False)),
     "propose_debug_directions": Tool(
         "When you expect the gate to fail and know why: directions a person can pick for "
         "the next attempt, each a title and a rationale (and a skill, if one applies).",

@@ -138,6 +138,10 @@ def _phases(text: str) -> frozenset[int]:
 @click.option("--agent-budget", default="", metavar="LIMITS",
               help="Per phase attempt with --agent claude, e.g. turns=40,tokens=2e6,usd=5,"
                    "wall=1800 (seconds).")
+@click.option("--sandbox-limits", default="", metavar="LIMITS",
+              help="What one of Claude's commands may write, e.g. file=256M,workspace=2G,"
+                   "tmp=256M (the defaults): one file, the run's workspace, its /tmp. "
+                   "Recorded in run.started.")
 @click.option("--pipeline", "pipeline_spec", default=None,
               help=f"module:function returning the agent, gates and debug matcher "
                    f"(default: {DEFAULT_PIPELINE}, or {CLAUDE_PIPELINE} with --agent claude).")
@@ -166,7 +170,7 @@ def _phases(text: str) -> frozenset[int]:
                    "(default 5). Each figure is their median; a transform counts as faster "
                    "only when its slowest run beats the fastest without it.")
 def deploy_cmd(model: str, headless: bool, auto_approve: bool, pause_at: str, budget: int,
-               agent: str, claude_model: str | None, agent_budget: str,
+               agent: str, claude_model: str | None, agent_budget: str, sandbox_limits: str,
                pipeline_spec: str | None, run_id: str | None, seq_len: int, steps: int,
                seed_fault: str | None, backend: str, air_objects: Path | None,
                repeats: int | None) -> None:
@@ -177,8 +181,8 @@ def deploy_cmd(model: str, headless: bool, auto_approve: bool, pause_at: str, bu
         model, backend=backend, agent=agent, seq_len=seq_len, steps=steps,
         auto_approve=auto_approve, pause_at=_phases(pause_at), budget=budget,
         pipeline=pipeline_spec, claude_model=claude_model, agent_budget=agent_budget,
-        seed_fault=seed_fault, air_objects=None if air_objects is None else str(air_objects),
-        repeats=repeats)
+        sandbox_limits=sandbox_limits, seed_fault=seed_fault,
+        air_objects=None if air_objects is None else str(air_objects), repeats=repeats)
     # before anything is stored; in the TUI the model is checked (and the pipeline loaded)
     # by its conductor's worker after the first frame: they import torch, seconds
     deployment = _needs(checked, request, headless)
