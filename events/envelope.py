@@ -258,18 +258,25 @@ def shown(value: Any, limit: int = 80) -> str:
 
 def check_envelope(new: NewEvent) -> None:
     """Refuse an envelope that no reader could trust, naming the field."""
-    if new.actor not in ACTORS:
-        raise InvalidEvent(f"actor: {shown(new.actor)} is not one of {', '.join(ACTORS)}")
+    check_names(new.actor, new.phase, new.attempt, new.causation_id, new.correlation_id,
+                new.idempotency_key)
+
+
+def check_names(actor: Any, phase: Any, attempt: Any, causation_id: Any,
+                correlation_id: Any, idempotency_key: Any) -> None:
+    """The envelope's names and numbers, as `check_envelope` (a new event) and
+    `check_event` (a sealed or imported one) check them."""
+    if actor not in ACTORS:
+        raise InvalidEvent(f"actor: {shown(actor)} is not one of {', '.join(ACTORS)}")
     # `type(...) is int`: 2.0 is in range(8), but SQLite would store it as 2 and the
     # hash, taken over "2.0", would no longer match the row.
-    if new.phase is not None and (type(new.phase) is not int or new.phase not in PHASES):
-        raise InvalidEvent(f"phase: {shown(new.phase)} is not a phase number 0-7")
-    if new.attempt is not None and (type(new.attempt) is not int
-                                    or not 1 <= new.attempt <= MAX_COUNT):
-        raise InvalidEvent(f"attempt: {shown(new.attempt)} must be an integer from 1 to "
+    if phase is not None and (type(phase) is not int or phase not in PHASES):
+        raise InvalidEvent(f"phase: {shown(phase)} is not a phase number 0-7")
+    if attempt is not None and (type(attempt) is not int or not 1 <= attempt <= MAX_COUNT):
+        raise InvalidEvent(f"attempt: {shown(attempt)} must be an integer from 1 to "
                            f"{MAX_COUNT}")
-    for name in ("causation_id", "correlation_id", "idempotency_key"):
-        value = getattr(new, name)
+    for name, value in (("causation_id", causation_id), ("correlation_id", correlation_id),
+                        ("idempotency_key", idempotency_key)):
         if value is not None and (not isinstance(value, str) or not value or len(value) > 200
                                   or not value.isprintable()):
             raise InvalidEvent(f"{name}: {shown(value)} must be 1-200 printable characters")

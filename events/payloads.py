@@ -28,8 +28,7 @@ from .envelope import (
     TS_RE,
     Event,
     InvalidEvent,
-    NewEvent,
-    check_envelope,
+    check_names,
     shown,
 )
 
@@ -442,17 +441,18 @@ def validate_payload(type_name: str, payload: Any) -> dict[str, Any]:
 def check_event(event: Event) -> None:
     """Every envelope field of a sealed event, as it will be stored: the one check that both
     the writer (after sealing, store/writer.py) and an import (for each line it reads,
-    store/transfer.py) apply, naming the first bad field. `types` maps each known event
-    type to (payload class, current schema version); the payload itself is checked
-    against its type's schema by `validate_payload`, which both call too."""
-    for name in ("event_id", "run_id", "type", "actor", "ts", "payload_json", "prev_hash",
-                 "hash"):
-        if type(getattr(event, name)) is not str:
-            raise InvalidEvent(f"{name}: {shown(getattr(event, name))} must be a string")
-    for name in ("run_version", "schema_version"):
-        value = getattr(event, name)
-        if type(value) is not int or not 1 <= value <= MAX_COUNT:
-            raise InvalidEvent(f"{name}: {shown(value)} must be an integer from 1 to "
+    store/transfer.py) apply, naming the first bad field. The payload is checked against
+    its type's schema by `validate_payload`, which both call too."""
+    for name, value in (("event_id", event.event_id), ("run_id", event.run_id),
+                        ("type", event.type), ("actor", event.actor), ("ts", event.ts),
+                        ("payload_json", event.payload_json), ("prev_hash", event.prev_hash),
+                        ("hash", event.hash)):
+        if type(value) is not str:
+            raise InvalidEvent(f"{name}: {shown(value)} must be a string")
+    for name, number in (("run_version", event.run_version),
+                         ("schema_version", event.schema_version)):
+        if type(number) is not int or not 1 <= number <= MAX_COUNT:
+            raise InvalidEvent(f"{name}: {shown(number)} must be an integer from 1 to "
                                f"{MAX_COUNT}")
     if not EVENT_ID_RE.match(event.event_id):
         raise InvalidEvent(f"event_id: {shown(event.event_id)} is not an event id (a UUID "
@@ -474,14 +474,12 @@ def check_event(event: Event) -> None:
         datetime.fromisoformat(event.ts)
     except ValueError:
         raise InvalidEvent(f"ts: {shown(event.ts)} is no date on the calendar") from None
-    for name in ("prev_hash", "hash"):
-        if not HASH_RE.match(getattr(event, name)):
-            raise InvalidEvent(f"{name}: {shown(getattr(event, name))} is not a SHA-256 "
-                               "(64 lowercase hex digits)")
-    check_envelope(NewEvent(event.type, {}, actor=event.actor, phase=event.phase,
-                            attempt=event.attempt, causation_id=event.causation_id,
-                            correlation_id=event.correlation_id,
-                            idempotency_key=event.idempotency_key))
+    for name, value in (("prev_hash", event.prev_hash), ("hash", event.hash)):
+        if not HASH_RE.match(value):
+            raise InvalidEvent(f"{name}: {shown(value)} is not a SHA-256 (64 lowercase hex "
+                               "digits)")
+    check_names(event.actor, event.phase, event.attempt, event.causation_id,
+                event.correlation_id, event.idempotency_key)
 
 
 def current_schema_version(type_name: str) -> int:
