@@ -98,10 +98,12 @@ def sizes_tmpfs(exe: str) -> bool:
 
 
 def tmp_mount(exe: str, workspace: Path, tmp_bytes: int) -> list[str]:
-    """The command's /tmp: a tmpfs of `tmp_bytes`, or, where bwrap cannot size one, the
-    workspace's .tmp folder, whose bytes then count toward the workspace's limit."""
+    """The command's /tmp and /dev/shm: tmpfs of `tmp_bytes` each, or, where bwrap cannot
+    size one, the workspace's .tmp folder at /tmp, whose bytes then count toward the
+    workspace's limit (and /dev/shm read-only with the rest of /dev)."""
     if sizes_tmpfs(exe):
-        return ["--size", str(tmp_bytes), "--tmpfs", "/tmp"]
+        return ["--size", str(tmp_bytes), "--tmpfs", "/tmp",
+                "--size", str(tmp_bytes), "--tmpfs", "/dev/shm"]
     folder = workspace / ".tmp"
     folder.mkdir(exist_ok=True)
     return ["--bind", str(folder), "/tmp"]
@@ -118,17 +120,23 @@ def command_argv(exe: str, command: str, workspace: Path, read_only: Iterable[Pa
                  tmp_bytes: int) -> list[str]:
     """bwrap's argv for one shell command in the workspace: writable, but for the
     `read_only` folders in it; every `hidden` path that a system mount would show is
-    covered by an empty tmpfs; /tmp holds at most `tmp_bytes`. The memory and file-size
+    covered by an empty, read-only tmpfs; /tmp and /dev/shm hold at most `tmp_bytes`, and
+    nothing else outside the workspace takes a byte. The memory and file-size
     limits are set inside, where no capability is left to raise them again."""
     args = [exe, *confinement(), *tmp_mount(exe, workspace, tmp_bytes)]
     shown = [Path(s) for s in SYSTEM] + _python_trees()
-    for path in hidden:
-        if any(path.is_relative_to(s) for s in shown) and path.is_dir():
-            args += ["--tmpfs", str(path)]
+    covers = [str(p) for p in hidden
+              if any(p.is_relative_to(s) for s in shown) and p.is_dir()]
+    for path in covers:
+        args += ["--tmpfs", path]
     args += ["--bind", str(workspace), str(workspace)]
-    for path in read_only:
-        if path.is_dir() and not path.is_symlink():
-            args += ["--ro-bind", str(path), str(path)]
+    for ro in read_only:
+        if ro.is_dir() and not ro.is_symlink():
+            args += ["--ro-bind", str(ro), str(ro)]
+    # The tmpfs bwrap builds the sandbox on (/, /dev, and each cover) would take any bytes
+    # up to half the machine's memory: once every mount is made, each is read-only.
+    for path in [*covers, "/dev", "/"]:
+        args += ["--remount-ro", path]
     path_var = os.pathsep.join(dict.fromkeys(
         [str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]))
     args += ["--setenv", "PATH", path_var, "--setenv", "HOME", str(workspace),

@@ -140,3 +140,19 @@ def test_without_a_sized_tmpfs_tmp_counts_toward_the_workspace(ws, exe, monkeypa
     r = command(ws, "dd if=/dev/zero of=/tmp/x bs=1M count=32 2>&1; echo dd=$?", limits)
     assert "dd=0" not in r["output"] and r["limit"], r
     assert (ws / ".tmp" / "x").stat().st_size <= 16 * MiB
+
+
+@case("the sandbox's own tmpfs", "`dd of=/newfile` and `dd of=/dev/x` wrote to the tmpfs "
+      "bwrap builds the sandbox on, and /dev/shm took any size: each up to half the "
+      "machine's memory (12 GiB here), outside every limit")
+def test_nothing_outside_the_workspace_takes_bytes_but_tmp_and_shm(ws, exe):
+    limits = SandboxLimits(file_bytes=64 * MiB, workspace_bytes=256 * MiB, tmp_bytes=4 * MiB)
+    r = command(ws, "for p in /newfile /dev/x /etc/x /proc/x; do "
+                    "dd if=/dev/zero of=$p bs=1M count=2 2>&1 || echo refused $p; done; "
+                    "dd if=/dev/zero of=/dev/shm/x bs=1M count=16 2>&1; echo shm=$?; "
+                    "wc -c < /dev/shm/x; echo fine > /dev/null && echo devnull-ok", limits)
+    out = r["output"]
+    for path in ("/newfile", "/dev/x", "/etc/x", "/proc/x"):
+        assert f"refused {path}" in out, out
+    assert "shm=0" not in out and int(out.split("shm=")[1].splitlines()[1]) <= 4 * MiB
+    assert "devnull-ok" in out
