@@ -12,7 +12,8 @@ from typing import Self
 
 from sqlite_utils import Database
 
-from .locations import default_db_path
+from .identity import check_one_name
+from .locations import default_db_path, locks_dir
 from .schema import connect, release
 
 
@@ -31,6 +32,7 @@ class StoreFile:
     def open(cls, path: str | os.PathLike[str] | None = None, *,
              readonly: bool = False) -> Self:
         p = Path(path) if path is not None else default_db_path()
+        check_one_name(p)
         return cls(p, connect(p, readonly=readonly), readonly=readonly)
 
     def close(self) -> None:
@@ -51,8 +53,9 @@ class StoreFile:
         return self.db.conn
 
     def lock_path(self, run_id: str) -> Path:
-        """The run's writer lock (writer.py takes it)."""
-        return self.path.with_name(self.path.name + ".locks") / f"{run_id}.lock"
+        """The run's writer lock (writer.py takes it), beside the store file whatever path
+        reached it (locations.py), so that no alias of the file gets a lock of its own."""
+        return locks_dir(self.path) / f"{run_id}.lock"
 
     def progress_path(self, run_id: str) -> Path:
         """Where the run's step in flight says how far it has got (store/progress.py)."""

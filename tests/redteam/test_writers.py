@@ -1,0 +1,217 @@
+"""Red team, area "writers" (issue 39, points 2, 7 and 8b): one writer per run whatever path
+reaches the store file (a symbolic link, a linked folder, a relative path, a bind mount, a
+hard link), with real `npu-deploy resume` processes racing; a refused command leaves no key,
+lock, workspace or store behind; and a person's decision is recorded only from an inbox
+command, by the writer and as the independent evaluator checks it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from hashlib import sha256
+from pathlib import Path
+from typing import Any
+
+import pytest
+from paths import ROOT, TESTS
+
+from npu_deploy.machine import Conductor, Policy
+from npu_deploy.store import EventStore
+
+AREA = "writers"
+IS_ROOT = os.geteuid() == 0
+
+
+def redteam(case: str, before: str) -> pytest.MarkDecorator:
+    return pytest.mark.redteam(area=AREA, case=case, before=before)
+
+
+def env() -> dict[str, str]:
+    """This checkout's code (ROOT first) and the fake pipeline (TESTS) in the children."""
+    path = [str(ROOT), str(TESTS), *filter(None, [os.environ.get("PYTHONPATH")])]
+    out = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    out.pop("NPU_DEPLOY_DB", None)
+    return out
+
+
+def waiting_run(db: Path, fake: Callable[..., Any]) -> str:
+    """A fake-pipeline run whose phase 0 passed its gate and waits for a person."""
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with EventStore.open(db) as store:
+        c = Conductor.start(store, fake(), Policy(), model="tiny-llama",
+                            config={"pipeline": "fake_pipeline:make"})
+        assert c.run(wait=False).reason == "awaiting_human"
+        c.close()
+    return c.run_id
+
+
+def events_of(db: Path, run_id: str, type_: str) -> int:
+    with EventStore.open(db, readonly=True) as store:
+        return sum(1 for _ in store.events(run_id, types=(type_,)))
+
+
+def digest(path: Path) -> str:
+    return sha256(path.read_bytes()).hexdigest()
+
+
+class Resume:
+    """`npu-deploy --db DB resume RUN` as a process of its own: it waits for a person at the
+    run's checkpoint, holding the run's writer, until it is stopped."""
+
+    def __init__(self, db: str, run_id: str, cwd: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "npu_deploy", "--db", db, "resume", run_id], cwd=cwd,
+            env=env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def outcome(self) -> str:
+        """'waiting' once it waits for a person with the run's writer, else 'exit N: stderr'."""
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("waiting at"):
+                return "waiting"
+        code = self.proc.wait(timeout=120)
+        return f"exit {code}: {self.proc.stderr.read().strip() if self.proc.stderr else ''}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@contextmanager
+def racing(*procs: tuple[str, Path], run_id: str) -> Iterator[list[str]]:
+    """Start one `resume` per (db argument, working folder) at once; yield their outcomes;
+    stop them all."""
+    started = [Resume(db, run_id, cwd) for db, cwd in procs]
+    try:
+        yield [p.outcome() for p in started]
+    finally:
+        for p in started:
+            p.stop()
+
+
+@contextmanager
+def bind(source: Path, target: Path) -> Iterator[None]:
+    """`mount --bind source target` for the block (root only; skipped where it cannot be)."""
+    if not IS_ROOT:
+        pytest.skip("a bind mount needs root")
+    if source.is_dir():
+        target.mkdir()
+    else:
+        target.touch()
+    done = subprocess.run(["mount", "--bind", str(source), str(target)], capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"mount --bind is not possible here: {done.stderr.strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", str(target)], check=True)
+
+
+# --- point 2: one writer per run, per file --------------------------------------------
+
+#: name -> how the second process reaches the store tmp/store/runs.db: (its --db, its cwd).
+SAME_FILE: dict[str, Callable[[Path], tuple[str, Path]]] = {
+    "a symbolic link to the file": lambda tmp: (_link(tmp / "alias.db", tmp / "store/runs.db"),
+                                                tmp),
+    "a symbolic link to its folder": lambda tmp: (
+        str(Path(_link(tmp / "linked", tmp / "store")) / "runs.db"), tmp),
+    "a relative path": lambda tmp: ("runs.db", tmp / "store"),
+}
+
+
+def _link(link: Path, target: Path) -> str:
+    link.symlink_to(target)
+    return str(link)
+
+
+def one_writer(outcomes: list[str]) -> None:
+    """Exactly one process has the run's writer; the other was refused in one line."""
+    assert sorted(o == "waiting" for o in outcomes) == [False, True], outcomes
+    refused = next(o for o in outcomes if o != "waiting")
+    assert refused.startswith("exit 1: npu-deploy: error:"), refused
+    assert "is being written by another process" in refused and "\n" not in refused, refused
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("how", [pytest.param(
+    name, id=name.replace(" ", "-"), marks=redteam(
+        f"two resumes through {name} and the store's own path",
+        "both took 'the' run lock (a folder named after the path given) and appended: two "
+        "run.resumed events" if "link to the file" in name else
+        "(held) the lock folder is beside the path given, which is the same folder"))
+    for name in SAME_FILE])
+def test_two_resumes_through_two_paths_get_one_writer(tmp_path, fake, how):
+    db = tmp_path / "store" / "runs.db"
+    run_id = waiting_run(db, fake)
+    other = SAME_FILE[how](tmp_path)
+    with racing((str(db), tmp_path), other, run_id=run_id) as outcomes:
+        one_writer(outcomes)
+        assert events_of(db, run_id, "run.resumed") == 1
+    assert not (tmp_path / "alias.db.locks").exists()
+
+
+@pytest.mark.e2e
+@redteam("two resumes through a bind-mounted folder and the store's own path",
+         before="(held) a bind-mounted folder holds the same lock files")
+def test_a_bind_mounted_folder_gets_the_same_lock(tmp_path, fake):
+    db = tmp_path / "store" / "runs.db"
+    run_id = waiting_run(db, fake)
+    with bind(tmp_path / "store", tmp_path / "bound"), racing(
+            (str(db), tmp_path), (str(tmp_path / "bound" / "runs.db"), tmp_path),
+            run_id=run_id) as outcomes:
+        one_writer(outcomes)
+        assert events_of(db, run_id, "run.resumed") == 1
+
+
+def _hard_link(tmp: Path) -> Iterator[Path]:
+    other = tmp / "elsewhere" / "hard.db"
+    other.parent.mkdir()
+    os.link(tmp / "store" / "runs.db", other)
+    yield other
+
+
+@contextmanager
+def _file_bind(tmp: Path) -> Iterator[Path]:
+    other = tmp / "elsewhere" / "mounted.db"
+    other.parent.mkdir()
+    with bind(tmp / "store" / "runs.db", other):
+        yield other
+
+
+SECOND_NAME: dict[str, Callable[[Path], Any]] = {
+    "a hard link": contextmanager(_hard_link),
+    "a bind mount of the file": _file_bind,
+}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("how", [pytest.param(name, id=name.replace(" ", "-"), marks=redteam(
+    f"two resumes through {name} and the store's own path",
+    "both resumed, each with its own lock, its own -wal and -shm: the second name saw none "
+    "of the first's WAL (SQLite: 'no such table') and a checkpoint through either corrupts "
+    "it")) for name in SECOND_NAME])
+def test_a_store_with_a_second_name_is_refused_by_every_process(tmp_path, fake, how):
+    db = tmp_path / "store" / "runs.db"
+    run_id = waiting_run(db, fake)
+    before = digest(db)
+    with SECOND_NAME[how](tmp_path) as other, racing(
+            (str(db), tmp_path), (str(other), tmp_path), run_id=run_id) as outcomes:
+        for outcome in outcomes:
+            assert outcome.startswith("exit 1: npu-deploy: error:"), outcome
+            assert "\n" not in outcome and "SQLite keeps a store's write-ahead log" in outcome
+        assert digest(db) == before
+        assert not (tmp_path / "elsewhere" / f"{other.name}.locks").exists()
+        assert not (tmp_path / "elsewhere" / f"{other.name}-wal").exists()
