@@ -9,7 +9,8 @@ from typing import Any
 
 from npu_deploy.events import InvalidEvent, canonical_json, utc_now, uuid7, validate_payload
 
-from .anchor import check, command_fields, mac, signing_key, user_key
+from .anchor import KEY_ENV, check, command_fields, key_path, mac, signing_key, user_key
+from .errors import Unanchored
 from .reading import Reader
 from .storefile import StoreFile
 from .transaction import transaction
@@ -39,12 +40,26 @@ class Inbox:
         # The MAC tells the conductor a person's tool wrote it (store/anchor.py): a process
         # that can write the store but not read the key cannot pass as a person.
         fields = command_fields(run_id, command_id, kind, canonical_json(payload or {}), author)
+        key = user_key(create=False) or self._new_key_for(run_id)
         with transaction(self.file.db):
             self.file.conn.execute(
                 "INSERT INTO inbox (run_id, command_id, kind, payload, author, created_ts, mac) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (*fields, utc_now(), mac(signing_key(), "command", fields)))
+                (*fields, utc_now(), mac(key, "command", fields)))
         return command_id
+
+    def _new_key_for(self, run_id: str) -> bytes:
+        """No key here: a decision for a run another key anchored is refused (its conductor
+        would refuse the run, and a new key would make every run the old one anchored read
+        as another key's); for a run that carries no anchor, a key is made to sign it."""
+        row = self.file.conn.execute("SELECT head_mac FROM runs WHERE run_id = ?",
+                                     (run_id,)).fetchone()
+        if row and row[0]:
+            raise Unanchored(
+                f"run {run_id} was anchored by key {row[0].partition(':')[0]}, and there is no "
+                f"key at {key_path()} to sign your decision: put that key file back there (or "
+                f"point {KEY_ENV} at it) and decide again; nothing was left, and no key was made")
+        return signing_key(f"to sign your decision for run {run_id}")
 
     @staticmethod
     def is_authentic(command: dict[str, Any]) -> bool:

@@ -12,6 +12,7 @@ from typing import Self
 
 from sqlite_utils import Database
 
+from .errors import StoreUnreadable
 from .identity import check_one_name
 from .locations import default_db_path, locks_dir
 from .schema import connect, release
@@ -30,8 +31,14 @@ class StoreFile:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str] | None = None, *,
-             readonly: bool = False) -> Self:
+             readonly: bool = False, create: bool = True) -> Self:
+        """Not `create`: a missing store is refused as a read-only open refuses it, for a
+        command about runs that must already be there (resume, fork, decide), which would
+        otherwise leave an empty store behind its refusal."""
         p = Path(path) if path is not None else default_db_path()
+        if not create and not readonly and not os.path.lexists(p):
+            raise StoreUnreadable(f"no store at {p}; run a deployment first, or pass --db "
+                                  "(or NPU_DEPLOY_DB) with the path of an existing store")
         check_one_name(p)
         return cls(p, connect(p, readonly=readonly), readonly=readonly)
 

@@ -38,7 +38,7 @@ from npu_deploy.events.keys import RUN_START
 from npu_deploy.events.payloads import RunForked, RunStarted
 from npu_deploy.events.state import reduce_body
 
-from .anchor import anchor_head, signing_key
+from .anchor import KEY_ENV, anchor_head, key_path, signing_key, user_key
 from .errors import (
     CommandAlreadyConsumed,
     IdempotencyConflict,
@@ -52,7 +52,7 @@ from .rows import EVENT_COLUMNS, event_from_row, validate_run_id
 from .snapshots import Snapshots
 from .storefile import StoreFile
 from .transaction import transaction
-from .verification import Verifier
+from .verification import Verifier, VerifyReport
 
 #: A snapshot is cached every this many events (and when the writer closes).
 SNAPSHOT_EVERY = 1000
@@ -122,6 +122,28 @@ def take_run_lock(store: StoreFile, run_id: str) -> FileLock:
     return lock
 
 
+def refusal(report: VerifyReport, *, adopt: bool) -> StoreError | None:
+    """Why a writer may not extend this run, or None. Never a chain that does not verify:
+    the new links would vouch for it. Nor one this user's key did not anchor, unless asked
+    (`adopt`): the next head MAC would make the key vouch for whatever the chain holds now (an
+    import from another key, or a chain rewritten and stripped of its anchor)."""
+    run_id = report.run_id
+    if not report.ok:
+        return StoreCorrupt(f"run {run_id} fails verification, refusing to append: "
+                            f"{report.problem}")
+    if report.anchored or adopt:
+        return None
+    if user_key(create=False) is None and report.unanchored_by:
+        return Unanchored(
+            f"run {run_id} was anchored by key {report.unanchored_by}, and there is no key at "
+            f"{key_path()}: put that key file back there (or point {KEY_ENV} at it) and resume "
+            "again; nothing was written, and no key was made. --adopt would make a new key "
+            "vouch for the run as it stands")
+    return Unanchored(f"run {run_id} is not anchored by your key: {report.unanchored}; "
+                      "appending would make your key vouch for it. Resume it with --adopt if "
+                      "you trust where it came from")
+
+
 class RunWriter:
     def __init__(self, store: StoreFile, run_id: str, lock: FileLock, *,
                  adopt: bool = False) -> None:
@@ -134,21 +156,13 @@ class RunWriter:
         self._conn = self._store.conn
         self._conn.isolation_level = None
         self._snapshots = Snapshots(self._store)
-        self._key = signing_key()
-        # Never extend a chain that does not verify: the new links would vouch for it.
         report = Verifier(self._store).verify(run_id)
-        if not report.ok or report.state is None:
+        refused = refusal(report, adopt=adopt)
+        if refused is not None or report.state is None:
             self._store.close()
-            raise StoreCorrupt(f"run {run_id} fails verification, refusing to append: "
-                               f"{report.problem}")
-        # Nor one this key did not anchor, unless asked: the next head MAC would make this
-        # key vouch for whatever the chain holds now (an import from another key, or a chain
-        # rewritten and stripped of its anchor).
-        if not report.anchored and not adopt:
-            self._store.close()
-            raise Unanchored(f"run {run_id} is not anchored by your key: {report.unanchored}; "
-                             "appending would make your key vouch for it. Resume it with "
-                             "--adopt if you trust where it came from")
+            raise refused or StoreCorrupt(f"run {run_id} has no state to append to")
+        # Only now the key, made here if missing (adopt): a refused writer makes none.
+        self._key = signing_key(f"to anchor run {run_id}")
         # `_folded` has every reducer applied; its head may lag `_version/_hash`,
         # which move with every append (`state` joins the two when asked).
         self._folded: DeploymentState = report.state
@@ -167,6 +181,13 @@ class RunWriter:
             raise StoreError(f"{store.path} was opened read-only; open it writable to append")
         if store.conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
             raise UnknownRun(f"no run {run_id!r} in {store.path}; `npu-deploy runs` lists them")
+        if not store.lock_path(run_id).exists():
+            # No writer of this run has been here (a store copied without its locks folder):
+            # a refusal is found before a lock file is made for it. Checked again under the
+            # lock, where it counts.
+            refused = refusal(Verifier(store).verify(run_id, fold=False), adopt=adopt)
+            if refused is not None:
+                raise refused
         lock = take_run_lock(store, run_id)
         try:
             return cls(store, run_id, lock, adopt=adopt)
@@ -195,7 +216,7 @@ class RunWriter:
                                      "choose another run id")
                 insert_run_row(conn, first)
                 update_run_summary(conn, apply(DeploymentState(), insert_row(conn, first)))
-                anchor_head(conn, signing_key(), run_id)
+                anchor_head(conn, signing_key(f"to anchor the new run {run_id}"), run_id)
             return cls(store, run_id, lock)
         except BaseException:
             lock.release()

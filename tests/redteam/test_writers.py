@@ -215,3 +215,162 @@ def test_a_store_with_a_second_name_is_refused_by_every_process(tmp_path, fake, 
         assert digest(db) == before
         assert not (tmp_path / "elsewhere" / f"{other.name}.locks").exists()
         assert not (tmp_path / "elsewhere" / f"{other.name}-wal").exists()
+
+
+# --- point 7: a refused command leaves nothing behind ------------------------------------
+
+def listing(folder: Path) -> dict[str, str | None]:
+    """Every entry under a folder: its path -> its bytes' digest (None for a folder)."""
+    return {str(p.relative_to(folder)): (digest(p) if p.is_file() else None)
+            for p in sorted(folder.rglob("*"))}
+
+
+def ignoring_wal(entries: dict[str, str | None]) -> dict[str, str | None]:
+    """Without SQLite's -wal and -shm, which a read-only look at a WAL store leaves (issue
+    39's point 6, another helper's)."""
+    return {k: v for k, v in entries.items() if not k.endswith(("-wal", "-shm"))}
+
+
+@redteam("resume with the key file missing",
+         before="refused ('not anchored by your key: its anchor was made by another key'), "
+                "after making a new key at that path: from then on every old run read as "
+                "made by another key")
+def test_a_refused_resume_makes_no_key_and_names_the_missing_one(tmp_path, fake, cli,
+                                                                  monkeypatch, anchor_key):
+    from conftest import assert_one_error
+
+    db = tmp_path / "store" / "runs.db"
+    run_id = waiting_run(db, fake)
+    missing = tmp_path / "conf" / "npu-deploy" / "key"
+    monkeypatch.setenv("NPU_DEPLOY_KEY_FILE", str(missing))
+    before = ignoring_wal(listing(tmp_path))
+    for args in (("resume", run_id), ("resume", run_id, "--no-wait"),
+                 ("decide", run_id, "approve")):
+        line = assert_one_error(cli("--db", db, *args), f"there is no key at {missing}",
+                                "put that key file back", "no key was made")
+        assert "another key than this user's" not in line
+        assert not missing.parent.parent.exists(), "a refused command made a key"
+    assert ignoring_wal(listing(tmp_path)) == before
+    assert events_of(db, run_id, "run.resumed") == 0
+    monkeypatch.setenv("NPU_DEPLOY_KEY_FILE", str(anchor_key))    # the key is back: all is well
+    assert cli("--db", db, "verify", run_id).exit_code == 0
+
+
+@redteam("a key made: is the person told?",
+         before="no: a new key appeared silently, and old runs read as 'made by another key' "
+                "with nothing saying why")
+def test_a_new_key_is_announced_once_where_and_why(tmp_path, fake, cli, monkeypatch):
+    db = tmp_path / "runs.db"
+    run_id = waiting_run(db, fake)
+    new = tmp_path / "conf" / "key"
+    monkeypatch.setenv("NPU_DEPLOY_KEY_FILE", str(new))
+    first = cli("--db", db, "resume", run_id, "--no-wait", "--adopt")
+    notes = [line for line in first.stderr.splitlines() if "note:" in line]
+    assert len(notes) == 1 and f"made a new key at {new}" in notes[0], first.stderr
+    assert f"to anchor run {run_id}" in notes[0] and "back it up" in notes[0]
+    assert (new.stat().st_mode & 0o777) == 0o600
+    again = cli("--db", db, "resume", run_id, "--no-wait")
+    assert "made a new key" not in again.stderr and "resumed" in again.output
+
+
+#: Commands about a run that must already be there, with --db naming no store.
+ABOUT_A_RUN = {
+    "resume": ("resume", "r1"), "fork": ("fork", "r1", "--at", "1"),
+    "decide": ("decide", "r1", "approve"), "lessons approve": ("lessons", "r1", "approve", "L"),
+    "attach": ("attach", "r1"), "replay": ("replay", "r1"),
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, id=name.replace(" ", "-"), marks=redteam(
+    f"{name} with --db naming no store",
+    "an empty store (and its folder) was created, then 'no run r1'" if name != "resume" else
+    "an empty store and its folder were created, then 'no run r1': the next command found "
+    "a store with no runs")) for name in ABOUT_A_RUN])
+def test_a_command_about_a_run_creates_no_store(tmp_path, cli, name):
+    from conftest import assert_one_error
+
+    db = tmp_path / "nowhere" / "runs.db"
+    assert_one_error(cli("--db", db, *ABOUT_A_RUN[name]), f"no store at {db}")
+    assert listing(tmp_path) == {}
+
+
+#: A key file npu-deploy cannot use, and the words that name why.
+BAD_KEYS: dict[str, tuple[Callable[[Path], None], str, str]] = {
+    "a symbolic link": (lambda k: k.symlink_to(k.parent / "elsewhere"), "is a symbolic link",
+                        "(Too many levels of symbolic links); fix its permissions"),
+    "a directory": (lambda k: k.mkdir(), "is a directory, not a file",
+                    "'Is a directory: 6'"),
+    "a FIFO": (lambda k: os.mkfifo(k), "is a FIFO (named pipe), not a file",
+               "(held) 'is not a regular file'"),
+    "a path through a file": (lambda k: None, "goes through something that is not a folder",
+                              "(Not a directory); fix its permissions"),
+}
+
+
+@pytest.mark.parametrize("kind", [pytest.param(kind, id=kind.replace(" ", "-"), marks=redteam(
+    f"the key file is {kind}", f"the error named another cause: {BAD_KEYS[kind][2]}"))
+    for kind in BAD_KEYS])
+def test_a_key_file_that_cannot_be_used_is_named_for_what_it_is(tmp_path, fake, cli,
+                                                                monkeypatch, kind):
+    from conftest import assert_one_error
+
+    db = tmp_path / "runs.db"
+    run_id = waiting_run(db, fake)
+    key = tmp_path / "conf" / "key"
+    key.parent.mkdir()
+    if kind == "a path through a file":
+        (tmp_path / "conf" / "file").touch()
+        key = tmp_path / "conf" / "file" / "key"
+    make, words, _ = BAD_KEYS[kind]
+    make(key)
+    monkeypatch.setenv("NPU_DEPLOY_KEY_FILE", str(key))
+    before = ignoring_wal(listing(tmp_path))
+    for args in (("verify", run_id), ("resume", run_id, "--no-wait")):
+        assert_one_error(cli("--db", db, *args), str(key), words, "NPU_DEPLOY_KEY_FILE")
+    assert ignoring_wal(listing(tmp_path)) == before
+
+
+@redteam("two approves of one checkpoint, racing",
+         before="the second was refused as 'the run is not waiting at a checkpoint (phase 0: "
+                "awaiting_human)': a state that contradicts itself, not the cause")
+def test_a_racing_second_answer_is_refused_for_what_happened(tmp_path, fake):
+    from npu_deploy.machine import resume
+
+    db = tmp_path / "runs.db"
+    run_id = waiting_run(db, fake)
+    with EventStore.open(db) as store:
+        for _ in range(2):
+            store.post_command(run_id, "approve", {"checkpoint_id": "p0.a1"})
+        store.post_command(run_id, "approve", {})
+        c = resume(store, run_id, fake())
+        c.run(wait=False)
+        c.close()
+        refused = [e.payload["message"] for e in store.events(run_id, types=("error",))]
+    assert len(refused) == 2, refused
+    assert "p0.a1 is no longer open (it was answered" in refused[0], refused[0]
+    assert "phase 0 was answered already: approve" in refused[1], refused[1]
+    assert not any("awaiting_human" in m for m in refused)
+
+
+@redteam("lessons approve while the run is being written",
+         before="refused ('being written by another process') after the trigger was already "
+                "written into the skill catalog's overlay: the matcher used an approval the "
+                "log never recorded")
+def test_a_refused_lesson_approval_leaves_the_catalog_alone(tmp_path, cli):
+    from conftest import STARTED, assert_one_error
+
+    from npu_deploy.events import NewEvent
+
+    db = tmp_path / "runs.db"
+    with EventStore.open(db) as store, store.create_run(STARTED) as w:
+        w.append(NewEvent("lesson.recorded", {
+            "symptom": "s", "root_cause": "r", "fix": "f", "target_skill": "k",
+            "lesson_id": "L1", "proposes": {"kind": "trigger", "skill": "k",
+                                            "trigger": {"id": "t1", "when": "x"}}},
+            actor="agent"))
+        run_id = w.run_id
+    with EventStore.open(db) as store, store.writer(run_id):      # another writer holds it
+        assert_one_error(cli("--db", db, "lessons", run_id, "approve", "L1"),
+                         "being written by another process")
+    assert not (tmp_path / "skills").exists()
+    assert events_of(db, run_id, "lesson.approved") == 0
