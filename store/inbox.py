@@ -5,6 +5,7 @@ abort), each with a MAC of this user's key, until the conductor records it as a
 from __future__ import annotations
 
 import json
+import sqlite3
 from typing import Any
 
 from npu_deploy.events import InvalidEvent, canonical_json, utc_now, uuid7, validate_payload
@@ -69,8 +70,79 @@ class Inbox:
                                 canonical_json(command["payload"]), command["author"])
         return check(user_key(create=False), command.get("mac"), "command", fields) == "ok"
 
+    def unbacked(self, run_id: str) -> dict[int, str]:
+        """Each person's `human.decision` of the run that no inbox command stands behind,
+        by version, with why (`command_problem`). A forked run's decisions up to its fork
+        point are its parent's, copied: each must be the parent's event at that version,
+        and stand as that one does."""
+        key = user_key(create=False)
+        first = self.reader.event_at(run_id, 1)
+        origin = ((first.payload["parent_run_id"], int(first.payload["parent_version"]))
+                  if first is not None and first.type == "run.forked" else None)
+        parents: dict[int, str] | None = None
+        out: dict[int, str] = {}
+        for e in self.reader.events(run_id, types=("human.decision",)):
+            if is_policys(e.payload):
+                continue
+            v = e.run_version
+            if origin is not None and v <= origin[1]:
+                theirs = self.reader.event_at(origin[0], v)
+                if theirs is None or (theirs.type, theirs.actor, theirs.payload_json) != (
+                        e.type, e.actor, e.payload_json):
+                    out[v] = f"it is not the decision v{v} of run {origin[0]} it was forked from"
+                    continue
+                parents = self.unbacked(origin[0]) if parents is None else parents
+                if v in parents:
+                    out[v] = f"as in run {origin[0]}, {parents[v]}"
+                continue
+            problem = command_problem(self.file.conn, key, run_id, e.payload,
+                                      recorded_by=e.event_id)
+            if problem is not None:
+                out[v] = problem
+        return out
+
     def pending(self, run_id: str) -> list[dict[str, Any]]:
         """Commands not yet recorded as events, oldest first."""
         return [{**r, "payload": json.loads(r["payload"])} for r in self.file.db.query(
             "SELECT * FROM inbox WHERE run_id = ? AND consumed_event_id IS NULL "
             "ORDER BY created_ts, command_id", [run_id])]
+
+
+# --- a person's decision has a command behind it ------------------------------------------
+
+#: The fields of a decision that only a person's command can give it (the conductor adds
+#: the checkpoint or proposal it answers when the command names none).
+_FROM_THE_COMMAND = ("instruction", "direction_id", "override")
+
+
+def is_policys(payload: dict[str, Any]) -> bool:
+    """A decision the run's own policy took (`author` "policy:..."), not a person's."""
+    return str(payload.get("author") or "").startswith("policy:")
+
+
+def command_problem(conn: sqlite3.Connection, key: bytes | None, run_id: str,
+                    payload: dict[str, Any], *, recorded_by: str | None = None) -> str | None:
+    """Why a person's `human.decision` (its payload) is not the record of an inbox command of
+    `run_id`, or None: the command its `command_id` names must be there, signed by this
+    user's key, and say the same (kind, author, instruction, direction, override); pending
+    when it is about to be recorded, or consumed by the event `recorded_by` once it was."""
+    command_id = payload.get("command_id")
+    row = conn.execute("SELECT kind, payload, author, mac, consumed_event_id FROM inbox "
+                       "WHERE command_id = ? AND run_id = ?", (command_id, run_id)).fetchone()
+    if row is None:
+        return f"no inbox command {command_id} of run {run_id} is behind it"
+    kind, text, author, stored_mac, consumed_by = row
+    if recorded_by is None and consumed_by is not None:
+        return None       # the writer's consumption refuses it as already recorded, and says so
+    fields = command_fields(run_id, str(command_id), kind, text, author)
+    if check(key, stored_mac, "command", fields) != "ok":
+        return f"its inbox command {command_id} carries no MAC of this user's key"
+    said = json.loads(text)
+    if (kind != payload.get("decision") or author != payload.get("author")
+            or any(payload.get(k) != v for k, v in said.items())
+            or any(payload.get(k) and payload.get(k) != said.get(k) for k in _FROM_THE_COMMAND)):
+        return f"it says other than its inbox command {command_id} ({kind}, {text})"
+    if recorded_by is not None and consumed_by != recorded_by:
+        return (f"its inbox command {command_id} was recorded by "
+                f"{'no event' if consumed_by is None else 'event ' + consumed_by}, not by it")
+    return None

@@ -48,6 +48,7 @@ from .errors import (
     Unanchored,
     UnknownRun,
 )
+from .inbox import command_problem, is_policys
 from .rows import EVENT_COLUMNS, event_from_row, validate_run_id
 from .snapshots import Snapshots
 from .storefile import StoreFile
@@ -249,6 +250,7 @@ class RunWriter:
             return self.append_batch([new], consumes=[consumes])[0]
         event = prepare(new, run_id=self.run_id, run_version=self._version + 1,
                         prev_hash=self._hash)
+        self._check_decision(event, None)
         folded = reduce_body(self._folded, event)
         if folded is not self._folded and run_summary(folded) != run_summary(self._folded):
             return self._commit([event], None)[0]
@@ -282,6 +284,7 @@ class RunWriter:
                 seen_keys.add(key)
             version += 1
             event = prepare(new, run_id=self.run_id, run_version=version, prev_hash=prev)
+            self._check_decision(event, consumes[i] if consumes else None)
             prev = event.hash
             fresh.append(event)
             fresh_consumes.append(consumes[i] if consumes else None)
@@ -311,6 +314,32 @@ class RunWriter:
         self._since_snapshot += count
         if self._since_snapshot >= SNAPSHOT_EVERY:
             self.snapshot()
+
+    def _check_decision(self, event: Event, consumes: str | None) -> None:
+        """A person's decision is appended only as the record of their inbox command (which
+        it consumes, and says the same as), or, in a fork, as the copy of its parent's
+        decision at the same version. A policy's decision (author "policy:...") is the
+        conductor's own act."""
+        if event.type != "human.decision" or is_policys(event.payload):
+            return
+        command_id = event.payload.get("command_id")
+        if consumes is None:
+            origin = self._folded.forked_from
+            if origin is not None and event.run_version <= origin[1]:
+                theirs = self._conn.execute(
+                    "SELECT type, actor, payload FROM events WHERE run_id = ? AND "
+                    "run_version = ?", (origin[0], event.run_version)).fetchone()
+                if theirs is not None and tuple(theirs) == (event.type, event.actor,
+                                                            event.payload_json):
+                    return
+            raise InvalidEvent(f"human.decision: a person's decision is recorded only from "
+                               f"their inbox command, and none is consumed by this one "
+                               f"(command_id {command_id}); `decide` or the TUI leaves one")
+        problem = (f"command_id {command_id} is not the command it consumes ({consumes})"
+                   if consumes != command_id else
+                   command_problem(self._conn, self._key, self.run_id, event.payload))
+        if problem is not None:
+            raise InvalidEvent(f"human.decision: {problem}")
 
     def _consume(self, command_id: str, event: Event) -> None:
         cur = self._conn.execute(

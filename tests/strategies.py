@@ -36,7 +36,9 @@ def gate_payload(draw):
 @st.composite
 def decision_payload(draw):
     decision = draw(st.sampled_from(["approve", "redirect", "pick", "pause", "abort"]))
-    return {"decision": decision, "command_id": draw(ident),
+    # A policy's: a person's decision is appended only as the record of their inbox command
+    # (store/writer.py), which a list of free-standing events does not have.
+    return {"decision": decision, "command_id": draw(ident), "author": "policy:" + draw(ident),
             "instruction": draw(st.text(min_size=1, max_size=20))
             if decision == "redirect" else None,
             "direction_id": draw(ident) if decision == "pick" else None}

@@ -256,6 +256,28 @@ def test_a_refused_resume_makes_no_key_and_names_the_missing_one(tmp_path, fake,
     assert cli("--db", db, "verify", run_id).exit_code == 0
 
 
+@redteam("resume of a copied store (no locks folder) with the key missing",
+         before="refused, after making the store's locks folder and the run's lock file "
+                "(and a new key)")
+def test_a_refused_resume_of_a_copied_store_makes_no_lock(tmp_path, fake, cli, monkeypatch):
+    import shutil
+    import sqlite3
+
+    from conftest import assert_one_error
+
+    run_id = waiting_run(tmp_path / "orig" / "runs.db", fake)
+    conn = sqlite3.connect(tmp_path / "orig" / "runs.db")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    (tmp_path / "copy").mkdir()
+    db = tmp_path / "copy" / "runs.db"
+    shutil.copyfile(tmp_path / "orig" / "runs.db", db)
+    monkeypatch.setenv("NPU_DEPLOY_KEY_FILE", str(tmp_path / "conf" / "key"))
+    assert_one_error(cli("--db", db, "resume", run_id, "--no-wait"), "there is no key at")
+    assert not (tmp_path / "copy" / "runs.db.locks").exists()
+    assert not (tmp_path / "conf").exists()
+
+
 @redteam("a key made: is the person told?",
          before="no: a new key appeared silently, and old runs read as 'made by another key' "
                 "with nothing saying why")
@@ -374,3 +396,97 @@ def test_a_refused_lesson_approval_leaves_the_catalog_alone(tmp_path, cli):
                          "being written by another process")
     assert not (tmp_path / "skills").exists()
     assert events_of(db, run_id, "lesson.approved") == 0
+
+
+# --- point 8b: a person's decision has an inbox command behind it ------------------------
+
+def approve(command_id: str = "forged", **fields: Any) -> Any:
+    from npu_deploy.events import NewEvent
+
+    return NewEvent("human.decision", {"decision": "approve", "command_id": command_id,
+                                       "author": "human", "checkpoint_id": "p0.a1", **fields},
+                    actor="human", phase=0, attempt=1)
+
+
+@redteam("a human.decision appended through the writer with no inbox command",
+         before="accepted and recorded: the run's phase 0 counted as approved by a person")
+def test_the_writer_records_a_persons_decision_only_from_their_command(tmp_path, fake):
+    from npu_deploy.events import InvalidEvent
+
+    db = tmp_path / "runs.db"
+    run_id = waiting_run(db, fake)
+    with EventStore.open(db) as store:
+        pause = store.post_command(run_id, "pause")
+        head = store.fold(run_id).version
+        with store.writer(run_id) as w:
+            with pytest.raises(InvalidEvent, match="none is consumed by this one"):
+                w.append(approve())
+            with pytest.raises(InvalidEvent, match="none is consumed by this one"):
+                w.append_batch([approve()])
+            # consuming a command that says something else is no better
+            with pytest.raises(InvalidEvent, match="says other than its inbox command"):
+                w.append(approve(pause), consumes=pause)
+        assert store.fold(run_id).version == head
+        assert [c["command_id"] for c in store.pending_commands(run_id)] == [pause]
+
+
+def forge_decision(db: Path, run_id: str) -> None:
+    """What code holding the key can still do past the writer: insert an approval with
+    no command behind it, and anchor the head over it (the run then verifies OK)."""
+    import sqlite3
+
+    from npu_deploy.store.anchor import anchor_head, signing_key
+    from npu_deploy.store.writer import insert_row, prepare
+
+    conn = sqlite3.connect(db, isolation_level=None)
+    version, head = conn.execute("SELECT head_version, head_hash FROM runs WHERE run_id = ?",
+                                 (run_id,)).fetchone()
+    conn.execute("BEGIN IMMEDIATE")
+    insert_row(conn, prepare(approve(), run_id=run_id, run_version=version + 1,
+                             prev_hash=head))
+    anchor_head(conn, signing_key(), run_id)
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def log_checks(db: Path, run_id: str) -> list[dict[str, Any]]:
+    import json
+
+    done = subprocess.run([sys.executable, "-m", "npu_deploy.pipeline.evaluator", str(db),
+                           run_id, "--json"], capture_output=True, text=True, check=False,
+                          env=env(), timeout=300)
+    assert done.returncode == 1, done.stderr      # evaluated, and failed
+    return [c for c in json.loads(done.stdout)["checks"]
+            if c["metric"] == "person_decision_has_inbox_command"]
+
+
+@redteam("evaluator: an anchored human.decision with no inbox command",
+         before="passed the independent evaluator's log checks: the forged approval counted "
+                "for exit_after_passing_gate_and_decision")
+def test_the_evaluator_fails_a_persons_decision_with_no_command(tmp_path, fake):
+    db = tmp_path / "runs.db"
+    run_id = waiting_run(db, fake)
+    forge_decision(db, run_id)
+    with EventStore.open(db, readonly=True) as store:
+        assert store.verify(run_id).status == "ok"          # the anchor alone cannot tell
+    failed = log_checks(db, run_id)
+    assert len(failed) == 1 and not failed[0]["passed"] and failed[0]["gating"], failed
+    assert "no inbox command forged" in failed[0]["message"]
+
+
+@redteam("evaluator: a person's decision left with `decide`",
+         before="(held) a decision recorded from its command passes")
+def test_the_evaluator_passes_a_decision_recorded_from_its_command(tmp_path, fake, cli):
+    from npu_deploy.machine import fork, resume
+
+    db = tmp_path / "runs.db"
+    run_id = waiting_run(db, fake)
+    assert cli("--db", db, "decide", run_id, "approve").exit_code == 0
+    with EventStore.open(db) as store:
+        c = resume(store, run_id, fake())
+        c.run(wait=False)
+        c.close()
+        decided = next(store.events(run_id, types=("human.decision",))).run_version
+        forked = fork(store, run_id, decided + 1)      # the copy stands as the original
+        assert store.unbacked_decisions(run_id) == {} == store.unbacked_decisions(forked)
+    assert log_checks(db, run_id) == []
