@@ -70,7 +70,7 @@ def log_checks(ws: Workspace) -> list[dict[str, Any]]:
     # Every person's decision is the record of their inbox command, signed by their key: one
     # appended without one (through the writer, by code that holds the key) counts for nothing.
     unbacked = ws.store.unbacked_decisions(ws.run_id)
-    checks += [check(f"decision v{v}", "person_decision_has_inbox_command", 0, 1, ">=",
+    checks += [check(f"decision v{v}", "decision_has_its_command_or_policy", 0, 1, ">=",
                      message=why) for v, why in sorted(unbacked.items())]
     gate_ok: set[tuple[int, int]] = set()
     approved: set[tuple[int, int]] = set()

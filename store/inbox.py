@@ -72,7 +72,8 @@ class Inbox:
 
     def unbacked(self, run_id: str) -> dict[int, str]:
         """Each person's `human.decision` of the run that no inbox command stands behind,
-        by version, with why (`command_problem`). A forked run's decisions up to its fork
+        by version, with why (`command_problem`); and each policy's that the run's policy
+        could not have taken (`policy_problem`). A forked run's decisions up to its fork
         point are its parent's, copied: each must be the parent's event at that version,
         and stand as that one does."""
         key = user_key(create=False)
@@ -81,10 +82,14 @@ class Inbox:
                   if first is not None and first.type == "run.forked" else None)
         parents: dict[int, str] | None = None
         out: dict[int, str] = {}
+        config = dict(first.payload.get("config") or {}) if first is not None else {}
         for e in self.reader.events(run_id, types=("human.decision",)):
-            if is_policys(e.payload):
-                continue
             v = e.run_version
+            if is_policys(e.payload):
+                problem = policy_problem(config, e.payload, e.phase)
+                if problem is not None:
+                    out[v] = problem
+                continue
             if origin is not None and v <= origin[1]:
                 theirs = self.reader.event_at(origin[0], v)
                 if theirs is None or (theirs.type, theirs.actor, theirs.payload_json) != (
@@ -118,6 +123,21 @@ _FROM_THE_COMMAND = ("instruction", "direction_id", "override")
 def is_policys(payload: dict[str, Any]) -> bool:
     """A decision the run's own policy took (`author` "policy:..."), not a person's."""
     return str(payload.get("author") or "").startswith("policy:")
+
+
+def policy_problem(config: dict[str, Any], payload: dict[str, Any],
+                   phase: int | None) -> str | None:
+    """Why the run's own policy could not have taken this decision, or None: the conductor
+    approves a checkpoint for a person only under auto-approve, outside the phases it pauses
+    at, and picks a debug direction only under auto-approve (machine/conductor.py); nothing
+    else is ever a policy's."""
+    decision, auto = payload.get("decision"), bool(config.get("auto_approve"))
+    if decision == "approve" and auto and phase not in set(config.get("pause_at") or ()):
+        return None
+    if decision == "pick" and auto:
+        return None
+    return (f"the run's policy (auto_approve {auto}, pause_at "
+            f"{sorted(config.get('pause_at') or ())}) takes no {decision} at phase {phase}")
 
 
 def command_problem(conn: sqlite3.Connection, key: bytes | None, run_id: str,

@@ -12,6 +12,7 @@ MAC (store/anchor.py) in the same transaction, one fsync per append.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -48,7 +49,7 @@ from .errors import (
     Unanchored,
     UnknownRun,
 )
-from .inbox import command_problem, is_policys
+from .inbox import command_problem, is_policys, policy_problem
 from .rows import EVENT_COLUMNS, event_from_row, validate_run_id
 from .snapshots import Snapshots
 from .storefile import StoreFile
@@ -320,7 +321,12 @@ class RunWriter:
         it consumes, and says the same as), or, in a fork, as the copy of its parent's
         decision at the same version. A policy's decision (author "policy:...") is the
         conductor's own act."""
-        if event.type != "human.decision" or is_policys(event.payload):
+        if event.type != "human.decision":
+            return
+        if is_policys(event.payload):
+            problem = policy_problem(self._config(), event.payload, event.phase)
+            if problem is not None:
+                raise InvalidEvent(f"human.decision by {event.payload['author']}: {problem}")
             return
         command_id = event.payload.get("command_id")
         if consumes is None:
@@ -340,6 +346,12 @@ class RunWriter:
                    command_problem(self._conn, self._key, self.run_id, event.payload))
         if problem is not None:
             raise InvalidEvent(f"human.decision: {problem}")
+
+    def _config(self) -> dict[str, Any]:
+        """The configuration the run was started (or forked) with."""
+        row = self._conn.execute("SELECT payload FROM events WHERE run_id = ? AND "
+                                 "run_version = 1", (self.run_id,)).fetchone()
+        return dict(json.loads(row[0]).get("config") or {}) if row else {}
 
     def _consume(self, command_id: str, event: Event) -> None:
         cur = self._conn.execute(

@@ -430,7 +430,20 @@ def test_the_writer_records_a_persons_decision_only_from_their_command(tmp_path,
         assert [c["command_id"] for c in store.pending_commands(run_id)] == [pause]
 
 
-def forge_decision(db: Path, run_id: str) -> None:
+@redteam("a 'policy:' approval appended through the writer in an interactive run",
+         before="accepted: any author 'policy:...' passed as the run's own policy, which "
+                "never approves for a person in an interactive run")
+def test_the_writer_takes_a_policys_decision_only_where_the_policy_decides(tmp_path, fake):
+    from npu_deploy.events import InvalidEvent
+
+    db = tmp_path / "runs.db"
+    run_id = waiting_run(db, fake)                  # Policy(): interactive
+    with EventStore.open(db) as store, store.writer(run_id) as w:
+        with pytest.raises(InvalidEvent, match="takes no approve at phase 0"):
+            w.append(approve(author="policy:auto-approve"))
+
+
+def forge_decision(db: Path, run_id: str, **fields: Any) -> None:
     """What code holding the key can still do past the writer: insert an approval with
     no command behind it, and anchor the head over it (the run then verifies OK)."""
     import sqlite3
@@ -442,7 +455,7 @@ def forge_decision(db: Path, run_id: str) -> None:
     version, head = conn.execute("SELECT head_version, head_hash FROM runs WHERE run_id = ?",
                                  (run_id,)).fetchone()
     conn.execute("BEGIN IMMEDIATE")
-    insert_row(conn, prepare(approve(), run_id=run_id, run_version=version + 1,
+    insert_row(conn, prepare(approve(**fields), run_id=run_id, run_version=version + 1,
                              prev_hash=head))
     anchor_head(conn, signing_key(), run_id)
     conn.execute("COMMIT")
@@ -457,21 +470,27 @@ def log_checks(db: Path, run_id: str) -> list[dict[str, Any]]:
                           env=env(), timeout=300)
     assert done.returncode == 1, done.stderr      # evaluated, and failed
     return [c for c in json.loads(done.stdout)["checks"]
-            if c["metric"] == "person_decision_has_inbox_command"]
+            if c["metric"] == "decision_has_its_command_or_policy"]
 
 
-@redteam("evaluator: an anchored human.decision with no inbox command",
-         before="passed the independent evaluator's log checks: the forged approval counted "
-                "for exit_after_passing_gate_and_decision")
-def test_the_evaluator_fails_a_persons_decision_with_no_command(tmp_path, fake):
+FORGED = {"a person's": ({}, "no inbox command forged"),
+          "a policy's": ({"author": "policy:auto-approve"}, "takes no approve at phase 0")}
+
+
+@pytest.mark.parametrize("whose", [pytest.param(whose, id=whose[2:-2], marks=redteam(
+    f"evaluator: an anchored approval as {whose} with nothing behind it",
+    "passed the independent evaluator's log checks: the forged approval counted for "
+    "exit_after_passing_gate_and_decision")) for whose in FORGED])
+def test_the_evaluator_fails_a_decision_with_nothing_behind_it(tmp_path, fake, whose):
     db = tmp_path / "runs.db"
     run_id = waiting_run(db, fake)
-    forge_decision(db, run_id)
+    fields, why = FORGED[whose]
+    forge_decision(db, run_id, **fields)
     with EventStore.open(db, readonly=True) as store:
         assert store.verify(run_id).status == "ok"          # the anchor alone cannot tell
     failed = log_checks(db, run_id)
     assert len(failed) == 1 and not failed[0]["passed"] and failed[0]["gating"], failed
-    assert "no inbox command forged" in failed[0]["message"]
+    assert why in failed[0]["message"]
 
 
 @redteam("evaluator: a person's decision left with `decide`",
