@@ -120,7 +120,17 @@ def refusal(state: DeploymentState, payload: dict[str, Any], phase: int | None) 
         return None
     waiting, answers = waiting_on(state), answered(state, payload, phase)
     k = state.current_phase
-    where = "not started" if k is None else f"phase {k}: {state.phases[k].status}"
+    named = named_wait(payload)
+    if named is not None and named != waiting.id and answers != "stopped":
+        # A racing answer to a wait another answer closed: say so, not what the run is now.
+        if waiting.id:
+            return f"waits at {waiting.kind} {waiting.id}; {named} is no longer open"
+        return (f"waits for no decision now; {named} is no longer open (it was answered, or "
+                "its phase moved on)")
+    ph = None if k is None else state.phases[k]
+    where = ("not started" if ph is None else
+             f"phase {k} was answered already: {ph.decision}" if waiting.kind == "none"
+             and ph.decision else f"phase {k}: {ph.status}")
     if answers == "stopped" and k is not None and waiting.kind == "stopped" \
             and state.phases[k].decision:
         return (f"has the stop of phase {k} answered already ({state.phases[k].decision}); "

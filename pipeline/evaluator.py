@@ -2,7 +2,8 @@
 trusts nothing the run says about itself:
 
 * the log: it verifies, anchored by this user's key (the chain, every blob it references,
-  its snapshots and its runs row: `EventStore.verify`), or nothing is evaluated; and every
+  its snapshots and its runs row: `EventStore.verify`), or nothing is evaluated; every
+  person's decision is the record of an inbox command signed by their key; and every
   phase that exited as passed did so after a passing gate and an approving decision of the
   same attempt;
 * its own oracle: the FP32 reference's golden tensors and greedy runs, and the bf16
@@ -66,13 +67,19 @@ def log_checks(ws: Workspace) -> list[dict[str, Any]]:
                     message=report.problem or ""),
               check("log", "anchored_by_this_users_key", 1 if report.trusted else 0, 1, ">=",
                     message=report.unanchored or "")]
+    # Every person's decision is the record of their inbox command, signed by their key: one
+    # appended without one (through the writer, by code that holds the key) counts for nothing.
+    unbacked = ws.store.unbacked_decisions(ws.run_id)
+    checks += [check(f"decision v{v}", "decision_has_its_command_or_policy", 0, 1, ">=",
+                     message=why) for v, why in sorted(unbacked.items())]
     gate_ok: set[tuple[int, int]] = set()
     approved: set[tuple[int, int]] = set()
     for e in ws.store.events(ws.run_id):
         key = (e.phase or 0, e.attempt or 0)
         if e.type == "gate.evaluated" and e.typed(GateEvaluated).passed:
             gate_ok.add(key)
-        elif e.type == "human.decision" and e.typed(HumanDecision).decision == "approve":
+        elif e.type == "human.decision" and e.typed(HumanDecision).decision == "approve" \
+                and e.run_version not in unbacked:
             approved.add(key)
         elif e.type == "phase.exited" and e.typed(PhaseExited).outcome == "passed":
             checks.append(check(f"phase {e.phase} attempt {e.attempt}",

@@ -137,8 +137,9 @@ class Catalog:
 
 
 def overlay_dir(store_path: Path) -> Path:
-    """Where the triggers approved from a store's lessons live: next to the store."""
-    return Path(store_path).parent / "skills"
+    """Where the triggers approved from a store's lessons live: next to the store file, the
+    same folder whatever path (a symbolic link) reached it."""
+    return Path(store_path).resolve().parent / "skills"
 
 
 def load_catalog(root: Path = CATALOG_DIR, overlay: Path | None = None) -> Catalog:

@@ -98,15 +98,17 @@ def approve_lesson(store: EventStore, run_id: str, lesson_id: str, overlay: Path
         raise ValueError(f"lesson {lesson_id} proposes no catalog change; there is nothing "
                          "to approve")
     path = overlay / proposal["skill"] / "triggers.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = yaml.safe_load(path.read_text()) if path.exists() else None
-    data = data or {"skill": proposal["skill"], "triggers": []}
-    if not any(t["id"] == proposal["trigger"]["id"] for t in data["triggers"]):
-        data["triggers"].append(proposal["trigger"])
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=False))
-    tmp.replace(path)
+    # The run's writer first: a run that is being written, or that does not verify, refuses
+    # the approval before the catalog is changed.
     with RunWriter.attach(store, run_id) as w:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = yaml.safe_load(path.read_text()) if path.exists() else None
+        data = data or {"skill": proposal["skill"], "triggers": []}
+        if not any(t["id"] == proposal["trigger"]["id"] for t in data["triggers"]):
+            data["triggers"].append(proposal["trigger"])
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(data, sort_keys=False))
+        tmp.replace(path)
         w.append(NewEvent.of(LessonApproved(lesson_id=lesson_id, author=author,
                                             applied_to=str(path)), actor="human"))
     return path

@@ -18,8 +18,10 @@ not as tampering, and one from this key that does not match is tampering.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
+import logging
 import os
 import secrets
 import sqlite3
@@ -33,8 +35,12 @@ from platformdirs import user_config_path
 from npu_deploy.events import canonical_json
 
 from .errors import StoreError
+from .files import kind_of
 
 KEY_ENV = "NPU_DEPLOY_KEY_FILE"
+#: Where a new key is announced (the command line prints it; without a handler, Python's
+#: last-resort handler writes the message on stderr).
+log = logging.getLogger(__name__)
 KEY_BYTES = 32
 
 #: The columns of a `runs` row the head MAC covers: all but `head_seq` (a position in this
@@ -57,21 +63,22 @@ def key_path() -> Path:
     return Path(env) if env else user_config_path("npu-deploy") / "key"
 
 
-def user_key(*, create: bool) -> bytes | None:
-    """This user's key; created (mode 0600) when missing and `create`, else None."""
+def user_key(*, create: bool, purpose: str = "") -> bytes | None:
+    """This user's key; created (mode 0600) when missing and `create`, else None. `purpose`
+    says, in the one notice a new key gets, what it was made for."""
     path = key_path()
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
-        return _create(path) if create else None
+        return _create(path, purpose) if create else None
     except OSError as e:
-        raise KeyUnusable(f"cannot read the key {path} ({e.strerror}); fix its permissions "
-                          f"or point {KEY_ENV} at another file") from None
+        raise KeyUnusable(_unopenable(path, e)) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise KeyUnusable(f"the key {path} is {kind_of(info.st_mode)}, not a file; remove it "
+                          f"or point {KEY_ENV} at the key file")
     with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise KeyUnusable(f"the key {path} is not a regular file; remove it or point "
-                              f"{KEY_ENV} at another file")
         if info.st_mode & 0o077:
             raise KeyUnusable(f"the key {path} can be read by others (mode "
                               f"{stat.S_IMODE(info.st_mode):o}); `chmod 600 {path}`")
@@ -82,14 +89,32 @@ def user_key(*, create: bool) -> bytes | None:
     return key
 
 
-def signing_key() -> bytes:
-    """This user's key, created on first use: what every writer of a MAC holds."""
-    key = user_key(create=True)
+def _unopenable(path: Path, e: OSError) -> str:
+    """Why the key file cannot be opened, by its cause (a link is never followed: it could
+    lead anywhere another process chooses)."""
+    if e.errno == errno.ELOOP:
+        return (f"the key {path} is a symbolic link, and npu-deploy reads its key only from "
+                f"the file itself; put the key file there, or point {KEY_ENV} at it")
+    if e.errno == errno.ENOTDIR:
+        return (f"the key's path {path} goes through something that is not a folder; point "
+                f"{KEY_ENV} at the key file")
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return (f"cannot read the key {path}: permission denied; `chmod 600 {path}` as its "
+                f"owner, or point {KEY_ENV} at your key file")
+    return f"cannot read the key {path} ({e.strerror}); point {KEY_ENV} at the key file"
+
+
+def signing_key(purpose: str = "") -> bytes:
+    """This user's key, created on first use: what every writer of a MAC holds. Call it only
+    where the MAC is made, once nothing can refuse the command any more: a key made for a
+    command that is then refused would turn every run an earlier key anchored into one "made
+    by another key". `purpose` ("to anchor run X") goes into the notice a new key gets."""
+    key = user_key(create=True, purpose=purpose)
     assert key is not None
     return key
 
 
-def _create(path: Path) -> bytes:
+def _create(path: Path, purpose: str) -> bytes:
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
@@ -103,6 +128,11 @@ def _create(path: Path) -> bytes:
         f.write(key)
         f.flush()
         os.fsync(f.fileno())
+    # Once: the next command finds it. The command line prints it as a note on stderr.
+    log.warning("made a new key at %s%s (there was none): it anchors the runs you write and "
+                "signs your decisions from now on; back it up with the store. Runs an "
+                "earlier key anchored read as UNANCHORED until that key is back at %s",
+                path, f" {purpose}" if purpose else "", path)
     return key
 
 

@@ -147,6 +147,11 @@ class EventStore(StoreFile):
         says."""
         return Inbox.is_authentic(command)
 
+    def unbacked_decisions(self, run_id: str) -> dict[int, str]:
+        """Each person's decision of the run (by version) that no inbox command of theirs
+        stands behind, with why: every person's decision is the record of one."""
+        return self._inbox.unbacked(run_id)
+
     def pending_commands(self, run_id: str) -> list[dict[str, Any]]:
         """Commands not yet recorded as events, oldest first."""
         return self._inbox.pending(run_id)

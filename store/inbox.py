@@ -5,11 +5,13 @@ abort), each with a MAC of this user's key, until the conductor records it as a
 from __future__ import annotations
 
 import json
+import sqlite3
 from typing import Any
 
 from npu_deploy.events import InvalidEvent, canonical_json, utc_now, uuid7, validate_payload
 
-from .anchor import check, command_fields, mac, signing_key, user_key
+from .anchor import KEY_ENV, check, command_fields, key_path, mac, signing_key, user_key
+from .errors import Unanchored
 from .reading import Reader
 from .storefile import StoreFile
 from .transaction import transaction
@@ -39,12 +41,26 @@ class Inbox:
         # The MAC tells the conductor a person's tool wrote it (store/anchor.py): a process
         # that can write the store but not read the key cannot pass as a person.
         fields = command_fields(run_id, command_id, kind, canonical_json(payload or {}), author)
+        key = user_key(create=False) or self._new_key_for(run_id)
         with transaction(self.file.db):
             self.file.conn.execute(
                 "INSERT INTO inbox (run_id, command_id, kind, payload, author, created_ts, mac) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (*fields, utc_now(), mac(signing_key(), "command", fields)))
+                (*fields, utc_now(), mac(key, "command", fields)))
         return command_id
+
+    def _new_key_for(self, run_id: str) -> bytes:
+        """No key here: a decision for a run another key anchored is refused (its conductor
+        would refuse the run, and a new key would make every run the old one anchored read
+        as another key's); for a run that carries no anchor, a key is made to sign it."""
+        row = self.file.conn.execute("SELECT head_mac FROM runs WHERE run_id = ?",
+                                     (run_id,)).fetchone()
+        if row and row[0]:
+            raise Unanchored(
+                f"run {run_id} was anchored by key {row[0].partition(':')[0]}, and there is no "
+                f"key at {key_path()} to sign your decision: put that key file back there (or "
+                f"point {KEY_ENV} at it) and decide again; nothing was left, and no key was made")
+        return signing_key(f"to sign your decision for run {run_id}")
 
     @staticmethod
     def is_authentic(command: dict[str, Any]) -> bool:
@@ -54,8 +70,99 @@ class Inbox:
                                 canonical_json(command["payload"]), command["author"])
         return check(user_key(create=False), command.get("mac"), "command", fields) == "ok"
 
+    def unbacked(self, run_id: str) -> dict[int, str]:
+        """Each person's `human.decision` of the run that no inbox command stands behind,
+        by version, with why (`command_problem`); and each policy's that the run's policy
+        could not have taken (`policy_problem`). A forked run's decisions up to its fork
+        point are its parent's, copied: each must be the parent's event at that version,
+        and stand as that one does."""
+        key = user_key(create=False)
+        first = self.reader.event_at(run_id, 1)
+        origin = ((first.payload["parent_run_id"], int(first.payload["parent_version"]))
+                  if first is not None and first.type == "run.forked" else None)
+        parents: dict[int, str] | None = None
+        out: dict[int, str] = {}
+        config = dict(first.payload.get("config") or {}) if first is not None else {}
+        for e in self.reader.events(run_id, types=("human.decision",)):
+            v = e.run_version
+            if is_policys(e.payload):
+                problem = policy_problem(config, e.payload, e.phase)
+                if problem is not None:
+                    out[v] = problem
+                continue
+            if origin is not None and v <= origin[1]:
+                theirs = self.reader.event_at(origin[0], v)
+                if theirs is None or (theirs.type, theirs.actor, theirs.payload_json) != (
+                        e.type, e.actor, e.payload_json):
+                    out[v] = f"it is not the decision v{v} of run {origin[0]} it was forked from"
+                    continue
+                parents = self.unbacked(origin[0]) if parents is None else parents
+                if v in parents:
+                    out[v] = f"as in run {origin[0]}, {parents[v]}"
+                continue
+            problem = command_problem(self.file.conn, key, run_id, e.payload,
+                                      recorded_by=e.event_id)
+            if problem is not None:
+                out[v] = problem
+        return out
+
     def pending(self, run_id: str) -> list[dict[str, Any]]:
         """Commands not yet recorded as events, oldest first."""
         return [{**r, "payload": json.loads(r["payload"])} for r in self.file.db.query(
             "SELECT * FROM inbox WHERE run_id = ? AND consumed_event_id IS NULL "
             "ORDER BY created_ts, command_id", [run_id])]
+
+
+# --- a person's decision has a command behind it ------------------------------------------
+
+#: The fields of a decision that only a person's command can give it (the conductor adds
+#: the checkpoint or proposal it answers when the command names none).
+_FROM_THE_COMMAND = ("instruction", "direction_id", "override")
+
+
+def is_policys(payload: dict[str, Any]) -> bool:
+    """A decision the run's own policy took (`author` "policy:..."), not a person's."""
+    return str(payload.get("author") or "").startswith("policy:")
+
+
+def policy_problem(config: dict[str, Any], payload: dict[str, Any],
+                   phase: int | None) -> str | None:
+    """Why the run's own policy could not have taken this decision, or None: the conductor
+    approves a checkpoint for a person only under auto-approve, outside the phases it pauses
+    at, and picks a debug direction only under auto-approve (machine/conductor.py); nothing
+    else is ever a policy's."""
+    decision, auto = payload.get("decision"), bool(config.get("auto_approve"))
+    if decision == "approve" and auto and phase not in set(config.get("pause_at") or ()):
+        return None
+    if decision == "pick" and auto:
+        return None
+    return (f"the run's policy (auto_approve {auto}, pause_at "
+            f"{sorted(config.get('pause_at') or ())}) takes no {decision} at phase {phase}")
+
+
+def command_problem(conn: sqlite3.Connection, key: bytes | None, run_id: str,
+                    payload: dict[str, Any], *, recorded_by: str | None = None) -> str | None:
+    """Why a person's `human.decision` (its payload) is not the record of an inbox command of
+    `run_id`, or None: the command its `command_id` names must be there, signed by this
+    user's key, and say the same (kind, author, instruction, direction, override); pending
+    when it is about to be recorded, or consumed by the event `recorded_by` once it was."""
+    command_id = payload.get("command_id")
+    row = conn.execute("SELECT kind, payload, author, mac, consumed_event_id FROM inbox "
+                       "WHERE command_id = ? AND run_id = ?", (command_id, run_id)).fetchone()
+    if row is None:
+        return f"no inbox command {command_id} of run {run_id} is behind it"
+    kind, text, author, stored_mac, consumed_by = row
+    if recorded_by is None and consumed_by is not None:
+        return None       # the writer's consumption refuses it as already recorded, and says so
+    fields = command_fields(run_id, str(command_id), kind, text, author)
+    if check(key, stored_mac, "command", fields) != "ok":
+        return f"its inbox command {command_id} carries no MAC of this user's key"
+    said = json.loads(text)
+    if (kind != payload.get("decision") or author != payload.get("author")
+            or any(payload.get(k) != v for k, v in said.items())
+            or any(payload.get(k) and payload.get(k) != said.get(k) for k in _FROM_THE_COMMAND)):
+        return f"it says other than its inbox command {command_id} ({kind}, {text})"
+    if recorded_by is not None and consumed_by != recorded_by:
+        return (f"its inbox command {command_id} was recorded by "
+                f"{'no event' if consumed_by is None else 'event ' + consumed_by}, not by it")
+    return None

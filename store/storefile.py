@@ -12,7 +12,9 @@ from typing import Self
 
 from sqlite_utils import Database
 
-from .locations import default_db_path
+from .errors import StoreUnreadable
+from .identity import check_one_name
+from .locations import default_db_path, locks_dir
 from .schema import connect, release
 
 
@@ -29,8 +31,15 @@ class StoreFile:
 
     @classmethod
     def open(cls, path: str | os.PathLike[str] | None = None, *,
-             readonly: bool = False) -> Self:
+             readonly: bool = False, create: bool = True) -> Self:
+        """Not `create`: a missing store is refused as a read-only open refuses it, for a
+        command about runs that must already be there (resume, fork, decide), which would
+        otherwise leave an empty store behind its refusal."""
         p = Path(path) if path is not None else default_db_path()
+        if not create and not readonly and not os.path.lexists(p):
+            raise StoreUnreadable(f"no store at {p}; run a deployment first, or pass --db "
+                                  "(or NPU_DEPLOY_DB) with the path of an existing store")
+        check_one_name(p)
         return cls(p, connect(p, readonly=readonly), readonly=readonly)
 
     def close(self) -> None:
@@ -51,8 +60,9 @@ class StoreFile:
         return self.db.conn
 
     def lock_path(self, run_id: str) -> Path:
-        """The run's writer lock (writer.py takes it)."""
-        return self.path.with_name(self.path.name + ".locks") / f"{run_id}.lock"
+        """The run's writer lock (writer.py takes it), beside the store file whatever path
+        reached it (locations.py), so that no alias of the file gets a lock of its own."""
+        return locks_dir(self.path) / f"{run_id}.lock"
 
     def progress_path(self, run_id: str) -> Path:
         """Where the run's step in flight says how far it has got (store/progress.py)."""

@@ -21,7 +21,7 @@ from npu_deploy.events import (
 from npu_deploy.events.envelope import PREIMAGE_SEPARATORS, SEP, hash_preimage
 from npu_deploy.events.state import REDUCED_TYPES, reduce_body
 
-from .anchor import HEAD_FIELDS, check, key_id, key_path, snapshot_fields, user_key
+from .anchor import HEAD_FIELDS, KEY_ENV, check, key_id, key_path, snapshot_fields, user_key
 from .blobs import BlobMismatch, unpack
 from .errors import StoreCorrupt, UnknownRun
 from .rows import EVENT_COLUMNS, RUN_OPENERS, event_from_row
@@ -43,6 +43,9 @@ class VerifyReport:
     #: chain, blobs and snapshots hold together, which anyone able to write the file can fake.
     anchored: bool = False
     unanchored: str | None = None    # why not, when the chain is intact but not anchored
+    #: The id of the key whose MAC the run carries, when that key is not this user's (or
+    #: there is no key here to tell).
+    unanchored_by: str | None = None
 
     @property
     def status(self) -> str:
@@ -154,7 +157,10 @@ class Verifier:
             state = with_head(state, event_from_row(last))
         return VerifyReport(run_id, True, version, expected_prev, state=state if fold else None,
                             anchored=anchor == "ok",
-                            unanchored=None if anchor == "ok" else _unanchored(anchor, key))
+                            unanchored=None if anchor == "ok" else _unanchored(anchor, key,
+                                                                               head_row[-1]),
+                            unanchored_by=(head_row[-1] or "").partition(":")[0]
+                            if anchor == "foreign" else None)
 
     def _blob_problem(self, blobs: dict[str, int], needed: set[str]) -> str | None:
         """The first referenced blob whose stored bytes are not its digest, or that its
@@ -216,10 +222,12 @@ def _problem(row: tuple[Any, ...], version: int, expected_prev: str, last_seq: i
     return f"unknown event type {type_!r}"
 
 
-def _unanchored(anchor: str, key: bytes | None) -> str:
+def _unanchored(anchor: str, key: bytes | None, stored: str | None) -> str:
     if anchor == "absent":
         return ("it carries no anchor (imported from a store anchored by another key, or "
                 "written before anchoring)")
     if key is None:
-        return f"there is no key at {key_path()} to check its anchor"
+        return (f"it was anchored by key {(stored or '').partition(':')[0]}, and there is no "
+                f"key at {key_path()} to check it (put that key file back there, or point "
+                f"{KEY_ENV} at it)")
     return f"its anchor was made by another key than this user's (key id {key_id(key)})"

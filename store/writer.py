@@ -12,6 +12,7 @@ MAC (store/anchor.py) in the same transaction, one fsync per append.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 from typing import Any
@@ -39,7 +40,7 @@ from npu_deploy.events.keys import RUN_START
 from npu_deploy.events.payloads import RunForked, RunStarted
 from npu_deploy.events.state import reduce_body
 
-from .anchor import anchor_head, signing_key
+from .anchor import KEY_ENV, anchor_head, key_path, signing_key, user_key
 from .errors import (
     CommandAlreadyConsumed,
     IdempotencyConflict,
@@ -49,11 +50,12 @@ from .errors import (
     Unanchored,
     UnknownRun,
 )
+from .inbox import command_problem, is_policys, policy_problem
 from .rows import EVENT_COLUMNS, event_from_row, validate_run_id
 from .snapshots import Snapshots
 from .storefile import StoreFile
 from .transaction import transaction
-from .verification import Verifier
+from .verification import Verifier, VerifyReport
 
 #: A snapshot is cached every this many events (and when the writer closes).
 SNAPSHOT_EVERY = 1000
@@ -128,6 +130,28 @@ def take_run_lock(store: StoreFile, run_id: str) -> FileLock:
     return lock
 
 
+def refusal(report: VerifyReport, *, adopt: bool) -> StoreError | None:
+    """Why a writer may not extend this run, or None. Never a chain that does not verify:
+    the new links would vouch for it. Nor one this user's key did not anchor, unless asked
+    (`adopt`): the next head MAC would make the key vouch for whatever the chain holds now (an
+    import from another key, or a chain rewritten and stripped of its anchor)."""
+    run_id = report.run_id
+    if not report.ok:
+        return StoreCorrupt(f"run {run_id} fails verification, refusing to append: "
+                            f"{report.problem}")
+    if report.anchored or adopt:
+        return None
+    if user_key(create=False) is None and report.unanchored_by:
+        return Unanchored(
+            f"run {run_id} was anchored by key {report.unanchored_by}, and there is no key at "
+            f"{key_path()}: put that key file back there (or point {KEY_ENV} at it) and resume "
+            "again; nothing was written, and no key was made. --adopt would make a new key "
+            "vouch for the run as it stands")
+    return Unanchored(f"run {run_id} is not anchored by your key: {report.unanchored}; "
+                      "appending would make your key vouch for it. Resume it with --adopt if "
+                      "you trust where it came from")
+
+
 class RunWriter:
     def __init__(self, store: StoreFile, run_id: str, lock: FileLock, *,
                  adopt: bool = False) -> None:
@@ -140,21 +164,13 @@ class RunWriter:
         self._conn = self._store.conn
         self._conn.isolation_level = None
         self._snapshots = Snapshots(self._store)
-        self._key = signing_key()
-        # Never extend a chain that does not verify: the new links would vouch for it.
         report = Verifier(self._store).verify(run_id)
-        if not report.ok or report.state is None:
+        refused = refusal(report, adopt=adopt)
+        if refused is not None or report.state is None:
             self._store.close()
-            raise StoreCorrupt(f"run {run_id} fails verification, refusing to append: "
-                               f"{report.problem}")
-        # Nor one this key did not anchor, unless asked: the next head MAC would make this
-        # key vouch for whatever the chain holds now (an import from another key, or a chain
-        # rewritten and stripped of its anchor).
-        if not report.anchored and not adopt:
-            self._store.close()
-            raise Unanchored(f"run {run_id} is not anchored by your key: {report.unanchored}; "
-                             "appending would make your key vouch for it. Resume it with "
-                             "--adopt if you trust where it came from")
+            raise refused or StoreCorrupt(f"run {run_id} has no state to append to")
+        # Only now the key, made here if missing (adopt): a refused writer makes none.
+        self._key = signing_key(f"to anchor run {run_id}")
         # `_folded` has every reducer applied; its head may lag `_version/_hash`,
         # which move with every append (`state` joins the two when asked).
         self._folded: DeploymentState = report.state
@@ -173,6 +189,13 @@ class RunWriter:
             raise StoreError(f"{store.path} was opened read-only; open it writable to append")
         if store.conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
             raise UnknownRun(f"no run {run_id!r} in {store.path}; `npu-deploy runs` lists them")
+        if not store.lock_path(run_id).exists():
+            # No writer of this run has been here (a store copied without its locks folder):
+            # a refusal is found before a lock file is made for it. Checked again under the
+            # lock, where it counts.
+            refused = refusal(Verifier(store).verify(run_id, fold=False), adopt=adopt)
+            if refused is not None:
+                raise refused
         lock = take_run_lock(store, run_id)
         try:
             return cls(store, run_id, lock, adopt=adopt)
@@ -201,7 +224,7 @@ class RunWriter:
                                      "choose another run id")
                 insert_run_row(conn, first)
                 update_run_summary(conn, apply(DeploymentState(), insert_row(conn, first)))
-                anchor_head(conn, signing_key(), run_id)
+                anchor_head(conn, signing_key(f"to anchor the new run {run_id}"), run_id)
             return cls(store, run_id, lock)
         except BaseException:
             lock.release()
@@ -234,6 +257,7 @@ class RunWriter:
             return self.append_batch([new], consumes=[consumes])[0]
         event = prepare(new, run_id=self.run_id, run_version=self._version + 1,
                         prev_hash=self._hash)
+        self._check_decision(event, None)
         folded = reduce_body(self._folded, event)
         if folded is not self._folded and run_summary(folded) != run_summary(self._folded):
             return self._commit([event], None)[0]
@@ -267,6 +291,7 @@ class RunWriter:
                 seen_keys.add(key)
             version += 1
             event = prepare(new, run_id=self.run_id, run_version=version, prev_hash=prev)
+            self._check_decision(event, consumes[i] if consumes else None)
             prev = event.hash
             fresh.append(event)
             fresh_consumes.append(consumes[i] if consumes else None)
@@ -296,6 +321,43 @@ class RunWriter:
         self._since_snapshot += count
         if self._since_snapshot >= SNAPSHOT_EVERY:
             self.snapshot()
+
+    def _check_decision(self, event: Event, consumes: str | None) -> None:
+        """A person's decision is appended only as the record of their inbox command (which
+        it consumes, and says the same as), or, in a fork, as the copy of its parent's
+        decision at the same version. A policy's decision (author "policy:...") is the
+        conductor's own act."""
+        if event.type != "human.decision":
+            return
+        if is_policys(event.payload):
+            problem = policy_problem(self._config(), event.payload, event.phase)
+            if problem is not None:
+                raise InvalidEvent(f"human.decision by {event.payload['author']}: {problem}")
+            return
+        command_id = event.payload.get("command_id")
+        if consumes is None:
+            origin = self._folded.forked_from
+            if origin is not None and event.run_version <= origin[1]:
+                theirs = self._conn.execute(
+                    "SELECT type, actor, payload FROM events WHERE run_id = ? AND "
+                    "run_version = ?", (origin[0], event.run_version)).fetchone()
+                if theirs is not None and tuple(theirs) == (event.type, event.actor,
+                                                            event.payload_json):
+                    return
+            raise InvalidEvent(f"human.decision: a person's decision is recorded only from "
+                               f"their inbox command, and none is consumed by this one "
+                               f"(command_id {command_id}); `decide` or the TUI leaves one")
+        problem = (f"command_id {command_id} is not the command it consumes ({consumes})"
+                   if consumes != command_id else
+                   command_problem(self._conn, self._key, self.run_id, event.payload))
+        if problem is not None:
+            raise InvalidEvent(f"human.decision: {problem}")
+
+    def _config(self) -> dict[str, Any]:
+        """The configuration the run was started (or forked) with."""
+        row = self._conn.execute("SELECT payload FROM events WHERE run_id = ? AND "
+                                 "run_version = 1", (self.run_id,)).fetchone()
+        return dict(json.loads(row[0]).get("config") or {}) if row else {}
 
     def _consume(self, command_id: str, event: Event) -> None:
         cur = self._conn.execute(

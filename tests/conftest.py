@@ -112,6 +112,10 @@ def anchor_key(tmp_path_factory: pytest.TempPathFactory):
     with pytest.MonkeyPatch.context() as env:
         env.setenv("NPU_DEPLOY_KEY_FILE", str(path))
         env.setenv("NPU_DEPLOY_PIPELINES", "fake_pipeline:make")
+        # Made now, not by whichever test writes first: a command that makes the key says
+        # so on stderr (store/anchor.py), which would be one line more in that test's output.
+        from npu_deploy.store.anchor import signing_key
+        signing_key()
         yield path
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import strategies as st
 
 from npu_deploy.events import NewEvent
@@ -82,3 +84,22 @@ def new_event(draw):
 
 
 event_lists = st.lists(new_event(), min_size=0, max_size=25)
+
+
+def _as_stored(new: NewEvent) -> NewEvent:
+    """An event as a writer appends it without an inbox command: a human.decision is then
+    the auto-approve policy's (store/writer.py records a person's only from their command,
+    and a policy's only where it decides): an approve or a pick, by "policy:...", outside
+    any paused phase (the stores these go into are started with auto_approve)."""
+    if new.type != "human.decision":
+        return new
+    payload = dict(new.payload)
+    if payload["decision"] not in ("approve", "pick"):
+        payload.update(decision="approve", instruction=None, direction_id=None)
+    return replace(new, payload={**payload, "author": "policy:auto-approve"}, actor="harness")
+
+
+#: Event lists a writer takes as they are (`_as_stored`), into a run started with
+#: STORED_CONFIG.
+stored_event_lists = st.lists(new_event().map(_as_stored), min_size=0, max_size=25)
+STORED_CONFIG = {"auto_approve": True}

@@ -28,7 +28,7 @@ from npu_deploy.events.describe import cut
 from npu_deploy.store import EventStore, RunLocked, Unanchored
 
 from .group import code_version
-from .options import db_option, db_path
+from .options import db_option, db_path, open_existing
 from .output import EXIT_FAILED, EXIT_USAGE, console, fail
 from .render import data, progress
 
@@ -231,7 +231,7 @@ def resume_cmd(run: str, pipeline_spec: str | None, no_wait: bool, adopt: bool) 
     """Go on with a run that crashed, was paused, or stopped for a person."""
     from npu_deploy.machine import RunEnded
 
-    store = EventStore.open(db_path())
+    store = open_existing()
     run_id = store.resolve_run(run)
     out = console()
     try:
@@ -255,7 +255,7 @@ def fork_cmd(run: str, at_version: int, note: str | None) -> None:
     """Start a new run from RUN's history up to --at (RUN itself is not changed)."""
     from npu_deploy.machine import fork
 
-    store = EventStore.open(db_path())
+    store = open_existing()
     run_id = store.resolve_run(run)
     try:
         new = fork(store, run_id, at_version, note)
@@ -290,7 +290,7 @@ def decide_cmd(run: str, decision: str, value: str | None, override: bool,
     if checkpoint is not None and decision in ("pause", "abort"):
         fail(f"--checkpoint goes with approve, redirect or pick; {decision} is about the "
              "whole run", EXIT_USAGE)
-    store = EventStore.open(db_path())
+    store = open_existing()
     run_id = store.resolve_run(run)
     s = store.fold(run_id)
     # Whether the run takes this decision now is events/decisions.py's rule; what the

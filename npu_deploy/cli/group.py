@@ -3,6 +3,7 @@ as one line on stderr and an exit code, never a traceback."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import sys
 from importlib.metadata import PackageNotFoundError, version
@@ -11,6 +12,7 @@ from typing import Any
 import click
 
 from npu_deploy.events import InvalidEvent
+from npu_deploy.events.describe import one_line
 from npu_deploy.models import OracleError
 from npu_deploy.store import StoreError
 
@@ -30,6 +32,7 @@ class CLI(click.Group):
 
     def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         kwargs["standalone_mode"] = False
+        _notes_on_stderr()
         try:
             code = super().main(*args, **kwargs)
         except click.UsageError as e:
@@ -51,6 +54,19 @@ class CLI(click.Group):
                  "`npu-deploy verify --all`")
         except OSError as e:
             fail(f"{e.strerror or e}: {e.filename or ''}".rstrip(": "))
+
+
+class _Note(logging.Handler):
+    """A notice of the store's (a key made: store/anchor.py) as one line on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(f"npu-deploy: note: {one_line(record.getMessage())}", err=True)
+
+
+def _notes_on_stderr() -> None:
+    notes = logging.getLogger("npu_deploy.store.anchor")
+    notes.handlers = [_Note(logging.WARNING)]
+    notes.propagate = False
 
 
 @click.group(cls=CLI, context_settings={"help_option_names": ["-h", "--help"]})

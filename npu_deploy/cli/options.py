@@ -51,3 +51,9 @@ def db_path() -> Path:
 
 def open_readonly() -> EventStore:
     return EventStore.open(db_path(), readonly=True)
+
+
+def open_existing() -> EventStore:
+    """The store, for writing, refused in one line when there is none: a command about a
+    run (resume, fork, decide) creates no store on its way to saying there is no such run."""
+    return EventStore.open(db_path(), create=False)

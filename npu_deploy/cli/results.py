@@ -7,9 +7,8 @@ from pathlib import Path
 import click
 
 from npu_deploy.events.describe import printable
-from npu_deploy.store import EventStore
 
-from .options import db_option, db_path, json_option, open_readonly
+from .options import db_option, json_option, open_existing, open_readonly
 from .output import EXIT_USAGE, emit_json, fail
 
 
@@ -69,7 +68,7 @@ def lessons_cmd(run: str, action: str | None, lesson_id: str | None, author: str
         return
     if not lesson_id:
         fail("approve needs the lesson id: npu-deploy lessons RUN approve ID", EXIT_USAGE)
-    store = EventStore.open(db_path())
+    store = open_existing()
     run_id = store.resolve_run(run)
     try:
         path = approve_lesson(store, run_id, lesson_id, overlay_dir(store.path), author)

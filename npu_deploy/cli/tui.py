@@ -19,7 +19,7 @@ from npu_deploy.events.describe import printable
 from npu_deploy.store import EventStore
 
 from .group import code_version
-from .options import db_option, db_path
+from .options import db_option, db_path, open_existing
 from .output import EXIT_USAGE, fail, say_error
 
 #: After the TUI quits, how long a conductor of this process may take to record the pause
@@ -206,7 +206,7 @@ def say_where_it_stands(app: Any, run: str, *, here: bool) -> bool:
 
 
 def _existing_run(run: str) -> str:
-    store = EventStore.open(db_path())
+    store = open_existing()
     try:
         return store.resolve_run(run)
     finally:

@@ -11,7 +11,7 @@ import pytest
 from conftest import STARTED
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from strategies import event_lists
+from strategies import STORED_CONFIG, stored_event_lists
 
 from npu_deploy.events import InvalidEvent, NewEvent, canonical_json
 from npu_deploy.store import (
@@ -283,7 +283,8 @@ HASHED_COLUMNS = ["event_id", "run_id", "run_version", "type", "schema_version",
 
 
 def _write_run(path: Path, news: list[NewEvent]) -> str:
-    with EventStore.open(path) as s, s.create_run(STARTED, run_id="prop") as w:
+    with EventStore.open(path) as s, \
+            s.create_run({**STARTED, "config": STORED_CONFIG}, run_id="prop") as w:
         for n in news:
             w.append(n)
         return w.run_id
@@ -307,7 +308,7 @@ def _flip(value, position: int, replacement: int):
 
 @pytest.mark.slow         # several seconds: out of the fast core (make test-fast)
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(news=event_lists, data=st.data())
+@given(news=stored_event_lists, data=st.data())
 def test_any_single_changed_byte_in_any_stored_event_is_found_by_verify(news, data):
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "runs.db"
@@ -343,13 +344,13 @@ def test_seq_is_the_storage_position_and_reordering_it_is_found(store, db_path):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(news=event_lists, blob=st.binary(min_size=1, max_size=2000))
+@given(news=stored_event_lists, blob=st.binary(min_size=1, max_size=2000))
 def test_export_then_import_reproduces_the_run_with_its_chain_and_blobs(news, blob):
     with tempfile.TemporaryDirectory() as tmp:
         src_path, dst_path, file = (Path(tmp) / n for n in ("a.db", "b.db", "run.jsonl"))
         with EventStore.open(src_path) as src:
             ref = src.put_blob(blob)
-            with src.create_run(STARTED) as w:
+            with src.create_run({**STARTED, "config": STORED_CONFIG}) as w:
                 for n in news:
                     w.append(n)
                 w.append(NewEvent("run.finished", {"verdict": "PASS", "summary": "ok",
