@@ -379,8 +379,9 @@ def _without_dac_override() -> tuple[str, ...]:
 
 @pytest.mark.parametrize("what", ["file", "folder"])
 @redteam("a chmod'ed read-only store",
-         before="file 0444: writing commands failed mid-way with 'attempt to write a readonly "
-                "database'; folder 0555: every read failed 'unable to open database file'")
+         before="file 0444: a writing command said 'the store could not be read (attempt to "
+                "write a readonly database)'; folder 0555: every read said 'cannot read ... "
+                "(attempt to write a readonly database)'")
 def test_a_read_only_file_or_folder(tmp_path, what):
     prefix = _without_dac_override()
     folder = tmp_path / "store"
