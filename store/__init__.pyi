@@ -1,6 +1,7 @@
 """The store's public face, for type checkers and for lazy_loader (`__init__.py`)."""
 
 from .errors import CommandAlreadyConsumed as CommandAlreadyConsumed
+from .errors import DiskFull as DiskFull
 from .errors import IdempotencyConflict as IdempotencyConflict
 from .errors import ImportRefused as ImportRefused
 from .errors import NewerSchema as NewerSchema
@@ -8,6 +9,7 @@ from .errors import NotAStore as NotAStore
 from .errors import RunLocked as RunLocked
 from .errors import StoreCorrupt as StoreCorrupt
 from .errors import StoreError as StoreError
+from .errors import StoreReadOnly as StoreReadOnly
 from .errors import StoreUnreadable as StoreUnreadable
 from .errors import Unanchored as Unanchored
 from .errors import UnknownRun as UnknownRun

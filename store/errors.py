@@ -19,6 +19,15 @@ class StoreCorrupt(StoreError):
     """The file is an SQLite database, but truncated, half-written or malformed."""
 
 
+class StoreReadOnly(StoreError):
+    """A writing command on a store that cannot be written (a read-only file, folder or
+    mount): refused before anything is written."""
+
+
+class DiskFull(StoreError):
+    """A write found no room on the disk: it was rolled back, and what was stored stays."""
+
+
 class NewerSchema(StoreError):
     """The database was written by a newer npu-deploy."""
 

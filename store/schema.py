@@ -17,6 +17,13 @@ from sqlite_utils import Database
 
 from .errors import NewerSchema, NotAStore, StoreCorrupt, StoreUnreadable
 from .files import regular_or_missing
+from .medium import (
+    open_read_only,
+    read_only_error,
+    storage_error,
+    wal_holds_pages,
+    why_unwritable,
+)
 from .transaction import transaction
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -98,8 +105,9 @@ MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-def _check_file(path: Path) -> None:
-    """Recognise the file before SQLite touches it."""
+def _check_file(path: Path) -> tuple[int, int] | None:
+    """Recognise the file before SQLite touches it. Returns (its size, the size its header
+    gives) when it is shorter than that, for `_judge_short` to ask SQLite."""
     try:
         size = path.stat().st_size
         with path.open("rb") as f:
@@ -109,7 +117,7 @@ def _check_file(path: Path) -> None:
     except OSError as e:
         raise StoreUnreadable(f"cannot read {path}: {e.strerror}") from None
     if size == 0:
-        return  # SQLite treats an empty file as an empty database
+        return None  # SQLite treats an empty file as an empty database
     if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
         raise NotAStore(f"{path} is not an SQLite database (wrong header); "
                         "pass the path of an npu-deploy store to --db")
@@ -118,10 +126,33 @@ def _check_file(path: Path) -> None:
     change_counter, pages = struct.unpack(">II", header[24:32])
     valid_for = struct.unpack(">I", header[92:96])[0]
     # The in-header page count is trustworthy when its change counter matches
-    # (SQLite file format, section 1.3.7). A file shorter than it was cut off.
+    # (SQLite file format, section 1.3.7). A file shorter than it lacks pages, unless
+    # they are in the -wal: a checkpoint that ran out of space wrote the header first.
     if pages and change_counter == valid_for and size < pages * page_size:
-        raise StoreCorrupt(f"{path} is truncated ({size} bytes, its header says "
-                           f"{pages * page_size}); restore it from a copy or an export")
+        return size, pages * page_size
+    return None
+
+
+def _judge_short(path: Path, size: int, expected: int) -> None:
+    """A file shorter than its header says is judged by SQLite, the -wal's pages included:
+    refused only when SQLite's own check (quick_check) finds it damaged. With no -wal the
+    store is the file alone, read `immutable` (nothing is created beside it)."""
+    if wal_holds_pages(path):
+        conn = open_read_only(path)
+        cause = "restore it from a copy or an export"
+    else:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?immutable=1", uri=True)
+        cause = (f"no {path.name}-wal beside it holds the rest: a store copied while in use "
+                 "needs its -wal copied with it; else restore it from a copy or an export")
+    try:
+        result = [r[0] for r in conn.execute("PRAGMA quick_check")]
+    except sqlite3.DatabaseError as e:
+        result = [str(e)]
+    finally:
+        conn.close()
+    if result != ["ok"]:
+        raise StoreCorrupt(f"{path} is truncated ({size} bytes, its header says {expected}) "
+                           f"and SQLite finds it damaged ({result[0]}); {cause}")
 
 
 # Connections this process holds open, per store file. POSIX drops every lock a process
@@ -154,11 +185,19 @@ def _connect(path: Path, *, readonly: bool) -> Database:
                                 fix="pass the path of an npu-deploy store (or of a new one) "
                                     "to --db")
     if exists and path.resolve() not in _OPEN_HERE:
-        _check_file(path)
+        short = _check_file(path)
+        if short is not None:
+            _judge_short(path, *short)
         if not readonly:
             # Recognised through a read-only connection first: opening it for writing
             # would switch a foreign file to WAL before it could be refused.
             _recognise(path, _open(path, readonly=True))
+    if not exists and wal_holds_pages(path):
+        # SQLite would delete a -wal beside a new, empty store file: its pages are kept.
+        raise StoreUnreadable(f"no store file at {path}, but {path.name}-wal is beside it: "
+                              "the store was moved or deleted without its -wal, which holds "
+                              f"only its newest pages; put {path.name} back beside it, or move "
+                              "the -wal away to start a new store")
     if not exists and readonly:
         raise StoreUnreadable(f"no store at {path}; run a deployment first, or pass --db "
                               "(or NPU_DEPLOY_DB) with the path of an existing store")
@@ -167,6 +206,10 @@ def _connect(path: Path, *, readonly: bool) -> Database:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise StoreUnreadable(f"cannot create {path.parent}: {e.strerror}") from None
+    # Asked of the kernel, not of SQLite, which would open a read-only file read-only
+    # without a word and fail at the first write.
+    if not readonly and (reason := why_unwritable(path)) is not None:
+        raise read_only_error(path, reason)
     conn = _open(path, readonly=readonly)
     version = _recognise(path, conn, keep_open=True)
     db = Database(conn)
@@ -192,8 +235,7 @@ def _connect(path: Path, *, readonly: bool) -> Database:
 def _open(path: Path, *, readonly: bool) -> sqlite3.Connection:
     try:
         if readonly:
-            conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
-                                   check_same_thread=False)
+            conn = open_read_only(path)
         else:
             conn = sqlite3.connect(path, check_same_thread=False)
         conn.execute("PRAGMA busy_timeout = 10000")
@@ -276,6 +318,9 @@ def _migrate(db: Database, version: int) -> None:
 
 
 def _classify(path: Path, error: sqlite3.DatabaseError) -> Exception:
+    medium = storage_error(path, error)
+    if medium is not None:
+        return medium
     text = str(error)
     if "not a database" in text:
         return NotAStore(f"{path} is not an SQLite database; pass the path of an npu-deploy "

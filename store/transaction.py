@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from sqlite_utils import Database
 
 from .errors import NestedTransaction
+from .medium import disk_full, is_disk_full
 
 
 @contextmanager
@@ -29,21 +30,36 @@ def transaction(db: Database, *, immediate: bool = True) -> Iterator[sqlite3.Con
     the start, waiting up to the connection's busy_timeout for another writer to finish.
 
     Durability is the connection's: with `synchronous = FULL` (schema.connect) the COMMIT
-    returns after the fsync. A COMMIT that fails rolls back too."""
+    returns after the fsync. A COMMIT that fails rolls back too; one that fails for want of
+    space raises `DiskFull`."""
     conn = db.conn
     if conn.in_transaction:
         raise NestedTransaction("a transaction is already open on this connection and SQLite "
                                 "cannot nest them: do this work inside the open transaction, "
                                 "or after it ends")
-    conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
     try:
-        yield conn
-        conn.execute("COMMIT")
-    except BaseException:
-        # Some errors (a full disk, an interrupt) end the transaction themselves.
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
+        conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            # Some errors (a full disk, an interrupt) end the transaction themselves.
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    except sqlite3.Error as e:
+        # No room: rolled back, so what was committed stays; said in one line (medium.py).
+        if is_disk_full(e):
+            raise disk_full(_file_of(conn)) from e
         raise
+
+
+def _file_of(conn: sqlite3.Connection) -> str | None:
+    """The main database file of a connection (no I/O: SQLite knows it)."""
+    try:
+        return str(conn.execute("PRAGMA database_list").fetchone()[2]) or None
+    except sqlite3.Error:
+        return None
 
 
 @contextmanager

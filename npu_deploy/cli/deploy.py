@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -25,7 +26,7 @@ from npu_deploy.deploy_request import (
 from npu_deploy.events import PHASE_NAMES, Event
 from npu_deploy.events.decisions import naming, open_decisions, waiting_on
 from npu_deploy.events.describe import cut
-from npu_deploy.store import EventStore, RunLocked, Unanchored
+from npu_deploy.store import DiskFull, EventStore, RunLocked, Unanchored
 
 from .group import code_version
 from .options import db_option, db_path, open_existing
@@ -46,18 +47,25 @@ def _progress(out: Console) -> Any:
 def _drive(conductor: Any, out: Console, wait: bool) -> None:
     """Run the conductor to its next halt and exit with a code that says why it stopped."""
     from npu_deploy.machine import Halt
+    from npu_deploy.store.medium import disk_full, is_disk_full
 
     run_id = conductor.run_id
     try:
-        halt: Halt = conductor.run(wait=False)
-        while wait and halt.reason in ("awaiting_human", "awaiting_pick"):
-            at = waiting_on(conductor.state).id
-            out.print(data(f"waiting at {at}: {halt.detail}. From another terminal: npu-deploy "
-                           f"decide {run_id} approve | redirect TEXT | pick N | pause | abort "
-                           f"[--checkpoint {at}]"))
-            halt = conductor.run(wait=True)
-    finally:
-        conductor.close()
+        try:
+            halt: Halt = conductor.run(wait=False)
+            while wait and halt.reason in ("awaiting_human", "awaiting_pick"):
+                at = waiting_on(conductor.state).id
+                out.print(data(f"waiting at {at}: {halt.detail}. From another terminal: "
+                               f"npu-deploy decide {run_id} approve | redirect TEXT | pick N | "
+                               f"pause | abort [--checkpoint {at}]"))
+                halt = conductor.run(wait=True)
+        finally:
+            conductor.close()
+    except (DiskFull, OSError, sqlite3.Error) as e:
+        if not isinstance(e, DiskFull) and not is_disk_full(e):
+            raise
+        # The store, or a file the run writes beside it: either way, resuming goes on.
+        fail(str(disk_full(getattr(e, "filename", None) or db_path(), resume=run_id)))
     if halt.reason in ("finished", "failed"):
         sys.exit(0 if halt.detail == "PASS" else EXIT_FAILED)
     if halt.reason == "aborted":

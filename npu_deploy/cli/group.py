@@ -15,8 +15,9 @@ from npu_deploy.events import InvalidEvent
 from npu_deploy.events.describe import one_line
 from npu_deploy.models import OracleError
 from npu_deploy.store import StoreError
+from npu_deploy.store.medium import disk_full, is_disk_full, storage_error
 
-from .options import db_option
+from .options import db_option, db_path
 from .output import EXIT_USAGE, fail
 
 
@@ -50,9 +51,12 @@ class CLI(click.Group):
         except (StoreError, InvalidEvent, OracleError) as e:
             fail(str(e))
         except sqlite3.DatabaseError as e:
-            fail(f"the store could not be read ({e}); check the file with "
-                 "`npu-deploy verify --all`")
+            fail(str(storage_error(db_path(), e) or
+                     f"the store could not be read ({e}); check the file with "
+                     "`npu-deploy verify --all`"))
         except OSError as e:
+            if is_disk_full(e):
+                fail(str(disk_full(e.filename)))
             fail(f"{e.strerror or e}: {e.filename or ''}".rstrip(": "))
 
 

@@ -12,6 +12,7 @@ from rich.text import Text
 from npu_deploy.events import PHASE_NAMES
 from npu_deploy.events.describe import SHOWN_CHARS, view
 from npu_deploy.store import EventStore, StoreError, export_run, import_run, read_export
+from npu_deploy.store.medium import wal_holds_pages
 
 from .options import db_option, db_path, json_option, open_readonly
 from .output import EXIT_FAILED, EXIT_UNANCHORED, console, emit_json, fail
@@ -24,7 +25,7 @@ from .render import data, summary
 def runs_cmd(as_json: bool) -> None:
     """List the runs in the store."""
     path = db_path()
-    if not path.exists():
+    if not path.exists() and not wal_holds_pages(path):   # a lone -wal: open_readonly says
         if as_json:
             emit_json([])
         else:
@@ -128,7 +129,7 @@ def verify_cmd(run: str | None, all_runs: bool, as_json: bool) -> None:
     if bool(run) == all_runs:
         raise click.UsageError("give a RUN id or --all")
     path = db_path()
-    if all_runs and not path.exists():
+    if all_runs and not path.exists() and not wal_holds_pages(path):
         click.echo(f"no runs to verify (no store at {path})")
         return
     with open_readonly() as store:
