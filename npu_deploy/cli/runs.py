@@ -93,8 +93,9 @@ def show_cmd(run: str, last: int, as_json: bool) -> None:
     for p in state.phases:
         gate = p.last_gate
         phases.add_row(str(p.phase), PHASE_NAMES[p.phase], p.status, str(p.attempts),
-                       "-" if gate is None else Text.assemble(
-                           f"{gate.gate} ", ("PASS", "green") if gate.passed else ("FAIL", "red")),
+                       "-" if gate is None else Text.assemble(   # a gate's name is data
+                           data(f"{gate.gate} "),
+                           ("PASS", "green") if gate.passed else ("FAIL", "red")),
                        *(f"{t:.1f}" for t in (p.wall_time_s, p.work_time_s,
                                               *p.times[1:])))
     out.print(phases)
