@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from functools import cached_property
 from pathlib import Path
-from typing import Self
-
-from sqlite_utils import Database
+from typing import TYPE_CHECKING, Self
 
 from .locations import default_db_path
 from .schema import connect, release
+
+if TYPE_CHECKING:
+    from sqlite_utils import Database
 
 
 class StoreFile:
@@ -21,9 +23,9 @@ class StoreFile:
     migrating it), `StoreFile.open(path, readonly=True)` read-only; no path, the default
     store (store/locations.py)."""
 
-    def __init__(self, path: Path, db: Database, *, readonly: bool) -> None:
+    def __init__(self, path: Path, conn: sqlite3.Connection, *, readonly: bool) -> None:
         self.path = path
-        self.db = db
+        self.conn = conn
         self.readonly = readonly
         self._closed = False
 
@@ -37,7 +39,7 @@ class StoreFile:
         if self._closed:
             return
         self._closed = True
-        self.db.close()
+        self.conn.close()
         release(self.path)
 
     def __enter__(self) -> Self:
@@ -46,9 +48,14 @@ class StoreFile:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @property
-    def conn(self) -> sqlite3.Connection:
-        return self.db.conn
+    @cached_property
+    def db(self) -> Database:
+        """The connection as sqlite-utils' `Database`, for what writes (transactions,
+        migrations). Made on first use: a command that only reads never imports
+        sqlite-utils (nor numpy, which it imports), and answers in a fraction of the time."""
+        from sqlite_utils import Database
+
+        return Database(self.conn)
 
     def lock_path(self, run_id: str) -> Path:
         """The run's writer lock (writer.py takes it)."""
