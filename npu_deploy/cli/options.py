@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from npu_deploy.store import EventStore, default_db_path
+if TYPE_CHECKING:
+    from npu_deploy.store import EventStore
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,8 +47,12 @@ def db_path() -> Path:
     for c in (ctx, *([ctx.parent] if ctx.parent else [])):
         if c.obj and c.obj.get("db"):
             return Path(c.obj["db"])
+    from npu_deploy.store.locations import default_db_path
+
     return default_db_path()
 
 
 def open_readonly() -> EventStore:
+    from npu_deploy.store.eventstore import EventStore
+
     return EventStore.open(db_path(), readonly=True)
