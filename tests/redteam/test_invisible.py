@@ -62,8 +62,8 @@ def test_runs_tells_a_model_name_with_invisibles_from_the_plain_one(cli, tmp_pat
     assert listed.exit_code == 0, listed.stderr
     assert raw(listed.stdout) == []
     assert "tiny-qwen2\\u200b\\u200f\\ufeff" in listed.stdout
-    rows = {line.split()[1]: line.split()[3] for line in listed.stdout.splitlines()
-            if line.strip().startswith("│ r")}
+    rows = {line.split()[0]: line.split()[1] for line in listed.stdout.splitlines()
+            if line.startswith(("r1 ", "r2 "))}
     assert rows["r1"] != rows["r2"]
 
 
