@@ -4,6 +4,7 @@ open (replay), attach live, resume, fork, filter, and a new deployment."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 from typing import TYPE_CHECKING, ClassVar
 
 from rich.style import StyleType
@@ -42,7 +43,8 @@ NARROW_BELOW = 110           # columns: under this, the preview goes under the t
 TABLE_SHARE = (3, 5)        # the table's share of a wide screen; the preview has the rest
 MODEL_CUT = 14               # the model column's width at its narrowest form
 FIRST_ROWS = 100             # rows added at once: more than a screen holds
-CHUNK_ROWS = 1000            # then this many after each refresh
+CHUNK_ROWS = 500             # then this many at a time,
+CHUNK_PAUSE_S = 0.05         # this long apart: a frame is drawn and keys answered between
 #: A run's status by its tone (legend.py TONES): at work, failed, a person's turn, passed.
 STATUS_TONE = {"running": "active", "crashed": "fail", "needs_human": "human",
                "finished": "pass", "failed": "fail", "aborted": "muted", "paused": "human"}
@@ -186,7 +188,7 @@ class RunsScreen(Screen[None]):
 
     def _fill(self, filling: int, start: int, selected: str | None) -> None:
         """Add the rows from `start` on to the table: a screenful now, the rest a chunk at a
-        time after each refresh, so that the first rows are drawn at once and keys are
+        time CHUNK_PAUSE_S apart, so that the first rows are drawn at once and keys are
         answered between chunks (Textual measures every cell of every row it is given).
         A later reload's fill makes this one stop."""
         if filling != self._filling:
@@ -200,7 +202,7 @@ class RunsScreen(Screen[None]):
             table.move_cursor(row=table.get_row_index(selected), animate=False)
             selected = None
         if start + size < len(self._rows):
-            self.call_after_refresh(self._fill, filling, start + size, selected)
+            self.set_timer(CHUNK_PAUSE_S, partial(self._fill, filling, start + size, selected))
 
     @staticmethod
     def _cells(r: RunSummary, short: str) -> dict[str, dict[str, str]]:
