@@ -21,6 +21,7 @@ never as a markup string (docs/tui.md, "Text is data").
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -32,14 +33,37 @@ from .payloads import FailedMetric
 #: rest is one key (the TUI's full-text view) or one flag (`show --json`) away.
 SHOWN_CHARS: Final = 1000
 
-#: Unicode's control characters (C0, DEL, C1) and the bidirectional overrides that make a
-#: terminal show text in another order than it is stored ("Trojan Source", CVE-2021-42574),
-#: each shown as its Python escape. A newline and a tab stay: they lay text out and command
-#: nothing (a one-line surface folds them into spaces); a carriage return does not, it lets
-#: a line overwrite itself.
-_BIDI = (*range(0x202A, 0x202F), *range(0x2066, 0x206A))
-_ESCAPES: Final = {c: "\\r" if c == 0x0D else f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
-                   for c in (*range(0x20), *range(0x7F, 0xA0), *_BIDI) if c not in (0x09, 0x0A)}
+
+class _Escapes(dict[int, str]):
+    """`str.translate`'s table for `printable`, filled on first sight of each character.
+
+    Shown as its Python escape (`\\x1b`, `\\u200b`, `\\U000e0041`), never as itself, is
+    every character a terminal would act on or draw as nothing or as another: Unicode's
+    "other" categories (Cc control: C0, DEL, C1; Cf format: zero-width spaces and joiners,
+    the bidirectional marks, embeddings, overrides and isolates of "Trojan Source",
+    CVE-2021-42574, the byte-order mark, the tag characters; Cs lone surrogates; Co private
+    use; Cn unassigned), the line and paragraph separators (Zl, Zp), and every space but
+    the ASCII one (Zs: a no-break or an ideographic space passes for a plain one, so
+    `tiny qwen2` and `tiny\\u00a0qwen2` differ on screen as they do in the store). A
+    newline and a tab stay: they lay text out and command nothing (a one-line surface folds
+    them into spaces); a carriage return does not, it lets a line overwrite itself."""
+
+    def __missing__(self, code: int) -> str:
+        char = chr(code)
+        category = unicodedata.category(char)
+        if char in "\t\n " or (category[0] != "C" and category not in ("Zl", "Zp", "Zs")):
+            shown = char
+        elif char == "\r":
+            shown = "\\r"
+        elif code <= 0xFF:
+            shown = f"\\x{code:02x}"
+        else:
+            shown = char.encode("unicode_escape", "backslashreplace").decode("ascii")
+        self[code] = shown
+        return shown
+
+
+_ESCAPES: Final = _Escapes()
 
 
 def cut(text: str, limit: int | None = SHOWN_CHARS) -> str:
@@ -50,8 +74,10 @@ def cut(text: str, limit: int | None = SHOWN_CHARS) -> str:
 
 
 def printable(text: str, limit: int | None = SHOWN_CHARS) -> str:
-    """`text` (from a person or an agent) as a terminal may show it: every control
-    character as a visible escape, cut at `limit` characters."""
+    """`text` (from a person or an agent) as a terminal may show it: every control, format
+    or separator character as a visible escape (`_Escapes` says which), cut at `limit`
+    characters. The one function every surface shows such text through: the command line
+    (cli/render.py), the TUI (npu_tui/) and the Phase-6 report (pipeline/report/)."""
     return cut(text, limit).translate(_ESCAPES)
 
 

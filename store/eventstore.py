@@ -15,11 +15,10 @@ on a `StoreFile` of its own and never imports this module.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from sqlite_utils import Database
 
 from npu_deploy.events import DeploymentState, Event
 
@@ -29,18 +28,19 @@ from .reading import Reader, RunSummary
 from .snapshots import Snapshots
 from .storefile import StoreFile
 from .verification import Verifier, VerifyReport
-from .writer import RunWriter
 
 if TYPE_CHECKING:
     from npu_deploy.events.payloads import RunStarted
+
+    from .writer import RunWriter
 
 
 class EventStore(StoreFile):
     """One SQLite store file. Open with `EventStore.open(path)` (read-write,
     creating and migrating it) or `EventStore.open(path, readonly=True)`."""
 
-    def __init__(self, path: Path, db: Database, *, readonly: bool) -> None:
-        super().__init__(path, db, readonly=readonly)
+    def __init__(self, path: Path, conn: sqlite3.Connection, *, readonly: bool) -> None:
+        super().__init__(path, conn, readonly=readonly)
         self._snapshots = Snapshots(self)
         self._reader = Reader(self, self._snapshots)
         self._verifier = Verifier(self)
@@ -71,11 +71,15 @@ class EventStore(StoreFile):
 
     def writer(self, run_id: str) -> RunWriter:
         """Take the writer lock of an existing run (to resume it)."""
+        from .writer import RunWriter  # a command that only reads never loads the writer
+
         return RunWriter.attach(self, self.resolve_run(run_id))
 
     def create_run(self, started: RunStarted | dict[str, Any], *, run_id: str | None = None,
                    actor: str = "harness") -> RunWriter:
         """Start a new run with its `run.started` event; returns its writer."""
+        from .writer import RunWriter
+
         return RunWriter.create(self, started, run_id=run_id, actor=actor)
 
     # --- events, fold (reading.py) -------------------------------------------------

@@ -108,9 +108,12 @@ class Inbox:
 
     def pending(self, run_id: str) -> list[dict[str, Any]]:
         """Commands not yet recorded as events, oldest first."""
-        return [{**r, "payload": json.loads(r["payload"])} for r in self.file.db.query(
+        cur = self.file.conn.execute(
             "SELECT * FROM inbox WHERE run_id = ? AND consumed_event_id IS NULL "
-            "ORDER BY created_ts, command_id", [run_id])]
+            "ORDER BY created_ts, command_id", [run_id])
+        names = [d[0] for d in cur.description]
+        return [{**row, "payload": json.loads(row["payload"])}
+                for row in (dict(zip(names, r, strict=True)) for r in cur)]
 
 
 # --- a person's decision has a command behind it ------------------------------------------

@@ -4,10 +4,10 @@ a run's events in order, the tail a watcher polls, and the fold into a `Deployme
 
 from __future__ import annotations
 
+import fcntl
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-
-from filelock import FileLock, Timeout
 
 from npu_deploy.events import DeploymentState, Event
 from npu_deploy.events import fold as fold_events
@@ -38,6 +38,10 @@ class RunSummary:
     cost_usd: float
     parent_run_id: str | None
 
+_RUNS = ("SELECT run_id, created_ts, model, backend, agent, head_version, head_type, head_ts, "
+         "status, current_phase, phase_reached, verdict, input_tokens, output_tokens, "
+         "cost_usd, parent_run_id FROM runs ORDER BY created_ts")
+
 
 class Reader:
     """The runs of `file` and their events, as `EventStore` gives them."""
@@ -50,18 +54,24 @@ class Reader:
     # --- runs ----------------------------------------------------------------
 
     def is_locked(self, run_id: str) -> bool:
-        """True while some process holds this run's writer lock."""
-        path = self.file.lock_path(run_id)
-        if not path.exists():
-            return False
-        probe = FileLock(path, timeout=0)
+        """True while some process holds this run's writer lock.
+
+        The writer takes it with filelock, which on Linux is `flock(2)` on the lock file;
+        this asks the kernel the same question without filelock's bookkeeping (a FileLock
+        made and acquired per run cost 0.25 ms: 2.5 s of `runs` over 10,000 runs): a
+        non-blocking exclusive flock on a descriptor of our own, released at once."""
         try:
-            probe.acquire()
-        except Timeout:
+            fd = os.open(self.file.lock_path(run_id), os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:              # no lock file: never written, or not ours to read
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
             return True
         except OSError:
             return False
-        probe.release()
+        finally:
+            os.close(fd)             # closing the descriptor releases a lock we took
         return False
 
     def live_status(self, run_id: str, folded_status: str) -> str:
@@ -97,17 +107,17 @@ class Reader:
             "SELECT run_id FROM runs ORDER BY created_ts")]
 
     def runs(self) -> list[RunSummary]:
+        """Every run, oldest first: one query of the `runs` table (the writer keeps each
+        run's listing columns there, in the transaction of each append) and a probe of each
+        run's lock; no run's events are read."""
         out = []
-        for r in self.file.db.query("SELECT * FROM runs ORDER BY created_ts"):
-            status = self.live_status(r["run_id"], r["status"])
+        for r in self.file.conn.execute(_RUNS):
             out.append(RunSummary(
-                run_id=r["run_id"], created_ts=r["created_ts"], model=r["model"] or "",
-                backend=r["backend"] or "", agent=r["agent"] or "", events=r["head_version"],
-                head_type=r["head_type"] or "", head_ts=r["head_ts"] or "", status=status,
-                current_phase=r["current_phase"], phase_reached=r["phase_reached"],
-                verdict=r["verdict"], input_tokens=r["input_tokens"] or 0,
-                output_tokens=r["output_tokens"] or 0, cost_usd=r["cost_usd"] or 0.0,
-                parent_run_id=r["parent_run_id"]))
+                run_id=r[0], created_ts=r[1], model=r[2] or "", backend=r[3] or "",
+                agent=r[4] or "", events=r[5], head_type=r[6] or "", head_ts=r[7] or "",
+                status=self.live_status(r[0], r[8]), current_phase=r[9], phase_reached=r[10],
+                verdict=r[11], input_tokens=r[12] or 0, output_tokens=r[13] or 0,
+                cost_usd=r[14] or 0.0, parent_run_id=r[15]))
         return out
 
     # --- events ----------------------------------------------------------------

@@ -12,8 +12,7 @@ import sqlite3
 import struct
 from collections.abc import Callable
 from pathlib import Path
-
-from sqlite_utils import Database
+from typing import TYPE_CHECKING, Any
 
 from .errors import NewerSchema, NotAStore, StoreCorrupt, StoreUnreadable
 from .files import regular_or_missing
@@ -26,27 +25,45 @@ from .medium import (
 )
 from .transaction import transaction
 
+if TYPE_CHECKING:
+    from sqlite_utils import Database
+
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-def _v1(db: Database) -> None:
-    db.table("runs").create({
+#: The tables of schema 1 and their columns (with sqlite-utils' column types): what `_v1`
+#: creates and what `expected_columns` checks an opened store against without making them.
+_V1_TABLES: dict[str, dict[str, Any]] = {
+    "runs": {
         "run_id": str, "created_ts": str, "model": str, "backend": str, "agent": str,
         "parent_run_id": str, "parent_version": int,
         # A summary of the folded state, kept by the writer in the same
         # transaction as each append so that listing runs is one query.
         "head_version": int, "head_hash": str, "head_seq": int, "head_type": str,
         "head_ts": str, "status": str, "current_phase": int, "phase_reached": int,
-        "verdict": str, "input_tokens": int, "output_tokens": int, "cost_usd": float,
-    }, pk="run_id", not_null={"created_ts", "head_version", "head_hash", "status"})
-    db.table("events").create({
+        "verdict": str, "input_tokens": int, "output_tokens": int, "cost_usd": float},
+    "events": {
         "seq": int, "event_id": str, "run_id": str, "run_version": int, "type": str,
         "schema_version": int, "phase": int, "attempt": int, "actor": str, "ts": str,
         "causation_id": str, "correlation_id": str, "idempotency_key": str,
-        "payload": str, "prev_hash": str, "hash": str,
-    }, pk="seq", foreign_keys=[("run_id", "runs", "run_id")],
-        not_null={"event_id", "run_id", "run_version", "type", "schema_version", "actor",
-                  "ts", "payload", "prev_hash", "hash"})
+        "payload": str, "prev_hash": str, "hash": str},
+    "blobs": {"sha256": str, "size": int, "codec": str, "data": bytes, "created_ts": str},
+    "snapshots": {"run_id": str, "run_version": int, "reducer_version": int, "hash": str,
+                  "state": str, "created_ts": str},
+    "inbox": {"command_id": str, "run_id": str, "kind": str, "payload": str, "author": str,
+              "created_ts": str, "consumed_event_id": str, "consumed_ts": str},
+}
+
+
+def _v1(db: Database) -> None:
+    t = _V1_TABLES
+    db.table("runs").create(t["runs"], pk="run_id",
+                            not_null={"created_ts", "head_version", "head_hash", "status"})
+    db.table("events").create(t["events"], pk="seq",
+                              foreign_keys=[("run_id", "runs", "run_id")],
+                              not_null={"event_id", "run_id", "run_version", "type",
+                                        "schema_version", "actor", "ts", "payload",
+                                        "prev_hash", "hash"})
     # No index on event_id: ids are UUIDv7 (time + 74 random bits), and one more
     # B-tree page per durable append costs more than the rare lookup by id saves.
     db.table("events").create_index(["run_id", "run_version"], unique=True)
@@ -55,15 +72,11 @@ def _v1(db: Database) -> None:
     # range-scans the rowid from its cursor.
     db.conn.execute("CREATE UNIQUE INDEX idx_events_run_idempotency ON events "
                     "(run_id, idempotency_key) WHERE idempotency_key IS NOT NULL")
-    db.table("blobs").create({"sha256": str, "size": int, "codec": str, "data": bytes,
-                        "created_ts": str}, pk="sha256", not_null={"size", "codec", "data"})
-    db.table("snapshots").create({"run_id": str, "run_version": int, "reducer_version": int,
-                            "hash": str, "state": str, "created_ts": str},
-                           pk=("run_id", "run_version", "reducer_version"))
-    db.table("inbox").create({"command_id": str, "run_id": str, "kind": str, "payload": str,
-                        "author": str, "created_ts": str, "consumed_event_id": str,
-                        "consumed_ts": str}, pk="command_id",
-                       not_null={"run_id", "kind", "payload", "created_ts"})
+    db.table("blobs").create(t["blobs"], pk="sha256", not_null={"size", "codec", "data"})
+    db.table("snapshots").create(t["snapshots"],
+                                 pk=("run_id", "run_version", "reducer_version"))
+    db.table("inbox").create(t["inbox"], pk="command_id",
+                             not_null={"run_id", "kind", "payload", "created_ts"})
     db.table("inbox").create_index(["run_id", "consumed_event_id"])
     # One statement at a time: executescript() would commit the migration half-way.
     for name, when, body in _TRIGGERS:
@@ -92,16 +105,23 @@ _TRIGGERS = [
 ]
 
 
+#: The columns schema 2 adds.
+_V2_COLUMNS: dict[str, dict[str, Any]] = {
+    "runs": {"head_mac": str}, "snapshots": {"mac": str}, "inbox": {"mac": str}}
+
+
 def _v2(db: Database) -> None:
     """The anchor (store/anchor.py): a MAC of each run's head, of each snapshot and of each
     person's command. Rows from before hold none: their runs read as unanchored."""
-    db.table("runs").add_column("head_mac", str)
-    db.table("snapshots").add_column("mac", str)
-    db.table("inbox").add_column("mac", str)
+    for table, columns in _V2_COLUMNS.items():
+        for name, type_ in columns.items():
+            db.table(table).add_column(name, type_)
 
 
-#: MIGRATIONS[i] takes a store from schema i to i + 1.
+#: MIGRATIONS[i] takes a store from schema i to i + 1, adding the columns COLUMNS_ADDED[i]
+#: names (tests/store checks that the two agree).
 MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2]
+COLUMNS_ADDED: list[dict[str, dict[str, Any]]] = [_V1_TABLES, _V2_COLUMNS]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -170,7 +190,7 @@ def release(path: Path) -> None:
         del _OPEN_HERE[key]
 
 
-def connect(path: Path, *, readonly: bool) -> Database:
+def connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
     """Open a store file, migrating it forward when opened for writing. Close it through
     `release` too (EventStore does)."""
     path = Path(path)
@@ -180,7 +200,7 @@ def connect(path: Path, *, readonly: bool) -> Database:
     return db
 
 
-def _connect(path: Path, *, readonly: bool) -> Database:
+def _connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
     exists = regular_or_missing(path, what="a store file",
                                 fix="pass the path of an npu-deploy store (or of a new one) "
                                     "to --db")
@@ -212,24 +232,23 @@ def _connect(path: Path, *, readonly: bool) -> Database:
         raise read_only_error(path, reason)
     conn = _open(path, readonly=readonly)
     version = _recognise(path, conn, keep_open=True)
-    db = Database(conn)
     if readonly:
         if version < SCHEMA_VERSION:
-            db.close()
+            conn.close()
             raise StoreUnreadable(f"{path} has store schema {version}; run any writing "
                                   "command once to migrate it to schema "
                                   f"{SCHEMA_VERSION}")
-        return db
+        return conn
     try:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA foreign_keys = ON")
         if version < SCHEMA_VERSION:
-            _migrate(db, version)
+            _migrate(conn, version)
     except sqlite3.DatabaseError as e:
-        db.close()
+        conn.close()
         raise _classify(path, e) from None
-    return db
+    return conn
 
 
 def _open(path: Path, *, readonly: bool) -> sqlite3.Connection:
@@ -292,24 +311,21 @@ def _schema_problem(path: Path, version: int, columns: dict[str, set[str]]
     return None
 
 
-_EXPECTED: dict[tuple[Callable[[Database], None], ...], dict[str, set[str]]] = {}
-
-
 def expected_columns(version: int) -> dict[str, set[str]]:
     """Each table's columns in a store of schema `version`, as the migrations make them
-    (in an in-memory database, once)."""
-    steps = tuple(MIGRATIONS[:version])
-    if steps not in _EXPECTED:
-        db = Database(memory=True)
-        for step in steps:
-            step(db)
-        _EXPECTED[steps] = {t.name: {c.name for c in t.columns} for t in db.tables}
-        db.close()
-    return _EXPECTED[steps]
+    (COLUMNS_ADDED, without running them: no sqlite-utils for a command that only reads)."""
+    out: dict[str, set[str]] = {}
+    for added in COLUMNS_ADDED[:version]:
+        for table, columns in added.items():
+            out.setdefault(table, set()).update(columns)
+    return out
 
 
-def _migrate(db: Database, version: int) -> None:
-    with transaction(db) as conn:
+def _migrate(conn: sqlite3.Connection, version: int) -> None:
+    from sqlite_utils import Database
+
+    db = Database(conn)
+    with transaction(conn) as conn:
         # Re-read under the write lock: another process may have migrated first.
         current = conn.execute("PRAGMA user_version").fetchone()[0]
         for step in range(current, SCHEMA_VERSION):

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from functools import cached_property
 from pathlib import Path
-from typing import Self
-
-from sqlite_utils import Database
+from typing import TYPE_CHECKING, Self
 
 from .errors import StoreUnreadable
 from .identity import check_one_name
 from .locations import default_db_path, locks_dir
+from .medium import wal_holds_pages
 from .schema import connect, release
+
+if TYPE_CHECKING:
+    from sqlite_utils import Database
 
 
 class StoreFile:
@@ -23,9 +26,9 @@ class StoreFile:
     migrating it), `StoreFile.open(path, readonly=True)` read-only; no path, the default
     store (store/locations.py)."""
 
-    def __init__(self, path: Path, db: Database, *, readonly: bool) -> None:
+    def __init__(self, path: Path, conn: sqlite3.Connection, *, readonly: bool) -> None:
         self.path = path
-        self.db = db
+        self.conn = conn
         self.readonly = readonly
         self._closed = False
 
@@ -36,7 +39,7 @@ class StoreFile:
         command about runs that must already be there (resume, fork, decide), which would
         otherwise leave an empty store behind its refusal."""
         p = Path(path) if path is not None else default_db_path()
-        if not create and not readonly and not os.path.lexists(p):
+        if not create and not readonly and not os.path.lexists(p) and not wal_holds_pages(p):
             raise StoreUnreadable(f"no store at {p}; run a deployment first, or pass --db "
                                   "(or NPU_DEPLOY_DB) with the path of an existing store")
         check_one_name(p)
@@ -46,7 +49,7 @@ class StoreFile:
         if self._closed:
             return
         self._closed = True
-        self.db.close()
+        self.conn.close()
         release(self.path)
 
     def __enter__(self) -> Self:
@@ -55,9 +58,14 @@ class StoreFile:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @property
-    def conn(self) -> sqlite3.Connection:
-        return self.db.conn
+    @cached_property
+    def db(self) -> Database:
+        """The connection as sqlite-utils' `Database`, for what writes (transactions,
+        migrations). Made on first use: a command that only reads never imports
+        sqlite-utils (nor numpy, which it imports), and answers in a fraction of the time."""
+        from sqlite_utils import Database
+
+        return Database(self.conn)
 
     def lock_path(self, run_id: str) -> Path:
         """The run's writer lock (writer.py takes it), beside the store file whatever path

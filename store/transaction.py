@@ -16,15 +16,22 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-from sqlite_utils import Database
+from typing import TYPE_CHECKING
 
 from .errors import NestedTransaction
 from .medium import disk_full, is_disk_full
 
+if TYPE_CHECKING:
+    from sqlite_utils import Database
+
+
+def _conn(db: Database | sqlite3.Connection) -> sqlite3.Connection:
+    return db if isinstance(db, sqlite3.Connection) else db.conn
+
 
 @contextmanager
-def transaction(db: Database, *, immediate: bool = True) -> Iterator[sqlite3.Connection]:
+def transaction(db: Database | sqlite3.Connection, *, immediate: bool = True
+                ) -> Iterator[sqlite3.Connection]:
     """Run the block as one transaction of `db`'s connection: committed when it ends, rolled
     back (and the error raised again) when it raises. `immediate` takes the write lock at
     the start, waiting up to the connection's busy_timeout for another writer to finish.
@@ -32,7 +39,7 @@ def transaction(db: Database, *, immediate: bool = True) -> Iterator[sqlite3.Con
     Durability is the connection's: with `synchronous = FULL` (schema.connect) the COMMIT
     returns after the fsync. A COMMIT that fails rolls back too; one that fails for want of
     space raises `DiskFull`."""
-    conn = db.conn
+    conn = _conn(db)
     if conn.in_transaction:
         raise NestedTransaction("a transaction is already open on this connection and SQLite "
                                 "cannot nest them: do this work inside the open transaction, "
@@ -63,12 +70,12 @@ def _file_of(conn: sqlite3.Connection) -> str | None:
 
 
 @contextmanager
-def read_snapshot(db: Database) -> Iterator[sqlite3.Connection]:
+def read_snapshot(db: Database | sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     """Run the block's reads in one read transaction: every query sees the store as it was
     at the block's first read, whatever other processes commit meanwhile (in WAL mode a
     reader keeps its snapshot, sqlite.org/wal.html#concurrency). Inside an open transaction
     the block joins it: that one is already a single snapshot."""
-    conn = db.conn
+    conn = _conn(db)
     if conn.in_transaction:
         yield conn
         return

@@ -60,7 +60,7 @@ def export_run(store: EventStore, run_ref: str, path: str | os.PathLike[str]) ->
     run another process is appending to exports as it was at one instant, and imports."""
     target = Path(path)
     check_writable_target(target, what="export file")
-    with read_snapshot(store.db):
+    with read_snapshot(store.conn):
         run_id = store.resolve_run(run_ref)
         report = store.verify(run_id, fold=False)
         if not report.ok:

@@ -90,7 +90,7 @@ class Verifier:
         read transaction, so a writer appending meanwhile is not taken for a cut or
         altered chain.
         """
-        with read_snapshot(self.file.db):
+        with read_snapshot(self.file.conn):
             return self._verify(run_id, fold=fold)
 
     def _verify(self, run_id: str, *, fold: bool) -> VerifyReport:

@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from npu_deploy.events.describe import printable
+
 from .options import db_option, open_readonly
 from .output import fail
 
@@ -29,7 +31,9 @@ def _runner(run: str) -> Any:
 
 
 def _stream(piece: str) -> None:
-    sys.stdout.write(piece)
+    """A piece of the model's answer: text it generated, shown as any other (its control
+    and invisible characters escaped, events/describe.py `printable`)."""
+    sys.stdout.write(printable(piece, None))
     sys.stdout.flush()
 
 
@@ -57,7 +61,7 @@ def generate_cmd(run: str, prompt: str, max_tokens: int, compare: bool) -> None:
     sys.stdout.write("\n")
     if compare:
         for label, answer in runner.references(messages, max_tokens):
-            click.echo(f"{label:28} {answer}")
+            click.echo(f"{label:28} {printable(answer, None)}")
 
 
 @click.command("chat")

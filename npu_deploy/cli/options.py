@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from npu_deploy.store import EventStore, default_db_path
+if TYPE_CHECKING:
+    from npu_deploy.store import EventStore
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,14 +47,20 @@ def db_path() -> Path:
     for c in (ctx, *([ctx.parent] if ctx.parent else [])):
         if c.obj and c.obj.get("db"):
             return Path(c.obj["db"])
+    from npu_deploy.store.locations import default_db_path
+
     return default_db_path()
 
 
 def open_readonly() -> EventStore:
+    from npu_deploy.store.eventstore import EventStore
+
     return EventStore.open(db_path(), readonly=True)
 
 
 def open_existing() -> EventStore:
     """The store, for writing, refused in one line when there is none: a command about a
     run (resume, fork, decide) creates no store on its way to saying there is no such run."""
+    from npu_deploy.store.eventstore import EventStore
+
     return EventStore.open(db_path(), create=False)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
-from rich.console import Console
 
-from npu_deploy.events.describe import error_line
+if TYPE_CHECKING:
+    from rich.console import Console
 
 EXIT_FAILED = 1   # the command ran and found a problem (bad input, broken chain)
 EXIT_USAGE = 2    # a wrong flag or argument
@@ -27,11 +27,15 @@ def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
 
 def say_error(message: str) -> None:
     """`fail`'s line, for a caller that leaves by another way (the TUI, cli/tui.py)."""
+    from npu_deploy.events.describe import error_line
+
     click.echo(error_line(message), err=True)
 
 
 def console() -> Console:
     """Rich output at the terminal's width; 160 columns when piped (not rich's 80)."""
+    from rich.console import Console
+
     return Console() if sys.stdout.isatty() else Console(width=160)
 
 

@@ -4,8 +4,10 @@ open (replay), attach live, resume, fork, filter, and a new deployment."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import partial
 from typing import TYPE_CHECKING, ClassVar
 
+from rich.style import StyleType
 from rich.table import Table
 from rich.text import Text
 from textual import on
@@ -40,6 +42,9 @@ NARROWING = (("cost", None), ("tokens", None), ("events", None), ("run", "short"
 NARROW_BELOW = 110           # columns: under this, the preview goes under the table
 TABLE_SHARE = (3, 5)        # the table's share of a wide screen; the preview has the rest
 MODEL_CUT = 14               # the model column's width at its narrowest form
+FIRST_ROWS = 100             # rows added at once: more than a screen holds
+CHUNK_ROWS = 500             # then this many at a time,
+CHUNK_PAUSE_S = 0.05         # this long apart: a frame is drawn and keys answered between
 #: A run's status by its tone (legend.py TONES): at work, failed, a person's turn, passed.
 STATUS_TONE = {"running": "active", "crashed": "fail", "needs_human": "human",
                "finished": "pass", "failed": "fail", "aborted": "muted", "paused": "human"}
@@ -86,6 +91,10 @@ class RunsScreen(Screen[None]):
         self.summaries: dict[str, RunSummary] = {}
         self.filter_text = ""
         self._forms: list[tuple[str, str]] = []     # the columns shown, and their forms
+        self._rows: list[tuple[str, tuple[tuple[str, StyleType], ...]]] = []  # shown rows
+        self._filling = 0                # which fill of the table is under way (`_fill`)
+        self._data_version: int | None = None
+        self._width = 0                  # the table's width at the last reload
         self._select: str | None = None
 
     @property
@@ -104,14 +113,35 @@ class RunsScreen(Screen[None]):
         table = self.query_one(DataTable)
         self.query_one("#runs-filter", Input).display = False
         self.reload()
-        self.set_interval(1.0, self.reload)
+        self.set_interval(1.0, self.poll)
         self.app.theme_changed_signal.subscribe(self, lambda _theme: self.reload())
         table.focus()
 
     # --- the list ---------------------------------------------------------------------------
 
+    def _unchanged(self) -> bool:
+        """Whether the list would read as it does: no commit to the store since the last
+        reload (SQLite's `data_version`, which moves when another connection commits) and
+        every run shown as running still holds its lock (a crash commits nothing)."""
+        store = self.deploy_app.store
+        version = store.conn.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._data_version:
+            self._data_version = version
+            return False
+        return all(store.is_locked(r.run_id) for r in self.summaries.values()
+                   if r.status == "running")
+
+    def poll(self) -> None:
+        """Every second: reload, unless nothing a row shows can have changed (over 10,000
+        runs a reload reads every row of `runs` and probes every lock)."""
+        if not self._unchanged():
+            self.reload()
+
     def reload(self) -> None:
-        runs = self.deploy_app.store.runs()
+        store = self.deploy_app.store
+        self._data_version = store.conn.execute("PRAGMA data_version").fetchone()[0]
+        self._width = self._table_width()
+        runs = store.runs()
         self.summaries = {r.run_id: r for r in runs}
         needle = self.filter_text.lower()
         shown = [r for r in reversed(runs) if not needle or needle in
@@ -121,7 +151,29 @@ class RunsScreen(Screen[None]):
         self._select = None
         shorts = unique_prefixes(self.summaries)
         rows = [self._cells(r, shorts[r.run_id]) for r in shown]
-        forms = fit_columns(rows, self._table_width())
+        forms = fit_columns(rows, self._width)
+        tones = tone_styles(self)
+        # what a person typed (a run id, a model name) is data: Text, never markup
+        cells = [(r.run_id, tuple((cells[c][f], tones[STATUS_TONE.get(r.status, "")]
+                                   if c == "status" else "") for c, f in forms.items()))
+                 for r, cells in zip(shown, rows, strict=True)]
+        self.query_one("#runs-title", Static).update(Text.assemble(   # a path and a filter
+            ("npu-deploy", "bold"), printable(                     # are what someone typed
+                f"  {self.deploy_app.store.path}  {len(runs)} runs"
+                + (f", {len(shown)} shown (filter {self.filter_text!r})" if needle else ""))))
+        if list(forms.items()) == self._forms and [k for k, _ in cells] == \
+                [k for k, _ in self._rows] and len(table.rows) == len(cells):
+            # the same runs in the same order (a live run moved on): its cells, in place
+            for (key, row), (_, before) in zip(cells, self._rows, strict=True):
+                for column, cell, old in zip(forms, row, before, strict=True):
+                    if cell != old:
+                        table.update_cell(key, column, Text(cell[0], style=cell[1]))
+            self._rows = cells
+            if selected is not None and selected != self.selected() and \
+                    selected in table.rows:
+                table.move_cursor(row=table.get_row_index(selected), animate=False)
+            self._preview()
+            return
         if list(forms.items()) != self._forms:
             self._forms = list(forms.items())
             table.clear(columns=True)
@@ -129,19 +181,28 @@ class RunsScreen(Screen[None]):
                 table.add_column(c, key=c)
         else:
             table.clear()
-        tones = tone_styles(self)
-        for r, cells in zip(shown, rows, strict=True):
-            # what a person typed (a run id, a model name) is data: Text, never markup
-            table.add_row(*(Text(cells[c][f], style=tones[STATUS_TONE.get(r.status, "")]
-                                 if c == "status" else "") for c, f in forms.items()),
-                          key=r.run_id)
-        if selected in {r.run_id for r in shown}:
-            table.move_cursor(row=table.get_row_index(selected), animate=False)
-        self.query_one("#runs-title", Static).update(Text.assemble(   # a path and a filter
-            ("npu-deploy", "bold"), printable(                     # are what someone typed
-                f"  {self.deploy_app.store.path}  {len(runs)} runs"
-                + (f", {len(shown)} shown (filter {self.filter_text!r})" if needle else ""))))
+        self._rows = cells
+        self._filling += 1
+        self._fill(self._filling, 0, selected)
         self._preview()
+
+    def _fill(self, filling: int, start: int, selected: str | None) -> None:
+        """Add the rows from `start` on to the table: a screenful now, the rest a chunk at a
+        time CHUNK_PAUSE_S apart, so that the first rows are drawn at once and keys are
+        answered between chunks (Textual measures every cell of every row it is given).
+        A later reload's fill makes this one stop."""
+        if filling != self._filling:
+            return
+        table = self.query_one(DataTable)
+        size = FIRST_ROWS if start == 0 else CHUNK_ROWS
+        for key, row in self._rows[start:start + size]:
+            table.add_row(*(Text(text, style=style) for text, style in row), key=key)
+        if selected is not None and selected in table.rows and (
+                start == 0 or self.selected() != selected):
+            table.move_cursor(row=table.get_row_index(selected), animate=False)
+            selected = None
+        if start + size < len(self._rows):
+            self.set_timer(CHUNK_PAUSE_S, partial(self._fill, filling, start + size, selected))
 
     @staticmethod
     def _cells(r: RunSummary, short: str) -> dict[str, dict[str, str]]:
@@ -175,7 +236,8 @@ class RunsScreen(Screen[None]):
         return width - 3
 
     def on_resize(self) -> None:
-        self.reload()
+        if self._table_width() != self._width:     # the columns may fit otherwise now
+            self.reload()
 
     def select(self, run_id: str) -> None:
         """Put the cursor on `run_id` at the next reload (the run a person comes back from)."""

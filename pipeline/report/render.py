@@ -18,6 +18,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from npu_deploy.events.describe import printable
 from npu_deploy.kernels.performance.model import Rates
 
 TIME_SOURCES = ("modeled", "measured-npu")
@@ -425,7 +426,9 @@ def report_markdown(data: ReportData) -> str:
          f"({SOURCE_LABELS[_kernel_source(data)]}):", "", "![roofline](roofline.png)", "",
          f"Phases of the run ({HOST_LABEL}):", "", "![timeline](timeline.png)"],
     ]
-    return "\n\n".join("\n".join(s) for s in sections if s) + "\n"
+    # A model name, a prompt, an answer, a gate's name: text from a person, a model or an
+    # agent, its control and invisible characters shown as escapes (events/describe.py)
+    return printable("\n\n".join("\n".join(s) for s in sections if s) + "\n", None)
 
 
 # --- plots -----------------------------------------------------------------------------
@@ -468,7 +471,7 @@ def roofline_figure(data: ReportData) -> Figure:
     ax.set_xlabel("arithmetic intensity (FLOP/byte of DDR traffic)")
     ax.set_ylabel("achieved FLOP/s")
     source = SOURCE_LABELS[_kernel_source(data)]
-    ax.set_title(f"Roofline, {data.model} prefill launches ({source})")
+    ax.set_title(printable(f"Roofline, {data.model} prefill launches ({source})", None))
     ax.grid(True, which="major", alpha=0.3)
     fig.legend(fontsize="small", loc="outside right upper")   # never over a point
     return fig
@@ -498,7 +501,7 @@ def timeline_figure(data: ReportData) -> Figure:
     ax.set_yticks(ys, [p.label for p in spans])
     ax.invert_yaxis()               # phase 0 on top, as the phases are read
     ax.set_xlabel(f"seconds ({HOST_LABEL})")
-    ax.set_title(f"Phases of run {data.run_id}")
+    ax.set_title(printable(f"Phases of run {data.run_id}", None))
     if not spans:
         ax.text(0.5, 0.5, "no phases recorded", transform=ax.transAxes, ha="center")
     fig.legend(fontsize="small", loc="outside lower center", ncols=3)   # never over a bar
