@@ -39,8 +39,8 @@ LOADING = {
 #: set against the command line's options).
 VALUE_OPTIONS = frozenset({
     "--db", "--pipeline", "--run-id", "--pause-at", "--budget", "--agent", "--model",
-    "--agent-budget", "--seq-len", "--steps", "--seed-fault", "--backend", "--air-objects",
-    "--repeats"})
+    "--agent-budget", "--sandbox-limits", "--seq-len", "--steps", "--seed-fault",
+    "--backend", "--air-objects", "--repeats"})
 #: Options that make the command answer at once, wherever they are.
 AT_ONCE = frozenset({"-h", "--help", "--version"})
 #: The line, once written: the TUI shows it until its first screen is drawn, then erases it.
