@@ -8,7 +8,8 @@ The TUI's first frame is the same line, until its first screen is built, and the
 erases the line once it has left its screen (cli/tui.py, `run_app`).
 
 Nothing here may import more than the standard library (and platformdirs, for where the
-store is: store/locations.py): its point is to write before that. For a run, the line is the
+store is: store/locations.py; store/identity.py, whether the file has a second name beside
+which reading would open a WAL): its point is to write before that. For a run, the line is the
 run screen's header, read from the store's runs row with the standard library's sqlite3,
 read-only. A module of its own, below the command line: the entry point (launch.py) calls
 the command line, and the command line erases the line, neither importing the other's
@@ -22,7 +23,8 @@ import os
 import sqlite3
 import sys
 
-from npu_deploy.store.locations import default_db_path
+from npu_deploy.store.identity import second_name
+from npu_deploy.store.locations import default_db_path, locks_dir
 
 #: The commands that open the TUI (deploy without --headless), and those that load a
 #: pipeline before their first line; what each says it loads.
@@ -101,8 +103,8 @@ def loading_line(argv: list[str]) -> str | None:
 def _read(db: str, sql: str, args: tuple[object, ...] = ()) -> list[tuple[object, ...]] | None:
     """Rows of a read-only query, or None when the file is not a store it can read now (the
     command says what is wrong, once it runs)."""
-    if not os.path.isfile(db):
-        return None
+    if not os.path.isfile(db) or second_name(db) is not None:
+        return None       # (a second name: the command refuses it, and reads nothing)
     try:
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=0.1)
         try:
@@ -135,8 +137,9 @@ def run_header(db: str, ref: str) -> str | None:
 
 
 def locked(db: str, run_id: str) -> bool:
-    """Whether a process holds the run's writer lock (a flock, as filelock takes it)."""
-    path = f"{db}.locks/{run_id}.lock"
+    """Whether a process holds the run's writer lock (a flock, as filelock takes it), beside
+    the store file whatever path reached it (as the store finds it)."""
+    path = locks_dir(db) / f"{run_id}.lock"
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
