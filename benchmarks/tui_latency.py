@@ -239,14 +239,15 @@ async def browser_actions(db: Path, repeats: int) -> dict[str, dict[str, Any]]:
     from npu_deploy.tui.screens.runs import RunsScreen
 
     reloads: list[float] = []
-    original = RunsScreen.reload
+    original = RunsScreen.poll
 
     def reload(self: Any) -> None:
         original(self)
         reloads.append(time.perf_counter())
 
     async def after_reload() -> None:
-        """Just after the browser's next reload has been drawn."""
+        """Just after the browser's next one-second poll (which reloads the list when a run
+        changed) has been handled and drawn."""
         seen = len(reloads)
         while len(reloads) == seen:
             await asyncio.sleep(POLL_S)
@@ -256,7 +257,7 @@ async def browser_actions(db: Path, repeats: int) -> dict[str, dict[str, Any]]:
     formed: list[tuple[float, float]] = []
     app = DeployApp(db, driver=ConductorDriver(db))
     terminal = Terminal(app.console)
-    RunsScreen.reload = reload  # type: ignore[method-assign]
+    RunsScreen.poll = reload  # type: ignore[method-assign]
     try:
         with frames_drawn() as frames, stream_lines_drawn() as lines:
             async with app.run_test(size=SIZE) as pilot:
@@ -280,7 +281,7 @@ async def browser_actions(db: Path, repeats: int) -> dict[str, dict[str, Any]]:
                     while not isinstance(app.screen, RunsScreen):
                         await asyncio.sleep(POLL_S)
     finally:
-        RunsScreen.reload = original  # type: ignore[method-assign]
+        RunsScreen.poll = original  # type: ignore[method-assign]
     return {ACTIONS[4]: summary(opened), ACTIONS[5]: summary(formed)}
 
 
