@@ -21,6 +21,7 @@ from contextlib import closing, contextmanager, suppress
 from pathlib import Path
 
 import pytest
+from cli_stores import checkpoint  # everything into the main file, no -wal or -shm
 from click.testing import Result
 from conftest import ERROR_PREFIX, STARTED
 
@@ -128,17 +129,6 @@ def make_run(db: Path, run_id: str = "r1", events: int = 4) -> str:
                                              "ok": True, "result": {"files": {"report.md": ref}}},
                           actor="agent", phase=6, attempt=1))
     return run_id
-
-
-def checkpoint(db: Path) -> None:
-    """Everything into the main file; no -wal or -shm left beside it."""
-    conn = sqlite3.connect(db)
-    try:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        conn.close()
-    for suffix in ("-wal", "-shm"):
-        Path(f"{db}{suffix}").unlink(missing_ok=True)
 
 
 def short_by(db: Path) -> int:
