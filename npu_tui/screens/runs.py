@@ -102,6 +102,11 @@ class RunsScreen(Screen[None]):
         return self.app    # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
+        # The width's class before the first reload: Textual sets it at the first resize,
+        # after the first frame, and the table would be filled twice (once too wide).
+        width = self.app.size.width
+        self.add_class(next(c for w, c in reversed(self.HORIZONTAL_BREAKPOINTS) if width >= w),
+                       update=False)
         yield Static(id="runs-title")
         yield Input(placeholder="filter: run, model, status or verdict", id="runs-filter")
         with Horizontal(id="runs-body"):
