@@ -8,10 +8,14 @@ namespaces, `unavailable()` says so and the command is refused, never run unconf
 from __future__ import annotations
 
 import functools
+import json
 import os
+import select
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -147,3 +151,61 @@ def command_argv(exe: str, command: str, workspace: Path, read_only: Iterable[Pa
     limit = 'ulimit -v "$1" && ulimit -f "$2" && ulimit -c 0 && exec /bin/sh -c "$3"'
     return [*args, "--", "/bin/sh", "-c", limit, "sh", str(memory_bytes // 1024),
             str(max(1, file_bytes // 512)), command]
+
+
+class SandboxInit:
+    """The sandbox's first process, as bwrap reports it on `--info-fd` ("child-pid", in our
+    PID namespace): the init of the command's PID namespace. Killing bwrap kills it
+    (`--die-with-parent`), and the kernel then kills every process in the namespace; but
+    bwrap exits first, so `wait()` on bwrap returns while background writers may still
+    run. The init's exit is observable (a pidfd turns readable) only once the namespace
+    holds nothing else: `gone()` waits for that."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        self._pidfd: int | None = None
+
+    def argv(self, argv: list[str]) -> list[str]:
+        """bwrap's argv with `--info-fd`; the write end is passed to bwrap (`pass_fds`)."""
+        return [argv[0], "--info-fd", str(self.write_fd), *argv[1:]]
+
+    def started(self, timeout_s: float = 10.0) -> None:
+        """Read the init's pid once bwrap has set the sandbox up (it writes the JSON and
+        closes the descriptor), and hold a pidfd on it from then on, so that its pid, once
+        free, cannot be mistaken for another process."""
+        os.close(self.write_fd)
+        data = b""
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([self.read_fd], [], [], left)
+            if not ready:
+                break
+            chunk = os.read(self.read_fd, 4096)
+            if not chunk:
+                break
+            data += chunk
+        os.close(self.read_fd)
+        try:
+            pid = int(json.loads(data)["child-pid"])
+            self._pidfd = os.pidfd_open(pid)
+        except (ValueError, KeyError, TypeError, OSError):
+            self._pidfd = None          # bwrap failed to start, or the init is gone already
+
+    def kill(self) -> None:
+        """SIGKILL to the init: the kernel kills the rest of its namespace at once."""
+        if self._pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            except OSError:
+                pass                      # exited already
+
+    def gone(self, timeout_s: float = 10.0) -> bool:
+        """After bwrap was killed: wait until every process of the sandbox has exited."""
+        if self._pidfd is None:
+            return True
+        try:
+            ready, _, _ = select.select([self._pidfd], [], [], timeout_s)
+            return bool(ready)
+        finally:
+            os.close(self._pidfd)
+            self._pidfd = None

@@ -43,7 +43,7 @@ GREP_SECONDS = 10.0          # one grep's regular expression may search this lon
 GREP_FILE_BYTES = 16 << 20   # grep skips files larger than this
 OUTPUT_BYTES = 1 << 20       # a command printing more is stopped, its output cut
 MEMORY_BYTES = 4 << 30       # address space of each process of a command
-WATCH_S = 0.1                # how often the workspace's size is measured while a command runs
+WATCH_S = 0.02               # how often the workspace's size is measured while a command runs
 
 
 class Refused(PermissionError):
@@ -334,9 +334,14 @@ def run_command(command: str, cwd: Path, timeout_s: float, *,
     argv = bubblewrap.command_argv(exe, command, root, [root / p for p in PROTECTED],
                                    hidden if hidden is not None else hidden_paths(None),
                                    memory_bytes, file_bytes, limits.tmp_bytes)
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env=bubblewrap.BWRAP_ENV_VARS,
-                            start_new_session=True)
+    init = bubblewrap.SandboxInit()
+    try:
+        proc = subprocess.Popen(init.argv(argv), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env=bubblewrap.BWRAP_ENV_VARS, start_new_session=True,
+                                pass_fds=(init.write_fd,))
+    finally:
+        init.started()
     assert proc.stdout is not None
     out, total, timed_out, full = bytearray(), 0, False, False
     deadline = time.monotonic() + timeout_s
@@ -366,12 +371,14 @@ def run_command(command: str, cwd: Path, timeout_s: float, *,
                 if total > output_bytes:
                     break
     finally:
+        init.kill()
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         proc.stdout.close()
         proc.wait()
+        init.gone()           # and every process it started: none writes after we return
     text = out.decode(errors="replace")
     cut = total > output_bytes
     if cut:

@@ -156,3 +156,24 @@ def test_nothing_outside_the_workspace_takes_bytes_but_tmp_and_shm(ws, exe):
         assert f"refused {path}" in out, out
     assert "shm=0" not in out and int(out.split("shm=")[1].splitlines()[1]) <= 4 * MiB
     assert "devnull-ok" in out
+
+
+def _files(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("f*") if p.is_file()}
+
+
+@case("writers in the background still writing after the command was stopped",
+      "64 background dd's stopped at the workspace limit: when run_command returned, the "
+      "workspace held 63 MiB in 33 files; 1 s later 97 MiB in 51 files (the sandbox's "
+      "processes were killed after it returned, not before)")
+def test_nothing_a_stopped_command_started_writes_after_it_returns(ws, exe):
+    limits = SandboxLimits(file_bytes=8 * MiB, workspace_bytes=32 * MiB, tmp_bytes=8 * MiB)
+    r = command(ws, "for i in $(seq 64); do dd if=/dev/zero of=f$i bs=1M count=8 "
+                    "2>/dev/null & done; wait; echo finished", limits)
+    at_return = _files(ws)
+    assert r["limit"] and "workspace_bytes" in r["limit"]
+    import time
+    time.sleep(0.5)
+    assert _files(ws) == at_return
+    # the overshoot is what 64 writers wrote between two looks at the workspace
+    assert disk_usage(ws) < 32 * MiB + 64 * 8 * MiB
