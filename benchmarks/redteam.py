@@ -1,7 +1,7 @@
 """The red team's table: every case under tests/redteam/ (issue 26), what it did before the
 fix (the test's `before`) and what it does now (the test's outcome on this machine).
 
-    python -m benchmarks.redteam [pytest args]
+    python -m benchmarks.redteam [pytest args, e.g. -n 2]
 
 Prints one row per case and the counts; exits non-zero if any case fails."""
 
@@ -33,8 +33,13 @@ class Table:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         row = self.rows.get(report.nodeid)
-        if row is None:
-            return
+        if row is None:                 # run by an xdist worker: the marker's words come along
+            words = dict(report.user_properties).get("redteam")
+            if not isinstance(words, dict):
+                return
+            row = self.rows[report.nodeid] = {**words, "after": "not run"}
+            if "[" in report.nodeid:
+                row["case"] += f" [{report.nodeid.split('[', 1)[1]}"
         if report.when == "call" or report.outcome != "passed":
             if report.skipped:
                 reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else ""
