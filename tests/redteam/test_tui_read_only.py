@@ -31,7 +31,14 @@ from npu_deploy.tui.screens.help import HelpScreen
 from npu_deploy.tui.screens.run import RunScreen
 from npu_deploy.tui.screens.runs import RunsScreen
 from npu_deploy.tui.settings import read_settings, settings_path
-from redteam.test_media import _env, _without_dac_override, listing, needs_root, read_only_view
+from redteam.test_media import (
+    _env,
+    _store_with,
+    _without_dac_override,
+    listing,
+    needs_root,
+    read_only_view,
+)
 
 pytestmark = pytest.mark.tui
 
@@ -181,6 +188,32 @@ async def test_the_tui_browses_a_store_on_a_read_only_bind_mount(tmp_path):
         await attach(view / db.name, ON_READ_ONLY_MOUNT)
         _nothing_written(view / db.name, before)
     assert listing(db.parent) == before
+
+
+@needs_root
+@redteam("the TUI on a store with its -wal on a read-only bind mount",
+         before="`npu-deploy replay r1`: 'cannot write .../runs.db: it is on a read-only "
+                "file system; ...' and no TUI")
+async def test_replay_reads_the_wal_of_a_store_on_a_read_only_bind_mount(tmp_path):
+    """The store's newest event is only in its -wal (a store copied while written): the
+    replay shows it, from connections that keep the -wal's index in their own memory."""
+    source = tmp_path / "source"
+    source.mkdir()
+    db, run_id = _store_with(source, wal=True)
+    before = listing(source)
+    with read_only_view(source, tmp_path / "ro") as view:
+        app = DeployApp(view / db.name, run_id=run_id, live=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: isinstance(app.screen, RunScreen))
+            screen = app.screen
+            assert isinstance(screen, RunScreen)
+            assert ON_READ_ONLY_MOUNT in _words(app, "#read-only")
+            await pilot.press("end")
+            await until(pilot, lambda: screen.cursor == screen.timeline.head)
+            newest = screen.timeline.event(screen.timeline.head)
+            assert newest is not None and newest.payload.get("text") == "message 99 "
+            await _refused(pilot, app, "k")
+        assert listing(view) == before
 
 
 @redteam("the TUI on a chmod'ed read-only store",
