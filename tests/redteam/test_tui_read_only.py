@@ -43,8 +43,9 @@ from redteam.test_media import (
 pytestmark = pytest.mark.tui
 
 AREA = "media"
-RUNS = (tui_runs.stopped_run, tui_runs.checkpoint_run, tui_runs.working_run)
-STOPPED, CHECKPOINT, CUT = "stopped-p2", "live-p0", "work-p1"
+RUNS = (tui_runs.stopped_run, tui_runs.checkpoint_run, tui_runs.working_run,
+        tui_runs.failed_gate_run)
+STOPPED, CHECKPOINT, CUT, PICK = "stopped-p2", "live-p0", "work-p1", "debug-p1"
 #: What `why_unwritable` says of each medium.
 ON_READ_ONLY_MOUNT = "it is on a read-only file system"
 READ_ONLY_FILE = "its permissions let you read it, not write it"
@@ -94,7 +95,7 @@ async def look_around(db: Path, reason: str) -> None:
         assert isinstance(runs, RunsScreen)
         title = _words(app, "#runs-title")
         assert "read-only" in title and reason in title, title
-        assert sorted(runs.summaries) == sorted([STOPPED, CHECKPOINT, CUT])
+        assert sorted(runs.summaries) == sorted([STOPPED, CHECKPOINT, CUT, PICK])
         # the browser's writing keys
         for key in ("n", "k"):
             assert reason in await _refused(pilot, app, key)
@@ -122,7 +123,7 @@ async def look_around(db: Path, reason: str) -> None:
         await pilot.press("d")
         await until(pilot, lambda: isinstance(app.screen, DecisionDialog))
         dialog = app.screen
-        for keys in (("p",), ("x",), ("o",), ("r", *"smaller tiles", "enter")):
+        for keys in (("p",), ("x",), ("o",), ("r", *"tile", "enter")):
             await _refused(pilot, app, *keys)
             assert app.screen is dialog, keys
         await pilot.press("escape", "escape")
@@ -159,7 +160,8 @@ async def look_around(db: Path, reason: str) -> None:
 
 async def attach(db: Path, reason: str) -> None:
     """`npu-deploy attach`'s screen (live) on the run cut mid-phase: it says the store is
-    read-only, and r (resume, offered for a crashed run) is refused."""
+    read-only, and r (resume, offered for a crashed run) is refused; on the run whose debug
+    directions wait, picking one in the Decide dialog is refused."""
     app = DeployApp(db, run_id=CUT, live=True)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: isinstance(app.screen, RunScreen))
@@ -167,6 +169,12 @@ async def attach(db: Path, reason: str) -> None:
         banner = _words(app, "#banner")
         assert "writable copy" in banner and "r resumes" not in banner, banner
         await _refused(pilot, app, "r")
+        app.open_run(PICK, live=True)
+        await until(pilot, lambda: isinstance(app.screen, RunScreen)
+                    and app.screen.run_id == PICK)
+        await pilot.press("d")
+        await until(pilot, lambda: isinstance(app.screen, DecisionDialog))
+        await _refused(pilot, app, "1")
         assert app.driving == set()
 
 
