@@ -28,8 +28,10 @@ from npu_deploy.events import uuid7
 from npu_deploy.events.decisions import queued
 from npu_deploy.events.describe import error_line, printable
 from npu_deploy.store import EventStore
+from npu_deploy.store.medium import why_unwritable
 
 from .memory import settle
+from .read_only import refusal
 from .screens.run import RunScreen
 from .screens.runs import RunsScreen
 from .settings import SettingsError, keymap_path, read_settings, settings_path, write_setting
@@ -120,6 +122,9 @@ class DeployApp(App[None]):
         # run id -> set when its conductor (a worker thread of this process) has returned
         self.conducting: dict[str, threading.Event] = {}
         self.store: EventStore
+        # why the store cannot be written (store/medium.py's words), or None: then the TUI
+        # opened it read-only, and refuses every key that would write (`refuses_writing`)
+        self.read_only: str | None = None
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = True) -> None:
@@ -134,7 +139,8 @@ class DeployApp(App[None]):
             yield self._opening_line
 
     def on_mount(self) -> None:
-        self.store = EventStore.open(self.store_path)
+        self.read_only = why_unwritable(self.store_path)
+        self.store = EventStore.open(self.store_path, readonly=self.read_only is not None)
         try:
             self.set_keymap(read_keymap(keymap_path()))
         except ValueError as e:
@@ -239,6 +245,20 @@ class DeployApp(App[None]):
 
     # --- driving a conductor in this process ----------------------------------------------------
 
+    def refuses_writing(self, what: str) -> bool:
+        """Whether the store is read-only, so that `what` (e.g. "fork run r1") would write
+        where nothing can be: then a notice says so, why, and what to do, where the person
+        is (a key pressed is never silent)."""
+        if self.read_only is None:
+            return False
+        self.notify(refusal(self.store.path, self.read_only, what), severity="error")
+        return True
+
+    @property
+    def can_drive(self) -> bool:
+        """This window can run a conductor: it has a driver, and the store can be written."""
+        return self.driver is not None and self.read_only is None
+
     def ask_resume(self, run_id: str, status: str) -> None:
         """Resume `run_id` (whose status is `status`) in this process, once a person has
         seen what it goes on from; the run screen opens live on it."""
@@ -247,14 +267,16 @@ class DeployApp(App[None]):
         from .screens.dialogs import ResumeConfirm
         from .timeline import unfinished_step
 
-        if self.driver is None:
-            self.notify(f"this window only watches: `npu-deploy resume {run_id}` in a shell "
-                        "resumes it", severity="error")
-            return
         if status in ("finished", "failed", "aborted", "running", "starting"):
             self.notify(f"run {run_id} is {status}: there is nothing to resume"
                         + (" (another process runs it; attach instead)"
                            if status == "running" else ""), severity="warning")
+            return
+        if self.refuses_writing(f"resume run {run_id}"):
+            return
+        if self.driver is None:
+            self.notify(f"this window only watches: `npu-deploy resume {run_id}` in a shell "
+                        "resumes it", severity="error")
             return
         s = self.store.fold(run_id)
         done = [ph for ph in s.phases if ph.status == "exited:passed"]
@@ -285,8 +307,8 @@ class DeployApp(App[None]):
         """After a decision taken here: when no conductor runs the run (none in this
         process, no other process holding its lock), resume it in this process, so that the
         decision is recorded and the run goes on in this window. False when this app has
-        no driver (it was opened to watch only)."""
-        if self.driver is None:
+        no driver (it was opened to watch only) or its store is read-only."""
+        if not self.can_drive:
             return False
         if run_id not in self.driving and not self.store.is_locked(run_id):
             self._drive(run_id, "resume")

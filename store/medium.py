@@ -17,6 +17,9 @@ database file" (sqlite.org/wal.html#readonly). Then, as SQLite's documentation o
 
 Either way nothing is written and no lock is taken, which is right where nothing can write
 (a read-only mount); a `-shm` missing means no process has the store open in WAL mode.
+A file this process may read but not write (chmod 0444) in a folder it can write is read
+the same way when no `-shm` is beside it: `mode=ro` would create an empty `-wal` and a
+`-shm` there, files beside a store its owner made read-only.
 
 Writing where there is no room. SQLite rolls the transaction back and says "database or
 disk is full" (SQLITE_FULL); what was committed before stays, in the file or in the
@@ -76,17 +79,35 @@ def primary_code(error: BaseException) -> int | None:
 def open_read_only(path: Path) -> sqlite3.Connection:
     """A read-only connection to an existing store file, wherever it is (module doc)."""
     uri = path.resolve().as_uri()
-    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False)
-    try:
-        # The first read opens the WAL and its index: that is where a read-only place fails.
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        return conn
-    except sqlite3.DatabaseError as e:
-        conn.close()
-        code = getattr(e, "sqlite_errorcode", None)
-        if (code not in _NO_INDEX and primary_code(e) not in (_CANTOPEN, _READONLY)
-                or not os.access(path, os.R_OK)):
-            raise
+    if _may_share_index(path):
+        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False)
+        try:
+            # The first read opens the WAL and its index: where a read-only place fails.
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return conn
+        except sqlite3.DatabaseError as e:
+            conn.close()
+            code = getattr(e, "sqlite_errorcode", None)
+            if (code not in _NO_INDEX and primary_code(e) not in (_CANTOPEN, _READONLY)
+                    or not os.access(path, os.R_OK)):
+                raise
+    return _open_without_index(path, uri)
+
+
+def _may_share_index(path: Path) -> bool:
+    """Whether a read-only connection should use the WAL index SQLite keeps beside the file:
+    when this process could write the file (a writer of the store may run), or the index is
+    there (one has it open), or the file cannot be read (SQLite's error says so). A file this
+    process may read but not write, with no index beside it, is read as on a read-only place:
+    else SQLite, in a folder it can write, leaves an empty `-wal` and a `-shm` beside a store
+    the person made read-only."""
+    return (os.access(path, os.W_OK) or shm_path(path).exists()
+            or not os.access(path, os.R_OK))
+
+
+def _open_without_index(path: Path, uri: str) -> sqlite3.Connection:
+    """The read where no WAL index can be shared (module doc): nothing is created beside
+    the file and no lock is taken."""
     if wal_holds_pages(path):
         conn = sqlite3.connect(f"{uri}?mode=ro&vfs=unix-none", uri=True,
                                check_same_thread=False)

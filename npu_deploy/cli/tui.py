@@ -17,6 +17,7 @@ from npu_deploy import loading as loading_line
 from npu_deploy.deploy_request import DeployRequest, checked, resume_run
 from npu_deploy.events.describe import printable
 from npu_deploy.store import EventStore
+from npu_deploy.store.medium import why_unwritable
 
 from .group import code_version
 from .options import db_option, db_path, open_existing
@@ -205,8 +206,18 @@ def say_where_it_stands(app: Any, run: str, *, here: bool) -> bool:
     return line is not None
 
 
+def _open_store(*, create: bool) -> EventStore:
+    """The store as the TUI opens it (npu_tui/app.py): for writing, or read-only where it
+    cannot be written (a read-only mount, a file this user may only read), to browse and
+    replay. Refuses a bad store in one line before the screen opens. Not `create`: a
+    missing store is refused, not made."""
+    if why_unwritable(db_path()) is not None:
+        return EventStore.open(db_path(), readonly=True)
+    return EventStore.open(db_path()) if create else open_existing()
+
+
 def _existing_run(run: str) -> str:
-    store = open_existing()
+    store = _open_store(create=False)
     try:
         return store.resolve_run(run)
     finally:
@@ -218,7 +229,7 @@ def _existing_run(run: str) -> str:
 def tui_cmd() -> None:
     """The run browser: every run in the store; open, attach, resume or fork one."""
     needs_terminal("tui")
-    EventStore.open(db_path()).close()          # refuse a bad store before the screen opens
+    _open_store(create=True).close()           # refuse a bad store before the screen opens
     run_app(None, live=False, driver=ConductorDriver(db_path()))
 
 

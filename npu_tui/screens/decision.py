@@ -48,6 +48,12 @@ BUTTONS: dict[str, tuple[str, Any, str]] = {
 #: Actions the dialog offers by key alone (on its keys line), so that the buttons of the
 #: decision itself fit one row of an 80-column terminal
 KEY_ONLY = frozenset({"pause", "abort"})
+#: What each decision would write, in the words of the notice that refuses it on a read-only
+#: store (npu_tui/read_only.py): k is the phase, run the run.
+WRITES = {"approve": "approve phase {k} of run {run}", "redirect": "redirect phase {k} of "
+          "run {run}", "pick": "pick a direction for phase {k} of run {run}",
+          "override": "override the gate of phase {k} of run {run}",
+          "pause": "pause run {run}", "abort": "abort run {run}"}
 
 #: A direction's fields the dialog lays out itself; any other field is evidence, shown as
 #: "name: value" so that what a debug skill adds to its proposals reaches the person.
@@ -364,9 +370,17 @@ class DecisionDialog(ModalScreen[str | None]):
         option = options.get_option_at_index(options.highlighted)
         self._leave("pick", {"proposal_id": self.waiting_id, "direction_id": option.id})
 
+    def _read_only(self, kind: str) -> bool:
+        """Whether the store is read-only, so that the decision `kind` is refused (in a
+        notice over the dialog, which stays open to be read or cancelled)."""
+        return self.deploy_app.refuses_writing(WRITES[kind].format(k=self.phase,
+                                                                   run=self.run_id))
+
     def _override(self) -> None:
         from .dialogs import Confirm
 
+        if self._read_only("override"):
+            return
         gate = self.ph.last_gate
         failing = sum(1 for r in gate_rows(self.ph.gates) if r.gating and not r.passed)
         name = gate.gate if gate else "?"
@@ -384,7 +398,7 @@ class DecisionDialog(ModalScreen[str | None]):
 
     def _leave(self, kind: str, payload: dict[str, Any]) -> None:
         """Post the command, unless the decision was already taken by another client."""
-        if self.closed_by is not None:
+        if self.closed_by is not None or self._read_only(kind):
             return
         store = self.deploy_app.store
         fresh = store.fold(self.run_id)
@@ -459,6 +473,9 @@ class DecisionDialog(ModalScreen[str | None]):
         """x: the run ends for good, so one question first (focus on keeping it)."""
         from .dialogs import confirm_abort
 
+        if self._read_only("abort"):
+            return
+
         def confirmed(yes: bool | None) -> None:
             if yes:
                 self._leave_run("abort")
@@ -467,7 +484,7 @@ class DecisionDialog(ModalScreen[str | None]):
 
     def _leave_run(self, kind: str) -> None:
         """Pause or abort: about the run, not what the dialog shows; refused if not open."""
-        if self.closed_by is not None:
+        if self.closed_by is not None or self._read_only(kind):
             return
         store = self.deploy_app.store
         why = open_decisions(store.fold(self.run_id)).refused.get(kind)

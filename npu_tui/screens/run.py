@@ -33,6 +33,7 @@ from ..legend import TONE_CLASSES
 from ..memory import settle
 from ..messages import CursorMoved, EventsArrived, KeyframesWarm, Seek, ShowEvent, StepRead
 from ..player import Player
+from ..read_only import ReadOnlyLine
 from ..timeline import RunTimeline, step_estimates, step_in_flight
 from ..widgets.banner import Banner
 from ..widgets.event_stream import EventPane, EventStream
@@ -139,6 +140,7 @@ class RunScreen(Screen[None]):
         store, run_id = self.store, self.run_id
         self.short_id = unique_prefix(run_id, store.run_ids())
         yield RunTitle(run_id, self.short_id, self._live_status, id="run-title")
+        yield ReadOnlyLine(id="read-only")
         yield PhaseStrip(id="phases")
         yield Banner(id="banner")
         yield StepProgress(opened=self._opened, id="step-progress")
@@ -153,6 +155,7 @@ class RunScreen(Screen[None]):
         stream = self.query_one(EventStream)
         stream.set_cursor(self.cursor)
         stream.focus()
+        self.query_one(ReadOnlyLine).show(self.deploy_app.read_only)
         self.update_all()
         # a theme change: every panel drawn again in its colours (the widgets drop what they
         # kept laid out in their notify_style_update; the signal comes after the new CSS)
@@ -403,7 +406,8 @@ class RunScreen(Screen[None]):
     def _show_banner(self) -> None:
         self.query_one(Banner).show(self.head_state, self.status, self.short_id,
                                     at_newest=self.cursor >= self.timeline.head,
-                                    here=self.deploy_app.driver is not None)
+                                    here=self.deploy_app.can_drive,
+                                    writable=self.deploy_app.read_only is None)
 
     # --- replay actions ----------------------------------------------------------------------
 
@@ -469,6 +473,8 @@ class RunScreen(Screen[None]):
         from .dialogs import ForkDialog
 
         driver = self.deploy_app.driver
+        if self.deploy_app.refuses_writing(f"fork run {self.run_id}"):
+            return
         if driver is None:
             self.notify("This window cannot fork: in a shell, "
                         f"npu-deploy fork {self.run_id} --at {self.cursor}", severity="warning")
@@ -523,11 +529,16 @@ class RunScreen(Screen[None]):
         if why is not None:
             self.notify(f"Nothing to pause: run {self.run_id} {why}.", severity="warning")
             return
+        if self.deploy_app.refuses_writing(f"pause run {self.run_id}"):
+            return
         self.store.post_command(self.run_id, "pause", author=self.deploy_app.author)
         self.notify("Pausing: the run stops when its current step ends.")
 
     def action_abort_run(self) -> None:
         from .dialogs import confirm_abort
+
+        if self.deploy_app.refuses_writing(f"abort run {self.run_id}"):
+            return
 
         def abort(yes: bool | None) -> None:
             if yes:

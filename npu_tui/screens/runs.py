@@ -23,6 +23,7 @@ from npu_deploy.events.describe import printable, time_split
 from npu_deploy.store import RunSummary
 
 from ..legend import TONE_CLASSES, tone_styles
+from ..read_only import read_only_words
 from ..widgets.footer import KeysFooter
 from ..widgets.phase_strip import SHORT
 from ..widgets.run_title import abbreviate, unique_prefix, unique_prefixes
@@ -162,8 +163,13 @@ class RunsScreen(Screen[None]):
         cells = [(r.run_id, tuple((cells[c][f], tones[STATUS_TONE.get(r.status, "")]
                                    if c == "status" else "") for c, f in forms.items()))
                  for r, cells in zip(shown, rows, strict=True)]
-        self.query_one("#runs-title", Static).update(Text.assemble(   # a path and a filter
-            ("npu-deploy", "bold"), printable(                     # are what someone typed
+        read_only = self.deploy_app.read_only
+        self.query_one("#runs-title", Static).update(Text.assemble(
+            ("npu-deploy", "bold"),
+            # said once, first: a narrow terminal cuts the line's end
+            "" if read_only is None else (printable(f"  {read_only_words(read_only)}"),
+                                          tones["human"]),
+            printable(                         # a path and a filter are what someone typed
                 f"  {self.deploy_app.store.path}  {len(runs)} runs"
                 + (f", {len(shown)} shown (filter {self.filter_text!r})" if needle else ""))))
         if list(forms.items()) == self._forms and [k for k, _ in cells] == \
@@ -285,11 +291,14 @@ class RunsScreen(Screen[None]):
         status = r.status if r else s.status
         grid.add_row("status", Text(status))
         if status in ("crashed", "paused"):
-            # nothing runs it: say how it goes on, here and from a shell
+            # nothing runs it: say how it goes on, here and from a shell (a read-only store:
+            # from a writable copy of it)
             short = unique_prefix(run_id, self.summaries)
-            grid.add_row("next", Text(printable(f"r resumes it here, or npu-deploy resume "
-                                                f"{short} in a shell"),
-                                      style=tone_styles(self)["human"]))
+            grid.add_row("next", Text(printable(
+                f"npu-deploy resume {short} on a writable copy of the store"
+                if self.deploy_app.read_only else
+                f"r resumes it here, or npu-deploy resume {short} in a shell"),
+                style=tone_styles(self)["human"]))
         if s.forked_from:
             grid.add_row("forked", Text(printable(f"from {s.forked_from[0]} at "
                                                   f"v{s.forked_from[1]}")))
@@ -328,7 +337,7 @@ class RunsScreen(Screen[None]):
 
         run_id = self.selected()
         app = self.deploy_app
-        if run_id is None:
+        if run_id is None or app.refuses_writing(f"fork run {run_id}"):
             return
         if app.driver is None:
             self.notify("this TUI has no deployment driver; run `npu-deploy fork RUN --at N`",
@@ -354,6 +363,8 @@ class RunsScreen(Screen[None]):
         from .new_deployment import NewDeployment
 
         app = self.deploy_app
+        if app.refuses_writing("start a new deployment"):
+            return
         if app.driver is None:
             self.notify("this TUI has no deployment driver; run `npu-deploy deploy MODEL`",
                         severity="error")

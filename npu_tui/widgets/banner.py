@@ -19,11 +19,13 @@ class Banner(Static):
     state, whatever event the cursor is on."""
 
     def show(self, head: DeploymentState, status: str, short_id: str, *, at_newest: bool,
-             here: bool) -> None:
+             here: bool, writable: bool = True) -> None:
         """What `head` (the run's state at its newest event) waits for, or, when nothing
         runs it (`status` crashed or paused), how it goes on: `r` here (`here`: this window
         can run a conductor), `npu-deploy resume SHORT_ID` from a shell. `at_newest`: the
-        cursor is on that event (else the banner says it speaks of the newest)."""
+        cursor is on that event (else the banner says it speaks of the newest). Not
+        `writable` (a read-only store, npu_tui/read_only.py): `d` shows the decision, and
+        going on needs a writable copy of the store."""
         now = "" if at_newest else "at the newest event, "
         text = waiting_text(head)
         short = one_line(short_id, 40)
@@ -32,7 +34,8 @@ class Banner(Static):
                 [("r", "bold"), " resumes it here, or "] if here else []
             self.display = True
             self.update(Text.assemble(f"■  {now}run {STOPPED[status]}  —  ", *keys,
-                                      (f"npu-deploy resume {short}", "bold")))
+                                      (f"npu-deploy resume {short}", "bold"),
+                                      "" if writable else " on a writable copy of the store"))
             return
         if text is None:
             self.display = False
@@ -42,6 +45,11 @@ class Banner(Static):
         # continue_run); from a shell, `npu-deploy decide` then `resume`
         after = ("" if status not in STOPPED else " (nothing runs the run now: deciding "
                  "resumes it here)" if here else f" (nothing runs it: npu-deploy resume {short})")
+        if not writable:
+            self.update(Text.assemble(f"⚠  {now}{one_line(text, 200)}  —  press ",
+                                      ("d", "bold"), " to see it; deciding needs a writable "
+                                      "copy of the store"))
+            return
         # an exit reason is an agent's words: data, never markup
         self.update(Text.assemble(f"⚠  {now}{one_line(text, 200)}  —  press ", ("d", "bold"),
                                   " to decide", after))

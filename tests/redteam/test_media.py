@@ -397,6 +397,26 @@ def test_a_read_only_file_or_folder(tmp_path, what):
         folder.chmod(0o755)
 
 
+@pytest.mark.parametrize("wal", [False, True], ids=["checkpointed", "with-wal"])
+@redteam("a read of a chmod'ed read-only store in a writable folder",
+         before="each read left files beside the 0444 store: an empty runs.db-wal and a "
+                "runs.db-shm (checkpointed), a runs.db-shm (with its -wal)")
+def test_reading_a_read_only_file_creates_nothing_beside_it(tmp_path, wal):
+    prefix = _without_dac_override()
+    folder = tmp_path / "store"
+    folder.mkdir()
+    db, run_id = _store_with(folder, wal=wal)
+    db.chmod(0o444)
+    before = listing(folder)
+    for name in ("runs", "show", "verify"):
+        done = npu_deploy("--db", db, *READS[name](run_id, tmp_path), prefix=prefix)
+        assert done.returncode == 0 and not done.stderr, f"{name}: {done.stderr}"
+        assert listing(folder) == before, name
+    if wal:                                   # the -wal's newest event is read
+        shown = npu_deploy("--db", db, "show", run_id, "--json", prefix=prefix)
+        assert "message 99" in shown.stdout
+
+
 # --- 1. a full disk at every phase of a deployment -------------------------------------------
 
 DEPLOY = ("deploy", "tiny-llama", "--headless", "--auto-approve", "--seq-len", "32",
