@@ -152,9 +152,9 @@ class AwqInt4Codec(WeightCodec):
         """The float32 weights of `parts`, (q - zero)*scale."""
         assert parts.offsets is not None
         rows, cols = parts.shape
-        q = parts.q.to(torch.float32).reshape(rows, cols // self.group, self.group)
-        zero = parts.offsets.to(torch.float32)[..., None]
-        return ((q - zero) * parts.scales.to(torch.float32)[..., None]).reshape(rows, cols)
+        w = parts.q.to(torch.float32).reshape(rows, cols // self.group, self.group)
+        w.sub_(parts.offsets.to(torch.float32)[..., None])
+        return w.mul_(parts.scales.to(torch.float32)[..., None]).reshape(rows, cols)
 
     def quantize(self, weights: torch.Tensor) -> bytes:
         """Upstream's `fake_quantize_awq_int4`, vectorized (module docstring)."""
@@ -169,7 +169,7 @@ class AwqInt4Codec(WeightCodec):
         scale = (groups.amax(dim=2) - low) / 15.0
         scale = torch.where(scale == 0, torch.full_like(scale, 1e-7), scale)
         zero = torch.round(-low / scale).clamp(0, 15)
-        q = torch.round(groups / scale[..., None] + zero[..., None]).clamp(0, 15)
+        q = (groups / scale[..., None]).add_(zero[..., None]).round_().clamp_(0, 15)
         return QuantParts(q.to(torch.uint8).reshape(rows, cols), scale.to(torch.bfloat16),
                           zero.to(torch.uint8))
 

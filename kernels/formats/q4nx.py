@@ -171,9 +171,9 @@ class Q4Container(WeightCodec):
 
         nib = _from_blocks(_qs_to_nibbles(blocks[:, 2 * half:].reshape(-1, 2, COLS, 8)),
                            rows, cols)
+        if self.signed:                          # two's complement nibble: (u ^ 8) - 8
+            nib = (nib ^ np.uint8(8)).view(np.int8) - np.int8(8)
         q = torch.from_numpy(np.ascontiguousarray(nib))
-        if self.signed:
-            q = ((q ^ 8).to(torch.int16) - 8).to(torch.int8)
         return QuantParts(q, per_row(blocks[:, :half]), per_row(blocks[:, half:2 * half]))
 
     def dequantize(self, data: bytes, shape: tuple[int, int]) -> torch.Tensor:
@@ -184,14 +184,15 @@ class Q4Container(WeightCodec):
         """The float32 weights of `parts`, by this form's formula."""
         assert parts.offsets is not None
         rows, cols = parts.shape
-        q = parts.q.to(torch.float32).reshape(rows, cols // GROUP, GROUP)
+        w = parts.q.to(torch.float32).reshape(rows, cols // GROUP, GROUP)   # a fresh tensor
         scale = parts.scales.to(torch.float32)[..., None]
+        offset = parts.offsets.to(torch.float32)[..., None]
         if self.form == "q4_0":
-            w = q * scale
+            w.mul_(scale)
         elif self.form == "additive":
-            w = scale * q + parts.offsets.to(torch.float32)[..., None]
+            w.mul_(scale).add_(offset)
         else:
-            w = scale * (q - parts.offsets.to(torch.float32)[..., None])
+            w.sub_(offset).mul_(scale)
         return w.reshape(rows, cols)
 
     def quantize(self, weights: torch.Tensor) -> bytes:
@@ -208,13 +209,13 @@ class Q4Container(WeightCodec):
             low = groups.amin(dim=2)
             scale = (groups.amax(dim=2) - low) / 15.0
             scale = torch.where(scale <= 0, torch.ones_like(scale), scale)
-            q = torch.round((groups - low[..., None]) / scale[..., None]).clamp(0, 15)
+            q = (groups - low[..., None]).div_(scale[..., None]).round_().clamp_(0, 15)
             return QuantParts(q.to(torch.uint8).reshape(rows, cols), scale.to(torch.bfloat16),
                               low.to(torch.bfloat16))
         if self.form == "q4_0":
             amax = groups.abs().amax(dim=2)
             scale = torch.where(amax <= 0, torch.ones_like(amax), amax / 8.0)
-            q = torch.round(groups / scale[..., None]).clamp(-8, 7)
+            q = (groups / scale[..., None]).round_().clamp_(-8, 7)
             return QuantParts(q.to(torch.int8).reshape(rows, cols), scale.to(torch.bfloat16),
                               torch.zeros_like(scale, dtype=torch.bfloat16))
         raise ValueError(f"{self.format.name}: upstream only reads this legacy form, it has no "
