@@ -10,8 +10,8 @@ formats' codecs are. Issue 40, point 1.
   weights quantized to GGUF Q4_0 by gguf, then repacked into the Q4_0 container (the bundle
   has no Q4_0 tensor of its own). Also the bytes the padding to whole Q4NX blocks adds.
 * **Speed.** quantize, pack, unpack and dequantize of a 4096 x 4096 matrix in each format,
-  the median of `--repeats`, beside gguf's own dequantization of the same matrix in Q4_1
-  measured in the same run (the ratio is the figure to compare across machines).
+  the median of `--repeats`, each over gguf's own dequantization of the same matrix in Q4_1
+  timed just before it (the ratio is the figure to compare across machines and loads).
 
 Everything is measured on the CPU of the machine it runs on; nothing runs on an NPU.
 
@@ -78,36 +78,50 @@ def repack_errors() -> dict[str, Any]:
             "gguf_q4_1_bytes": logical, "q4nx_bytes": padded}
 
 
-def _median(fn: Callable[[], object], repeats: int) -> float:
-    times = []
+def _paired(fn: Callable[[], object], reference: Callable[[], object],
+            repeats: int) -> tuple[float, float]:
+    """fn's median seconds, and the median of fn's time over the reference's, each pair
+    timed back to back (on a shared host the load moves between repeats)."""
+    times, ratios = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
+        reference()
+        t1 = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        t2 = time.perf_counter()
+        times.append(t2 - t1)
+        ratios.append((t2 - t1) / (t1 - t0))
+    return statistics.median(times), statistics.median(ratios)
 
 
 def speeds(repeats: int) -> dict[str, Any]:
-    """Seconds per operation on a 4096 x 4096 matrix, per format, and gguf's Q4_1
-    dequantization of the same matrix as the same-run reference."""
+    """Seconds per operation on a 4096 x 4096 matrix, per format, each beside gguf's Q4_1
+    dequantization of the same matrix timed just before it (the same-run reference)."""
     shape = (4096, 4096)
     w = torch.randn(shape, generator=torch.Generator().manual_seed(0)) * 0.02
     reference_bytes = GGUF_Q4_1.quantize(w)
-    reference = _median(lambda: GGUF_Q4_1.dequantize(reference_bytes, shape), repeats)
+
+    def reference() -> object:
+        return GGUF_Q4_1.dequantize(reference_bytes, shape)
+
     out: dict[str, Any] = {}
     for name, codec in CODECS.items():
         if name == "q4nx-legacy":
             continue                                   # no quantizer upstream; same codec
         data = codec.quantize(w)
         parts = codec.unpack(data, shape)
-        row = {"quantize_s": _median(lambda c=codec: c.quantize(w), repeats),
-               "pack_s": _median(lambda c=codec, p=parts: c.pack(p), repeats),
-               "unpack_s": _median(lambda c=codec, d=data: c.unpack(d, shape), repeats),
-               "dequantize_s": _median(lambda c=codec, d=data: c.dequantize(d, shape),
-                                       repeats)}
-        row["dequantize_vs_gguf_q4_1"] = row["dequantize_s"] / reference
+        ops: dict[str, Callable[[], object]] = {
+            "quantize": lambda c=codec: c.quantize(w),
+            "pack": lambda c=codec, p=parts: c.pack(p),
+            "unpack": lambda c=codec, d=data: c.unpack(d, shape),
+            "dequantize": lambda c=codec, d=data: c.dequantize(d, shape)}
+        row: dict[str, float] = {}
+        for op, fn in ops.items():
+            row[f"{op}_s"], row[f"{op}_vs_reference"] = _paired(fn, reference, repeats)
         out[name] = row
-    return {"shape": list(shape), "gguf_q4_1_dequantize_s": reference, "formats": out}
+    reference_s, _ = _paired(reference, reference, repeats)
+    return {"shape": list(shape), "reference": "gguf.quants.dequantize of the matrix in Q4_1",
+            "reference_s": reference_s, "formats": out}
 
 
 def print_report(r: dict[str, Any]) -> None:
@@ -128,19 +142,18 @@ def print_report(r: dict[str, Any]) -> None:
           f"({rp['q4nx_bytes'] / rp['gguf_q4_1_bytes']:.3f}x: both 5 bits a weight; the "
           f"padding of K 576 -> 768)")
     s = r["speed"]
-    print(f"  4096 x 4096, median of {r['repeats']}; gguf's Q4_1 dequantize "
-          f"{s['gguf_q4_1_dequantize_s']:.3f} s")
-    print(f"    {'format':<16} {'quantize':>9} {'pack':>7} {'unpack':>7} {'dequant':>8} "
-          f"{'dequant/gguf':>13}")
+    print(f"  4096 x 4096, median of {r['repeats']}; each time / the time of {s['reference']} "
+          f"({s['reference_s']:.3f} s) just before it")
+    print(f"    {'format':<16} {'quantize':>16} {'pack':>16} {'unpack':>16} {'dequantize':>16}")
     for name, f in s["formats"].items():
-        print(f"    {name:<16} {f['quantize_s']:>8.3f}s {f['pack_s']:>6.3f}s "
-              f"{f['unpack_s']:>6.3f}s {f['dequantize_s']:>7.3f}s "
-              f"{f['dequantize_vs_gguf_q4_1']:>12.2f}x")
+        cells = [f"{f[op + '_s']:.3f}s ({f[op + '_vs_reference']:.2f}x)"
+                 for op in ("quantize", "pack", "unpack", "dequantize")]
+        print(f"    {name:<16} " + " ".join(f"{c:>16}" for c in cells))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     report = {

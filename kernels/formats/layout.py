@@ -22,7 +22,8 @@ MLIR_AIR_COMMIT = "e972f2942d41123f161276b27f991ef10da2a2e6"
 
 @dataclass(frozen=True)
 class Upstream:
-    """Where a fact comes from: a file of a repository at a commit, and the symbol in it."""
+    """Where a fact comes from: a file of a repository at a commit (or, for a package read
+    as installed, its released version), and the symbol in it."""
 
     repository: str
     path: str
