@@ -186,14 +186,12 @@ class Q4Container(WeightCodec):
         rows, cols = parts.shape
         w = parts.q.to(torch.float32).reshape(rows, cols // GROUP, GROUP)   # a fresh tensor
         scale = parts.scales.to(torch.float32)[..., None]
-        offset = parts.offsets.to(torch.float32)[..., None]
         if self.form == "q4_0":
-            w.mul_(scale)
-        elif self.form == "additive":
-            w.mul_(scale).add_(offset)
-        else:
-            w.sub_(offset).mul_(scale)
-        return w.reshape(rows, cols)
+            return w.mul_(scale).reshape(rows, cols)
+        offset = parts.offsets.to(torch.float32)[..., None]
+        if self.form == "additive":
+            return w.mul_(scale).add_(offset).reshape(rows, cols)
+        return w.sub_(offset).mul_(scale).reshape(rows, cols)
 
     def quantize(self, weights: torch.Tensor) -> bytes:
         """Upstream's quantizer for this form: `_requant_q4k` (additive) or `requant_q4_0`
