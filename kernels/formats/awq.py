@@ -49,6 +49,7 @@ from .layout import (
     bf16_bits,
     bf16_from_bits,
     check_parts,
+    owned,
 )
 
 _DIR = "programming_examples/matrix_vector_multiplication/int4_awq/"
@@ -141,8 +142,7 @@ class AwqInt4Codec(WeightCodec):
         scales = self._untile(s_bits.reshape(-1, gpc, self.m_tile).transpose(0, 2, 1), rows)
         zeros = self._untile(tiles[:, zf.offset:].reshape(-1, gpc, self.m_tile)
                              .transpose(0, 2, 1), rows)
-        return QuantParts(torch.from_numpy(np.ascontiguousarray(q)), bf16_from_bits(scales),
-                          torch.from_numpy(np.ascontiguousarray(zeros)))
+        return QuantParts(owned(q), bf16_from_bits(scales), owned(zeros))
 
     def dequantize(self, data: bytes, shape: tuple[int, int]) -> torch.Tensor:
         """The float32 weights, (q - zero)*scale (exact in float32)."""
@@ -198,9 +198,9 @@ def from_autoawq(qweight: torch.Tensor | np.ndarray, qzeros: torch.Tensor | np.n
         raise ValueError(f"AutoAWQ tensors disagree: qweight gives K={k}, N={n}, group {group} "
                          f"wants qzeros [{k // group}, {n // 8}] and scales [{k // group}, {n}], "
                          f"got {list(z_gn.shape)} (unpacked) and {list(s.shape)}")
-    return QuantParts(torch.from_numpy(np.ascontiguousarray(q_kn.T)),
+    return QuantParts(owned(q_kn.T),
                       s.to(torch.float32).T.contiguous().to(torch.bfloat16),
-                      torch.from_numpy(np.ascontiguousarray(z_gn.T)))
+                      owned(z_gn.T))
 
 
 #: The decode GEMV's tile (matvec_int4_packed.build_module's defaults).

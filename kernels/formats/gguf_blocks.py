@@ -33,6 +33,7 @@ from .layout import (
     WeightFormat,
     as_float32,
     check_parts,
+    owned,
 )
 
 BLOCK = 32
@@ -112,13 +113,13 @@ class GgufCodec(WeightCodec):
 
         def f16(at: int) -> torch.Tensor:
             raw = np.ascontiguousarray(blocks[:, at:at + 2]).view(np.float16)
-            return torch.from_numpy(raw.reshape(per_group))
+            return owned(raw.reshape(per_group))
 
         qs = blocks[:, self._head:]
         if self._nibbles:
-            q = torch.from_numpy(np.concatenate([qs & 0xF, qs >> 4], axis=1).reshape(rows, cols))
+            q = owned(np.concatenate([qs & 0xF, qs >> 4], axis=1).reshape(rows, cols))
         else:
-            q = torch.from_numpy(np.ascontiguousarray(qs).view(np.int8).reshape(rows, cols))
+            q = owned(qs.view(np.int8).reshape(rows, cols))
         return QuantParts(q, f16(0), f16(2) if self._head == 4 else None)
 
     def dequantize(self, data: bytes, shape: tuple[int, int]) -> torch.Tensor:

@@ -185,9 +185,15 @@ def bf16_bits(t: torch.Tensor) -> np.ndarray:
     return t.contiguous().view(torch.int16).numpy().view(np.uint16)
 
 
+def owned(a: np.ndarray) -> torch.Tensor:
+    """A tensor of its own holding a copy of `a`: never a view of the caller's bytes (read
+    only when they are a `bytes`) nor of a buffer the caller may change later."""
+    return torch.from_numpy(np.array(a, order="C", copy=True))
+
+
 def bf16_from_bits(bits: np.ndarray) -> torch.Tensor:
-    """A bfloat16 tensor holding the given uint16 bit patterns."""
-    return torch.from_numpy(np.ascontiguousarray(bits).view(np.int16)).view(torch.bfloat16)
+    """A bfloat16 tensor of its own holding the given uint16 bit patterns."""
+    return owned(np.asarray(bits).view(np.int16)).view(torch.bfloat16)
 
 
 def as_float32(weights: torch.Tensor | np.ndarray, name: str) -> torch.Tensor:

@@ -56,6 +56,7 @@ from .layout import (
     bf16_bits,
     bf16_from_bits,
     check_parts,
+    owned,
 )
 
 ROWS, COLS, GROUP, ROW_GROUP = 32, 256, 32, 16
@@ -173,7 +174,7 @@ class Q4Container(WeightCodec):
                            rows, cols)
         if self.signed:                          # two's complement nibble: (u ^ 8) - 8
             nib = (nib ^ np.uint8(8)).view(np.int8) - np.int8(8)
-        q = torch.from_numpy(np.ascontiguousarray(nib))
+        q = owned(nib)
         return QuantParts(q, per_row(blocks[:, :half]), per_row(blocks[:, half:2 * half]))
 
     def dequantize(self, data: bytes, shape: tuple[int, int]) -> torch.Tensor:
