@@ -11,6 +11,7 @@ The areas, each a package:
 - `plans/`: dispatch plans, the baseline, the transforms, the plan runner;
 - `performance/`: the performance model, its fit and its calibration;
 - `air_programs/`: the MLIR-AIR emitter and its verifier (a recording stand-in of mlir-air);
+- `formats/`: the quantized weight formats as data, their codecs and the GGUF repack;
 - `npu_runtime/`: the toolchain, XRT, the NPU backend, the hardware report;
 - `fidelity/`: how close the numerics, the model and the selection come to upstream's figures.
 

@@ -1,0 +1,31 @@
+"""The public face of this area, for type checkers and for lazy_loader (`__init__.py`)."""
+
+from .awq import AWQ_INT4 as AWQ_INT4
+from .awq import AWQ_INT4_CODEC as AWQ_INT4_CODEC
+from .awq import AWQ_INT4_GEMM_CODEC as AWQ_INT4_GEMM_CODEC
+from .awq import AwqInt4Codec as AwqInt4Codec
+from .awq import from_autoawq as from_autoawq
+from .catalog import CODECS as CODECS
+from .catalog import QuantizedMatrix as QuantizedMatrix
+from .catalog import codec as codec
+from .gguf_blocks import GGUF_Q4_0 as GGUF_Q4_0
+from .gguf_blocks import GGUF_Q4_1 as GGUF_Q4_1
+from .gguf_blocks import GGUF_Q8_0 as GGUF_Q8_0
+from .gguf_blocks import GgufCodec as GgufCodec
+from .layout import BlockField as BlockField
+from .layout import QuantParts as QuantParts
+from .layout import Upstream as Upstream
+from .layout import WeightCodec as WeightCodec
+from .layout import WeightFormat as WeightFormat
+from .q4nx import Q4_0_CODEC as Q4_0_CODEC
+from .q4nx import Q4_0_CONTAINER as Q4_0_CONTAINER
+from .q4nx import Q4NX as Q4NX
+from .q4nx import Q4NX_CODEC as Q4NX_CODEC
+from .q4nx import Q4NX_LEGACY as Q4NX_LEGACY
+from .q4nx import Q4NX_LEGACY_CODEC as Q4NX_LEGACY_CODEC
+from .q4nx import Q4Container as Q4Container
+from .q4nx import codec_for_header as codec_for_header
+from .repack import Repacked as Repacked
+from .repack import RepackError as RepackError
+from .repack import repack_error as repack_error
+from .repack import repack_gguf as repack_gguf
