@@ -107,10 +107,11 @@ def _doc(fn: Any) -> str:
 
 
 class _Symbolic(dict):
-    """A shape whose every dim is a distinct prime: operand dims map back to dim names."""
+    """A shape whose every dim is a distinct prime times 2^13: operand dims map back to dim
+    names, and a dim that is one of them divided by a power of two (a block count) to that."""
 
     def __missing__(self, key: str) -> int:
-        self[key] = _PRIMES[len(self)]
+        self[key] = _PRIMES[len(self)] << 13
         return self[key]
 
 
@@ -122,9 +123,18 @@ def _operands(spec: KernelSpec) -> Iterator[tuple[Operand, list[str]]]:
     for d in spec.dims:
         _ = shape[d]                                  # the dims first, in order
     ops = spec.operands(shape)
-    names = {v: k for k, v in shape.items()}
     for o in ops:
-        yield o, [names.get(d, str(d)) for d in o.dims]
+        yield o, [_dim_name(d, shape) for d in o.dims]
+
+
+def _dim_name(d: int, shape: dict[str, int]) -> str:
+    """A dim as the shape's name for it, that name over a power of two, or the number."""
+    for name, v in shape.items():
+        if v == d:
+            return name
+        if d and v % d == 0 and (v // d) & (v // d - 1) == 0:
+            return f"{name}/{v // d}"
+    return str(d)
 
 
 def _operand(o: Operand, dims: list[str]) -> str:
