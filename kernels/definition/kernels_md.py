@@ -13,7 +13,7 @@ from ..measured.measurements import load
 from .family import KernelFamily, KernelSpec, Numerics, Operand
 from .registry import FAMILIES
 
-_DTYPE = {2: "bf16", 4: "fp32"}
+_DTYPE = {1: "i8", 2: "bf16", 4: "fp32"}
 
 
 def markdown() -> str:
@@ -128,12 +128,13 @@ def _operands(spec: KernelSpec) -> Iterator[tuple[Operand, list[str]]]:
 
 
 def _dim_name(d: int, shape: dict[str, int]) -> str:
-    """A dim as the shape's name for it, that name over a power of two, or the number."""
+    """A dim as the shape's name for it, or a multiple of that name over a power of two (a
+    block count, a packed row: M/32, 67K/128), or the number."""
     for name, v in shape.items():
-        if v == d:
-            return name
-        if d and v % d == 0 and (v // d) & (v // d - 1) == 0:
-            return f"{name}/{v // d}"
+        n = next((n for n in range(14) if d and (d << n) % v == 0), None)
+        if n is not None and (d << n) // v <= 1024:
+            a = (d << n) // v
+            return f"{a if a > 1 else ''}{name}{f'/{1 << n}' if n else ''}"
     return str(d)
 
 

@@ -25,7 +25,7 @@ from npu_deploy.kernels.measured.upstream_kernels import (
     unmet,
 )
 
-POINTER_TYPES = {"bf16*", "f32*"}
+POINTER_TYPES = {"bf16*", "f32*", "i8*"}
 ACCESS = {"read", "write", "readwrite"}
 #: An int argument's value wherever a test needs one: a multiple of every vector width.
 SOME_INT = 64
@@ -253,7 +253,8 @@ def test_the_inline_operations_cite_their_builders():
 #: placeholders, whose default combo is (bfloat16, bf16, float, f32); bf16 is fused_decode's
 #: typedef of bfloat16 (kernels/typedef.hpp).
 C_TYPES = {"bfloat16": "bf16", "bf16": "bf16", "ctype_in": "bf16", "float": "f32",
-           "ctype_out": "f32", "int": "i32", "int32_t": "i32", "uint32_t": "i32"}
+           "ctype_out": "f32", "int": "i32", "int32_t": "i32", "uint32_t": "i32",
+           "uint8_t": "i8"}
 
 
 def without_comments(source: str) -> str:
