@@ -112,3 +112,27 @@ def test_a_packed_tile_shorter_than_the_kernel_reads_is_caught():
     broken = program.source.replace("[8576], i8", "[8192], i8")
     found = verify_source(broken, flags=program.flags, outputs=(2,))
     assert any(v.check == "extern" and "8576" in v.message for v in found)
+
+
+def unit_scale(m, k, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    s = torch.full((m, k // 128), (21.25 * k) ** -0.5) * (1 + 0.1 * torch.rand(m, k // 128,
+                                                                               generator=gen))
+    return {"w.q": torch.randint(0, 16, (m, k), generator=gen, dtype=torch.uint8),
+            "w.scale": s, "w.zero": torch.randint(6, 10, (m, k // 128), generator=gen,
+                                                   dtype=torch.uint8),
+            "x": to_bf16(torch.randn(k, generator=gen))}
+
+
+@pytest.mark.parametrize("k_chunk", [2048, 128])
+def test_phase_1_passes_the_emulated_kernel_at_its_k_chunks_atol(k_chunk):
+    from npu_deploy.kernels.emulation.emulator import EmulatorBackend
+    from npu_deploy.kernels.emulation.validate import validate_kernel
+
+    shape = {"M": 256, "K": 8192}
+    report = validate_kernel(SPEC, shape, {"k_chunk": k_chunk}, EmulatorBackend(),
+                             inputs=unit_scale(256, 8192))
+    assert report.passed and report.atol == {2048: 2e-2, 128: 8e-2}[k_chunk]
+    if k_chunk == 128:      # 64 roundings of the output to bf16 drift past k_chunk 2048's atol
+        assert not validate_kernel(SPEC, shape, {"k_chunk": k_chunk}, EmulatorBackend(),
+                                   inputs=unit_scale(256, 8192), atol=2e-2).passed

@@ -176,3 +176,25 @@ def test_the_fused_engine_is_not_emitted():
     with pytest.raises(EmitError, match="fused"):
         emit_dispatch(Dispatch("d", (launch({"M": 2048, "K": 2048},
                                             {**SPEC.tunables, "engine": "fused"}),)), XDNA2)
+
+
+def unit_scale(m, k, seed=0):
+    """Q4NX fields whose outputs are of unit scale: codes uniform, scale 1 / sqrt(21.25 K)
+    (the codes' second moment about their mean), mins -7.5 scales."""
+    gen = torch.Generator().manual_seed(seed)
+    s = torch.full((m, k // 32), (21.25 * k) ** -0.5) * (1 + 0.1 * torch.rand(m, k // 32,
+                                                                             generator=gen))
+    return {"w.q": torch.randint(0, 16, (m, k), generator=gen, dtype=torch.uint8),
+            "w.scale": s, "w.min": -7.5 * s, "x": to_bf16(torch.randn(k, generator=gen))}
+
+
+def test_phase_1_passes_the_emulated_kernel_at_its_atol_and_not_at_a_bf16_gemvs():
+    from npu_deploy.kernels.emulation.emulator import EmulatorBackend
+    from npu_deploy.kernels.emulation.validate import validate_kernel
+
+    shape = {"M": 256, "K": 4096}
+    report = validate_kernel(SPEC, shape, {}, EmulatorBackend(), inputs=unit_scale(256, 4096))
+    assert report.passed and report.atol == 3e-2
+    strict = validate_kernel(SPEC, shape, {}, EmulatorBackend(), inputs=unit_scale(256, 4096),
+                             atol=1e-3)
+    assert not strict.passed
