@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .numerics import Rounding, to_bf16
+from .numerics import Rounding, gemm_bfp16, to_bf16
 
 #: Q4NX's group along K and the block of one proj_qmm_acc256 call (model_spec.h's
 #: Q4NX_GROUP_SIZE, Q4NX_ROW_BLOCK_SIZE and Q4NX_COL_BLOCK_SIZE in every models/*.h)
@@ -215,3 +215,26 @@ def matvec_int4_bound(w: QuantFields, x: torch.Tensor, *, k_chunk: int) -> torch
     between = (k // k_chunk - 1) * BF16_STEP / 2 * (t + inner)   # |c| <= T before the end
     return (1.01 * (inner + between + BF16_STEP / 2 * (ref + inner + between))
             ).to(torch.float32)
+
+
+def matmul_int4(w: QuantFields, a: torch.Tensor) -> torch.Tensor:
+    """C = A W^T as mv_int4_bf16.cc's `matmul_int4_bf16_packed_f32` computes it (the int4-AWQ
+    GEMM of upstream's int4 prefill, built with AIE_API_EMULATE_BFLOAT16_MMUL_WITH_BFP16 by
+    llama32_1b_int4_prefill.py): A [rows, K] bf16, W [N, K] output-major. Per group of 128
+    along K the unscaled (q - zero) (exact) times A on the BFP16 MMA, each 8-deep MMA rounded
+    to FP32 (`gemm_bfp16` at tile_k 8), the group's sum cast to bf16 (conv_even), times the
+    bf16 scale and added into an FP32 C kept across every K chunk; C cast to bf16 once at the
+    end (`f32_to_bf16_mn`)."""
+    n, k = w.q.shape
+    gs = w.group
+    if w.offset is None or a.dtype != torch.bfloat16 or a.shape[-1] != k:
+        raise ValueError(f"matmul_int4 needs zero points and a bf16 A of K={k} columns")
+    unscaled = (w.q.to(torch.float32) - w.offset.to(torch.float32).repeat_interleave(gs, dim=1))
+    wt = unscaled.t().to(torch.bfloat16)                        # [K, N], integers: exact
+    c = torch.zeros(a.shape[0], n, dtype=torch.float32)
+    for g in range(k // gs):
+        cols = slice(g * gs, (g + 1) * gs)
+        part = gemm_bfp16(a[:, cols].contiguous(), wt[cols].contiguous(), tile_k=8,
+                          out_dtype=torch.float32)
+        c += to_bf16(part).float() * w.scale[:, g].float()
+    return to_bf16(c)

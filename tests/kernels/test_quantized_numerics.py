@@ -12,6 +12,7 @@ import torch
 from npu_deploy.kernels.emulation.numerics import to_bf16
 from npu_deploy.kernels.emulation.quantized import (
     QuantFields,
+    matmul_int4,
     matvec_int4,
     matvec_int4_bound,
     proj_qmm,
@@ -200,3 +201,22 @@ def test_fields_refuse_codes_outside_four_bits_and_misshapen_scales():
         QuantFields.of(torch.full((2, 32), 16), torch.ones(2, 1), None, 32)
     with pytest.raises(ValueError, match="rows, K / group"):
         QuantFields.of(torch.zeros(2, 64, dtype=torch.uint8), torch.ones(1, 2), None, 32)
+
+
+def test_the_int4_gemm_lies_near_the_fp32_reference_and_rounds_each_group_sum_to_bf16():
+    """matmul_int4_bf16_packed_f32: the BFP16 MMA's A blocks cost ~2^-7 relative, and each
+    group's unscaled sum is cast to bf16 (nearest) before its scale: a group summing to
+    1 + 3 * 2^-9 becomes 1 + 2^-7, so the next group's -1 leaves 2^-7 where FP32 sums leave
+    3 * 2^-9 and a cast toward -inf 0."""
+    w, _ = awq_fields(16, 512, seed=5)
+    a = to_bf16(torch.randn(8, 512, generator=torch.Generator().manual_seed(6)))
+    ref = (a.double() @ w.dequantized(subtract=True).t()).float()
+    got = matmul_int4(w, a).float()
+    assert float((got - ref).abs().max()) <= 0.05 * float(ref.abs().max())
+    q = torch.zeros(1, 256, dtype=torch.uint8)
+    q[0, [0, 8, 128]] = 1
+    exact = QuantFields.of(q, torch.tensor([[1.0, -1.0]]),
+                           torch.zeros(1, 2, dtype=torch.uint8), 128)
+    x = torch.zeros(1, 256)
+    x[0, 0], x[0, 8], x[0, 128] = 1.0, 3 * 2.0 ** -9, 1.0       # 8 apart: blocks of their own
+    assert float(matmul_int4(exact, to_bf16(x))[0, 0]) == 2.0 ** -7
