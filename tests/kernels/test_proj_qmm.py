@@ -83,9 +83,18 @@ def test_the_lm_heads_vocab_chunks_are_exactly_upstreams_legal_set(vocab, k, pai
     assert legal_vocab_i2(vocab, k, pair) == legal
 
 
-def test_phi4_minis_chunk_of_18_is_legal():
-    """llms/phi4_mini_q4nx/README.md: VOCAB_CHUNK_I2=18, UNI_LM=11."""
-    assert 18 in legal_vocab_i2(200064, 3072, 2)
+@pytest.mark.parametrize("vocab,k,vocab_i2,pair", [
+    (128256, 2048, 18, 2),      # llama-3.2-1b
+    (262208, 2560, 5, 1),       # gemma3-4b
+    (128256, 3072, 9, 2),       # llama-3.2-3b
+    (200064, 3072, 18, 2),      # phi4-mini
+    (151936, 4096, 8, 2),       # qwen3-8b
+    (152064, 3584, 7, 1),       # qwen2.5-7b
+    (128256, 4096, 16, 2),      # llama-3.1-8b
+])
+def test_every_lm_head_chunk_upstreams_fused_decode_runs_is_legal(vocab, k, vocab_i2, pair):
+    """fused_decode.py's _MODELS: each model's VOCAB_CHUNK_I2 and PAIR_ROWS."""
+    assert vocab_i2 in legal_vocab_i2(vocab, k, pair)
 
 
 def test_qwen25_7bs_qkv_needs_the_non_paired_egress():
