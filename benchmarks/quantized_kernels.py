@@ -24,6 +24,9 @@ from npu_deploy.kernels.definition.registry import SPECS
 from npu_deploy.kernels.families import proj_qmm
 from npu_deploy.kernels.performance.model import PerfParams
 
+#: where the fused decode's measured figures are
+FUSED = "programming_examples/fused_decode/README.md"
+
 
 @dataclass(frozen=True)
 class Model:
@@ -45,15 +48,15 @@ class Model:
 
 MODELS = (
     Model("Llama-3.2-1B", "llama3.2-1b.h", 2048, 32, 8, 64, 8192, 128256, 16, "q4nx", 18, 2,
-          1000 / 53.00, "fused_decode/README.md (staircase table, baseline 53.00 tok/s)"),
+          1000 / 53.00, f"{FUSED} (staircase table, baseline 53.00 tok/s)"),
     Model("Llama-3.2-3B", "llama3.2-3b.h", 3072, 24, 8, 128, 8192, 128256, 28, "q4nx", 9, 2,
-          1000 / 22.20, "fused_decode/README.md (staircase table, baseline 22.20 tok/s)"),
+          1000 / 22.20, f"{FUSED} (staircase table, baseline 22.20 tok/s)"),
     Model("Gemma3-4B", "gemma3-4b.h", 2560, 8, 4, 256, 10240, 262208, 34, "q4nx", 5, 1,
-          1000 / 15.41, "fused_decode/README.md (staircase table, baseline 15.41 tok/s)"),
+          1000 / 15.41, f"{FUSED} (staircase table, baseline 15.41 tok/s)"),
     Model("Llama-3.1-8B", "llama3.1-8b.h", 4096, 32, 8, 128, 14336, 128256, 32, "q4nx", 16, 2,
           93.1, "llms/llama31_8b_q4nx/README.md (93.1 ms/token)"),
     Model("Qwen2.5-3B", "qwen2.5-3b.h", 2048, 16, 2, 128, 11264, 151936, 36, "q4_0", 0, 1,
-          105.5, "fused_decode/README.md (dual-channel table, 105.5 ms/tok)"),
+          105.5, f"{FUSED} (dual-channel table, 105.5 ms/tok)"),
 )
 
 

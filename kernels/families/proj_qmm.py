@@ -103,7 +103,7 @@ PROJ_QMM = KernelSpec(
 #: fused_decode: 16 proj cores (aie_array_layout.h MVM_CORES), the vocab relay's payload of
 #: 512 elements a round (fused_decode.py PAYLOAD), the tested envelope 2 x VOCAB_I2 <= 63
 #: (fused_decode.py's vocab note: a 7-bit lock credit), and its rms/residual core's 7
-#: K-wide bf16 buffers (llms/llama31_8b_q4nx/README.md, qwen3_8b_q4nx/README.md)
+#: K-wide bf16 buffers (llms/llama31_8b_q4nx/README.md, llms/qwen3_8b_q4nx/README.md)
 FUSED_CORES, VOCAB_PAYLOAD, VOCAB_ENVELOPE, RMS_K_BUFFERS = 16, 512, 63, 7
 #: a shim descriptor's byte offset is a uint32: one buffer object spans 4 GiB at most
 #: (llms/qwen3_8b_q4nx/README.md "The weight buffer had to be split")
@@ -280,9 +280,10 @@ NUMERICS = Numerics(emulate, _reference, atol=3e-2)
 # No upstream page times proj_qmm on its own. A core streams 5120 bytes a block (4 bits a
 # weight plus bf16 scales and mins per 32: 5 bits a weight) at the GEMV's fitted column
 # bandwidth (kernels.families.gemv, fitted on GEMV_bf16.md), and spends per block the static
-# bundle count upstream reports at about one bundle a cycle (fused_decode/README.md): Q4_0's
-# inner body 140 bundles x 16 per block; Q4NX's body without the sign fix 121 x 16, plus the
-# 171 bundles of proj_qmm_acc256's column-sum reduction (proj_qmm.cc). Every figure modeled.
+# bundle count upstream reports at about one bundle a cycle
+# (programming_examples/fused_decode/README.md): Q4_0's inner body 140 bundles x 16 per
+# block; Q4NX's body without the sign fix 121 x 16, plus the 171 bundles of
+# proj_qmm_acc256's column-sum reduction (proj_qmm.cc). Every figure modeled.
 
 BLOCK_CYCLES = {"q4_0": 140 * 16, "q4nx": 121 * 16 + 171}
 #: a host-armed LM-head wave of the fused engine, measured: ~20 us (fused_decode.py, the
