@@ -47,6 +47,7 @@ from ..definition.registry import FAMILIES
 from ..plans.plan import Dispatch, DispatchPlan, Launch
 from .air_parts import (
     DTYPES,
+    ELEM_BYTES,
     Buffer,
     ChannelDecl,
     EmitError,
@@ -339,6 +340,8 @@ def emit_dispatch(dispatch: Dispatch, hw: Hardware = XDNA2,
     w("def build_module():")
     w.indent()
     w("bf16, f32, i32 = T.bf16(), T.f32(), T.i32()")
+    if any(dtype == "i8" for _, _, dtype in arguments):     # packed 4-bit weights
+        w("i8 = T.i8()")
     w("L1 = IntegerAttr.get(i32, MemorySpace.L1)")
     w("L2 = IntegerAttr.get(i32, MemorySpace.L2)")
     w("")
@@ -467,7 +470,7 @@ class ProgramSet:
         best = (0, "")
         for p in self.programs:
             for (_, shape, dtype), tensor in zip(p.arguments, p.tensors, strict=True):
-                nbytes = math.prod(shape) * (2 if dtype == "bf16" else 4)
+                nbytes = math.prod(shape) * ELEM_BYTES[dtype]
                 best = max(best, (nbytes, tensor))
         return best
 

@@ -19,7 +19,9 @@ from ..definition.family import BF16, FP32, Operand
 if TYPE_CHECKING:
     from ..plans.plan import Launch
 
-DTYPES = {BF16: "bf16", FP32: "f32"}
+DTYPES = {BF16: "bf16", FP32: "f32", 1: "i8"}
+#: bytes per element of each element type a buffer holds (i8: packed 4-bit weights)
+ELEM_BYTES = {"bf16": 2, "f32": 4, "i32": 4, "i8": 1}
 
 
 class EmitError(ValueError):
@@ -43,12 +45,12 @@ class Buffer:
 
     @property
     def nbytes(self) -> int:
-        return math.prod(self.shape) * (2 if self.dtype == "bf16" else 4)
+        return math.prod(self.shape) * ELEM_BYTES[self.dtype]
 
     @property
     def tile_nbytes(self) -> int:
         """What one core holds: the whole buffer, or its slab."""
-        return math.prod(self.shape[self.herd_axes:]) * (2 if self.dtype == "bf16" else 4)
+        return math.prod(self.shape[self.herd_axes:]) * ELEM_BYTES[self.dtype]
 
     @property
     def slab(self) -> tuple[int, ...]:

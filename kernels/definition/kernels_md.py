@@ -13,7 +13,7 @@ from ..measured.measurements import load
 from .family import KernelFamily, KernelSpec, Numerics, Operand
 from .registry import FAMILIES
 
-_DTYPE = {2: "bf16", 4: "fp32"}
+_DTYPE = {1: "i8", 2: "bf16", 4: "fp32"}
 
 
 def markdown() -> str:
@@ -107,10 +107,11 @@ def _doc(fn: Any) -> str:
 
 
 class _Symbolic(dict):
-    """A shape whose every dim is a distinct prime: operand dims map back to dim names."""
+    """A shape whose every dim is a distinct prime times 2^13: operand dims map back to dim
+    names, and a dim that is one of them divided by a power of two (a block count) to that."""
 
     def __missing__(self, key: str) -> int:
-        self[key] = _PRIMES[len(self)]
+        self[key] = _PRIMES[len(self)] << 13
         return self[key]
 
 
@@ -122,9 +123,19 @@ def _operands(spec: KernelSpec) -> Iterator[tuple[Operand, list[str]]]:
     for d in spec.dims:
         _ = shape[d]                                  # the dims first, in order
     ops = spec.operands(shape)
-    names = {v: k for k, v in shape.items()}
     for o in ops:
-        yield o, [names.get(d, str(d)) for d in o.dims]
+        yield o, [_dim_name(d, shape) for d in o.dims]
+
+
+def _dim_name(d: int, shape: dict[str, int]) -> str:
+    """A dim as the shape's name for it, or a multiple of that name over a power of two (a
+    block count, a packed row: M/32, 67K/128), or the number."""
+    for name, v in shape.items():
+        n = next((n for n in range(14) if d and (d << n) % v == 0), None)
+        if n is not None and (d << n) // v <= 1024:
+            a = (d << n) // v
+            return f"{a if a > 1 else ''}{name}{f'/{1 << n}' if n else ''}"
+    return str(d)
 
 
 def _operand(o: Operand, dims: list[str]) -> str:

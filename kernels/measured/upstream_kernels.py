@@ -37,7 +37,7 @@ class Blocks:
 @dataclass(frozen=True)
 class UpstreamParam:
     name: str
-    type: str                   # "bf16*" | "f32*" | "i32"
+    type: str                   # "bf16*" | "f32*" | "i8*" | "i32"
     elements: str | None = None  # pointers: the reach through it, an expression
     access: str | None = None    # pointers: "read" | "write" | "readwrite"
     blocks: Blocks | None = None

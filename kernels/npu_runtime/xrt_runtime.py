@@ -50,6 +50,7 @@ import numpy as np
 import torch
 
 from ..air_programs.air import Program
+from ..air_programs.air_parts import ELEM_BYTES
 from ..definition.hardware import XDNA2
 from .toolchain import Requirement, requirements, toolchain_identity
 
@@ -370,7 +371,7 @@ class XrtRunner:
         owners = program.tensors or tuple(name for name, _, _ in program.arguments)
         for slot, ((name, shape, dtype), owner) in enumerate(zip(program.arguments, owners,
                                                                  strict=True)):
-            nbytes = int(np.prod(shape)) * (2 if dtype == "bf16" else 4)
+            nbytes = int(np.prod(shape)) * ELEM_BYTES[dtype]
             kind = kinds[name]
             store = self._static if kind == "static" else self._device
             # a buffer belongs to the tensor at its size (`size`: the data's bytes); a
