@@ -92,13 +92,14 @@ def test_the_evaluator_fails_a_run_whose_gates_passed_without_the_work(tmp_path)
 
 
 @pytest.mark.e2e
-def test_the_command_line_deploys_answers_reports_and_lists_lessons(tmp_path, cli):
-    db = tmp_path / "runs.db"
-    r = cli("--db", db, "deploy", "tiny-llama", "--headless", "--auto-approve",
-            "--seq-len", 32, "--steps", 8)
-    assert r.exit_code == 0, r.stdout + r.stderr
-    assert "run finished: PASS" in r.stdout
+def test_the_command_line_deploys_answers_reports_and_lists_lessons(tmp_path, cli, deployed):
+    """On the session's tiny-llama deployment (tests/conftest.py: `deploy tiny-llama
+    --headless --auto-approve --seq-len 32 --steps 8`, made once for the tests that read
+    it), copied here."""
+    db = deployed.db
+    assert "run finished: PASS" in deployed.stdout
     run_id = EventStore.open(db, readonly=True).run_ids()[0]
+    assert run_id == deployed.run_id
     r = cli("--db", db, "generate", run_id, "The capital of France is", "--max-tokens", 5)
     assert r.exit_code == 0, r.stderr
     with EventStore.open(db, readonly=True) as store:
