@@ -325,6 +325,7 @@ def an_export(tmp_path_factory) -> list[dict]:
          "code: a lone surrogate ('\\ud800') as event_id raised UnicodeEncodeError out of "
          "the hash (a traceback); by hand: attempt 10**30 OverflowError, schema_version 0 "
          "KeyError")
+@pytest.mark.slow         # 12 s on 2 busy cores: out of the fast core
 @settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(line=st.integers(2, 5), field=st.sampled_from(FIELDS), value=HOSTILE)
