@@ -133,7 +133,7 @@ def test_the_command_line_refuses_an_unknown_model_and_a_run_without_deployment(
 
 
 @pytest.mark.e2e
-def test_the_optimization_memory_orders_the_next_deployment(tmp_path):
+def test_the_optimization_memory_orders_the_next_deployment(tmp_path, deployed):
     from npu_deploy.skills.experience import transform_order
 
     db = tmp_path / "runs.db"
@@ -152,9 +152,12 @@ def test_the_optimization_memory_orders_the_next_deployment(tmp_path):
         # decode experiences do not reorder prefill, and a run can leave itself out
         order, _ = transform_order(store, ("align_layouts", "merge_dispatches"), "decode")
         assert order == ["align_layouts", "merge_dispatches"]
-    # a deployment in the same store reads it: the second run's order names the first's
-    run1, _ = deploy(db, "tiny-llama")
-    _, events = deploy(db, "tiny-llama")
+    # a deployment in the same store as an earlier one reads its memory: the second run's
+    # order names the first's (the first: the session's tiny-llama deployment, copied here)
+    with EventStore.open(deployed.db, readonly=True) as store:
+        assert store.run_ids() == [deployed.run_id]
+        assert any(e.type == "experience.recorded" for e in store.events(deployed.run_id))
+    _, events = deploy(deployed.db, "tiny-llama")
     said = [e.payload["text"] for e in events if e.type == "agent.message"
             and e.phase == 4 and "optimization memory" in e.payload["text"]]
     assert said and "worked in 1 of 1 earlier tries" in said[0]
