@@ -8,14 +8,13 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import STARTED
+from conftest import STARTED, checkpoint
 
 from npu_deploy.events import NewEvent
 from npu_deploy.store import EventStore
@@ -44,16 +43,6 @@ def build_store(db: Path) -> Path:
         w.close()
     checkpoint(db)
     return db
-
-
-def checkpoint(db: Path) -> None:
-    conn = sqlite3.connect(db)
-    try:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    finally:
-        conn.close()
-    for suffix in ("-wal", "-shm"):
-        Path(f"{db}{suffix}").unlink(missing_ok=True)
 
 
 def sha256(path: Path) -> str:

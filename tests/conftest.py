@@ -9,9 +9,12 @@ tests start inherit PYTHONSAFEPATH (as under `make test`)."""
 from __future__ import annotations
 
 import os
+import shutil
+import sqlite3
 import sys
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 _ROOT = Path(__file__).resolve().parent.parent
@@ -20,6 +23,7 @@ os.environ["PYTHONSAFEPATH"] = "1"
 
 import pytest  # noqa: E402
 from click.testing import CliRunner, Result  # noqa: E402
+from filelock import FileLock  # noqa: E402
 
 from npu_deploy.cli import main  # noqa: E402
 from npu_deploy.store import EventStore  # noqa: E402
@@ -31,13 +35,37 @@ TUI_TESTS = Path(__file__).resolve().parent / "tui"
 REDTEAM_TESTS = Path(__file__).resolve().parent / "redteam"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         parents = Path(str(item.fspath)).parents
         if TUI_TESTS in parents:
             item.add_marker(pytest.mark.tui)
         if REDTEAM_TESTS in parents:
             _check_redteam(item)
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)
+    items[:] = longest_first(items, workers)
+
+
+def _expected_length(item: pytest.Item) -> int:
+    """How long a test is expected to take, by its markers: a whole deployment (e2e), or a
+    test of the bundled model (minutes of its greedy runs), is longest, then a `slow` test,
+    then the rest."""
+    if item.get_closest_marker("e2e") or "smollm2" in getattr(item, "fixturenames", ()):
+        return 2
+    return 1 if item.get_closest_marker("slow") else 0
+
+
+def longest_first(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
+    """The tests in the order pytest-xdist hands them out, so that the end of a run is not
+    one long test on one worker: worksteal gives each worker a contiguous block of the list
+    and a worker that runs out takes from the end of another's, so each block starts with
+    its share of the longest tests and ends with short ones. Within a length each share is
+    a contiguous run in file order (a module's fixtures set up once per worker, not per
+    test). Every worker collects the same list, so every worker computes the same order."""
+    lengths = sorted({_expected_length(item) for item in items}, reverse=True)
+    groups = [[item for item in items if _expected_length(item) == n] for n in lengths]
+    return [item for block in range(workers) for group in groups
+            for item in group[block * len(group) // workers:(block + 1) * len(group) // workers]]
 
 
 def _check_redteam(item: pytest.Item) -> None:
@@ -73,9 +101,7 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory, worker_id: str):
     model is de-quantized and each random model built once a session, not once a worker:
     models/sources.py builds under a file lock, and a worker that finds one being built
     waits for it."""
-    root = tmp_path_factory.getbasetemp()
-    path = (root if worker_id == "master" else root.parent) / "model-cache"
-    path.mkdir(exist_ok=True)
+    path = shared_dir(tmp_path_factory, worker_id, "model-cache")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("NPU_DEPLOY_CACHE", str(path))
         yield path
@@ -103,19 +129,33 @@ def air_objects(tmp_path_factory: pytest.TempPathFactory):
         yield path
 
 
+def shared_dir(tmp_path_factory: pytest.TempPathFactory, worker_id: str, name: str) -> Path:
+    """A folder of the test session's that every pytest-xdist worker sees (the folder above
+    each worker's own), for what is made once a session rather than once a worker."""
+    root = tmp_path_factory.getbasetemp()
+    path = (root if worker_id == "master" else root.parent) / name
+    path.mkdir(exist_ok=True)
+    return path
+
+
 @pytest.fixture(scope="session", autouse=True)
-def anchor_key(tmp_path_factory: pytest.TempPathFactory):
+def anchor_key(tmp_path_factory: pytest.TempPathFactory, worker_id: str):
     """The key that anchors runs and signs decisions (store/anchor.py) is the session's,
-    created on first use in a temporary directory, never the user's; and the fake pipeline
-    is registered, so that runs naming it resume in this process and in those it starts."""
-    path = tmp_path_factory.mktemp("anchor-key") / "key"
+    created on first use in a temporary directory, never the user's: one for all the
+    workers, so that a run one worker deployed (`deployed_tiny_llama`) reads as anchored in
+    another. And the fake pipeline is registered, so that runs naming it resume in this
+    process and in those it starts."""
+    folder = shared_dir(tmp_path_factory, worker_id, "anchor-key")
+    path = folder / "key"
     with pytest.MonkeyPatch.context() as env:
         env.setenv("NPU_DEPLOY_KEY_FILE", str(path))
         env.setenv("NPU_DEPLOY_PIPELINES", "fake_pipeline:make")
         # Made now, not by whichever test writes first: a command that makes the key says
         # so on stderr (store/anchor.py), which would be one line more in that test's output.
+        # Under a lock: the other workers read it only once it is whole.
         from npu_deploy.store.anchor import signing_key
-        signing_key()
+        with FileLock(folder.parent / "anchor-key.lock"):
+            signing_key()
         yield path
 
 
@@ -148,6 +188,61 @@ def smollm2(model_cache: Path):
     from npu_deploy.models.loading import load_model
 
     return load_model("smollm2-135m")
+
+
+#: the deployment several tests read (or damage, in a copy of their own): tiny-llama at a
+#: short prompt and few greedy steps, through the command line as a user types it
+TINY_DEPLOYMENT = ("deploy", "tiny-llama", "--headless", "--auto-approve", "--seq-len", "32",
+                   "--steps", "8", "--run-id", "d1")
+
+
+@dataclass(frozen=True)
+class Deployed:
+    """A copy of the shared tiny-llama deployment: its store, the run, and what `deploy`
+    printed when it was made."""
+
+    db: Path
+    run_id: str
+    stdout: str
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_deployment(tmp_path_factory: pytest.TempPathFactory, worker_id: str,
+                          model_cache: Path, anchor_key: Path) -> tuple[Path, str]:
+    """TINY_DEPLOYMENT made once a session, not once a test: the first worker to need it
+    deploys it under a lock into a folder every worker sees (the others wait, then read it),
+    its WAL checkpointed into the store file. Returns the folder and deploy's output."""
+    folder = shared_dir(tmp_path_factory, worker_id, "tiny-llama-deployment")
+    printed = folder / "deploy.stdout"
+    with FileLock(folder.parent / "tiny-llama-deployment.lock"):
+        if not printed.exists():
+            db = folder / "store" / "runs.db"
+            result = CliRunner().invoke(main, ["--db", str(db), *TINY_DEPLOYMENT])
+            assert result.exit_code == 0, result.stdout[-4000:] + result.stderr
+            checkpoint(db)
+            printed.write_text(result.stdout)
+    return folder / "store", printed.read_text()
+
+
+@pytest.fixture
+def deployed(tiny_llama_deployment: tuple[Path, str], tmp_path: Path) -> Deployed:
+    """The shared tiny-llama deployment, copied (store and workspaces) into this test's
+    folder: the test may change or damage it."""
+    store, stdout = tiny_llama_deployment
+    copy = shutil.copytree(store, tmp_path / "deployed")
+    return Deployed(copy / "runs.db", "d1", stdout)
+
+
+def checkpoint(db: Path) -> None:
+    """Everything of a store into its main file, no -wal or -shm beside it: a copy of the
+    file alone is then the whole store."""
+    conn = sqlite3.connect(db)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+    for suffix in ("-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink(missing_ok=True)
 
 
 # --- the command line ------------------------------------------------------------------

@@ -92,13 +92,14 @@ def test_the_evaluator_fails_a_run_whose_gates_passed_without_the_work(tmp_path)
 
 
 @pytest.mark.e2e
-def test_the_command_line_deploys_answers_reports_and_lists_lessons(tmp_path, cli):
-    db = tmp_path / "runs.db"
-    r = cli("--db", db, "deploy", "tiny-llama", "--headless", "--auto-approve",
-            "--seq-len", 32, "--steps", 8)
-    assert r.exit_code == 0, r.stdout + r.stderr
-    assert "run finished: PASS" in r.stdout
+def test_the_command_line_deploys_answers_reports_and_lists_lessons(tmp_path, cli, deployed):
+    """On the session's tiny-llama deployment (tests/conftest.py: `deploy tiny-llama
+    --headless --auto-approve --seq-len 32 --steps 8`, made once for the tests that read
+    it), copied here."""
+    db = deployed.db
+    assert "run finished: PASS" in deployed.stdout
     run_id = EventStore.open(db, readonly=True).run_ids()[0]
+    assert run_id == deployed.run_id
     r = cli("--db", db, "generate", run_id, "The capital of France is", "--max-tokens", 5)
     assert r.exit_code == 0, r.stderr
     with EventStore.open(db, readonly=True) as store:
@@ -132,7 +133,7 @@ def test_the_command_line_refuses_an_unknown_model_and_a_run_without_deployment(
 
 
 @pytest.mark.e2e
-def test_the_optimization_memory_orders_the_next_deployment(tmp_path):
+def test_the_optimization_memory_orders_the_next_deployment(tmp_path, deployed):
     from npu_deploy.skills.experience import transform_order
 
     db = tmp_path / "runs.db"
@@ -151,9 +152,12 @@ def test_the_optimization_memory_orders_the_next_deployment(tmp_path):
         # decode experiences do not reorder prefill, and a run can leave itself out
         order, _ = transform_order(store, ("align_layouts", "merge_dispatches"), "decode")
         assert order == ["align_layouts", "merge_dispatches"]
-    # a deployment in the same store reads it: the second run's order names the first's
-    run1, _ = deploy(db, "tiny-llama")
-    _, events = deploy(db, "tiny-llama")
+    # a deployment in the same store as an earlier one reads its memory: the second run's
+    # order names the first's (the first: the session's tiny-llama deployment, copied here)
+    with EventStore.open(deployed.db, readonly=True) as store:
+        assert store.run_ids() == [deployed.run_id]
+        assert any(e.type == "experience.recorded" for e in store.events(deployed.run_id))
+    _, events = deploy(deployed.db, "tiny-llama")
     said = [e.payload["text"] for e in events if e.type == "agent.message"
             and e.phase == 4 and "optimization memory" in e.payload["text"]]
     assert said and "worked in 1 of 1 earlier tries" in said[0]

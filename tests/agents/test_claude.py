@@ -28,7 +28,8 @@ from npu_deploy.store import EventStore
 
 KEY = "sk-ant-api03-planted-key-0123456789abcdefXYZ"
 MODEL = "claude-sonnet-5-5"
-FAST = {"seq_len": 32, "steps": 12}
+#: a short prompt and few greedy steps: what is checked here is the agent loop, not the numerics
+FAST = {"seq_len": 32, "steps": 8}
 
 
 def message(*blocks: dict[str, Any], stop: str = "end_turn", n: int = 0,
@@ -116,6 +117,7 @@ def last_user_blocks(request: dict[str, Any]) -> list[dict[str, Any]]:
 
 # --- a phase through tool calls --------------------------------------------------------------
 
+@pytest.mark.slow         # 8 s on 2 busy cores: out of the fast core
 def test_a_phase_completed_through_tool_calls(store):
     script = Script(message(text("Building the oracle."), use("build_oracle", 1),
                             stop="tool_use", n=1),
@@ -195,6 +197,7 @@ def test_a_tool_error_goes_back_as_is_error_and_is_logged(store):
     assert halt.reason == "awaiting_human"        # the oracle was built: the gate passed
 
 
+@pytest.mark.slow         # 11 s on 2 busy cores: out of the fast core
 def test_an_overloaded_api_is_retried_then_succeeds(store):
     script = Script((529, {"type": "error", "error": {"type": "overloaded_error",
                                                       "message": "Overloaded"}}),
@@ -250,6 +253,7 @@ def test_a_spent_budget_stops_the_phase_with_the_figures(store):
     assert len(script.requests) == 1 and halt.reason == "needs_human"
 
 
+@pytest.mark.slow         # 8 s on 2 busy cores: out of the fast core
 def test_a_full_context_window_starts_over_from_the_log(store):
     script = Script(message(use("build_oracle", 1), stop="tool_use", n=1),
                     (400, {"type": "error", "error": {
@@ -290,6 +294,7 @@ def test_asking_to_change_the_catalog_stops_for_a_person(store):
     assert halt.reason == "needs_human" and len(script.requests) == 1
 
 
+@pytest.mark.slow         # 9 s on 2 busy cores: out of the fast core
 def test_pause_turn_sends_the_turn_back_and_the_context_stop_reason_starts_over(store):
     script = Script(message(text("searching"), stop="pause_turn", n=1),
                     message(use("build_oracle", 1), stop="tool_use", n=2),
@@ -395,6 +400,7 @@ def test_a_resumed_run_does_not_reissue_logged_calls(store):
     assert resumed[2]["content"][0]["tool_use_id"] == "toolu_1"
 
 
+@pytest.mark.slow         # 6 s on 2 busy cores: out of the fast core
 def test_the_api_key_is_nowhere_in_the_store(db_path, tmp_path):
     body = {"type": "error", "error": {"type": "api_error", "message": f"echo {KEY}"}}
     with EventStore.open(db_path) as store:

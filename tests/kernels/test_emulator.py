@@ -209,6 +209,7 @@ def per_head_attention(s, x):
     {"heads": 3, "kv_heads": 3, "Lq": 1, "Lk": 77, "head_dim": 64},
     {"heads": 9, "kv_heads": 3, "Lq": 700, "Lk": 700, "head_dim": 64},
 ])
+@pytest.mark.slow         # 15 s in all on 2 busy cores: out of the fast core
 def test_batched_attention_equals_gemm_bfp16_per_head_bit_for_bit(shape):
     from npu_deploy.kernels.emulation.emulator import EMULATED
 
@@ -237,6 +238,7 @@ def test_grouped_query_heads_give_the_bits_of_one_batch_per_head(exact):
     {"heads": 9, "kv_heads": 3, "Lq": 1501, "Lk": 1501, "head_dim": 64},   # blocks, odd last
     {"heads": 9, "kv_heads": 3, "Lq": 130, "Lk": 130, "head_dim": 64},     # one block
 ])
+@pytest.mark.slow         # 6 s in all on 2 busy cores: out of the fast core
 def test_splitting_each_kv_heads_rows_for_the_threads_keeps_the_bits(shape, monkeypatch):
     """The fast path hands torch's threads equal batches by splitting each KV head's rows
     (`batch_parts`: 3 KV heads on 2 threads make 6 batches); the outputs are the bits of one
@@ -274,6 +276,7 @@ def test_blas_ordered_fp32_sums_stay_within_1e6_of_the_exact_tile_order(kernel, 
         assert c.rel_l2 < (1e-3 if exact[name].dtype == torch.bfloat16 else 1e-6), c.rel_l2
 
 
+@pytest.mark.slow         # 5 s on 2 busy cores: out of the fast core
 def test_attentions_pv_as_a_bf16_matmul_is_the_fp32_path_up_to_summation_order(monkeypatch):
     """The fast path multiplies P by V as a bf16 matmul where that adds the same exact
     products in FP32 (`exact_in_bf16_matmul`): the output is the FP32 matmul's but for a

@@ -68,6 +68,7 @@ def test_direct_error_grows_with_the_bf16_round_trips_of_the_accumulator():
     assert errors[0] > errors[1] > errors[2] > drain
 
 
+@pytest.mark.slow         # 5 s on 2 busy cores: out of the fast core
 def test_direct_error_follows_k_not_the_l2_tile():
     # The registry's direct rows at K = 2048 were run at tile_k_l2 512, 256 (and 128: N =
     # 11008) and measure 1.28e-2 to 1.3e-2 alike; rounded once per L2 tile, as the page's prose
@@ -110,6 +111,7 @@ def test_the_atol_follows_the_method():
     assert ATOL_BF16_PARTIALS == pytest.approx(0.3620, abs=1e-4)
 
 
+@pytest.mark.slow         # 7 s on 2 busy cores: out of the fast core
 def test_the_tight_tier_rejects_the_direct_method_with_many_k_tiles():
     # K = 16384: 64 L2 tiles, 512 bf16 round trips of the accumulator. The direct result fails
     # the FP32-accumulate tier (tens of elements beyond it) and passes its own; the drain

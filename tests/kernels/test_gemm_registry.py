@@ -94,6 +94,7 @@ def _model_uses():
             yield name, mode, model_kernels(model.args, mode)
 
 
+@pytest.mark.slow         # 5 s on 2 busy cores: out of the fast core
 def test_every_shape_of_the_ten_models_gets_a_valid_configuration():
     invalid = [(name, str(mode), s.use.spec.name, s.use.shape)
                for name, mode, uses in _model_uses()

@@ -38,6 +38,7 @@ def _rewrites(policy: str) -> tuple[bool, int]:
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the policy is glibc's mallopt")
+@pytest.mark.slow         # 12 s on 2 busy cores: out of the fast core
 def test_an_emulated_run_reuses_freed_memory_without_faulting_it_in_again() -> None:
     kept, faults = _rewrites("keep")
     assert kept

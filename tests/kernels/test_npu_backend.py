@@ -54,6 +54,7 @@ def optimized(plan, names=("align_layouts", "reuse_buffers", "merge_dispatches")
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
+@pytest.mark.slow         # 9 s in all on 2 busy cores: out of the fast core
 def test_a_padded_sequence_on_the_simulated_npu_gives_the_emulators_bits(name, tiny_models,
                                                                          tmp_path):
     """A prefill length no tile divides: the head-first tensors live [heads, L_pad, hd] on
@@ -77,6 +78,7 @@ def test_a_padded_sequence_on_the_simulated_npu_gives_the_emulators_bits(name, t
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen2-hd128"])
+@pytest.mark.slow         # 14 s in all on 2 busy cores: out of the fast core
 def test_plans_on_the_simulated_npu_give_the_emulators_bits(name, tiny_models, tmp_path):
     m = tiny_models[name]
     emulator = PlanRunner(m.args, m.weights, EmulatorBackend())
@@ -272,6 +274,7 @@ def test_a_plan_of_more_programs_than_contexts_runs_within_the_budget(tiny_model
     assert static and all(writes.count(bo) == 1 for bo in static)
 
 
+@pytest.mark.slow         # 4 s on 2 busy cores: out of the fast core
 def test_a_measured_profile_is_per_dispatch_with_its_transfers(tiny_models, tmp_path):
     m = tiny_models["tiny-qwen3"]
     backend, _ = npu_backend(tmp_path, m.args.head_dim)

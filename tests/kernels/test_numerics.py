@@ -430,6 +430,7 @@ def test_the_compiled_gemv_gives_the_torch_definitions_bits(m, k, lanes):
 
 
 @pytest.mark.parametrize("m,k", [(2048, 2048), (512, 2048), (16384, 2048)])
+@pytest.mark.slow         # 8 s in all on 2 busy cores: out of the fast core
 def test_gemv_error_is_at_the_fp32_accumulation_floor(m, k):
     w, x = gemv_operands(m, k, seed=m)
     ref = fp32_reference(w, x)
@@ -442,6 +443,7 @@ def test_gemv_error_is_at_the_fp32_accumulation_floor(m, k):
 # --- GEMM fidelity against the hardware figures ----------------------------------------------
 
 @pytest.mark.parametrize("k,n", LLAMA_32_1B_PROJECTIONS)
+@pytest.mark.slow         # 27 s in all on 2 busy cores: out of the fast core
 def test_gemm_error_lands_in_the_hardware_band(k, n):
     lo, hi = GEMM_MEAN_REL_L1_BAND
     a, b = gemm_operands(ROWS, k, n, seed=k + n)

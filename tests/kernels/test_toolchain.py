@@ -75,6 +75,7 @@ def test_peano_is_found_where_mlir_air_looks(tmp_path: Path):
     assert where is None and "is not a directory" in problem
 
 
+@pytest.mark.slow         # 5 s on 2 busy cores: out of the fast core
 def test_versions_are_read_where_each_tool_writes_it(tmp_path: Path):
     """XRT's version.json (pyxrt is the XRT it is installed in), mlir-air's package
     metadata, a Peano build's `clang --version`: what validate-hardware's report records."""

@@ -246,6 +246,7 @@ def test_cli_bad_model_is_one_line(cli, model_dir, damage, needle):
     assert_one_error(cli("oracle", target), needle)
 
 
+@pytest.mark.slow         # 5 s on 2 busy cores: out of the fast core
 def test_cli_oracle_prints_the_phase0_gate(cli):
     result = cli("oracle", "tiny-qwen3", "--seq-len", "40", "--steps", "8")
     assert result.exit_code == 0, result.stderr

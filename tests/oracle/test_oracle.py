@@ -90,6 +90,7 @@ SHORT = [Prompt("capital", CAPITAL_QUESTION, chat=True), Prompt("npu", "A spatia
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-llama-mha", "tiny-qwen2", "tiny-qwen3"])
+@pytest.mark.slow         # four greedy gates: 40 s in all on 2 busy cores: out of the fast core
 def test_phase0_gate_passes_for_each_architecture(tiny_models, name):
     loaded = tiny_models[name]
     report = phase0_gate(loaded, SHORT)
@@ -104,6 +105,7 @@ def test_phase0_gate_passes_for_each_architecture(tiny_models, name):
 
 @pytest.mark.parametrize("name,drop", [("tiny-qwen2", "bq"), ("tiny-qwen3", "q_norm"),
                                        ("tiny-llama", "ffn_norm")])
+@pytest.mark.slow         # 5 s on 2 busy cores: out of the fast core
 def test_phase0_gate_fails_when_the_reference_skips_an_op(tiny_models, name, drop):
     loaded = tiny_models[name]
     layers = list(loaded.weights.layers)

@@ -97,6 +97,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+@pytest.mark.slow         # 6 s on 2 busy cores: out of the fast core
 def test_no_module_imports_itself_back_through_others():
     """No cycle between modules, whole project, imports inside functions included: an import
     put inside a function to dodge a cycle is still the cycle."""

@@ -372,6 +372,7 @@ def _without_dac_override() -> tuple[str, ...]:
          before="file 0444: a writing command said 'the store could not be read (attempt to "
                 "write a readonly database)'; folder 0555: every read said 'cannot read ... "
                 "(attempt to write a readonly database)'")
+@pytest.mark.slow         # 7 s in all on 2 busy cores: out of the fast core
 def test_a_read_only_file_or_folder(tmp_path, what):
     prefix = _without_dac_override()
     folder = tmp_path / "store"

@@ -272,11 +272,8 @@ def test_an_empty_oracle_prompt_is_one_line(cli):
 @pytest.mark.redteam(area="input", case="generate prompt longer than the context",
                      before="ValueError traceback: the conversation has 6019 tokens, the "
                             "model takes 4096")
-def test_an_over_long_prompt_is_one_line_and_changes_nothing(cli, tmp_path):
-    db = tmp_path / "runs.db"
-    deployed = cli("--db", db, "deploy", "tiny-llama", "--headless", "--auto-approve",
-                   "--seq-len", 32, "--steps", 8, "--run-id", "d1")
-    assert deployed.exit_code == 0, deployed.stderr
+def test_an_over_long_prompt_is_one_line_and_changes_nothing(cli, deployed):
+    db = deployed.db
     before = digest(db)
     assert_one_error(cli("--db", db, "generate", "d1", "word " * 5000, "--max-tokens", 2),
                      "the model takes 4096")

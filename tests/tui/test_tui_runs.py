@@ -132,6 +132,7 @@ async def test_a_decision_in_the_window_resumes_a_run_no_conductor_runs(store, d
     assert store.fold("r1").resumes == 1
 
 
+@pytest.mark.e2e          # a whole deployment: 452 s of a busy machine's 21 min run
 @pytest.mark.slow
 async def test_deploy_a_tiny_model_approve_from_the_dialog_and_the_run_finishes(store,
                                                                                db_path):
