@@ -118,10 +118,24 @@ def _v2(db: Database) -> None:
             db.table(table).add_column(name, type_)
 
 
+#: The table schema 3 adds: one row per run that came from an export file, with the export
+#: format it came in and the version up to which its decisions came without their inbox
+#: commands (store/transfer.py): a format-1 export carried none, so its persons' decisions
+#: say why nothing stands behind them (store/inbox.py).
+_V3_TABLES: dict[str, dict[str, Any]] = {
+    "imports": {"run_id": str, "format_version": int, "uncarried_upto": int,
+                "imported_ts": str}}
+
+
+def _v3(db: Database) -> None:
+    db.table("imports").create(_V3_TABLES["imports"], pk="run_id",
+                               not_null={"format_version", "uncarried_upto", "imported_ts"})
+
+
 #: MIGRATIONS[i] takes a store from schema i to i + 1, adding the columns COLUMNS_ADDED[i]
 #: names (tests/store checks that the two agree).
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2]
-COLUMNS_ADDED: list[dict[str, dict[str, Any]]] = [_V1_TABLES, _V2_COLUMNS]
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3]
+COLUMNS_ADDED: list[dict[str, dict[str, Any]]] = [_V1_TABLES, _V2_COLUMNS, _V3_TABLES]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -179,7 +179,8 @@ def export_cmd(run: str, output: Path) -> None:
     with open_readonly() as store:
         header = export_run(store, run, output)
     click.echo(f"exported {header['run_id']}: {header['events']} events, {header['blobs']} "
-               f"blobs, head {header['head_hash'][:16]} -> {output}")
+               f"blobs, {header['commands']} inbox commands (those its decisions recorded), "
+               f"head {header['head_hash'][:16]} -> {output}")
 
 
 @click.command("import")
@@ -194,7 +195,10 @@ def import_cmd(file: Path) -> None:
     with EventStore.open(path) as store:
         result = import_run(store, exported)
     if result.already_present:
-        click.echo(f"{result.run_id} is already in {path} with the same head; nothing written")
+        click.echo(f"{result.run_id} is already in {path} with the same head; "
+                   + (f"added the {result.commands} inbox commands its decisions recorded, "
+                      "which the export it came in lacked" if result.commands
+                      else "nothing written"))
     else:
-        click.echo(f"imported {result.run_id}: {result.events} events, {result.blobs} blobs "
-                   f"into {path}")
+        click.echo(f"imported {result.run_id}: {result.events} events, {result.blobs} blobs, "
+                   f"{result.commands} inbox commands into {path}")
