@@ -204,17 +204,18 @@ def release(path: Path) -> None:
         del _OPEN_HERE[key]
 
 
-def connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
-    """Open a store file, migrating it forward when opened for writing. Close it through
+def connect(path: Path, *, readonly: bool, create: bool = True) -> sqlite3.Connection:
+    """Open a store file, migrating it forward when opened for writing. Not `create`: a
+    file that holds no store yet (empty) is refused, not made one. Close it through
     `release` too (EventStore does)."""
     path = Path(path)
-    db = _connect(path, readonly=readonly)
+    db = _connect(path, readonly=readonly, create=create)
     key = path.resolve()
     _OPEN_HERE[key] = _OPEN_HERE.get(key, 0) + 1
     return db
 
 
-def _connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
+def _connect(path: Path, *, readonly: bool, create: bool) -> sqlite3.Connection:
     exists = regular_or_missing(path, what="a store file",
                                 fix="pass the path of an npu-deploy store (or of a new one) "
                                     "to --db")
@@ -225,7 +226,8 @@ def _connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
         if not readonly:
             # Recognised through a read-only connection first: opening it for writing
             # would switch a foreign file to WAL before it could be refused.
-            _recognise(path, _open(path, readonly=True))
+            if _recognise(path, _open(path, readonly=True)) == 0 and not create:
+                raise _no_store_yet(path)
     if not exists and wal_holds_pages(path):
         # SQLite would delete a -wal beside a new, empty store file: its pages are kept.
         raise StoreUnreadable(f"no store file at {path}, but {path.name}-wal is beside it: "
@@ -247,6 +249,9 @@ def _connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
     conn = _open(path, readonly=readonly)
     version = _recognise(path, conn, keep_open=True)
     if readonly:
+        if version == 0:
+            conn.close()
+            raise _no_store_yet(path)
         if version < SCHEMA_VERSION:
             conn.close()
             raise StoreUnreadable(f"{path} has store schema {version}; run any writing "
@@ -263,6 +268,21 @@ def _connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
         conn.close()
         raise _classify(path, e) from None
     return conn
+
+
+def _no_store_yet(path: Path) -> StoreUnreadable:
+    """An existing file with no store in it (an empty file, or an SQLite database with no
+    tables): a command about runs says so, and leaves it as it is, not made a store."""
+    what = "an empty file" if _size(path) == 0 else "an SQLite database with no tables"
+    return StoreUnreadable(f"{path} is {what}: no store was ever written there; pass the path "
+                           "of your store to --db (a deployment makes a new store there)")
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
 
 
 def _open(path: Path, *, readonly: bool) -> sqlite3.Connection:

@@ -43,7 +43,7 @@ class StoreFile:
             raise StoreUnreadable(f"no store at {p}; run a deployment first, or pass --db "
                                   "(or NPU_DEPLOY_DB) with the path of an existing store")
         check_one_name(p)
-        return cls(p, connect(p, readonly=readonly), readonly=readonly)
+        return cls(p, connect(p, readonly=readonly, create=create), readonly=readonly)
 
     def close(self) -> None:
         if self._closed:
