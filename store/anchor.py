@@ -84,7 +84,9 @@ def user_key(*, create: bool, purpose: str = "") -> bytes | None:
                               f"{stat.S_IMODE(info.st_mode):o}); `chmod 600 {path}`")
         key = f.read(KEY_BYTES + 1)
     if len(key) != KEY_BYTES:
-        raise KeyUnusable(f"the key {path} holds {len(key)} bytes, not {KEY_BYTES}: it is not "
+        # Its size as the file system says: only KEY_BYTES + 1 of a longer one were read.
+        size = max(len(key), info.st_size)
+        raise KeyUnusable(f"the key {path} holds {size} bytes, not {KEY_BYTES}: it is not "
                           f"an npu-deploy key; restore it, or point {KEY_ENV} at another file")
     return key
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 from npu_deploy.events import InvalidEvent, canonical_json, utc_now, uuid7, validate_payload
@@ -21,7 +22,7 @@ from .anchor import (
     signing_key,
     user_key,
 )
-from .errors import Unanchored
+from .errors import DecisionRefused, Unanchored
 from .reading import Reader
 from .storefile import StoreFile
 from .transaction import transaction
@@ -38,8 +39,12 @@ class Inbox:
         self.reader = reader
 
     def post(self, run_id: str, kind: str, payload: dict[str, Any] | None = None,
-             *, author: str = "human") -> str:
-        """Leave a command (a person's decision) for the run's writer; returns its id."""
+             *, author: str = "human",
+             still_open: Callable[[], str | None] | None = None) -> str:
+        """Leave a command (a person's decision) for the run's writer; returns its id.
+        `still_open`, asked under the write lock just before the command is left (no writer
+        can append meanwhile), says why the run no longer takes it: then nothing is left,
+        and DecisionRefused says so."""
         command_id = uuid7()
         check_command(kind, payload or {}, command_id, author)
         run_id = self.reader.resolve_run(run_id)
@@ -48,6 +53,9 @@ class Inbox:
         fields = command_fields(run_id, command_id, kind, canonical_json(payload or {}), author)
         key = user_key(create=False) or self._new_key_for(run_id)
         with transaction(self.file.db):
+            why_not = still_open() if still_open is not None else None
+            if why_not is not None:
+                raise DecisionRefused(why_not)
             self.file.conn.execute(
                 "INSERT INTO inbox (run_id, command_id, kind, payload, author, created_ts, mac) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -68,12 +76,13 @@ class Inbox:
         return signing_key(f"to sign your decision for run {run_id}")
 
     @staticmethod
-    def is_authentic(command: dict[str, Any]) -> bool:
-        """Whether a pending command (as `pending` gives it) carries a MAC made by this
-        user's key over what it says."""
+    def unsigned(command: dict[str, Any]) -> str | None:
+        """Why a pending command (as `pending` gives it) does not carry a MAC of this user's
+        key over what it says (`signature_problem`: none, another key's, an altered one),
+        or None when it does."""
         fields = command_fields(command["run_id"], command["command_id"], command["kind"],
                                 canonical_json(command["payload"]), command["author"])
-        return check(user_key(create=False), command.get("mac"), "command", fields) == "ok"
+        return signature_problem(user_key(create=False), command.get("mac"), fields)
 
     def unbacked(self, run_id: str) -> dict[int, str]:
         """Each person's `human.decision` of the run that no inbox command stands behind,
