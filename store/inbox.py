@@ -51,7 +51,8 @@ class Inbox:
         # The MAC tells the conductor a person's tool wrote it (store/anchor.py): a process
         # that can write the store but not read the key cannot pass as a person.
         fields = command_fields(run_id, command_id, kind, canonical_json(payload or {}), author)
-        key = user_key(create=False) or self._new_key_for(run_id)
+        key = user_key(create=False)
+        key = self._new_key_for(run_id) if key is None else self._anchored_by(run_id, key)
         with transaction(self.file.db):
             why_not = still_open() if still_open is not None else None
             if why_not is not None:
@@ -61,6 +62,21 @@ class Inbox:
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (*fields, utc_now(), mac(key, "command", fields)))
         return command_id
+
+    def _anchored_by(self, run_id: str, key: bytes) -> bytes:
+        """`key`, when the run carries no anchor or one `key` made; a run another key
+        anchored would refuse the command at its conductor (signed by another key), and
+        `resume` would refuse the run: the decision is refused now, nothing left."""
+        row = self.file.conn.execute("SELECT head_mac FROM runs WHERE run_id = ?",
+                                     (run_id,)).fetchone()
+        theirs = (row[0] or "").partition(":")[0] if row else ""
+        if theirs and theirs != key_id(key):
+            raise Unanchored(
+                f"run {run_id} was anchored by key {theirs}, and your key at {key_path()} is "
+                f"another (key id {key_id(key)}): its conductor would refuse a decision your "
+                f"key signs. Put that key file back there (or point {KEY_ENV} at it), or "
+                f"`npu-deploy resume {run_id} --adopt` if you trust the run; nothing was left")
+        return key
 
     def _new_key_for(self, run_id: str) -> bytes:
         """No key here: a decision for a run another key anchored is refused (its conductor

@@ -144,3 +144,36 @@ def test_verify_names_both_keys_when_another_anchored_the_run(tmp_path, fake, mo
         report = store.verify(run_id)
     assert report.unanchored == (f"its anchor was made by another key (key id {theirs}) than "
                                  f"this user's (key id {ours})")
+
+
+@redteam("key", "NPU_DEPLOY_KEY_FILE pointed at the store file (mode 0644) by mistake",
+         before="'the key .../runs.db can be read by others (mode 644); `chmod 600 "
+                ".../runs.db`': the advice was to chmod the store, not that it is no key")
+def test_a_key_path_at_a_file_that_is_no_key_says_so_before_its_mode(tmp_path, fake, cli,
+                                                                      monkeypatch):
+    db = tmp_path / "runs.db"
+    run_id = waiting_run(db, fake)
+    db.chmod(0o644)
+    monkeypatch.setenv("NPU_DEPLOY_KEY_FILE", str(db))
+    assert_one_error(cli("--db", db, "decide", run_id, "abort"),
+                     f"the key {db} holds {db.stat().st_size} bytes, not 32")
+    assert db.stat().st_mode & 0o777 == 0o644
+
+
+@redteam("key", "`decide` with another key file than the one that anchored the run",
+         before="exit 0, 'approve left for run ...; its conductor records it once': its "
+                "conductor then refused it, and `resume` refused the run")
+def test_a_decision_under_another_key_than_the_runs_is_refused_at_once(tmp_path, fake, cli,
+                                                                       monkeypatch):
+    from npu_deploy.store.anchor import key_id, user_key
+
+    db = tmp_path / "runs.db"
+    run_id = waiting_run(db, fake)
+    theirs = key_id(user_key(create=False) or b"")
+    monkeypatch.setenv("NPU_DEPLOY_KEY_FILE", str(tmp_path / "new-key"))
+    ours = key_id(new_key(tmp_path / "new-key"))
+    assert_one_error(cli("--db", db, "decide", run_id, "approve"),
+                     f"run {run_id} was anchored by key {theirs}",
+                     f"is another (key id {ours})", "nothing was left")
+    with EventStore.open(db, readonly=True) as store:
+        assert store.pending_commands(run_id) == []
