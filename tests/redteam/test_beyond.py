@@ -177,3 +177,30 @@ def test_a_decision_under_another_key_than_the_runs_is_refused_at_once(tmp_path,
                      f"is another (key id {ours})", "nothing was left")
     with EventStore.open(db, readonly=True) as store:
         assert store.pending_commands(run_id) == []
+
+
+@redteam("key", "the TUI's Decide dialog and pause under another key than the run's",
+         before="(with the refusal above) Unanchored raised out of the dialog's handler; "
+                "before it, the approve was left for its conductor to refuse")
+async def test_the_tui_shows_a_decision_refused_for_another_key(store, db_path, fake,
+                                                                tmp_path, monkeypatch):
+    from tui_pilot import SIZE, start
+
+    from npu_deploy.tui import DeployApp
+    from npu_deploy.tui.screens.decision import DecisionDialog
+
+    c = start(store, fake())
+    assert c.run(wait=False).reason == "awaiting_human"
+    c.close()
+    monkeypatch.setenv("NPU_DEPLOY_KEY_FILE", str(tmp_path / "new-key"))
+    new_key(tmp_path / "new-key")
+    app = DeployApp(db_path, run_id="r1", live=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("d")
+        assert isinstance(app.screen, DecisionDialog)
+        await pilot.click("#approve")
+        dialog = app.screen
+        assert isinstance(dialog, DecisionDialog)
+        assert dialog.closed_by and "approve refused: run r1 was anchored by key" in \
+            dialog.closed_by, dialog.closed_by
+    assert store.pending_commands("r1") == []
