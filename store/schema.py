@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import NewerSchema, NotAStore, StoreCorrupt, StoreUnreadable
-from .files import regular_or_missing
+from .files import dangling_link_problem, no_store_at, regular_or_missing
 from .medium import (
     open_read_only,
     read_only_error,
@@ -235,8 +235,10 @@ def _connect(path: Path, *, readonly: bool, create: bool) -> sqlite3.Connection:
                               f"only its newest pages; put {path.name} back beside it, or move "
                               "the -wal away to start a new store")
     if not exists and readonly:
-        raise StoreUnreadable(f"no store at {path}; run a deployment first, or pass --db "
+        raise StoreUnreadable(f"{no_store_at(path)}; run a deployment first, or pass --db "
                               "(or NPU_DEPLOY_DB) with the path of an existing store")
+    if not exists and (dangling := dangling_link_problem(path)) is not None:
+        raise StoreUnreadable(dangling)
     if not exists:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -204,3 +204,33 @@ async def test_the_tui_shows_a_decision_refused_for_another_key(store, db_path, 
         assert dialog.closed_by and "approve refused: run r1 was anchored by key" in \
             dialog.closed_by, dialog.closed_by
     assert store.pending_commands("r1") == []
+
+
+@redteam("db", "--db a loop of symbolic links",
+         before="`runs`: 'no runs yet (no store at loop.db)', exit 0, as if the path were free")
+def test_a_loop_of_links_as_the_store_is_named_by_runs_too(tmp_path, cli):
+    (tmp_path / "a.db").symlink_to(tmp_path / "b.db")
+    (tmp_path / "b.db").symlink_to(tmp_path / "a.db")
+    for command in (("runs",), ("verify", "--all"), ("decide", "r1", "abort")):
+        assert_one_error(cli("--db", tmp_path / "a.db", *command),
+                         "Too many levels of symbolic links")
+
+
+@redteam("db", "--db a symbolic link into a folder that does not exist",
+         before="decide: 'cannot open x.db (unable to open database file); check the path and "
+                "its permissions'; import, the same: neither a permission nor the path given")
+def test_a_link_to_nowhere_as_the_store_says_where_it_leads(tmp_path, fake, cli):
+    from npu_deploy.store import export_run
+
+    run_id = waiting_run(tmp_path / "a.db", fake)
+    with EventStore.open(tmp_path / "a.db", readonly=True) as store:
+        export_run(store, run_id, tmp_path / "run.jsonl")
+    link, target = tmp_path / "x.db", tmp_path / "gone" / "runs.db"
+    link.symlink_to(target)
+    assert_one_error(cli("--db", link, "decide", run_id, "abort"),
+                     f"no store at {link}, a symbolic link to {target}, where there is nothing")
+    assert_one_error(cli("--db", link, "import", tmp_path / "run.jsonl"),
+                     f"{link} is a symbolic link to {target}, and the folder {target.parent} "
+                     "does not exist")
+    assert f"a symbolic link to {target}" in cli("--db", link, "runs").stdout
+    assert not target.parent.exists()
