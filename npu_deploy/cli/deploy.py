@@ -24,7 +24,7 @@ from npu_deploy.deploy_request import (
     resume_run,
 )
 from npu_deploy.events import PHASE_NAMES, Event
-from npu_deploy.events.decisions import naming, open_decisions, queued, waiting_on
+from npu_deploy.events.decisions import naming, open_decisions, waiting_on
 from npu_deploy.events.describe import cut
 from npu_deploy.store import DiskFull, EventStore, RunLocked, Unanchored
 
@@ -343,21 +343,10 @@ def decide_cmd(run: str, decision: str, value: str | None, override: bool,
         why = _refusal(run_id, now, choice, checkpoint)
         if why is not None:
             return why if why.endswith("nothing was left") else f"{why}; nothing was left"
-        if decision not in ("approve", "redirect", "pick"):
-            return None
         if ("checkpoint_id" in payload or "proposal_id" in payload) \
                 and now.waiting.id != waiting.id:
             return (f"run {run_id} moved on while your {decision} was being left: "
                     f"{waiting.id} is no longer open ({_waits(now)}); nothing was left")
-        # One its conductor would record, refusing this one (one not signed by this key it
-        # would refuse: that one does not count).
-        first = queued([c for c in store.pending_commands(run_id)
-                        if store.command_unsigned(c) is None])
-        if first is not None:
-            return (f"run {run_id}: {first['kind']} by {first['author']} (command "
-                    f"{first['command_id']}) already answers what it waits for, and waits in "
-                    "the inbox to be recorded by the run's conductor (`npu-deploy resume "
-                    f"{run_id}`); nothing was left")
         return None
 
     command_id = store.post_command(run_id, decision, payload, still_open=still_open)

@@ -13,14 +13,7 @@ from typing import Any
 import pytest
 
 from npu_deploy.events import DeploymentState, Event, NewEvent, apply, validate_payload
-from npu_deploy.events.decisions import (
-    CHOICES,
-    naming,
-    open_decisions,
-    queued,
-    refusal,
-    waiting_on,
-)
+from npu_deploy.events.decisions import CHOICES, naming, open_decisions, refusal, waiting_on
 from npu_deploy.machine import Conductor, DeploymentMachine, IllegalTransition, Policy, resume
 from npu_deploy.machine.machine import trigger_for
 from npu_deploy.store import EventStore
@@ -274,14 +267,10 @@ def test_the_cli_refuses_exactly_what_the_rule_refuses(walked, cli):
     for v, run_id in forks.items():
         for args in CLI_DECISIONS:
             with EventStore.open(db) as store:
-                s = store.fold(run_id)          # the rule reads the log, never the inbox
+                s = store.fold(run_id)          # `decide` reads the log, never the inbox
                 before = store.pending_commands(run_id)
             payload, real = cli_payload(s, args)
-            # and, as the TUI's dialog, `decide` leaves no second answer to a wait while
-            # the first lies in the inbox unrecorded (its conductor would refuse it)
-            answered = payload["decision"] in ("approve", "redirect", "pick") \
-                and queued(before) is not None
-            legal = real and refusal(s, payload, s.current_phase) is None and not answered
+            legal = real and refusal(s, payload, s.current_phase) is None
             result = cli("--db", db, "decide", run_id, *args)
             assert (result.exit_code == 0) == legal, (v, args, result.stderr)
             with EventStore.open(db) as store:

@@ -111,24 +111,6 @@ def test_a_decision_for_a_run_that_ended_meanwhile_is_refused_and_not_left(
         assert store.pending_commands(run_id) == []
 
 
-@pytest.mark.parametrize("second", [("approve",), ("redirect", "try again")])
-@redteam("racing", "a second `decide` on a checkpoint whose first answer waits in the inbox",
-         before="exit 0, '... left for run ...; its conductor records it once': the conductor "
-                "then recorded the first and refused this one (the TUI refused it at once)")
-def test_a_second_answer_while_the_first_waits_in_the_inbox_is_refused(tmp_path, fake, cli,
-                                                                         second):
-    db = tmp_path / "runs.db"
-    run_id = waiting_run(db, fake)
-    assert cli("--db", db, "decide", run_id, "approve").exit_code == 0
-    with EventStore.open(db, readonly=True) as store:
-        (first,) = store.pending_commands(run_id)
-    assert_one_error(cli("--db", db, "decide", run_id, *second),
-                     f"approve by human (command {first['command_id']}) already answers",
-                     "nothing was left")
-    with EventStore.open(db, readonly=True) as store:
-        assert store.pending_commands(run_id) == [first]
-
-
 @redteam("key", "`verify` after the key file was replaced by another user's",
          before="'its anchor was made by another key than this user's (key id K)', K being "
                 "this user's id: the key that anchored the run, the one to find, was unnamed")
