@@ -467,19 +467,25 @@ def check_event(event: Event) -> None:
     if event.schema_version > current:
         raise InvalidEvent(f"schema_version: {event.type} schema {event.schema_version} is "
                            f"newer than this npu-deploy's ({current}); upgrade it")
-    if not TS_RE.match(event.ts):
-        raise InvalidEvent(f"ts: {shown(event.ts)} is not a UTC time written as "
-                           "2026-11-21T05:12:58.123456Z")
-    try:   # the calendar (month 13, February 30); the pattern fixed the form
-        datetime.fromisoformat(event.ts)
-    except ValueError:
-        raise InvalidEvent(f"ts: {shown(event.ts)} is no date on the calendar") from None
+    check_ts("ts", event.ts)
     for name, value in (("prev_hash", event.prev_hash), ("hash", event.hash)):
         if not HASH_RE.match(value):
             raise InvalidEvent(f"{name}: {shown(value)} is not a SHA-256 (64 lowercase hex "
                                "digits)")
     check_names(event.actor, event.phase, event.attempt, event.causation_id,
                 event.correlation_id, event.idempotency_key)
+
+
+def check_ts(name: str, ts: Any) -> None:
+    """A time as npu-deploy stores every one (an event's, an inbox command's): UTC, written
+    as 2026-11-21T05:12:58.123456Z, and a date on the calendar."""
+    if type(ts) is not str or not TS_RE.match(ts):
+        raise InvalidEvent(f"{name}: {shown(ts)} is not a UTC time written as "
+                           "2026-11-21T05:12:58.123456Z")
+    try:   # the calendar (month 13, February 30); the pattern fixed the form
+        datetime.fromisoformat(ts)
+    except ValueError:
+        raise InvalidEvent(f"{name}: {shown(ts)} is no date on the calendar") from None
 
 
 def current_schema_version(type_name: str) -> int:

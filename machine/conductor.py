@@ -183,13 +183,15 @@ class Conductor:
             s = self.writer.state
             phase = s.current_phase
             attempt = s.phases[phase].attempts if phase is not None else None
-            if not self.store.command_is_authentic(cmd):
-                # Written into the store by something without this user's key (store/anchor.py):
-                # not a person's decision, whatever its author field says.
+            unsigned = self.store.command_unsigned(cmd)
+            if unsigned is not None:
+                # Not signed by this user's key (store/anchor.py): not a person's decision
+                # here, whatever its author field says. Why, by its cause: no MAC (written
+                # past npu-deploy), another key's (left under a key since changed), altered.
                 self._record(ErrorRaised(kind="command_refused", recoverable=True,
-                                         message=f"{cmd['kind']} refused: its MAC does not "
-                                         "check with this user's key, so no person's "
-                                         "npu-deploy (decide, the TUI) wrote it"),
+                                         message=f"{cmd['kind']} refused: the command "
+                                         f"{unsigned}; leave it again with `decide` or "
+                                         "the TUI under this user's key"),
                              phase=phase, attempt=attempt, consumes=cmd["command_id"])
                 continue
             if s.status == "paused" and cmd["kind"] not in ("pause", "abort"):

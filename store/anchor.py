@@ -79,13 +79,17 @@ def user_key(*, create: bool, purpose: str = "") -> bytes | None:
         raise KeyUnusable(f"the key {path} is {kind_of(info.st_mode)}, not a file; remove it "
                           f"or point {KEY_ENV} at the key file")
     with os.fdopen(fd, "rb") as f:
-        if info.st_mode & 0o077:
-            raise KeyUnusable(f"the key {path} can be read by others (mode "
-                              f"{stat.S_IMODE(info.st_mode):o}); `chmod 600 {path}`")
         key = f.read(KEY_BYTES + 1)
+    # The size first: a file that is no key at all (the store, a certificate) is said to be
+    # one, not to need a chmod. Its size as the file system says: only KEY_BYTES + 1 of a
+    # longer one were read.
     if len(key) != KEY_BYTES:
-        raise KeyUnusable(f"the key {path} holds {len(key)} bytes, not {KEY_BYTES}: it is not "
+        size = max(len(key), info.st_size)
+        raise KeyUnusable(f"the key {path} holds {size} bytes, not {KEY_BYTES}: it is not "
                           f"an npu-deploy key; restore it, or point {KEY_ENV} at another file")
+    if info.st_mode & 0o077:
+        raise KeyUnusable(f"the key {path} can be read by others (mode "
+                          f"{stat.S_IMODE(info.st_mode):o}); `chmod 600 {path}`")
     return key
 
 

@@ -52,6 +52,10 @@ class CommandAlreadyConsumed(StoreError):
     """An inbox command was already recorded by another event."""
 
 
+class DecisionRefused(StoreError):
+    """The run no longer takes the decision being left (it moved on meanwhile)."""
+
+
 class ImportRefused(StoreError):
     """An export file that cannot be imported as it is."""
 

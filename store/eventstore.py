@@ -16,7 +16,7 @@ on a `StoreFile` of its own and never imports this module.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -141,15 +141,17 @@ class EventStore(StoreFile):
     # --- inbox (inbox.py) ------------------------------------------------------------
 
     def post_command(self, run_id: str, kind: str, payload: dict[str, Any] | None = None,
-                     *, author: str = "human") -> str:
-        """Leave a command (a person's decision) for the run's writer; returns its id."""
-        return self._inbox.post(run_id, kind, payload, author=author)
+                     *, author: str = "human",
+                     still_open: Callable[[], str | None] | None = None) -> str:
+        """Leave a command (a person's decision) for the run's writer; returns its id.
+        `still_open` is asked under the write lock (Inbox.post)."""
+        return self._inbox.post(run_id, kind, payload, author=author, still_open=still_open)
 
     @staticmethod
-    def command_is_authentic(command: dict[str, Any]) -> bool:
-        """Whether a pending command carries a MAC made by this user's key over what it
-        says."""
-        return Inbox.is_authentic(command)
+    def command_unsigned(command: dict[str, Any]) -> str | None:
+        """Why a pending command carries no MAC made by this user's key over what it says
+        (none, another key's, an altered one), or None when it does."""
+        return Inbox.unsigned(command)
 
     def unbacked_decisions(self, run_id: str) -> dict[int, str]:
         """Each person's decision of the run (by version) that no inbox command of theirs

@@ -47,6 +47,39 @@ def regular_or_missing(path: Path, *, what: str, fix: str,
     return True
 
 
+def nothing_at(path: Path) -> bool:
+    """Whether nothing is at `path` (symbolic links followed): a dangling link is nothing, a
+    loop of links or an unreadable folder is something, which opening then names."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def no_store_at(path: Path) -> str:
+    """'no store at PATH', saying where a symbolic link there leads when it leads nowhere."""
+    try:
+        target = os.readlink(path)
+    except OSError:
+        return f"no store at {path}"
+    return f"no store at {path}, a symbolic link to {target}, where there is nothing"
+
+
+def dangling_link_problem(path: Path) -> str | None:
+    """Why a store cannot be made through `path`, a symbolic link to nothing whose target's
+    folder does not exist (SQLite would say only 'unable to open database file'), or None."""
+    if not path.is_symlink():
+        return None
+    target = path.parent / os.readlink(path)
+    if target.parent.is_dir():
+        return None            # the store is made at the link's target, as SQLite does
+    return (f"{path} is a symbolic link to {os.readlink(path)}, and the folder "
+            f"{target.parent} does not exist; create it, or pass another path to --db")
+
+
 def check_writable_target(path: Path, *, what: str) -> None:
     """An output path is written by renaming a finished temporary file over it: refuse
     anything there that is not a regular file (the rename would replace a device node or

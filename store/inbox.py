@@ -6,12 +6,23 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 from npu_deploy.events import InvalidEvent, canonical_json, utc_now, uuid7, validate_payload
+from npu_deploy.events.envelope import shown
 
-from .anchor import KEY_ENV, check, command_fields, key_path, mac, signing_key, user_key
-from .errors import Unanchored
+from .anchor import (
+    KEY_ENV,
+    check,
+    command_fields,
+    key_id,
+    key_path,
+    mac,
+    signing_key,
+    user_key,
+)
+from .errors import DecisionRefused, Unanchored
 from .reading import Reader
 from .storefile import StoreFile
 from .transaction import transaction
@@ -28,26 +39,44 @@ class Inbox:
         self.reader = reader
 
     def post(self, run_id: str, kind: str, payload: dict[str, Any] | None = None,
-             *, author: str = "human") -> str:
-        """Leave a command (a person's decision) for the run's writer; returns its id."""
-        if kind not in COMMAND_KINDS:
-            raise InvalidEvent(f"kind: {kind!r} is not one of {', '.join(COMMAND_KINDS)}")
+             *, author: str = "human",
+             still_open: Callable[[], str | None] | None = None) -> str:
+        """Leave a command (a person's decision) for the run's writer; returns its id.
+        `still_open`, asked under the write lock just before the command is left (no writer
+        can append meanwhile), says why the run no longer takes it: then nothing is left,
+        and DecisionRefused says so."""
         command_id = uuid7()
-        # Refuse now what could not be recorded later: the command must make a valid
-        # human.decision (a redirect needs its instruction, a pick its direction).
-        validate_payload("human.decision", {**(payload or {}), "decision": kind,
-                                            "command_id": command_id, "author": author})
+        check_command(kind, payload or {}, command_id, author)
         run_id = self.reader.resolve_run(run_id)
         # The MAC tells the conductor a person's tool wrote it (store/anchor.py): a process
         # that can write the store but not read the key cannot pass as a person.
         fields = command_fields(run_id, command_id, kind, canonical_json(payload or {}), author)
-        key = user_key(create=False) or self._new_key_for(run_id)
+        key = user_key(create=False)
+        key = self._new_key_for(run_id) if key is None else self._anchored_by(run_id, key)
         with transaction(self.file.db):
+            why_not = still_open() if still_open is not None else None
+            if why_not is not None:
+                raise DecisionRefused(why_not)
             self.file.conn.execute(
                 "INSERT INTO inbox (run_id, command_id, kind, payload, author, created_ts, mac) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (*fields, utc_now(), mac(key, "command", fields)))
         return command_id
+
+    def _anchored_by(self, run_id: str, key: bytes) -> bytes:
+        """`key`, when the run carries no anchor or one `key` made; a run another key
+        anchored would refuse the command at its conductor (signed by another key), and
+        `resume` would refuse the run: the decision is refused now, nothing left."""
+        row = self.file.conn.execute("SELECT head_mac FROM runs WHERE run_id = ?",
+                                     (run_id,)).fetchone()
+        theirs = (row[0] or "").partition(":")[0] if row else ""
+        if theirs and theirs != key_id(key):
+            raise Unanchored(
+                f"run {run_id} was anchored by key {theirs}, and your key at {key_path()} is "
+                f"another (key id {key_id(key)}): its conductor would refuse a decision your "
+                f"key signs. Put that key file back there (or point {KEY_ENV} at it), or "
+                f"`npu-deploy resume {run_id} --adopt` if you trust the run; nothing was left")
+        return key
 
     def _new_key_for(self, run_id: str) -> bytes:
         """No key here: a decision for a run another key anchored is refused (its conductor
@@ -63,12 +92,13 @@ class Inbox:
         return signing_key(f"to sign your decision for run {run_id}")
 
     @staticmethod
-    def is_authentic(command: dict[str, Any]) -> bool:
-        """Whether a pending command (as `pending` gives it) carries a MAC made by this
-        user's key over what it says."""
+    def unsigned(command: dict[str, Any]) -> str | None:
+        """Why a pending command (as `pending` gives it) does not carry a MAC of this user's
+        key over what it says (`signature_problem`: none, another key's, an altered one),
+        or None when it does."""
         fields = command_fields(command["run_id"], command["command_id"], command["kind"],
                                 canonical_json(command["payload"]), command["author"])
-        return check(user_key(create=False), command.get("mac"), "command", fields) == "ok"
+        return signature_problem(user_key(create=False), command.get("mac"), fields)
 
     def unbacked(self, run_id: str) -> dict[int, str]:
         """Each person's `human.decision` of the run that no inbox command stands behind,
@@ -81,6 +111,7 @@ class Inbox:
         origin = ((first.payload["parent_run_id"], int(first.payload["parent_version"]))
                   if first is not None and first.type == "run.forked" else None)
         parents: dict[int, str] | None = None
+        uncarried = self._uncarried_upto(run_id)
         out: dict[int, str] = {}
         config = dict(first.payload.get("config") or {}) if first is not None else {}
         for e in self.reader.events(run_id, types=("human.decision",)):
@@ -102,9 +133,19 @@ class Inbox:
                 continue
             problem = command_problem(self.file.conn, key, run_id, e.payload,
                                       recorded_by=e.event_id)
+            if problem is not None and v <= uncarried and problem.startswith(_NO_COMMAND):
+                problem = (f"it came through an export file written before exports carried "
+                           f"decisions' commands (format 1), without its inbox command "
+                           f"{e.payload.get('command_id')}: export the run again from the "
+                           "store it was decided in, and import that file")
             if problem is not None:
                 out[v] = problem
         return out
+
+    def _uncarried_upto(self, run_id: str) -> int:
+        """The version up to which the run's decisions came through a format-1 export, which
+        carried no inbox commands (store/transfer.py); 0 when none did."""
+        return uncarried_upto(self.file.conn, run_id)
 
     def pending(self, run_id: str) -> list[dict[str, Any]]:
         """Commands not yet recorded as events, oldest first."""
@@ -121,6 +162,26 @@ class Inbox:
 #: The fields of a decision that only a person's command can give it (the conductor adds
 #: the checkpoint or proposal it answers when the command names none).
 _FROM_THE_COMMAND = ("instruction", "direction_id", "override")
+
+
+def check_command(kind: Any, payload: dict[str, Any], command_id: str, author: Any) -> None:
+    """What a command must be to make a valid `human.decision` once recorded (a redirect
+    needs its instruction, a pick its direction): checked when it is left, and when an
+    export brings one (store/carried.py). Raises InvalidEvent naming the first bad field."""
+    if kind not in COMMAND_KINDS:
+        raise InvalidEvent(f"kind: {shown(kind)} is not one of {', '.join(COMMAND_KINDS)}")
+    if type(author) is not str:
+        raise InvalidEvent(f"author: {shown(author)} must be a string")
+    validate_payload("human.decision", {**payload, "decision": kind,
+                                        "command_id": command_id, "author": author})
+
+
+def uncarried_upto(conn: sqlite3.Connection, run_id: str) -> int:
+    """The version up to which the run's decisions came through a format-1 export, which
+    carried no inbox commands (the `imports` table, store/transfer.py); 0 when none did."""
+    row = conn.execute("SELECT uncarried_upto FROM imports WHERE run_id = ?",
+                       (run_id,)).fetchone()
+    return int(row[0]) if row else 0
 
 
 def is_policys(payload: dict[str, Any]) -> bool:
@@ -153,19 +214,47 @@ def command_problem(conn: sqlite3.Connection, key: bytes | None, run_id: str,
     row = conn.execute("SELECT kind, payload, author, mac, consumed_event_id FROM inbox "
                        "WHERE command_id = ? AND run_id = ?", (command_id, run_id)).fetchone()
     if row is None:
-        return f"no inbox command {command_id} of run {run_id} is behind it"
+        return f"{_NO_COMMAND} {command_id} of run {run_id} is behind it"
     kind, text, author, stored_mac, consumed_by = row
     if recorded_by is None and consumed_by is not None:
         return None       # the writer's consumption refuses it as already recorded, and says so
     fields = command_fields(run_id, str(command_id), kind, text, author)
-    if check(key, stored_mac, "command", fields) != "ok":
-        return f"its inbox command {command_id} carries no MAC of this user's key"
-    said = json.loads(text)
-    if (kind != payload.get("decision") or author != payload.get("author")
-            or any(payload.get(k) != v for k, v in said.items())
-            or any(payload.get(k) and payload.get(k) != said.get(k) for k in _FROM_THE_COMMAND)):
+    unsigned = signature_problem(key, stored_mac, fields)
+    if unsigned is not None:
+        return f"its inbox command {command_id} {unsigned}"
+    if says_other(kind, text, author, payload):
         return f"it says other than its inbox command {command_id} ({kind}, {text})"
     if recorded_by is not None and consumed_by != recorded_by:
         return (f"its inbox command {command_id} was recorded by "
                 f"{'no event' if consumed_by is None else 'event ' + consumed_by}, not by it")
     return None
+
+
+_NO_COMMAND = "no inbox command"
+
+
+def says_other(kind: str, text: str, author: str | None, payload: dict[str, Any]) -> bool:
+    """Whether a decision (its payload) says other than the command (kind, payload text,
+    author) it records: the command's every field, and those only a command gives."""
+    said = json.loads(text)
+    return (kind != payload.get("decision") or author != payload.get("author")
+            or any(payload.get(k) != v for k, v in said.items())
+            or any(payload.get(k) and payload.get(k) != said.get(k) for k in _FROM_THE_COMMAND))
+
+
+def signature_problem(key: bytes | None, stored: str | None, fields: list[Any]) -> str | None:
+    """Why a command's MAC does not show this user's key signed it, or None; worded as
+    `verify` words a run's anchor: another key's MAC is not tampering, only not ours."""
+    result = check(key, stored, "command", fields)
+    if result == "ok":
+        return None
+    if result == "absent":
+        return "carries no MAC: no person's key signed it"
+    if result == "bad":
+        return ("carries a MAC of this user's key that does not match it: the command was "
+                "edited after it was signed")
+    theirs = (stored or "").partition(":")[0]
+    if key is None:
+        return (f"was signed by key {theirs}, and there is no key at {key_path()} to check it "
+                f"(put that key file back there, or point {KEY_ENV} at it)")
+    return f"was signed by another key (key id {theirs}) than this user's (key id {key_id(key)})"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import NewerSchema, NotAStore, StoreCorrupt, StoreUnreadable
-from .files import regular_or_missing
+from .files import dangling_link_problem, no_store_at, regular_or_missing
 from .medium import (
     open_read_only,
     read_only_error,
@@ -118,10 +118,24 @@ def _v2(db: Database) -> None:
             db.table(table).add_column(name, type_)
 
 
+#: The table schema 3 adds: one row per run that came from an export file, with the export
+#: format it came in and the version up to which its decisions came without their inbox
+#: commands (store/transfer.py): a format-1 export carried none, so its persons' decisions
+#: say why nothing stands behind them (store/inbox.py).
+_V3_TABLES: dict[str, dict[str, Any]] = {
+    "imports": {"run_id": str, "format_version": int, "uncarried_upto": int,
+                "imported_ts": str}}
+
+
+def _v3(db: Database) -> None:
+    db.table("imports").create(_V3_TABLES["imports"], pk="run_id",
+                               not_null={"format_version", "uncarried_upto", "imported_ts"})
+
+
 #: MIGRATIONS[i] takes a store from schema i to i + 1, adding the columns COLUMNS_ADDED[i]
 #: names (tests/store checks that the two agree).
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2]
-COLUMNS_ADDED: list[dict[str, dict[str, Any]]] = [_V1_TABLES, _V2_COLUMNS]
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3]
+COLUMNS_ADDED: list[dict[str, dict[str, Any]]] = [_V1_TABLES, _V2_COLUMNS, _V3_TABLES]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -190,17 +204,18 @@ def release(path: Path) -> None:
         del _OPEN_HERE[key]
 
 
-def connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
-    """Open a store file, migrating it forward when opened for writing. Close it through
+def connect(path: Path, *, readonly: bool, create: bool = True) -> sqlite3.Connection:
+    """Open a store file, migrating it forward when opened for writing. Not `create`: a
+    file that holds no store yet (empty) is refused, not made one. Close it through
     `release` too (EventStore does)."""
     path = Path(path)
-    db = _connect(path, readonly=readonly)
+    db = _connect(path, readonly=readonly, create=create)
     key = path.resolve()
     _OPEN_HERE[key] = _OPEN_HERE.get(key, 0) + 1
     return db
 
 
-def _connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
+def _connect(path: Path, *, readonly: bool, create: bool) -> sqlite3.Connection:
     exists = regular_or_missing(path, what="a store file",
                                 fix="pass the path of an npu-deploy store (or of a new one) "
                                     "to --db")
@@ -211,7 +226,8 @@ def _connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
         if not readonly:
             # Recognised through a read-only connection first: opening it for writing
             # would switch a foreign file to WAL before it could be refused.
-            _recognise(path, _open(path, readonly=True))
+            if _recognise(path, _open(path, readonly=True)) == 0 and not create:
+                raise _no_store_yet(path)
     if not exists and wal_holds_pages(path):
         # SQLite would delete a -wal beside a new, empty store file: its pages are kept.
         raise StoreUnreadable(f"no store file at {path}, but {path.name}-wal is beside it: "
@@ -219,8 +235,10 @@ def _connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
                               f"only its newest pages; put {path.name} back beside it, or move "
                               "the -wal away to start a new store")
     if not exists and readonly:
-        raise StoreUnreadable(f"no store at {path}; run a deployment first, or pass --db "
+        raise StoreUnreadable(f"{no_store_at(path)}; run a deployment first, or pass --db "
                               "(or NPU_DEPLOY_DB) with the path of an existing store")
+    if not exists and (dangling := dangling_link_problem(path)) is not None:
+        raise StoreUnreadable(dangling)
     if not exists:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -233,6 +251,9 @@ def _connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
     conn = _open(path, readonly=readonly)
     version = _recognise(path, conn, keep_open=True)
     if readonly:
+        if version == 0:
+            conn.close()
+            raise _no_store_yet(path)
         if version < SCHEMA_VERSION:
             conn.close()
             raise StoreUnreadable(f"{path} has store schema {version}; run any writing "
@@ -249,6 +270,21 @@ def _connect(path: Path, *, readonly: bool) -> sqlite3.Connection:
         conn.close()
         raise _classify(path, e) from None
     return conn
+
+
+def _no_store_yet(path: Path) -> StoreUnreadable:
+    """An existing file with no store in it (an empty file, or an SQLite database with no
+    tables): a command about runs says so, and leaves it as it is, not made a store."""
+    what = "an empty file" if _size(path) == 0 else "an SQLite database with no tables"
+    return StoreUnreadable(f"{path} is {what}: no store was ever written there; pass the path "
+                           "of your store to --db (a deployment makes a new store there)")
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
 
 
 def _open(path: Path, *, readonly: bool) -> sqlite3.Connection:

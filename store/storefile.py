@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
 from .errors import StoreUnreadable
+from .files import no_store_at, nothing_at
 from .identity import check_one_name
 from .locations import default_db_path, locks_dir
 from .medium import wal_holds_pages
@@ -39,11 +40,11 @@ class StoreFile:
         command about runs that must already be there (resume, fork, decide), which would
         otherwise leave an empty store behind its refusal."""
         p = Path(path) if path is not None else default_db_path()
-        if not create and not readonly and not os.path.lexists(p) and not wal_holds_pages(p):
-            raise StoreUnreadable(f"no store at {p}; run a deployment first, or pass --db "
+        if not create and not readonly and nothing_at(p) and not wal_holds_pages(p):
+            raise StoreUnreadable(f"{no_store_at(p)}; run a deployment first, or pass --db "
                                   "(or NPU_DEPLOY_DB) with the path of an existing store")
         check_one_name(p)
-        return cls(p, connect(p, readonly=readonly), readonly=readonly)
+        return cls(p, connect(p, readonly=readonly, create=create), readonly=readonly)
 
     def close(self) -> None:
         if self._closed:

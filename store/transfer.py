@@ -2,8 +2,11 @@
 
 Line 1 is a header; then one line per event, in order, with the payload as
 stored (before any upcasting, so every hash recomputes); then one line per
-blob the events reference, compressed and base64-encoded. Import checks the
-whole file first and writes it in one transaction, or not at all.
+blob the events reference, compressed and base64-encoded; then (format 2) one
+line per inbox command the run's persons' decisions recorded, as stored with its
+MAC (store/carried.py). Import checks the whole file first and writes it in one
+transaction, or not at all. A format-1 file (no commands) still imports, and its
+persons' decisions then say why nothing stands behind them.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import binascii
 import hmac
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,16 +40,27 @@ from npu_deploy.events.envelope import shown
 from .anchor import anchor_head, user_key
 from .blobs import CODECS, BlobMismatch, unpack
 from .blobs import MAX_BLOB_BYTES as MAX_BLOB_BYTES  # the most an import inflates
+from .carried import (
+    CarriedCommand,
+    check_consumed,
+    command_from_record,
+    command_record,
+    consumed_commands,
+    restore_commands,
+)
 from .errors import ImportRefused, StoreError
 from .eventstore import EventStore
 from .files import atomic_file, check_writable_target, regular_or_missing
+from .inbox import uncarried_upto
 from .rows import validate_run_id
 from .schema import SCHEMA_VERSION
 from .transaction import read_snapshot, transaction
 from .writer import insert_row, insert_run_row, take_run_lock, update_run_summary
 
 FORMAT = "npu-deploy-run"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The formats import reads: 1 carried no inbox commands.
+READ_FORMATS = (1, 2)
 
 _ENVELOPE = ("event_id", "run_id", "run_version", "type", "schema_version", "phase",
              "attempt", "actor", "ts", "causation_id", "correlation_id", "idempotency_key",
@@ -66,8 +80,13 @@ def export_run(store: EventStore, run_ref: str, path: str | os.PathLike[str]) ->
         if not report.ok:
             raise StoreError(f"run {run_id} fails verification, export refused: "
                              f"{report.problem}")
+        commands = consumed_commands(store.conn, run_id, store.events(
+            run_id, upto_version=report.events, types=("human.decision",)))
         header = {"format": FORMAT, "format_version": FORMAT_VERSION,
                   "store_schema": SCHEMA_VERSION, "run_id": run_id, "events": report.events,
+                  "commands": len(commands),
+                  # Decisions that came through a format-1 export, with nothing behind them.
+                  "uncarried_upto": uncarried_upto(store.conn, run_id),
                   "head_hash": report.head_hash,
                   # The importer keeps it only if its own key makes the same (store/anchor.py).
                   "head_mac": store.conn.execute("SELECT head_mac FROM runs WHERE run_id = ?",
@@ -93,6 +112,8 @@ def export_run(store: EventStore, run_ref: str, path: str | os.PathLike[str]) ->
                                               "data": base64.b64encode(row[1]).decode()})
                               + "\n")
                     written += 1
+            for command in commands:
+                out.write(command_record(command) + "\n")
     return {**header, "blobs": written}
 
 
@@ -102,6 +123,7 @@ class ImportResult:
     events: int
     blobs: int
     already_present: bool
+    commands: int = 0      # the inbox commands it restored
 
 
 @dataclass(frozen=True)
@@ -111,11 +133,16 @@ class ExportedRun:
     events: list[Event]
     blobs: dict[str, tuple[str, bytes, int]]   # sha256 hex -> (codec, stored bytes, size)
     head_mac: str | None = None    # the anchor of the run in the store it came from
+    #: The inbox commands its decisions recorded (by id, with where each is in the file).
+    commands: dict[str, tuple[CarriedCommand, str]] = field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
+    #: Up to this version its decisions came through a format-1 export, without commands.
+    uncarried_upto: int = 0
 
 
 def read_export(path: str | os.PathLike[str]) -> ExportedRun:
     """Parse and check a whole export file without touching any store."""
-    return ExportedRun(*_read_export(Path(path)))
+    return _read_export(Path(path))
 
 
 def _anchor_imported(conn: Any, run_id: str, carried: str | None) -> bool:
@@ -148,7 +175,11 @@ def import_run(store: EventStore, source: str | os.PathLike[str] | ExportedRun) 
                 if tuple(existing) != (events[-1].run_version, events[-1].hash):
                     raise ImportRefused(f"run {run_id} already exists in {store.path} with "
                                         "other events; import into another store (--db)")
-                return ImportResult(run_id, len(events), len(blobs), already_present=True)
+                # The same run: what a newer export of it carries is added (the commands
+                # a format-1 file lacked), nothing else.
+                added = restore_commands(conn, exported.commands)
+                return ImportResult(run_id, len(events), len(blobs), already_present=True,
+                                    commands=added)
             insert_run_row(conn, events[0])
             state = DeploymentState()
             for event in events:
@@ -159,9 +190,14 @@ def import_run(store: EventStore, source: str | os.PathLike[str] | ExportedRun) 
             for digest, (codec, data, size) in blobs.items():
                 conn.execute("INSERT OR IGNORE INTO blobs VALUES (?, ?, ?, ?, ?)",
                              (digest, size, codec, data, now))
+            added = restore_commands(conn, exported.commands)
+            conn.execute("INSERT OR REPLACE INTO imports VALUES (?, ?, ?, ?)",
+                         (run_id, exported.format_version, exported.uncarried_upto, now))
     finally:
         lock.release()
-    return ImportResult(run_id, len(events), len(blobs), already_present=False)
+    return ImportResult(run_id, len(events), len(blobs), already_present=False,
+                        commands=added)
+
 
 
 #: The deepest nesting of arrays and objects an imported event may hold. Payloads nest a
@@ -170,8 +206,7 @@ MAX_JSON_DEPTH = 64
 _TOO_DEEP = object()
 
 
-def _read_export(path: Path
-                 ) -> tuple[list[Event], dict[str, tuple[str, bytes, int]], str | None]:
+def _read_export(path: Path) -> ExportedRun:
     regular_or_missing(path, what="an export file", error=ImportRefused,
                        fix="pass the path of a file `npu-deploy export` wrote")
     try:
@@ -203,12 +238,12 @@ def _read_export(path: Path
     header = records[0]
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise ImportRefused(f"{path} is not an npu-deploy run export (no header on line 1)")
-    for name in ("format_version", "store_schema", "events"):
+    for name in ("format_version", "store_schema", "events", "commands", "uncarried_upto"):
         if name in header and type(header[name]) is not int:
             raise ImportRefused(f"{path} line 1: header {name} {shown(header[name])} is not "
                                 "an integer: the file was edited")
     newer = header.get("store_schema", 0) > SCHEMA_VERSION
-    if header.get("format_version") != FORMAT_VERSION or newer:
+    if header.get("format_version") not in READ_FORMATS or newer:
         raise ImportRefused(f"{path} was written by a newer npu-deploy "
                             f"(format {header.get('format_version')}); upgrade to import it")
     try:
@@ -217,6 +252,7 @@ def _read_export(path: Path
         raise ImportRefused(f"{path} header has no valid run_id ({e})") from None
     events: list[Event] = []
     blobs: dict[str, tuple[str, bytes, int]] = {}
+    commands: dict[str, tuple[CarriedCommand, str]] = {}
     prev = GENESIS_HASH
     seen_ids: set[str] = set()
     seen_keys: set[str] = set()
@@ -246,19 +282,34 @@ def _read_export(path: Path
         elif isinstance(record, dict) and "blob" in record:
             digest, entry = _blob_from_record(record, where)
             blobs[digest] = entry
+        elif isinstance(record, dict) and "command" in record and header["format_version"] > 1:
+            command = command_from_record(record["command"], run_id, where)
+            if command.command_id in commands:
+                raise ImportRefused(f"{where}: command {command.command_id} is carried "
+                                    "twice: the file was edited")
+            commands[command.command_id] = (command, where)
         else:
-            raise ImportRefused(f"{where}: neither an event nor a blob")
+            raise ImportRefused(f"{where}: neither an event nor a blob"
+                                + (" nor an inbox command" if header["format_version"] > 1
+                                   else ""))
     if not events or events[0].type not in ("run.started", "run.forked"):
         raise ImportRefused(f"{path} holds no run: its first event must start a run")
     if len(events) != header.get("events") or prev != header.get("head_hash"):
         raise ImportRefused(f"{path} holds {len(events)} events but its header says "
                             f"{header.get('events')}: the file was cut or edited")
+    if header["format_version"] > 1 and len(commands) != header.get("commands"):
+        raise ImportRefused(f"{path} holds {len(commands)} inbox commands but its header says "
+                            f"{header.get('commands')}: the file was cut or edited")
     missing = set().union(*(declared_blob_refs(e.type, e.payload) for e in events))
     missing -= {f"sha256:{d}" for d in blobs}
     if missing:
         raise ImportRefused(f"{path} lacks blob {sorted(missing)[0]} that its events reference")
+    check_consumed(commands, events)
     head_mac = header.get("head_mac")
-    return events, blobs, head_mac if isinstance(head_mac, str) else None
+    old = header["format_version"] == 1
+    return ExportedRun(events, blobs, head_mac if isinstance(head_mac, str) else None,
+                       commands, header["format_version"],
+                       len(events) if old else min(header.get("uncarried_upto", 0), len(events)))
 
 
 def _event_from_record(record: Any, where: str) -> Event:

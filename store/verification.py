@@ -230,4 +230,5 @@ def _unanchored(anchor: str, key: bytes | None, stored: str | None) -> str:
         return (f"it was anchored by key {(stored or '').partition(':')[0]}, and there is no "
                 f"key at {key_path()} to check it (put that key file back there, or point "
                 f"{KEY_ENV} at it)")
-    return f"its anchor was made by another key than this user's (key id {key_id(key)})"
+    return (f"its anchor was made by another key (key id {(stored or '').partition(':')[0]}) "
+            f"than this user's (key id {key_id(key)})")

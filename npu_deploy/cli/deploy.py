@@ -274,6 +274,23 @@ def fork_cmd(run: str, at_version: int, note: str | None) -> None:
                err=True)
 
 
+def _waits(legal: Any) -> str:
+    """What the run waits for now, in words."""
+    waiting = legal.waiting
+    return (f"it waits at {waiting.kind} {waiting.id} now" if waiting.id
+            else "nothing waits for a decision now")
+
+
+def _refusal(run_id: str, legal: Any, choice: str, checkpoint: str | None) -> str | None:
+    """Why the run does not take this decision now (events/decisions.py's rule), or None;
+    what the decision needs (an instruction, a direction number) is checked after, as usage."""
+    if checkpoint is not None and checkpoint != legal.waiting.id:
+        return f"run {run_id}: {checkpoint} is no longer open ({_waits(legal)}); nothing was left"
+    if not legal.allows(choice):
+        return f"run {run_id} {legal.refused[choice]}"
+    return None
+
+
 @click.command("decide")
 @db_option
 @click.argument("run")
@@ -300,18 +317,12 @@ def decide_cmd(run: str, decision: str, value: str | None, override: bool,
              "whole run", EXIT_USAGE)
     store = open_existing()
     run_id = store.resolve_run(run)
-    s = store.fold(run_id)
-    # Whether the run takes this decision now is events/decisions.py's rule; what the
-    # decision needs (an instruction, a direction number) is checked after it, as usage.
-    legal = open_decisions(s)
-    waiting = legal.waiting
-    if checkpoint is not None and checkpoint != waiting.id:
-        now = (f"it waits at {waiting.kind} {waiting.id} now" if waiting.id
-               else "nothing waits for a decision now")
-        fail(f"run {run_id}: {checkpoint} is no longer open ({now}); nothing was left")
     choice = "override" if override else decision
-    if not legal.allows(choice):
-        fail(f"run {run_id} {legal.refused[choice]}")
+    legal = open_decisions(store.fold(run_id))
+    why_not = _refusal(run_id, legal, choice, checkpoint)
+    if why_not is not None:
+        fail(why_not)
+    waiting = legal.waiting
     payload: dict[str, Any] = {"override": True} if override else {}
     if decision == "redirect":
         if not value:
@@ -323,6 +334,21 @@ def decide_cmd(run: str, decision: str, value: str | None, override: bool,
         payload["direction_id"] = legal.pick[int(value) - 1]
     if decision in ("approve", "redirect", "pick"):
         payload.update(naming(waiting))
-    command_id = store.post_command(run_id, decision, payload)
+
+    def still_open() -> str | None:
+        """Asked again under the store's write lock, as the command is left: the run may
+        have moved on since it was folded above (another process approved, aborted or
+        finished it), and a command left then would wait in an inbox nobody reads."""
+        now = open_decisions(store.fold(run_id))
+        why = _refusal(run_id, now, choice, checkpoint)
+        if why is not None:
+            return why if why.endswith("nothing was left") else f"{why}; nothing was left"
+        if ("checkpoint_id" in payload or "proposal_id" in payload) \
+                and now.waiting.id != waiting.id:
+            return (f"run {run_id} moved on while your {decision} was being left: "
+                    f"{waiting.id} is no longer open ({_waits(now)}); nothing was left")
+        return None
+
+    command_id = store.post_command(run_id, decision, payload, still_open=still_open)
     click.echo(f"{decision} left for run {run_id} (command {command_id}); its conductor "
                "records it once")

@@ -22,14 +22,16 @@ RUNS_COLUMNS = ("run", "model", "started (UTC)", "phase", "status", "verdict", "
 @json_option("Print JSON instead of a table.")
 def runs_cmd(as_json: bool) -> None:
     """List the runs in the store."""
+    from npu_deploy.store.files import no_store_at, nothing_at
     from npu_deploy.store.medium import wal_holds_pages
 
     path = db_path()
-    if not path.exists() and not wal_holds_pages(path):   # a lone -wal: open_readonly says
+    # A lone -wal, a loop of links: open_readonly says what it is.
+    if nothing_at(path) and not wal_holds_pages(path):
         if as_json:
             emit_json([])
         else:
-            click.echo(f"no runs yet (no store at {path})")
+            click.echo(f"no runs yet ({no_store_at(path)})")
         return
     with open_readonly() as store:
         runs = store.runs()
@@ -138,11 +140,12 @@ def verify_cmd(run: str | None, all_runs: bool, as_json: bool) -> None:
     names what was changed."""
     if bool(run) == all_runs:
         raise click.UsageError("give a RUN id or --all")
+    from npu_deploy.store.files import no_store_at, nothing_at
     from npu_deploy.store.medium import wal_holds_pages
 
     path = db_path()
-    if all_runs and not path.exists() and not wal_holds_pages(path):
-        click.echo(f"no runs to verify (no store at {path})")
+    if all_runs and nothing_at(path) and not wal_holds_pages(path):
+        click.echo(f"no runs to verify ({no_store_at(path)})")
         return
     from npu_deploy.store import StoreError
 
@@ -179,7 +182,8 @@ def export_cmd(run: str, output: Path) -> None:
     with open_readonly() as store:
         header = export_run(store, run, output)
     click.echo(f"exported {header['run_id']}: {header['events']} events, {header['blobs']} "
-               f"blobs, head {header['head_hash'][:16]} -> {output}")
+               f"blobs, {header['commands']} inbox commands (those its decisions recorded), "
+               f"head {header['head_hash'][:16]} -> {output}")
 
 
 @click.command("import")
@@ -194,7 +198,10 @@ def import_cmd(file: Path) -> None:
     with EventStore.open(path) as store:
         result = import_run(store, exported)
     if result.already_present:
-        click.echo(f"{result.run_id} is already in {path} with the same head; nothing written")
+        click.echo(f"{result.run_id} is already in {path} with the same head; "
+                   + (f"added the {result.commands} inbox commands its decisions recorded, "
+                      "which the export it came in lacked" if result.commands
+                      else "nothing written"))
     else:
-        click.echo(f"imported {result.run_id}: {result.events} events, {result.blobs} blobs "
-                   f"into {path}")
+        click.echo(f"imported {result.run_id}: {result.events} events, {result.blobs} blobs, "
+                   f"{result.commands} inbox commands into {path}")

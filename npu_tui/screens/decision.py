@@ -30,6 +30,7 @@ from npu_deploy.events.describe import (
     settings_text,
 )
 from npu_deploy.events.state import GateSummary
+from npu_deploy.store import StoreError
 
 from ..legend import TONE_CLASSES, tone_styles
 from ..timeline import gate_rows
@@ -414,8 +415,12 @@ class DecisionDialog(ModalScreen[str | None]):
         # Name what it answers, so that a stale answer is refused, never applied elsewhere.
         payload = {**{k: v for k, v in payload.items() if v is not None},
                    **naming(self.waiting)}
-        command_id = store.post_command(self.run_id, kind, payload,
-                                        author=self.deploy_app.author)
+        try:
+            command_id = store.post_command(self.run_id, kind, payload,
+                                            author=self.deploy_app.author)
+        except StoreError as e:     # refused by the store (another key's run, a full disk)
+            self._close_by(f"{kind} refused: {e}")
+            return
         done = self._done(kind, payload)
         if store.is_locked(self.run_id) or self.run_id in self.deploy_app.driving:
             self.notify(f"{done}.")
@@ -491,7 +496,12 @@ class DecisionDialog(ModalScreen[str | None]):
         if why:
             self._close_by(f"{kind} refused: run {self.run_id} {why}. Nothing was written.")
             return
-        command_id = store.post_command(self.run_id, kind, {}, author=self.deploy_app.author)
+        try:
+            command_id = store.post_command(self.run_id, kind, {},
+                                            author=self.deploy_app.author)
+        except StoreError as e:     # refused by the store (another key's run, a full disk)
+            self._close_by(f"{kind} refused: {e}")
+            return
         self.notify(f"{self._done(kind, {})}.")
         self.dismiss(command_id)
 

@@ -27,7 +27,7 @@ from textual.worker import Worker, get_current_worker
 from npu_deploy.events import DeploymentState
 from npu_deploy.events import fold as fold_events
 from npu_deploy.events.decisions import open_decisions, refusal
-from npu_deploy.store import EventStore, progress
+from npu_deploy.store import EventStore, StoreError, progress
 
 from ..legend import TONE_CLASSES
 from ..memory import settle
@@ -531,8 +531,18 @@ class RunScreen(Screen[None]):
             return
         if self.deploy_app.refuses_writing(f"pause run {self.run_id}"):
             return
-        self.store.post_command(self.run_id, "pause", author=self.deploy_app.author)
-        self.notify("Pausing: the run stops when its current step ends.")
+        if self._post("pause"):
+            self.notify("Pausing: the run stops when its current step ends.")
+
+    def _post(self, kind: str) -> bool:
+        """Leave a pause or abort; a refusal by the store (another key's run, a full disk)
+        is shown, not raised out of the app."""
+        try:
+            self.store.post_command(self.run_id, kind, author=self.deploy_app.author)
+        except StoreError as e:
+            self.notify(f"{kind} refused: {e}", severity="error")
+            return False
+        return True
 
     def action_abort_run(self) -> None:
         from .dialogs import confirm_abort
@@ -541,8 +551,7 @@ class RunScreen(Screen[None]):
             return
 
         def abort(yes: bool | None) -> None:
-            if yes:
-                self.store.post_command(self.run_id, "abort", author=self.deploy_app.author)
+            if yes and self._post("abort"):
                 self.notify("Aborting: the run ends when its current step ends.")
 
         self.app.push_screen(confirm_abort(self.run_id, self.head_state), abort)
