@@ -5,6 +5,7 @@ on one long test on one worker."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from conftest import longest_first
 
@@ -42,3 +43,14 @@ def test_each_workers_block_starts_with_its_share_of_the_longest():
     half = len(ordered) // 2
     assert names(ordered[:half]) == ["deploy1", "slow1", "a", "b"]
     assert names(ordered[half:]) == ["bundled", "deploy2", "slow2", "c", "d"]
+
+
+def test_no_second_top_level_conftest():
+    """Tests import helpers from tests/conftest.py by its bare name (`from conftest import
+    ...`). A conftest.py in a test folder that is not a package is imported under that same
+    name and, collected first, shadows it: 11 test files failed to collect when one came in
+    (tests/kernels/conftest.py). Shared fixtures go into tests/conftest.py."""
+    tests = Path(__file__).resolve().parent.parent
+    shadows = [p.relative_to(tests) for p in tests.rglob("conftest.py")
+               if p.parent != tests and not (p.parent / "__init__.py").exists()]
+    assert not shadows, shadows
