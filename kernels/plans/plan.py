@@ -150,14 +150,35 @@ def baseline_plan(model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2,
     `attention_datapath`: the matmuls of every prefill FlashAttention launch, "bfp16" as
     upstream builds attn_npu2.cc, or "bf16" (native 4x8x8; our own build). Decode's
     attention (our own kernel, FP32 scores) has no BFP16 matmul to change."""
-    if args.o_bias or args.mlp_bias:
-        raise NotImplementedError("O-projection and MLP biases have no kernel yet")
+    gaps = unplannable(args)
+    if gaps:
+        raise NotImplementedError(f"{', '.join(gaps)} {'have' if len(gaps) > 1 else 'has'} "
+                                  "no kernel yet")
     b = PlanBuilder(args, hw, configs, gemm_datapath, lm_head_out, attention_datapath)
     if isinstance(mode, Prefill):
         _prefill_steps(b, mode.seq, lm_head)
         return DispatchPlan(model, args, mode, tuple(b.steps), lm_head)
     _decode_steps(b, mode.pos, mode.context)
     return DispatchPlan(model, args, mode, tuple(b.steps), "last-token")  # one token
+
+
+def unplannable(args: ModelArgs) -> list[str]:
+    """What a model needs that no kernel of the NPU path does yet, in words; [] when a plan
+    can be built. Gemma 3's and Phi-3's additions are in the FP32 oracle
+    (oracle/reference.py), checked against transformers, but not yet in the kernels."""
+    needs = {
+        "an O-projection bias": args.o_bias,
+        "MLP biases": args.mlp_bias,
+        "norms after each sublayer (Gemma 3)": args.sandwich_norms,
+        "a GELU-tanh-gated FFN": args.activation != "silu",
+        "an attention scale other than 1/sqrt(head_dim)": args.attn_scale != args.head_dim ** -0.5,
+        "an embedding scale": args.embed_scale != 1.0,
+        "sliding-window attention": args.sliding_window is not None,
+        "a second RoPE theta for sliding layers": args.local_rope_theta is not None,
+        "partial rotary embeddings": args.rope_dim != args.head_dim,
+        "LongRoPE": args.rope_scaling.kind == "longrope",
+    }
+    return [what for what, needed in needs.items() if needed]
 
 
 def _w(layer: int | None, name: str) -> str:
@@ -349,5 +370,5 @@ def lm_head_gemv(b: PlanBuilder, x: str, rows_total: int) -> None:
 __all__ = ["ATTENTION_DATAPATHS", "HOST_OPS", "KINDS", "LM_HEAD_OUT", "AttentionDatapath",
            "Binding", "Decode", "Dispatch", "DispatchPlan",
            "HostStep", "Kind", "Launch", "LogitsDtype", "PlanBuilder", "Prefill", "Step",
-           "baseline_plan", "config_key",
+           "baseline_plan", "config_key", "unplannable",
            "last_token_head", "lm_head_gemv", "on_host"]

@@ -89,7 +89,8 @@ SHORT = [Prompt("capital", CAPITAL_QUESTION, chat=True), Prompt("npu", "A spatia
          *[p for p in canonical_prompts(64) if p.fill_to]]
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-llama-mha", "tiny-qwen2", "tiny-qwen3"])
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-llama-mha", "tiny-qwen2", "tiny-qwen3",
+                                  "tiny-gemma3", "tiny-phi3"])
 def test_phase0_gate_passes_for_each_architecture(tiny_models, name):
     loaded = tiny_models[name]
     report = phase0_gate(loaded, SHORT)
