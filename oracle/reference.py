@@ -88,21 +88,23 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling,
     return inv
 
 
-def rope_table(args: ModelArgs, positions: torch.Tensor, layer: int = 0
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_table(args: ModelArgs, positions: torch.Tensor, layer: int = 0,
+               seq_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin of `layer`, each [seq, rope_dim] in FP32: the table a RoPE kernel is
     given (rope_dim is head_dim unless the rotary is partial; Gemma 3's sliding layers
-    have their own theta)."""
+    have their own theta). `seq_len`: the sequence LongRoPE picks its factors by (the
+    positions' own unless given: a padded prefill's is its prompt's)."""
     theta, scaling = args.rope_of(layer)
-    return rope_cos_sin(args.rope_dim, theta, scaling, positions)
+    return rope_cos_sin(args.rope_dim, theta, scaling, positions, seq_len)
 
 
-def rope_cos_sin(head_dim: int, theta: float, scaling: RopeScaling, positions: torch.Tensor
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cos_sin(head_dim: int, theta: float, scaling: RopeScaling, positions: torch.Tensor,
+                 seq_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """`rope_table` from the three numbers it depends on. Angles are formed in float64: in
     FP32 the angle at position 2000 is already off by ~1e-4 rad, and the table should be
     the truth, not one more rounding."""
-    seq_len = int(positions.max()) + 1 if len(positions) else 0
+    if seq_len is None:
+        seq_len = int(positions.max()) + 1 if len(positions) else 0
     inv = rope_inv_freq(head_dim, theta, scaling, seq_len)
     angles = positions.to(torch.float64)[:, None] * inv[None, :]
     angles = torch.cat((angles, angles), dim=-1)

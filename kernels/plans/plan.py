@@ -164,8 +164,9 @@ def baseline_plan(model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2,
 
 def unplannable(args: ModelArgs) -> list[str]:
     """What a model needs that no kernel of the NPU path does yet, in words; [] when a plan
-    can be built. Gemma 3's and Phi-3's additions are in the FP32 oracle
-    (oracle/reference.py), checked against transformers, but not yet in the kernels."""
+    can be built. Gemma 3's additions are in the FP32 oracle (oracle/reference.py), checked
+    against transformers, but not yet in the kernels. (Phi-3's are: partial rotary is
+    rope_partial, LongRoPE is in the host's cos/sin table.)"""
     needs = {
         "an O-projection bias": args.o_bias,
         "MLP biases": args.mlp_bias,
@@ -175,10 +176,14 @@ def unplannable(args: ModelArgs) -> list[str]:
         "an embedding scale": args.embed_scale != 1.0,
         "sliding-window attention": args.sliding_window is not None,
         "a second RoPE theta for sliding layers": args.local_rope_theta is not None,
-        "partial rotary embeddings": args.rope_dim != args.head_dim,
-        "LongRoPE": args.rope_scaling.kind == "longrope",
     }
     return [what for what, needed in needs.items() if needed]
+
+
+def _partial(args: ModelArgs) -> dict[str, Any] | None:
+    """A RoPE launch's config addition for a partial rotary: the dims it rotates
+    (kernels/families/rope.py: rope_partial); None when it rotates whole heads."""
+    return {"rope_dim": args.rope_dim} if args.rope_dim != args.head_dim else None
 
 
 def _w(layer: int | None, name: str) -> str:
@@ -220,6 +225,7 @@ def _prefill_steps(b: PlanBuilder, L: int,
         src = "hn" if a.qk_norm else "h"
         for name, heads in (("q", a.n_heads), ("k", a.n_kv_heads)):
             b.launch("rope", f"rope_{name}", i, {"rows": heads * L, "width": hd, "seq": L},
+                     _partial(a),
                      x=Binding("x", t + name + src, "input", hf),
                      lut="rope.lut",
                      y=Binding("y", t + name + "r", "output", hf))
@@ -300,7 +306,7 @@ def _decode_steps(b: PlanBuilder, p: int, context: int | None = None) -> None:
             src = "n"
         for name, heads in (("q", a.n_heads), ("k", a.n_kv_heads)):
             b.launch("rope", f"rope_{name}", i, {"rows": heads, "width": hd, "seq": 1},
-                     x=t + name + src, lut="rope.lut", y=t + name + "r")
+                     _partial(a), x=t + name + src, lut="rope.lut", y=t + name + "r")
         b.host("kv_append", "kv_append", i, {"kv_heads": a.n_kv_heads, "head_dim": hd},
                {"k": (t + "kr", "input"), "v": (t + "v", "input"),
                 "k_cache": Binding("k_cache", t + "k_cache", "output", hf),
