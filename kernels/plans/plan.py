@@ -22,7 +22,7 @@ from ..definition.hardware import XDNA2, Hardware
 from ..definition.registry import family
 from ..definition.rules import blocking
 from ..definition.selection import select
-from ..definition.specs import SPECS, Decode, KernelUse, Mode, Prefill, Shape
+from ..definition.specs import SPECS, Decode, KernelUse, Mode, Prefill, Shape, unplannable
 from .steps import (
     HOST_OPS,
     KINDS,
@@ -160,24 +160,6 @@ def baseline_plan(model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2,
         return DispatchPlan(model, args, mode, tuple(b.steps), lm_head)
     _decode_steps(b, mode.pos, mode.context)
     return DispatchPlan(model, args, mode, tuple(b.steps), "last-token")  # one token
-
-
-def unplannable(args: ModelArgs) -> list[str]:
-    """What a model needs that no kernel of the NPU path does yet, in words; [] when a plan
-    can be built. Gemma 3's additions are in the FP32 oracle (oracle/reference.py), checked
-    against transformers, but not yet in the kernels. (Phi-3's are: partial rotary is
-    rope_partial, LongRoPE is in the host's cos/sin table.)"""
-    needs = {
-        "an O-projection bias": args.o_bias,
-        "MLP biases": args.mlp_bias,
-        "norms after each sublayer (Gemma 3)": args.sandwich_norms,
-        "a GELU-tanh-gated FFN": args.activation != "silu",
-        "an attention scale other than 1/sqrt(head_dim)": args.attn_scale != args.head_dim ** -0.5,
-        "an embedding scale": args.embed_scale != 1.0,
-        "sliding-window attention": args.sliding_window is not None,
-        "a second RoPE theta for sliding layers": args.local_rope_theta is not None,
-    }
-    return [what for what, needed in needs.items() if needed]
 
 
 def _partial(args: ModelArgs) -> dict[str, Any] | None:

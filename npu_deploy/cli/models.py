@@ -40,8 +40,8 @@ def models_cmd(as_json: bool) -> None:
     console().print(table)
     click.echo("Also loadable: a Hugging Face directory, a .gguf file, a model in the local "
                f"Hugging Face cache, and the random test models {', '.join(DEPLOYABLE)}; "
-               f"{', '.join(ORACLE_ONLY)} run the FP32 oracle (`npu-deploy oracle`) but not "
-               "yet the NPU path.")
+               "for the FP32 oracle only (`npu-deploy oracle`; no NPU kernels for them "
+               f"yet): {', '.join(ORACLE_ONLY)}.")
 
 
 @click.command("oracle")

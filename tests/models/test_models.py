@@ -327,3 +327,6 @@ def test_deploying_an_oracle_only_model_is_refused_in_one_line_before_a_run(cli,
     assert_one_error(cli("--db", db, "deploy", name, "--headless", "--auto-approve"),
                      "the NPU path has no kernel yet for")
     assert not db.exists() or EventStore.open(db, readonly=True).run_ids() == []
+    for command in ("kernels", "plan"):     # no recipe that would leave its norms out
+        assert_one_error(cli(command, name), "norms after each sublayer (Gemma 3)",
+                         "cannot be planned yet")
