@@ -145,8 +145,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int = 0,
     group = q.shape[0] // k.shape[0]
     k = k.repeat_interleave(group, dim=0)
     v = v.repeat_interleave(group, dim=0)
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    scores = (q @ k.transpose(-1, -2)) * scale
+    scores = q @ k.transpose(-1, -2)
+    scores = scores / math.sqrt(q.shape[-1]) if scale is None else scores * scale
     q_pos = torch.arange(start, start + q.shape[1])[:, None]
     k_pos = torch.arange(k.shape[1])[None, :]
     hidden = k_pos > q_pos
@@ -205,8 +205,10 @@ def block(args: ModelArgs, w: LayerWeights, x: torch.Tensor, cos: torch.Tensor,
     else:
         cache.k.append(k)
         cache.v.append(v)
-    a = keep("attn", merge_heads(attention(q, cache.k[layer], cache.v[layer], start,
-                                           args.attn_scale, args.window(layer))))
+    # 1/sqrt(head_dim) unless the config says otherwise (Gemma's query_pre_attn_scalar)
+    scale = args.attn_scale if args.attn_scalar is not None else None
+    a = keep("attn", merge_heads(attention(q, cache.k[layer], cache.v[layer], start, scale,
+                                           args.window(layer))))
     o = keep("o", linear(a, w.wo, w.bo))
     if w.post_attn_norm is not None:    # Gemma 3: the sublayer's output normed before +
         o = keep("post_attn_norm", rms_norm(o, w.post_attn_norm, args.norm_eps))
