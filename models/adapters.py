@@ -1,9 +1,12 @@
 """Architecture adapters: from a Hugging Face state dict to the reference's weights.
 
-Llama/SmolLM2, Qwen2.5 and Qwen3 share Hugging Face's parameter names; they
-differ in which tensors exist (QKV bias, per-head Q/K norm, a tied LM head).
-An adapter says which, takes exactly those, and refuses a checkpoint that has
-more or fewer: a weight the reference would silently ignore is a wrong oracle.
+Llama/SmolLM2, Qwen2.5, Qwen3, Gemma 3 and Phi-3 share Hugging Face's parameter
+names; they differ in which tensors exist (QKV bias, per-head Q/K norm, a tied LM
+head, Gemma's norms after each sublayer) and in how some are stored (Phi-3 fuses
+Q, K, V into one projection and gate and up into another; Gemma's norms hold w in
+x * (1 + w), so 1 is added here, once, and every later stage sees a plain RMSNorm
+weight). An adapter says which, takes exactly those, and refuses a checkpoint that
+has more or fewer: a weight the reference would silently ignore is a wrong oracle.
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ class LayerWeights:
     b_gate: torch.Tensor | None = None      # Llama with mlp_bias
     b_up: torch.Tensor | None = None
     b_down: torch.Tensor | None = None
-    q_norm: torch.Tensor | None = None      # Qwen3: [head_dim], shared by all heads
+    q_norm: torch.Tensor | None = None      # Qwen3, Gemma 3: [head_dim], shared by all heads
     k_norm: torch.Tensor | None = None
+    post_attn_norm: torch.Tensor | None = None  # Gemma 3: the attention output's, before +
+    post_ffn_norm: torch.Tensor | None = None   # Gemma 3: the FFN output's, before +
 
 
 @dataclass(frozen=True)
@@ -52,11 +57,14 @@ def layer_names(args: ModelArgs, i: int) -> dict[str, str]:
     p = f"model.layers.{i}."
     names = {
         "attn_norm": p + "input_layernorm.weight",
+        **({"post_attn_norm": p + "post_attention_layernorm.weight",
+            "ffn_norm": p + "pre_feedforward_layernorm.weight",
+            "post_ffn_norm": p + "post_feedforward_layernorm.weight"}
+           if args.sandwich_norms else {"ffn_norm": p + "post_attention_layernorm.weight"}),
         "wq": p + "self_attn.q_proj.weight",
         "wk": p + "self_attn.k_proj.weight",
         "wv": p + "self_attn.v_proj.weight",
         "wo": p + "self_attn.o_proj.weight",
-        "ffn_norm": p + "post_attention_layernorm.weight",
         "w_gate": p + "mlp.gate_proj.weight",
         "w_up": p + "mlp.up_proj.weight",
         "w_down": p + "mlp.down_proj.weight",
@@ -76,7 +84,8 @@ def layer_names(args: ModelArgs, i: int) -> dict[str, str]:
 
 def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
     h, q, kv, f, hd = args.hidden, args.q_dim, args.kv_dim, args.ffn, args.head_dim
-    return {"attn_norm": (h,), "ffn_norm": (h,), "wq": (q, h), "wk": (kv, h), "wv": (kv, h),
+    return {"attn_norm": (h,), "ffn_norm": (h,), "post_attn_norm": (h,), "post_ffn_norm": (h,),
+            "wq": (q, h), "wk": (kv, h), "wv": (kv, h),
             "wo": (h, q), "w_gate": (f, h), "w_up": (f, h), "w_down": (h, f), "bq": (q,),
             "bk": (kv,), "bv": (kv,), "bo": (h,), "b_gate": (f,), "b_up": (f,), "b_down": (h,),
             "q_norm": (hd,), "k_norm": (hd,)}
@@ -85,6 +94,10 @@ def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
 def weights_from_state_dict(args: ModelArgs, state: Mapping[str, torch.Tensor],
                             where: str = "the checkpoint") -> Weights:
     """Take every tensor the architecture uses, as FP32, and check nothing is left over."""
+    if args.arch == "gemma3":
+        state = _language_model(state)
+    if args.arch == "phi3":
+        state = _unfused(args, state, where)
     used: set[str] = set()
 
     def take(name: str, shape: tuple[int, ...]) -> torch.Tensor:
@@ -96,7 +109,9 @@ def weights_from_state_dict(args: ModelArgs, state: Mapping[str, torch.Tensor],
             raise BadConfig(f"{where}: {name} has shape {tuple(t.shape)} but config.json "
                             f"implies {shape}")
         used.add(name)
-        return t.detach().to(torch.float32)
+        t = t.detach().to(torch.float32)
+        # Gemma's RMSNorm scales by (1 + w), in FP32 as transformers' Gemma3RMSNorm does.
+        return 1.0 + t if args.sandwich_norms and name.endswith("norm.weight") else t
 
     shapes = expected_shapes(args)
     layers = tuple(
@@ -117,3 +132,55 @@ def weights_from_state_dict(args: ModelArgs, state: Mapping[str, torch.Tensor],
                         f"{', '.join(left[:3])}{more}; the config does not describe this "
                         "checkpoint")
     return Weights(embed, layers, final_norm, lm_head)
+
+
+#: Where Gemma 3's multimodal checkpoints keep the language model: transformers 5 saves
+#: `model.language_model.*`, earlier versions (the Hub's 4B) `language_model.model.*`.
+_GEMMA3_TEXT_PREFIXES = ("model.language_model.", "language_model.model.")
+#: ... and its vision half, which a text deployment does not run.
+_GEMMA3_VISION_PREFIXES = ("model.vision_tower.", "model.multi_modal_projector.",
+                           "vision_tower.", "multi_modal_projector.")
+
+
+def _language_model(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A multimodal Gemma 3 state dict's text model under the text model's names; the
+    vision tower and projector are dropped by name, every other tensor kept (so one the
+    adapter does not use is still refused)."""
+    out: dict[str, torch.Tensor] = {}
+    for name, t in state.items():
+        if name.startswith(_GEMMA3_VISION_PREFIXES):
+            continue
+        for prefix in _GEMMA3_TEXT_PREFIXES:
+            if name.startswith(prefix):
+                name = "model." + name[len(prefix):]
+                break
+        if name == "language_model.lm_head.weight":
+            name = "lm_head.weight"
+        out[name] = t
+    return out
+
+
+def _unfused(args: ModelArgs, state: Mapping[str, torch.Tensor],
+             where: str) -> dict[str, torch.Tensor]:
+    """Phi-3's fused projections split into the separate ones the reference uses:
+    qkv_proj's rows are [q; k; v] and gate_up_proj's [gate; up], the order transformers'
+    Phi3Attention slices and Phi3MLP chunks them in."""
+    out = dict(state)
+    splits = {"self_attn.qkv_proj.weight": (("self_attn.q_proj.weight", args.q_dim),
+                                            ("self_attn.k_proj.weight", args.kv_dim),
+                                            ("self_attn.v_proj.weight", args.kv_dim)),
+              "mlp.gate_up_proj.weight": (("mlp.gate_proj.weight", args.ffn),
+                                          ("mlp.up_proj.weight", args.ffn))}
+    for i in range(args.n_layers):
+        p = f"model.layers.{i}."
+        for fused, parts in splits.items():
+            if p + fused not in out:
+                continue            # take() names whichever part is missing
+            t = out.pop(p + fused)
+            rows = sum(n for _, n in parts)
+            if tuple(t.shape) != (rows, args.hidden):
+                raise BadConfig(f"{where}: {p + fused} has shape {tuple(t.shape)} but "
+                                f"config.json implies {(rows, args.hidden)}")
+            for (name, _), piece in zip(parts, t.split([n for _, n in parts]), strict=True):
+                out[p + name] = piece
+    return out

@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from npu_deploy.models import BUNDLED as BUNDLED  # the form offers it by name
-from npu_deploy.models.random_models import RANDOM_MODELS
+from npu_deploy.models.random_models import DEPLOYABLE
 
 T = TypeVar("T")
 
 #: The models to choose from by name (besides a path): the bundled one and the tiny random
 #: ones (npu_deploy.models; `npu-deploy models` lists them with the catalog).
-TINY_MODELS = tuple(RANDOM_MODELS)
+TINY_MODELS = DEPLOYABLE
 
 #: As machine.pipelines registers them (named here too: the CLI imports the machine lazily).
 DEFAULT_PIPELINE = "npu_deploy.agents.autopilot:pipeline"
@@ -145,6 +145,7 @@ def check_model(spec: str) -> None:
     (the weights' headers, not their tensors), so a damaged checkpoint is a one-line error
     and no run, not a run that dies in phase 0. The bundled GGUF is de-quantized (and a tiny
     model built) into the cache the first time: call it off a UI thread."""
+    from npu_deploy.kernels.plans.plan import unplannable
     from npu_deploy.models import OracleError, model_args, resolve
     from npu_deploy.models.config import read_config
     from npu_deploy.models.loading import check_safetensors
@@ -155,10 +156,15 @@ def check_model(spec: str) -> None:
                                usage=False)])
     try:
         source = resolve(spec)
-        model_args(read_config(source.directory / "config.json"), spec)
+        args = model_args(read_config(source.directory / "config.json"), spec)
         check_safetensors(source.directory)
     except OracleError as e:
         raise Refused([Problem("model", str(e), usage=False)]) from None
+    gaps = unplannable(args)
+    if gaps:
+        raise Refused([Problem("model", f"{spec}: its FP32 oracle runs, but the NPU path has "
+                                        f"no kernel yet for {', '.join(gaps)}; deploy a "
+                                        "model without them", usage=False)])
 
 
 def needs_key(what: str) -> None:

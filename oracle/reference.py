@@ -22,7 +22,19 @@ from npu_deploy.models.config import ModelArgs, RopeScaling
 
 #: The ops of one block, in order, as they are captured.
 BLOCK_OPS = ("attn_norm", "q", "k", "v", "q_norm", "k_norm", "q_rope", "k_rope", "attn",
-             "o", "attn_residual", "ffn_norm", "gate", "up", "silu_mul", "down", "ffn_residual")
+             "o", "post_attn_norm", "attn_residual", "ffn_norm", "gate", "up", "silu_mul",
+             "gelu_mul", "down", "post_ffn_norm", "ffn_residual")
+
+
+def block_ops(args: ModelArgs) -> tuple[str, ...]:
+    """The ops of BLOCK_OPS a block of this model captures: Qwen3's and Gemma's QK norms,
+    Gemma's post-sublayer norms, and the FFN's activation (SiLU or GELU-tanh)."""
+    skip = set() if args.qk_norm else {"q_norm", "k_norm"}
+    skip |= set() if args.sandwich_norms else {"post_attn_norm", "post_ffn_norm"}
+    skip.add("silu_mul" if args.activation == "gelu_tanh" else "gelu_mul")
+    return tuple(op for op in BLOCK_OPS if op not in skip)
+
+
 #: Ops outside the blocks (layer -1 before them, layer n_layers after them).
 MODEL_OPS = ("embed", "final_norm", "logits")
 
@@ -49,10 +61,18 @@ def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> t
     return F.linear(x, w, b)
 
 
-def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Tensor:
-    """Inverse frequencies (float64) of the half-split rotation, with the config's scaling."""
+def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling,
+                  seq_len: int = 0) -> torch.Tensor:
+    """Inverse frequencies (float64) of the half-split rotation of `head_dim` dims, with the
+    config's scaling. LongRoPE divides each by its short factor, or by its long one when
+    the sequence reaches past original_max_position (`seq_len` positions, counted from 0:
+    transformers' rule, one table for a whole forward call)."""
     inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-    if scaling.kind == "linear":
+    if scaling.kind == "longrope":
+        long = seq_len > scaling.original_max_position
+        inv = inv / torch.tensor(scaling.long_factor if long else scaling.short_factor,
+                                 dtype=torch.float64)
+    elif scaling.kind == "linear":
         inv = inv / scaling.factor
     elif scaling.kind == "llama3":
         # Llama 3.1's long-context rule: keep high frequencies, divide low ones by
@@ -68,27 +88,40 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling) -> torch.Te
     return inv
 
 
-def rope_table(args: ModelArgs, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin, each [seq, head_dim] in FP32: the table a RoPE kernel is given."""
-    return rope_cos_sin(args.head_dim, args.rope_theta, args.rope_scaling, positions)
+def rope_table(args: ModelArgs, positions: torch.Tensor, layer: int = 0,
+               seq_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of `layer`, each [seq, rope_dim] in FP32: the table a RoPE kernel is
+    given (rope_dim is head_dim unless the rotary is partial; Gemma 3's sliding layers
+    have their own theta). `seq_len`: the sequence LongRoPE picks its factors by (the
+    positions' own unless given: a padded prefill's is its prompt's)."""
+    theta, scaling = args.rope_of(layer)
+    return rope_cos_sin(args.rope_dim, theta, scaling, positions, seq_len)
 
 
-def rope_cos_sin(head_dim: int, theta: float, scaling: RopeScaling, positions: torch.Tensor
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cos_sin(head_dim: int, theta: float, scaling: RopeScaling, positions: torch.Tensor,
+                 seq_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """`rope_table` from the three numbers it depends on. Angles are formed in float64: in
     FP32 the angle at position 2000 is already off by ~1e-4 rad, and the table should be
     the truth, not one more rounding."""
-    inv = rope_inv_freq(head_dim, theta, scaling)
+    if seq_len is None:
+        seq_len = int(positions.max()) + 1 if len(positions) else 0
+    inv = rope_inv_freq(head_dim, theta, scaling, seq_len)
     angles = positions.to(torch.float64)[:, None] * inv[None, :]
     angles = torch.cat((angles, angles), dim=-1)
-    return angles.cos().to(torch.float32), angles.sin().to(torch.float32)
+    # LongRoPE's attention factor multiplies both (1.0 for every other scaling).
+    cos, sin = angles.cos() * scaling.attention_factor, angles.sin() * scaling.attention_factor
+    return cos.to(torch.float32), sin.to(torch.float32)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Half-split rotation: the first half of each head pairs with the second half."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+    """Half-split rotation of the leading cos.shape[-1] dims of each head (all of them but
+    for a partial rotary): the first half of those pairs with the second half, and the
+    dims past them pass through unchanged."""
+    dim = cos.shape[-1]
+    x_rot, x_pass = x[..., :dim], x[..., dim:]
+    half = dim // 2
+    rotated = torch.cat((-x_rot[..., half:], x_rot[..., :half]), dim=-1)
+    return torch.cat((x_rot * cos + rotated * sin, x_pass), dim=-1)
 
 
 def split_heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -102,21 +135,35 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(0, 1).reshape(x.shape[1], -1)
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int = 0) -> torch.Tensor:
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int = 0,
+              scale: float | None = None, window: int | None = None) -> torch.Tensor:
     """Causal attention, GQA or MHA. q: [Hq, Lq, D] at positions start..start+Lq-1;
-    k, v: [Hkv, Lk, D] at positions 0..Lk-1. Each KV head serves Hq / Hkv query heads."""
+    k, v: [Hkv, Lk, D] at positions 0..Lk-1. Each KV head serves Hq / Hkv query heads.
+    Scores are scaled by `scale` (1/sqrt(D) unless given). With a sliding `window`, a
+    query sees the `window` positions ending at its own (transformers' rule: q - k <
+    window)."""
     group = q.shape[0] // k.shape[0]
     k = k.repeat_interleave(group, dim=0)
     v = v.repeat_interleave(group, dim=0)
-    scores = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    scores = q @ k.transpose(-1, -2)
+    scores = scores / math.sqrt(q.shape[-1]) if scale is None else scores * scale
     q_pos = torch.arange(start, start + q.shape[1])[:, None]
     k_pos = torch.arange(k.shape[1])[None, :]
-    scores = scores.masked_fill(k_pos > q_pos, float("-inf"))
+    hidden = k_pos > q_pos
+    if window is not None:
+        hidden |= q_pos - k_pos >= window
+    scores = scores.masked_fill(hidden, float("-inf"))
     return torch.softmax(scores, dim=-1) @ v
 
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
+
+
+def gelu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """Gemma's gated FFN: GELU with the tanh approximation (transformers'
+    gelu_pytorch_tanh) of the gate, times up."""
+    return F.gelu(gate, approximate="tanh") * up
 
 
 # --- a block and the model -----------------------------------------------------------
@@ -158,12 +205,22 @@ def block(args: ModelArgs, w: LayerWeights, x: torch.Tensor, cos: torch.Tensor,
     else:
         cache.k.append(k)
         cache.v.append(v)
-    a = keep("attn", merge_heads(attention(q, cache.k[layer], cache.v[layer], start)))
-    x = keep("attn_residual", x + keep("o", linear(a, w.wo, w.bo)))
+    # 1/sqrt(head_dim) unless the config says otherwise (Gemma's query_pre_attn_scalar)
+    scale = args.attn_scale if args.attn_scalar is not None else None
+    a = keep("attn", merge_heads(attention(q, cache.k[layer], cache.v[layer], start, scale,
+                                           args.window(layer))))
+    o = keep("o", linear(a, w.wo, w.bo))
+    if w.post_attn_norm is not None:    # Gemma 3: the sublayer's output normed before +
+        o = keep("post_attn_norm", rms_norm(o, w.post_attn_norm, args.norm_eps))
+    x = keep("attn_residual", x + o)
     h = keep("ffn_norm", rms_norm(x, w.ffn_norm, args.norm_eps))
     gate = keep("gate", linear(h, w.w_gate, w.b_gate))
     up = keep("up", linear(h, w.w_up, w.b_up))
-    down = keep("down", linear(keep("silu_mul", silu_mul(gate, up)), w.w_down, w.b_down))
+    act = (keep("gelu_mul", gelu_mul(gate, up)) if args.activation == "gelu_tanh"
+           else keep("silu_mul", silu_mul(gate, up)))
+    down = keep("down", linear(act, w.w_down, w.b_down))
+    if w.post_ffn_norm is not None:
+        down = keep("post_ffn_norm", rms_norm(down, w.post_ffn_norm, args.norm_eps))
     return keep("ffn_residual", x + down)
 
 
@@ -184,10 +241,14 @@ class Reference:
         if positions[-1] >= args.max_positions:
             raise ValueError(f"position {int(positions[-1])} is past the model's "
                              f"max_position_embeddings={args.max_positions}")
-        cos, sin = rope_table(args, positions)
+        first = {args.rope_of(i): i for i in reversed(range(args.n_layers))}
+        tables = {key: rope_table(args, positions, i) for key, i in first.items()}
         x = embedding(tokens, w.embed)
+        if args.embed_scale != 1.0:     # Gemma: the embedding times sqrt(hidden)
+            x = x * args.embed_scale
         capture(-1, "embed", x)
         for i, lw in enumerate(w.layers):
+            cos, sin = tables[args.rope_of(i)]
             x = block(args, lw, x, cos, sin, cache, i, start, capture)
         x = rms_norm(x, w.final_norm, args.norm_eps)
         capture(args.n_layers, "final_norm", x)

@@ -175,7 +175,7 @@ def tui_settings(settings_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_models(model_cache: Path):
-    """The four random test models, loaded once per session."""
+    """The random test models, loaded once per session."""
     from npu_deploy.models.loading import load_model
     from npu_deploy.models.random_models import RANDOM_MODELS
 

@@ -87,9 +87,32 @@ class KernelUse:
         return "x".join(str(self.shape[d]) for d in self.spec.dims)
 
 
+def unplannable(args: ModelArgs) -> list[str]:
+    """What a model needs that no kernel of the NPU path does yet, in words; [] when a plan
+    can be built. Gemma 3's additions are in the FP32 oracle (oracle/reference.py), checked
+    against transformers, but not yet in the kernels. (Phi-3's are: partial rotary is
+    rope_partial, LongRoPE is in the host's cos/sin table.)"""
+    needs = {
+        "an O-projection bias": args.o_bias,
+        "MLP biases": args.mlp_bias,
+        "norms after each sublayer (Gemma 3)": args.sandwich_norms,
+        "a GELU-tanh-gated FFN": args.activation != "silu",
+        "an attention scale other than 1/sqrt(head_dim)": args.attn_scale != args.head_dim ** -0.5,
+        "an embedding scale": args.embed_scale != 1.0,
+        "sliding-window attention": args.sliding_window is not None,
+        "a second RoPE theta for sliding layers": args.local_rope_theta is not None,
+    }
+    return [what for what, needed in needs.items() if needed]
+
+
 def model_kernels(args: ModelArgs, mode: Mode) -> list[KernelUse]:
     """Every kernel use of one prefill or decode step, in execution order: the model's
-    recipe, role by role."""
+    recipe, role by role. A model needing what no kernel does yet (`unplannable`) raises
+    NotImplementedError rather than list a recipe that would leave it out."""
+    gaps = unplannable(args)
+    if gaps:
+        raise NotImplementedError(f"{', '.join(gaps)} {'have' if len(gaps) > 1 else 'has'} "
+                                  "no kernel yet")
     h, q, kv, f, hd = args.hidden, args.q_dim, args.kv_dim, args.ffn, args.head_dim
     S = SPECS
     uses: list[KernelUse] = []

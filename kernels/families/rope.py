@@ -1,7 +1,14 @@
 """RoPE, half-split (HF Llama `rotate_half`), from a cos/sin table. mlir-air links
 rope_halfsplit.cc (rope.o): `rope(input, lut, output, dims)` rotates one row of dims
 elements with one LUT row, [cos of the dims/2 frequencies | their sin]; the host builds the
-table in that layout (`lut`). The registry page RoPE_bf16.md measures it."""
+table in that layout (`lut`). The registry page RoPE_bf16.md measures it.
+
+Partial rotary (Phi-3 / Phi-4-mini: 96 of 128 dims) is the same object's
+`rope_partial(input, lut, output, dims, rope_dims)`: it rotates the leading rope_dims as
+`rope` does and copies the other dims through; its LUT row stays dims wide, [cos of
+rope_dims/2 | their sin | unused] (Xilinx/mlir-air programming_examples/rope_halfsplit/
+rope_halfsplit.cc, `rope_partial_kernel`, e972f29). A launch's config says `rope_dim` when
+it is partial (the plan sets it from the model); without it the whole row rotates."""
 
 from __future__ import annotations
 
@@ -11,8 +18,9 @@ import torch
 
 from npu_deploy.oracle import reference as ref_ops
 
-from ..air_programs.air_parts import LaunchLayout, Writer, stored_length
+from ..air_programs.air_parts import LaunchLayout, Writer, call, stored_length
 from ..definition.family import (
+    AirProgram,
     KernelFamily,
     KernelSpec,
     Numerics,
@@ -39,18 +47,29 @@ ROPE = KernelSpec("rope", "npu", "RoPE, half-split, from a cos/sin LUT", ("rows"
 # --- the table: one LUT row per position, as rope_halfsplit.cc reads it ----------------------
 
 
-def lut(cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """The kernel's table from HF's [positions, head_dim] cos and sin (each the dims/2
-    frequencies twice): per position [cos_0 .. cos_{half-1} | sin_0 .. sin_{half-1}]."""
+def lut(cos: torch.Tensor, sin: torch.Tensor, width: int | None = None) -> torch.Tensor:
+    """The kernel's table from HF's [positions, rope_dim] cos and sin (each the rope_dim/2
+    frequencies twice): per position [cos_0 .. cos_{half-1} | sin_0 .. sin_{half-1}],
+    zero-padded to `width` (head_dim) when the rotary is partial, as rope_partial reads it."""
     half = cos.shape[-1] // 2
-    return torch.cat((cos[..., :half], sin[..., :half]), dim=-1)
+    table = torch.cat((cos[..., :half], sin[..., :half]), dim=-1)
+    if width is not None and width > table.shape[-1]:
+        table = torch.nn.functional.pad(table, (0, width - table.shape[-1]))
+    return table
 
 
-def cos_sin(table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """HF's cos and sin back from the kernel's table (`lut`'s inverse)."""
-    half = table.shape[-1] // 2
-    cos, sin = table[..., :half], table[..., half:]
+def cos_sin(table: torch.Tensor, rope_dim: int | None = None) -> tuple[torch.Tensor,
+                                                                        torch.Tensor]:
+    """HF's cos and sin ([positions, rope_dim]) back from the kernel's table (`lut`'s
+    inverse); `rope_dim` (the table's width unless given) says how much of a row is read."""
+    half = (rope_dim or table.shape[-1]) // 2
+    cos, sin = table[..., :half], table[..., half:2 * half]
     return torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+
+
+def rope_dim(s: Shape, c: dict[str, Any]) -> int:
+    """The leading dims of each row the launch rotates: its config's rope_dim, or all."""
+    return int(c.get("rope_dim") or s["width"])
 
 
 # --- numerics: bf16 in, the rotation in FP32, one cast to bf16 -----------------------------
@@ -58,7 +77,7 @@ def cos_sin(table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def emulate(s: Shape, c: dict[str, Any], x: Tensors, out: Tensors | None = None) -> Tensors:
     seq, width = s["seq"], s["width"]
-    cos, sin = cos_sin(f32(x["lut"]))
+    cos, sin = cos_sin(f32(x["lut"]), rope_dim(s, c))
     if bound_layout(c, "x", "head-first") == "seq-first":
         rows = f32(x["x"]).view(seq, -1, width)       # [seq, heads, width]
         cos, sin = cos[:, None], sin[:, None]
@@ -70,7 +89,7 @@ def emulate(s: Shape, c: dict[str, Any], x: Tensors, out: Tensors | None = None)
 
 def reference(s: Shape, c: dict[str, Any], x: Tensors) -> Tensors:
     rows = f32(x["x"]).view(-1, s["seq"], s["width"])
-    cos, sin = cos_sin(f32(x["lut"]))
+    cos, sin = cos_sin(f32(x["lut"]), rope_dim(s, c))
     return {"y": ref_ops.apply_rope(rows, cos, sin).reshape(-1, s["width"])}
 
 
@@ -108,15 +127,46 @@ def table_rows(w: Writer, launch: Launch, layout: LaunchLayout, arg: dict[str, s
           "src_strides=[1])")
 
 
-PROGRAM = streaming.program(KERNEL, per_block=table_rows)
+#: rope_partial, the same object: the leading rope_dims rotated, the rest copied
+KERNEL_PARTIAL = streaming.KernelCall("rope_partial", "rope.o", KERNEL.source, KERNEL.buffers,
+                                      per_row=True, i32s=2)
+
+
+def _call_partial(w: Writer, launch: Launch, layout: LaunchLayout, step: int, rows: int,
+                  head_dim: int | None) -> None:
+    """rope_partial on the block's row: its dims, then the dims it rotates."""
+    call(w, layout.externs[0], (step, rope_dim(launch.shape_dict, streaming.config(launch))))
+
+
+_FULL = streaming.program(KERNEL, per_block=table_rows)
+_PARTIAL = streaming.program(KERNEL_PARTIAL, compute=_call_partial, per_block=table_rows)
+
+
+def _program(launch: Launch) -> AirProgram:
+    """rope_partial's program when the launch rotates part of each row, rope's otherwise:
+    the same DMAs (the LUT row is head_dim wide either way), another call."""
+    s = launch.shape_dict
+    return _PARTIAL if rope_dim(s, streaming.config(launch)) != s["width"] else _FULL
+
+
+PROGRAM = AirProgram(lambda launch, c, hw: _program(launch).layout(launch, c, hw),
+                     lambda w, p, launch, *rest: _program(launch).segment(w, p, launch, *rest))
 _VECTORS = streaming.vector_check(0, "rope works on 16-lane vectors of each half of a row",
                                   multiple=2 * streaming.LANES)
 
 
 def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
           usage: dict[str, int]) -> list[Finding]:
-    """The streaming rule and whole vectors, and one row per DMA."""
+    """The streaming rule and whole vectors, one row per DMA, and a partial rotary's rotated
+    dims whole vectors in each half with the copied tail whole vectors (rope_partial)."""
     f = _VECTORS(spec, s, c, hw, usage)
+    rd, width = rope_dim(s, c), s["width"]
+    if not 0 < rd <= width or rd % (2 * streaming.LANES) or (width - rd) % streaming.LANES:
+        f.append(Finding("divisible", "error", f"rope_dim={rd} of width {width}: "
+                         f"rope_partial rotates a multiple of {2 * streaming.LANES} dims "
+                         f"(16-lane vectors in each half) and copies the other "
+                         f"{width - rd} in 16-lane vectors (rope_halfsplit.cc)", rd,
+                         2 * streaming.LANES))
     if int(c["tile_rows"]) != 1:
         f.append(Finding("known_failure", "error", f"tile_rows={c['tile_rows']}: RoPE moves "
                          "one row per DMA; upstream's batched variant failed to place at 2 rows "
@@ -130,7 +180,8 @@ CHECK = check
 SPACE = {"herd_m": streaming.ROW_SPACE["herd_m"], "tile_rows": (1,)}
 
 RULES = (*streaming.RULES, "divisible: a row is whole 16-lane vectors in each half (rope "
-         "requires dims a multiple of 32)", "known failure: one row per DMA (tile_rows 1; "
+         "requires dims a multiple of 32); a partial rotary's rope_dim too, and the rest of the "
+         "row whole vectors (rope_partial)", "known failure: one row per DMA (tile_rows 1; "
          "upstream's batched variant failed to place at 2 rows per DMA and lost half the "
          "rows at 4, RoPE_bf16.md)")
 

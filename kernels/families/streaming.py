@@ -282,7 +282,7 @@ class KernelCall:
     """An upstream micro-kernel a block is handed to (upstream_kernels.json): its C symbol,
     the object and mlir-air source it is compiled from (with no defines: these kernels take
     every size at run time, so one object serves every shape), the L1 buffers it takes in
-    order, then one i32, the elements of one call. A `per_row` kernel takes one row (RoPE's
+    order, then its i32s (one: the elements of one call). A `per_row` kernel takes one row (RoPE's
     `dims`), and its block is one row: one row per DMA, the kernel called on the whole row
     buffers, as upstream's rope_halfsplit.py does. Several rows per DMA with a call per row
     on a window of each buffer is the structure upstream found broken (half the rows came
@@ -294,13 +294,15 @@ class KernelCall:
     source: str
     buffers: tuple[str, ...]
     per_row: bool = False
+    #: its i32 arguments after the buffers (rope_partial's dims and rope_dims: 2)
+    i32s: int = 1
 
     @property
     def kernel_source(self) -> KernelSource:
         return KernelSource(self.obj, self.source, ())
 
     def extern(self) -> Extern:
-        return Extern(self.symbol, self.obj, (*self.buffers, "i32"))
+        return Extern(self.symbol, self.obj, (*self.buffers, *("i32",) * self.i32s))
 
 
 def config(launch: Launch) -> dict[str, Any]:

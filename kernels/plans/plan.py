@@ -22,7 +22,7 @@ from ..definition.hardware import XDNA2, Hardware
 from ..definition.registry import family
 from ..definition.rules import blocking
 from ..definition.selection import select
-from ..definition.specs import SPECS, Decode, KernelUse, Mode, Prefill, Shape
+from ..definition.specs import SPECS, Decode, KernelUse, Mode, Prefill, Shape, unplannable
 from .steps import (
     HOST_OPS,
     KINDS,
@@ -150,14 +150,22 @@ def baseline_plan(model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2,
     `attention_datapath`: the matmuls of every prefill FlashAttention launch, "bfp16" as
     upstream builds attn_npu2.cc, or "bf16" (native 4x8x8; our own build). Decode's
     attention (our own kernel, FP32 scores) has no BFP16 matmul to change."""
-    if args.o_bias or args.mlp_bias:
-        raise NotImplementedError("O-projection and MLP biases have no kernel yet")
+    gaps = unplannable(args)
+    if gaps:
+        raise NotImplementedError(f"{', '.join(gaps)} {'have' if len(gaps) > 1 else 'has'} "
+                                  "no kernel yet")
     b = PlanBuilder(args, hw, configs, gemm_datapath, lm_head_out, attention_datapath)
     if isinstance(mode, Prefill):
         _prefill_steps(b, mode.seq, lm_head)
         return DispatchPlan(model, args, mode, tuple(b.steps), lm_head)
     _decode_steps(b, mode.pos, mode.context)
     return DispatchPlan(model, args, mode, tuple(b.steps), "last-token")  # one token
+
+
+def _partial(args: ModelArgs) -> dict[str, Any] | None:
+    """A RoPE launch's config addition for a partial rotary: the dims it rotates
+    (kernels/families/rope.py: rope_partial); None when it rotates whole heads."""
+    return {"rope_dim": args.rope_dim} if args.rope_dim != args.head_dim else None
 
 
 def _w(layer: int | None, name: str) -> str:
@@ -199,6 +207,7 @@ def _prefill_steps(b: PlanBuilder, L: int,
         src = "hn" if a.qk_norm else "h"
         for name, heads in (("q", a.n_heads), ("k", a.n_kv_heads)):
             b.launch("rope", f"rope_{name}", i, {"rows": heads * L, "width": hd, "seq": L},
+                     _partial(a),
                      x=Binding("x", t + name + src, "input", hf),
                      lut="rope.lut",
                      y=Binding("y", t + name + "r", "output", hf))
@@ -279,7 +288,7 @@ def _decode_steps(b: PlanBuilder, p: int, context: int | None = None) -> None:
             src = "n"
         for name, heads in (("q", a.n_heads), ("k", a.n_kv_heads)):
             b.launch("rope", f"rope_{name}", i, {"rows": heads, "width": hd, "seq": 1},
-                     x=t + name + src, lut="rope.lut", y=t + name + "r")
+                     _partial(a), x=t + name + src, lut="rope.lut", y=t + name + "r")
         b.host("kv_append", "kv_append", i, {"kv_heads": a.n_kv_heads, "head_dim": hd},
                {"k": (t + "kr", "input"), "v": (t + "v", "input"),
                 "k_cache": Binding("k_cache", t + "k_cache", "output", hf),
@@ -349,5 +358,5 @@ def lm_head_gemv(b: PlanBuilder, x: str, rows_total: int) -> None:
 __all__ = ["ATTENTION_DATAPATHS", "HOST_OPS", "KINDS", "LM_HEAD_OUT", "AttentionDatapath",
            "Binding", "Decode", "Dispatch", "DispatchPlan",
            "HostStep", "Kind", "Launch", "LogitsDtype", "PlanBuilder", "Prefill", "Step",
-           "baseline_plan", "config_key",
+           "baseline_plan", "config_key", "unplannable",
            "last_token_head", "lm_head_gemv", "on_host"]

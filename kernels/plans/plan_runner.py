@@ -127,17 +127,21 @@ class PlanRunner:
             # llama32_1b_inference.py); 0 is an id of every vocabulary
             tokens = torch.cat((tokens, tokens.new_zeros(plan.mode.seq - n)))
             positions = torch.arange(plan.mode.seq)
+            seq_len = n         # LongRoPE's table is the prompt's, not the padding's
         else:
             if int(tokens.shape[0]) != 1 or cache is None:
                 raise ValueError("a decode plan takes one token and the KV cache")
             positions = torch.tensor([plan.mode.pos])
+            seq_len = plan.mode.pos + 1
         first = 0
         if resume is not None:
             first, tensors = resume[0], dict(resume[1])
         else:
-            cos, sin = ref_ops.rope_table(a, positions)
-            # the RoPE kernel's table: a [cos | sin] LUT row per position (rope_halfsplit.cc)
-            tensors = {"tokens": tokens, "rope.lut": to_bf16(rope_lut(cos, sin))}
+            cos, sin = ref_ops.rope_table(a, positions, seq_len=seq_len)
+            # the RoPE kernel's table: a [cos | sin] LUT row per position (rope_halfsplit.cc),
+            # head_dim wide (padded past a partial rotary's dims, as rope_partial reads it)
+            tensors = {"tokens": tokens,
+                       "rope.lut": to_bf16(rope_lut(cos, sin, a.head_dim))}
             if cache is not None:
                 tensors.update(cache)
         self._row_sizes = _row_sizes(plan)

@@ -61,7 +61,11 @@ def kernels_cmd(model: str, seq_len: int, decode_pos: int | None, hw_name: str,
     hw = HARDWARE[hw_name]
     described, args = model_shape(model)
     mode = decode_at(model, args, decode_pos) if decode_pos is not None else Prefill(seq_len)
-    selections = select_all(model_kernels(args, mode), hw)
+    try:
+        uses = model_kernels(args, mode)
+    except NotImplementedError as e:
+        fail(f"{model}: {e}; this model cannot be planned yet", EXIT_USAGE)
+    selections = select_all(uses, hw)
     try:
         figures = [kernel_figures(x) if hw == XDNA2 else KernelFigures(None)
                    for x in selections]

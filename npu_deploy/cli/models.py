@@ -18,6 +18,7 @@ from .render import data
 def models_cmd(as_json: bool) -> None:
     """List the bundled model and the target models (shapes, for planning)."""
     from npu_deploy.models import CATALOG
+    from npu_deploy.models.random_models import DEPLOYABLE, ORACLE_ONLY
 
     rows = [(e, e.args) for e in CATALOG.values()]
     if as_json:
@@ -38,8 +39,9 @@ def models_cmd(as_json: bool) -> None:
                       else f"{a.n_params() / 1e6:.0f}M", ", ".join(a.features()))
     console().print(table)
     click.echo("Also loadable: a Hugging Face directory, a .gguf file, a model in the local "
-               "Hugging Face cache, and the random test models tiny-llama, tiny-llama-mha, "
-               "tiny-qwen2, tiny-qwen3.")
+               f"Hugging Face cache, and the random test models {', '.join(DEPLOYABLE)}; "
+               "for the FP32 oracle only (`npu-deploy oracle`; no NPU kernels for them "
+               f"yet): {', '.join(ORACLE_ONLY)}.")
 
 
 @click.command("oracle")

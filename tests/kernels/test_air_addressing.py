@@ -369,6 +369,42 @@ def test_gelu_moves_every_element_in_and_out_once_over_a_two_dimensional_herd(
     assert not [op for op in ops if op.kind == "CallOp"]        # no micro-kernel
 
 
+PARTIAL = {"rows": 2 * 64, "width": 128, "seq": 64}      # Phi-4-mini's head: 96 of 128
+
+
+def test_a_partial_rotary_calls_rope_partial_with_the_rotated_dims() -> None:
+    """rope_partial(input, lut, output, dims, rope_dims) once per row, on the same row
+    buffers and LUT rows (head_dim wide) as rope (rope_halfsplit.cc)."""
+    config = {**SPECS["rope"].tunables, "herd_m": 8, "rope_dim": 96}
+    launch = make_launch("rope", PARTIAL, config)
+    source = emit(launch)
+    (_, _, _), ops = trace(source)
+    calls = [op for op in ops if op.kind == "CallOp"]
+    assert len(calls) == PARTIAL["rows"]
+    for op in calls:
+        assert ast.unparse(op.call.args[0]) == "rope_partial"
+        assert [ast.unparse(a) for a in op.call.args[1].elts] == \
+            ["x_l1", "lut_l1", "y_l1", "arith.ConstantOp(i32, 128)", "arith.ConstantOp(i32, 96)"]
+    reads = [op for op in ops if op.kind == "dma_memcpy_nd" and op.ref(0) == "lut_l1"]
+    assert all(op.pattern("dst_").numel() == 128 for op in reads)
+    assert undefined(source) == []
+
+
+@pytest.mark.parametrize("rope_dim,ok", [(96, True), (128, True), (64, True), (48, False),
+                                         (112, False), (0, True)])
+def test_the_checker_holds_rope_partial_to_whole_vectors(rope_dim: int, ok: bool) -> None:
+    """rope_dims a multiple of 32 (16-lane halves) and the copied tail of 16-lane vectors;
+    0 (no rope_dim) rotates the whole row."""
+    from npu_deploy.kernels.definition.checker import check
+    from npu_deploy.kernels.definition.rules import blocking
+
+    config = {**SPECS["rope"].tunables, "herd_m": 8, "rope_dim": rope_dim}
+    found = blocking(check(SPECS["rope"], PARTIAL, config, XDNA2))
+    assert (not found) == ok, found
+    if not ok:
+        assert any("rope_partial" in f.message for f in found)
+
+
 # --- names -----------------------------------------------------------------------------------
 
 PROGRAMS = [

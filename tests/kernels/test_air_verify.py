@@ -405,3 +405,15 @@ def test_an_output_two_rounds_write_is_a_race():
                                    "offset = at([(i, 7168), (tx, 1024)])")
     found = verify_source(source, outputs={2: [(0, 57344)]}, upstream=False)
     assert any("written more than once" in v.message for v in found if v.check == "coverage")
+
+
+def test_rope_partial_programs_verify_clean():
+    """tiny-phi3 (96 of 128 dims rotated): its RoPE programs call rope_partial with the
+    signature upstream's rope_halfsplit.cc gives it (three rows, dims, rope_dims), and the
+    verifier finds nothing in them."""
+    _, args = model_shape("tiny-phi3")
+    plan = baseline_plan("tiny-phi3", args, Prefill(128))
+    ropes = [(prog, found) for prog, found in verify_programs(emit_plan(plan))
+             if any(ln.kernel == "rope" for ln in prog.launches)]
+    assert ropes and all("rope_partial" in prog.source for prog, _ in ropes)
+    assert [v.line() for _, found in ropes for v in found] == []

@@ -11,6 +11,7 @@ from npu_deploy.kernels.emulation.emulator import EmulatorBackend
 from npu_deploy.kernels.emulation.numerics import to_bf16
 from npu_deploy.kernels.emulation.validate import seeded_inputs, validate_kernel
 from npu_deploy.kernels.families.rope import cos_sin
+from npu_deploy.models import RopeScaling
 from npu_deploy.oracle import reference_of
 
 EMU = EmulatorBackend()
@@ -144,7 +145,7 @@ def test_seeded_inputs_are_bf16_and_repeatable():
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3"])
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-phi3"])
 def test_a_whole_prefill_runs_on_the_emulator_close_to_the_reference(tiny_models, name):
     from npu_deploy.kernels.emulation.emulated_model import EmulatedModel
 
@@ -347,3 +348,54 @@ def test_gemms_share_a_converted_a_until_a_kernel_writes_it():
     EmulatorBackend().run(spec, shape, config, {"a": x["a"].clone(), "b": x["b"]}, want)
     assert torch.equal(third.view(torch.int16), want["c"].view(torch.int16))
     assert not torch.equal(first, third) and not torch.equal(first, second)
+
+
+@pytest.mark.parametrize("layout", ["seq-first", "head-first"])
+def test_rope_partial_rotates_the_leading_dims_and_copies_the_rest(layout):
+    """The emulated kernel against the FP32 oracle's own partial rotary: 96 of 128 dims
+    rotated by the LUT's first 96 entries, the last 32 of each row passed through bit for
+    bit (rope_partial copies them)."""
+    from npu_deploy.kernels.families.rope import emulate, lut
+    from npu_deploy.oracle.reference import apply_rope, rope_cos_sin
+
+    seq, heads, width, rd = 16, 2, 128, 96
+    cos, sin = rope_cos_sin(rd, 10000.0, RopeScaling(), torch.arange(seq))
+    table = to_bf16(lut(cos, sin, width))
+    assert table.shape == (seq, width) and not table[:, rd:].any()
+    x = to_bf16(torch.randn(heads * seq, width, generator=torch.Generator().manual_seed(0)))
+    c = {"rope_dim": rd, "layouts": {"x": layout, "y": layout}}
+    y = emulate({"rows": heads * seq, "width": width, "seq": seq}, c, {"x": x, "lut": table})["y"]
+    rows = x.float().view(seq, heads, width) if layout == "seq-first" \
+        else x.float().view(heads, seq, width)
+    c_, s_ = (cos[:, None], sin[:, None]) if layout == "seq-first" else (cos, sin)
+    want = apply_rope(rows, to_bf16(c_).float(), to_bf16(s_).float()).reshape(-1, width)
+    assert torch.equal(y[:, rd:], x[:, rd:])
+    assert torch.allclose(y.float(), want, atol=2e-2, rtol=1e-2)
+    full = emulate({"rows": heads * seq, "width": width, "seq": seq},
+                   {"layouts": c["layouts"]}, {"x": x, "lut": table})["y"]
+    assert not torch.equal(full[:, rd:], x[:, rd:])   # without rope_dim the tail rotates
+
+
+def test_a_padded_prefill_takes_longrope_factors_by_the_prompts_length(tiny_models):
+    """tiny-phi3's LongRoPE switches to its long factors past 64 positions. A prompt of 40
+    run by a plan padded to 100 must rotate with the short ones, as the oracle and
+    transformers do for 40 tokens: the host's table goes by the prompt, not the padding."""
+    import dataclasses
+
+    from npu_deploy.kernels.definition.specs import Prefill
+    from npu_deploy.kernels.plans.plan import baseline_plan
+    from npu_deploy.kernels.plans.plan_runner import PlanRunner
+    from npu_deploy.metrics.comparison import compare
+    from npu_deploy.oracle.reference import Reference
+
+    loaded = tiny_models["tiny-phi3"]
+    a = loaded.args
+    tokens = torch.arange(3, 43)
+    plan = baseline_plan("tiny-phi3", a, Prefill(100), XDNA2)
+    logits = PlanRunner(a, loaded.weights, EMU).run(plan, tokens).logits[0].float()
+    short = reference_of(loaded).prefill(tokens)[0][-1]
+    always_long = dataclasses.replace(a, rope_scaling=dataclasses.replace(
+        a.rope_scaling, short_factor=a.rope_scaling.long_factor))
+    long = Reference(always_long, loaded.weights).prefill(tokens)[0][-1]
+    assert compare(short, logits).cosine > 0.999
+    assert compare(long, logits).cosine < compare(short, logits).cosine - 1e-3

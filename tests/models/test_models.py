@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -299,3 +300,34 @@ def test_goldens_are_captured_once_per_run_and_reused_on_resume(tiny_models, sto
         import_run(target, read_export(out))
         ref = find_goldens(target, run_id, goldens_key(loaded, ids))
         assert ref is not None and len(target.get_blob(ref)) > 0
+
+
+def test_the_oracle_only_random_models_are_exactly_those_the_npu_path_cannot_plan():
+    """ORACLE_ONLY (kept light for the TUI's form) says what unplannable computes."""
+    import json
+
+    import transformers
+
+    from npu_deploy.kernels.plans.plan import unplannable
+    from npu_deploy.models.random_models import DEPLOYABLE, ORACLE_ONLY, RANDOM_MODELS
+
+    def args_of(name: str) -> Any:
+        cls_name, kwargs, _ = RANDOM_MODELS[name]
+        return model_args(json.loads(getattr(transformers, cls_name)(**kwargs).to_json_string()))
+
+    gaps = {name: unplannable(args_of(name)) for name in RANDOM_MODELS}
+    assert set(ORACLE_ONLY) == {name for name, g in gaps.items() if g}
+    assert set(DEPLOYABLE) == set(RANDOM_MODELS) - set(ORACLE_ONLY)
+    assert "norms after each sublayer (Gemma 3)" in gaps["tiny-gemma3"]
+    assert gaps["tiny-phi3"] == []        # rope_partial, LongRoPE in the host's table
+
+
+def test_deploying_an_oracle_only_model_is_refused_in_one_line_before_a_run(cli, tmp_path):
+    name = "tiny-gemma3"
+    db = tmp_path / "runs.db"
+    assert_one_error(cli("--db", db, "deploy", name, "--headless", "--auto-approve"),
+                     "the NPU path has no kernel yet for")
+    assert not db.exists() or EventStore.open(db, readonly=True).run_ids() == []
+    for command in ("kernels", "plan"):     # no recipe that would leave its norms out
+        assert_one_error(cli(command, name), "norms after each sublayer (Gemma 3)",
+                         "cannot be planned yet")

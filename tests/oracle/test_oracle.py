@@ -15,10 +15,10 @@ from npu_deploy.models import CATALOG, OracleError, RopeScaling, model_args
 from npu_deploy.oracle import reference_of
 from npu_deploy.oracle.prompts import CAPITAL_QUESTION, Prompt, canonical_prompts
 from npu_deploy.oracle.reference import (
-    BLOCK_OPS,
     Reference,
     apply_rope,
     attention,
+    block_ops,
     golden_name,
     rms_norm,
     rope_inv_freq,
@@ -89,8 +89,9 @@ SHORT = [Prompt("capital", CAPITAL_QUESTION, chat=True), Prompt("npu", "A spatia
          *[p for p in canonical_prompts(64) if p.fill_to]]
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-llama-mha", "tiny-qwen2", "tiny-qwen3"])
-@pytest.mark.slow         # four greedy gates: 40 s in all on 2 busy cores: out of the fast core
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-llama-mha", "tiny-qwen2", "tiny-qwen3",
+                                  "tiny-gemma3", "tiny-phi3"])
+@pytest.mark.slow         # six greedy gates: out of the fast core
 def test_phase0_gate_passes_for_each_architecture(tiny_models, name):
     loaded = tiny_models[name]
     report = phase0_gate(loaded, SHORT)
@@ -125,7 +126,7 @@ def test_capture_names_every_op_of_every_layer_consistently(tiny_models):
     ids = SHORT[1].token_ids(loaded.tokenizer)
     goldens = ref.capture(ids)
     n = loaded.args.n_layers
-    want = {golden_name(i, op) for i in range(n) for op in BLOCK_OPS}
+    want = {golden_name(i, op) for i in range(n) for op in block_ops(loaded.args)}
     want |= {"L-1.embed", golden_name(n, "final_norm"), golden_name(n, "logits")}
     assert set(goldens) == want
     logits, _ = ref.prefill(ids)
