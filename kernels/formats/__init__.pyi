@@ -29,3 +29,8 @@ from .repack import Repacked as Repacked
 from .repack import RepackError as RepackError
 from .repack import repack_error as repack_error
 from .repack import repack_gguf as repack_gguf
+from .kernel_fields import KERNEL_OF as KERNEL_OF
+from .kernel_fields import kernel_tensors as kernel_tensors
+from .kernel_fields import quant_fields as quant_fields
+from .kernel_fields import seeded_matrix as seeded_matrix
+from .kernel_fields import to_device as to_device
