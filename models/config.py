@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from npu_deploy.models.errors import BadConfig, ModelCorrupt, UnsupportedModel
+from npu_deploy.models.quantization import QuantizedWeights
 
 #: model_type -> what the adapter is called in messages.
 SUPPORTED = {
@@ -95,6 +96,8 @@ class ModelArgs:
     mlp_bias: bool = False
     qk_norm: bool = False
     max_positions: int = 2048
+    #: a quantized deployment's weights (a catalog entry's), or None: every weight bf16
+    weights: QuantizedWeights | None = None
 
     @property
     def q_dim(self) -> int:

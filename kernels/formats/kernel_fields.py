@@ -130,3 +130,10 @@ def seeded_matrix(format: str, shape: tuple[int, int], gen: torch.Generator) -> 
     nibbles = torch.randint(0, 16, (rows, cols), generator=gen, dtype=torch.uint8)
     q = (nibbles ^ 8).to(torch.int8) - 8 if parts.q.dtype == torch.int8 else nibbles
     return QuantizedMatrix(format, shape, c.pack(QuantParts(q, parts.scales, parts.offsets)))
+
+
+def decode_kernel(format: str) -> tuple[str, dict[str, Any]]:
+    """The kernel a decode projection stored in `format` launches, and the configuration its
+    format fixes (proj_qmm's build: `codec`)."""
+    k = kernel_of(format)
+    return k.kernel, ({"codec": k.codec} if k.codec is not None else {})
