@@ -327,8 +327,7 @@ def weights_note(args: ModelArgs) -> str | None:
     """How a quantized model's plans read its weights, in one sentence (None for bf16): the
     decode's projections (and its LM head, where quantized) through the format's 4-bit
     kernel; prefill's bf16 GEMMs on weights de-quantized on the host at load, as upstream's
-    4-bit examples prefill (docs/quantized-kernels.md#prefill-and-where-the-quantized-path-
-    plugs-into-plans)."""
+    4-bit examples prefill (docs/quantized-kernels.md, its section on prefill)."""
     w = args.weights
     if w is None:
         return None
