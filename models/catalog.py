@@ -1,5 +1,8 @@
-"""The model catalog: the bundled model and the nine target models of
-docs/hardware-facts.md#the-nine-target-models.
+"""The model catalog: the bundled model, the nine target models of
+docs/hardware-facts.md#the-nine-target-models, and upstream's 4-bit deployments of
+architectures we support (Xilinx/mlir-air e972f2942d41, programming_examples/llms/*_q4nx,
+qwen25_3b_q4, llama32_1b_int4): the same shapes with `weights`, the weight format as data
+(models.quantization).
 
 The targets are shapes only (their public Hugging Face configs), for planning
 kernels and dispatches; running one needs its checkpoint on disk. Each entry
@@ -9,10 +12,11 @@ the catalog cannot disagree with what loading the real model would say.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from npu_deploy.models.config import ModelArgs, model_args
+from npu_deploy.models.quantization import QuantizedWeights
 
 
 @dataclass(frozen=True)
@@ -22,10 +26,13 @@ class CatalogEntry:
     kind: str               # "bundled" (weights on this machine) or "config-only"
     note: str               # what this model adds over the reference deployment
     config: dict[str, Any]
+    weights: QuantizedWeights | None = None     # a 4-bit deployment's, or None (bf16)
 
     @property
     def args(self) -> ModelArgs:
-        return model_args(self.config, f"catalog entry {self.name}")
+        """The config read by `model_args`, with the entry's weight format."""
+        return replace(model_args(self.config, f"catalog entry {self.name}"),
+                       weights=self.weights)
 
 
 def _cfg(model_type: str, layers: int, hidden: int, heads: int, kv: int, head_dim: int,
@@ -70,4 +77,74 @@ _ENTRIES = [
                  _cfg("qwen3", 36, 2560, 32, 8, 128, 9728, 151936, 1000000.0, 1e-6, 40960)),
 ]
 
-CATALOG: dict[str, CatalogEntry] = {e.name: e for e in _ENTRIES}
+#: the bf16 entries' configs, for the 4-bit deployments of the same checkpoints
+CATALOG_CONFIGS = {e.name: e.config for e in _ENTRIES}
+
+# --- upstream's 4-bit deployments ----------------------------------------------------------
+
+_LLMS = "Xilinx/mlir-air@e972f2942d41:programming_examples/llms/"
+#: Llama 3.1's rope scaling: factor 8 (llms/llama31_8b_q4nx/README.md, and its weights.py
+#: ROPE_FACTOR / ROPE_LOW_FREQ_FACTOR / ROPE_HIGH_FREQ_FACTOR / ROPE_OLD_CTX)
+_LLAMA31 = {**_LLAMA3, "factor": 8.0}
+_TIED_Q4NX = ("the tied bf16 embedding, requantized into Q4NX for the decode's LM head "
+              "(llama32_1b_q4nx/q4nx_requant.py build_requant_cache, tie_lm_head=True); "
+              "the bundle's own Q4NX lm_head is ignored (README, Data)")
+_UNTIED_Q4NX = ("the bundle's separate Q4NX lm_head (q4nx_requant.py build_requant_cache, "
+                "tie_lm_head=False), de-quantized to bf16 for prefill's LM head")
+
+
+def _q4nx(model: str, lm_head: str) -> QuantizedWeights:
+    """Q4NX (additive, groups of 32) on every projection, read from a FastFlowLM bundle."""
+    return QuantizedWeights("q4nx", 32, True, lm_head,
+                            f"{_LLMS}{model}/README.md, {model}/{model}_weights.py")
+
+
+_QUANTIZED = [
+    CatalogEntry("llama32_1b_q4nx", "FastFlowLM/Llama-3.2-1B-NPU2", "config-only",
+                 "Q4NX bundle; config of meta-llama/Llama-3.2-1B (tied)",
+                 CATALOG_CONFIGS["llama-3.2-1b"], _q4nx("llama32_1b_q4nx", _TIED_Q4NX)),
+    CatalogEntry("llama32_3b_q4nx", "FastFlowLM/Llama-3.2-3B-NPU2", "config-only",
+                 "Q4NX bundle; config of meta-llama/Llama-3.2-3B (tied)",
+                 CATALOG_CONFIGS["llama-3.2-3b"], _q4nx("llama32_3b_q4nx", _TIED_Q4NX)),
+    # meta-llama/Llama-3.1-8B-Instruct config.json (upstream reads it from
+    # NousResearch/Meta-Llama-3.1-8B-Instruct: llama31_8b_q4nx_weights.py HF_REPO)
+    CatalogEntry("llama31_8b_q4nx", "meta-llama/Llama-3.1-8B-Instruct", "config-only",
+                 "Q4NX, 8B: untied Q4NX LM head, weights over 4 GiB split",
+                 _cfg("llama", 32, 4096, 32, 8, 128, 14336, 128256, 500000.0, 1e-5, 131072,
+                      tie=False, scaling=_LLAMA31),
+                 _q4nx("llama31_8b_q4nx", _UNTIED_Q4NX)),
+    # Qwen/Qwen3-8B config.json (qwen3_8b_q4nx_weights.py: D, DH, N_Q_HEADS, N_KV_HEADS,
+    # INTER, NUM_LAYERS, VOCAB, RMS_EPS, ROPE_THETA agree)
+    CatalogEntry("qwen3_8b_q4nx", "Qwen/Qwen3-8B", "config-only",
+                 "Q4NX, 8B, QK norm: untied Q4NX LM head",
+                 _cfg("qwen3", 36, 4096, 32, 8, 128, 12288, 151936, 1000000.0, 1e-6, 40960,
+                      tie=False),
+                 _q4nx("qwen3_8b_q4nx", _UNTIED_Q4NX)),
+    # Qwen/Qwen2.5-7B-Instruct config.json (upstream's MODEL_SOURCE; qwen25_7b_q4nx_weights.py
+    # agrees), quantized by upstream's quantize_dequantize_q4nx at load
+    CatalogEntry("qwen25_7b_q4nx", "Qwen/Qwen2.5-7B-Instruct", "config-only",
+                 "Q4NX, 7B, QKV bias, ffn 18944: untied Q4NX LM head",
+                 _cfg("qwen2", 28, 3584, 28, 4, 128, 18944, 152064, 1000000.0, 1e-6, 32768,
+                      tie=False),
+                 _q4nx("qwen25_7b_q4nx", _UNTIED_Q4NX)),
+    CatalogEntry("qwen25_3b_q4", "Qwen/Qwen2.5-3B", "config-only",
+                 "Q4_0 (signed, proj_qmm -DQ4_0); config of Qwen/Qwen2.5-3B (tied)",
+                 CATALOG_CONFIGS["qwen2.5-3b"],
+                 QuantizedWeights("q4_0-container", 32, False,
+                                  "the tied bf16 embedding, never quantized; upstream's decode "
+                                  "runs the final norm and LM head on the host (README, "
+                                  "Status)",
+                                  f"{_LLMS}qwen25_3b_q4/README.md (Quant codec: Q4_0), "
+                                  "qwen25_3b_q4/qwen25_3b_q4_weights.py; fused_decode/"
+                                  "qwen25_3b_requant.py requant_q4_0")),
+    CatalogEntry("llama32_1b_int4", "amd/Llama-3.2-1B-Instruct-awq-uint4-asym-g128-bf16-lmhead",
+                 "config-only", "int4-AWQ group 128 (gemv_int4); bf16 LM head",
+                 CATALOG_CONFIGS["llama-3.2-1b"],
+                 QuantizedWeights("awq-int4", 128, False,
+                                  "bf16: AMD's AWQ checkpoint keeps it un-quantized "
+                                  "(llama32_1b_int4_decode.py, lm_head_gemv)",
+                                  f"{_LLMS}llama32_1b_int4/README.md, "
+                                  "llama32_1b_int4/llama32_1b_int4_weights.py, awq_pack.py")),
+]
+
+CATALOG: dict[str, CatalogEntry] = {e.name: e for e in _ENTRIES + _QUANTIZED}

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from npu_deploy.models.errors import BadConfig, ModelCorrupt, UnsupportedModel
+from npu_deploy.models.quantization import QuantizedWeights
 
 #: model_type -> what the adapter is called in messages.
 SUPPORTED = {
@@ -123,6 +124,8 @@ class ModelArgs:
     layer_types: tuple[str, ...] = ()       # per layer SLIDING or FULL; () is all FULL
     local_rope_theta: float | None = None   # sliding layers' theta (Gemma 3), default rope
     rotary_dim: int | None = None           # dims each head rotates (partial rotary); None: all
+    #: a quantized deployment's weights (a catalog entry's), or None: every weight bf16
+    weights: QuantizedWeights | None = None
 
     @property
     def q_dim(self) -> int:

@@ -278,7 +278,7 @@ class HardwareValidation:
                 return None
             finally:
                 self.steps.advance(time.perf_counter() - t0)
-        inputs = seeded_inputs(spec, shape, KERNEL_SEED)
+        inputs = seeded_inputs(spec, shape, KERNEL_SEED, config)
         try:
             report = validate_kernel(spec, shape, config, self.backend, inputs=inputs,
                                      hw=self.hw)

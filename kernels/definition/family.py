@@ -127,6 +127,10 @@ class Numerics:
     reference: ReferenceKernel
     atol: float
     weights: Callable[[torch.Tensor, Shape], torch.Tensor] | None = None
+    #: a quantized kernel's seeded weight: its tensors (device bytes `w` and the unpacked
+    #: fields the emulator reads) from the shape, the configuration and a generator
+    seeded_weight: Callable[[Shape, Mapping[str, Any], torch.Generator],
+                            dict[str, torch.Tensor]] | None = None
     atol_by: tuple[str, Mapping[str, float]] | None = None
 
     def atol_of(self, config: Mapping[str, Any]) -> float:

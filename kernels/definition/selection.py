@@ -83,7 +83,7 @@ def select(use: KernelUse, hw: Hardware, roles: tuple[str, ...] = (),
     spec = use.spec
     if spec.where == "cpu":
         return Selection(use, roles or (use.role,), {}, [], {"tiles": 0}, 0)
-    found = _select(spec.name, tuple(sorted(use.shape.items())), hw, use_measured)
+    found = _select(spec.name, tuple(sorted(use.shape.items())), hw, use_measured, use.fixed)
     return Selection(use, roles or (use.role,), dict(found.config), list(found.findings),
                      dict(found.usage), found.tried, found.source, found.measured,
                      found.modeled_s)
@@ -102,21 +102,23 @@ class _Found:
 
 @functools.lru_cache(maxsize=4096)
 def _select(name: str, shape_items: tuple[tuple[str, int], ...], hw: Hardware,
-            use_measured: bool) -> _Found:
-    """Selection is a pure function of (kernel, shape, hardware): computed once."""
+            use_measured: bool, fixed: tuple[tuple[str, Any], ...] = ()) -> _Found:
+    """Selection is a pure function of (kernel, shape, hardware, the configuration the model
+    fixes): computed once."""
     spec, shape = SPECS[name], dict(shape_items)
     fam = family(name)
     if use_measured and hw == XDNA2 and fam.measured is not None and fam.measured_config:
         row = fam.measured(shape)
         if row is not None:
-            config = {**spec.tunables, **{k: row[k] for k in spec.tunables if k in row}}
+            config = {**spec.tunables, **{k: row[k] for k in spec.tunables if k in row},
+                      **dict(fixed)}
             findings, usage = check_with_usage(spec, shape, config, hw)
             if not blocking(findings):
                 return _Found(config, findings, usage, 1, "measured", row,
                               modeled_seconds(spec, shape, config))
     scored: list[tuple[tuple[Any, ...], int, _Found]] = []
     for rank, candidate in enumerate(_candidates(spec, shape, hw)):
-        config = {**spec.tunables, **candidate}
+        config = {**spec.tunables, **candidate, **dict(fixed)}
         findings, usage = check_with_usage(spec, shape, config, hw)
         bad = len(blocking(findings))
         seconds = modeled_seconds(spec, shape, config) if not bad else float("inf")

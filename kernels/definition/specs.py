@@ -14,6 +14,7 @@ from typing import Any
 
 from npu_deploy.models.config import ModelArgs
 
+from ..formats.kernel_fields import decode_kernel
 from .family import BF16, FP32, KernelSpec, Operand, Shape
 from .registry import SPECS
 
@@ -78,6 +79,9 @@ class KernelUse:
     spec: KernelSpec
     shape: Shape
     per_layer: bool = True
+    #: configuration the model fixes rather than selection chooses (a quantized weight's
+    #: format: proj_qmm's `codec`), as sorted (key, value) pairs
+    fixed: tuple[tuple[str, Any], ...] = ()
 
     @property
     def key(self) -> tuple[str, tuple[tuple[str, int], ...]]:
@@ -118,7 +122,12 @@ def model_kernels(args: ModelArgs, mode: Mode) -> list[KernelUse]:
     uses: list[KernelUse] = []
 
     def use(role: str, name: str, per_layer: bool = True, **shape: int) -> None:
-        uses.append(KernelUse(role, S[name], shape, per_layer))
+        uses.append(KernelUse(role, S[name], shape, per_layer, fixed.get(name, ())))
+
+    fixed: dict[str, tuple[tuple[str, Any], ...]] = {}
+    if args.weights is not None:
+        kernel, config = decode_kernel(args.weights.format)
+        fixed[kernel] = tuple(sorted(config.items()))
 
     if isinstance(mode, Prefill):
         L = mode.seq
@@ -147,10 +156,11 @@ def model_kernels(args: ModelArgs, mode: Mode) -> list[KernelUse]:
         use("lm_head", "gemm_bf16", False, M=L, K=h, N=args.vocab)
     else:
         p = mode.pos
+        proj, head = decode_projection_kernels(args)
         use("embed", "embedding", False, rows=1, width=h, vocab=args.vocab)
         use("attn_norm", "rmsnorm", rows=1, width=h)
         for role, n in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
-            use(role, "gemv", M=n, K=h)
+            use(role, proj, M=n, K=h)
         if args.qkv_bias:
             use("qkv_bias", "bias_add", rows=1, width=q + 2 * kv)
         if args.qk_norm:
@@ -160,17 +170,28 @@ def model_kernels(args: ModelArgs, mode: Mode) -> list[KernelUse]:
         use("rope_k", "rope", rows=args.n_kv_heads, width=hd, seq=1)
         use("attention", "decode_attention", heads=args.n_heads, kv_heads=args.n_kv_heads,
             Lq=1, Lk=p + 1, head_dim=hd)
-        use("o_proj", "gemv", M=h, K=q)
+        use("o_proj", proj, M=h, K=q)
         use("attn_residual", "add", rows=1, width=h)
         use("ffn_norm", "rmsnorm", rows=1, width=h)
-        use("gate_proj", "gemv", M=f, K=h)
-        use("up_proj", "gemv", M=f, K=h)
+        use("gate_proj", proj, M=f, K=h)
+        use("up_proj", proj, M=f, K=h)
         use("silu_mul", "silu_mul", rows=1, width=f)
-        use("down_proj", "gemv", M=h, K=f)
+        use("down_proj", proj, M=h, K=f)
         use("ffn_residual", "add", rows=1, width=h)
         use("final_norm", "rmsnorm", False, rows=1, width=h)
-        use("lm_head", "gemv", False, M=args.vocab, K=h)
+        use("lm_head", head, False, M=args.vocab, K=h)
     return uses
+
+
+def decode_projection_kernels(args: ModelArgs) -> tuple[str, str]:
+    """The kernels of a decode's projections and of its LM head: the bf16 GEMV, or for a
+    quantized deployment (`args.weights`) its format's 4-bit kernel, on the LM head too
+    where that is quantized. Prefill keeps the bf16 GEMMs on weights de-quantized on the host,
+    as upstream does (models.quantization)."""
+    if args.weights is None:
+        return "gemv", "gemv"
+    kernel = decode_kernel(args.weights.format)[0]
+    return kernel, kernel if args.weights.lm_head_quantized else "gemv"
 
 
 def unique_kernels(uses: list[KernelUse]) -> list[tuple[KernelUse, list[str]]]:

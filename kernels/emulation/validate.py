@@ -73,15 +73,21 @@ class KernelReport:
                 for name, c in self.metrics.items()}
 
 
-def seeded_inputs(spec: KernelSpec, shape: Shape, seed: int = 0) -> dict[str, torch.Tensor]:
+def seeded_inputs(spec: KernelSpec, shape: Shape, seed: int = 0,
+                  config: dict[str, Any] | None = None) -> dict[str, torch.Tensor]:
     """bf16 inputs that give outputs of unit scale: activations randn, weights randn scaled
     as the kernel's numerics say (randn / sqrt(K) for a matmul, near 1 for a norm), a real
-    RoPE table."""
+    RoPE table. A quantized kernel's weight is a valid quantized matrix its numerics seed
+    (`seeded_weight`: random codes, scales and offsets as a checkpoint's), stored for
+    `config` (the spec's defaults where not given)."""
     gen = torch.Generator().manual_seed(seed)
     numerics = FAMILIES[spec.name].numerics if spec.name in FAMILIES else None
     out: dict[str, torch.Tensor] = {}
     for op in spec.operands(shape):
         if op.role == "output":
+            continue
+        if op.role == "weight" and numerics is not None and numerics.seeded_weight is not None:
+            out.update(numerics.seeded_weight(shape, {**spec.tunables, **(config or {})}, gen))
             continue
         if op.role == "table":     # the oracle's own RoPE table, theta 10000
             cos, sin = rope_cos_sin(op.dims[1], 10000.0, RopeScaling(), torch.arange(op.dims[0]))
@@ -105,7 +111,7 @@ def validate_kernel(spec: KernelSpec, shape: Shape, config: dict[str, Any], back
                     *, inputs: dict[str, torch.Tensor] | None = None, seed: int = 0,
                     hw: Hardware = XDNA2, atol: float | None = None) -> KernelReport:
     """Run `spec` on `backend` and check every element against the FP32 reference."""
-    inputs = inputs if inputs is not None else seeded_inputs(spec, shape, seed)
+    inputs = inputs if inputs is not None else seeded_inputs(spec, shape, seed, config)
     outputs = output_buffers(spec, shape)
     backend.run(spec, shape, config, inputs, outputs)
     want = REFERENCE[spec.name](shape, {**spec.tunables, **config}, inputs)

@@ -20,7 +20,7 @@ connects); the emulator reads the unpacked fields (`fields`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -56,6 +56,7 @@ from ..emulation.quantized import (
     matvec_int4_bound,
     reference,
 )
+from ..formats.kernel_fields import kernel_tensors, seeded_matrix
 from .proj_qmm import weight_buffer
 
 if TYPE_CHECKING:
@@ -179,7 +180,16 @@ def bound(s: Shape, c: dict[str, Any], x: Tensors) -> torch.Tensor:
 #: 1024: 0.021, 0.025; 512: 0.018, 0.028; 256: 0.037, 0.040; 128: 0.045, 0.075. Each atol is
 #: the larger, rounded up. The arithmetic's worst case is
 #: kernels.emulation.quantized.matvec_int4_bound, per row.
-NUMERICS = Numerics(emulate, _reference, atol=2e-2,
+def seeded_weight(s: Shape, c: Mapping[str, Any], gen: torch.Generator) -> Tensors:
+    """A valid int4-AWQ weight for Phase 1 (kernels.formats.kernel_fields `seeded_matrix`):
+    its tiles at the configuration's m_tile x k_chunk as the operand `w`, and the fields the
+    emulator reads."""
+    t = kernel_tensors(seeded_matrix("awq-int4", (s["M"], s["K"]), gen), dict(c))
+    t["w"] = t["w"].reshape(s["M"], row_bytes(s["K"]))
+    return t
+
+
+NUMERICS = Numerics(emulate, _reference, atol=2e-2, seeded_weight=seeded_weight,
                     atol_by=("k_chunk", {"1024": 3e-2, "512": 3e-2, "256": 5e-2, "128": 8e-2}))
 
 # --- cost: the packed bytes each core streams, a call per tile ---------------------------------

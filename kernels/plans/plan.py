@@ -23,6 +23,7 @@ from ..definition.registry import family
 from ..definition.rules import blocking
 from ..definition.selection import select
 from ..definition.specs import SPECS, Decode, KernelUse, Mode, Prefill, Shape, unplannable
+from ..formats.kernel_fields import decode_kernel
 from .steps import (
     HOST_OPS,
     KINDS,
@@ -74,9 +75,14 @@ class PlanBuilder:
         self._configs: dict[Any, dict[str, Any]] = {}
         self.chosen = dict(configs or {})       # config_key -> a configuration chosen earlier
         self.gemm_datapath = gemm_datapath
+        #: the configuration a quantized model's format fixes for its kernel (proj_qmm's codec)
+        self.fixed: dict[str, tuple[tuple[str, Any], ...]] = {}
+        if args.weights is not None:
+            kernel, fixed = decode_kernel(args.weights.format)
+            self.fixed[kernel] = tuple(sorted(fixed.items()))
 
     def config(self, kernel: str, shape: Shape) -> dict[str, Any]:
-        use = KernelUse(kernel, SPECS[kernel], shape)
+        use = KernelUse(kernel, SPECS[kernel], shape, fixed=self.fixed.get(kernel, ()))
         if use.key not in self._configs:
             chosen = self.chosen.get(config_key(kernel, shape))
             config = dict(chosen) if chosen is not None else select(use, self.hw).config
@@ -274,8 +280,7 @@ def _decode_steps(b: PlanBuilder, p: int, context: int | None = None) -> None:
         x, t = f"x.{i}", f"L{i}."
         b.launch("rmsnorm", "attn_norm", i, rows, x=x, weight=_w(i, "attn_norm"), y=t + "n1")
         for role, n, out in (("q_proj", q, "q"), ("k_proj", kv, "k"), ("v_proj", kv, "v")):
-            b.launch("gemv", role, i, {"M": n, "K": h}, w=_w(i, role), x=t + "n1",
-                     y=t + out + pre_bias)
+            decode_projection(b, role, i, n, h, x=t + "n1", y=t + out + pre_bias)
         if a.qkv_bias:
             for name, n in (("q", q), ("k", kv), ("v", kv)):
                 b.launch("bias_add", f"{name}_bias", i, {"rows": 1, "width": n},
@@ -299,22 +304,48 @@ def _decode_steps(b: PlanBuilder, p: int, context: int | None = None) -> None:
                  decode_window(b, shape, context), q=t + "qr",
                  k=Binding("k", t + "k_cache", "input", hf),
                  v=Binding("v", t + "v_cache", "input", hf), o=t + "o")
-        b.launch("gemv", "o_proj", i, {"M": h, "K": q}, w=_w(i, "o_proj"), x=t + "o",
-                 y=t + "attn")
+        decode_projection(b, "o_proj", i, h, q, x=t + "o", y=t + "attn")
         b.launch("add", "attn_residual", i, rows, a=x, b=t + "attn", y=t + "h1")
         b.launch("rmsnorm", "ffn_norm", i, rows, x=t + "h1", weight=_w(i, "ffn_norm"),
                  y=t + "n2")
         for role in ("gate_proj", "up_proj"):
-            b.launch("gemv", role, i, {"M": a.ffn, "K": h}, w=_w(i, role), x=t + "n2",
-                     y=t + role[:-5])
+            decode_projection(b, role, i, a.ffn, h, x=t + "n2", y=t + role[:-5])
         b.launch("silu_mul", "silu_mul", i, {"rows": 1, "width": a.ffn}, gate=t + "gate",
                  up=t + "up", y=t + "act")
-        b.launch("gemv", "down_proj", i, {"M": h, "K": a.ffn}, w=_w(i, "down_proj"),
-                 x=t + "act", y=t + "ffn")
+        decode_projection(b, "down_proj", i, h, a.ffn, x=t + "act", y=t + "ffn")
         b.launch("add", "ffn_residual", i, rows, a=t + "h1", b=t + "ffn", y=f"x.{i + 1}")
     x = f"x.{a.n_layers}"
     b.launch("rmsnorm", "final_norm", None, rows, x=x, weight=_w(None, "final_norm"), y="xn")
-    lm_head_gemv(b, "xn", rows_total=a.vocab)
+    lm_head_gemv(b, "xn", rows_total=a.vocab, quantized=True)
+
+
+def decode_projection(b: PlanBuilder, role: str, layer: int, m: int, k: int, *, x: str,
+                      y: str) -> None:
+    """One decode projection y = W x of W [m, k]: the bf16 GEMV, or for a quantized model
+    (`args.weights`) its format's 4-bit kernel (proj_qmm for Q4NX and Q4_0, gemv_int4 for
+    int4-AWQ) reading W's device bytes, at the configuration its format fixes."""
+    weights = b.args.weights
+    if weights is None:
+        b.launch("gemv", role, layer, {"M": m, "K": k}, w=_w(layer, role), x=x, y=y)
+        return
+    kernel, fixed = decode_kernel(weights.format)
+    b.launch(kernel, role, layer, {"M": m, "K": k}, fixed, w=_w(layer, role), x=x, y=y)
+
+
+def weights_note(args: ModelArgs) -> str | None:
+    """How a quantized model's plans read its weights, in one sentence (None for bf16): the
+    decode's projections (and its LM head, where quantized) through the format's 4-bit
+    kernel; prefill's bf16 GEMMs on weights de-quantized on the host at load, as upstream's
+    4-bit examples prefill (docs/quantized-kernels.md, its section on prefill)."""
+    w = args.weights
+    if w is None:
+        return None
+    kernel = decode_kernel(w.format)[0]
+    head = "and the LM head " if w.lm_head_quantized else ""
+    return (f"4-bit weights ({w.format}, groups of {w.group}): decode runs its projections "
+            f"{head}as {kernel} on the packed weights; prefill runs the bf16 GEMMs on weights "
+            f"de-quantized to bf16 on the host at load, as upstream does. bf16: "
+            f"{', '.join(w.bf16_tensors(args.qkv_bias, args.qk_norm))}.")
 
 
 def decode_window(b: PlanBuilder, shape: Shape, context: int | None) -> dict[str, Any] | None:
@@ -337,20 +368,28 @@ LM_HEAD_PARTITION_ROWS = 16384
 _PARTITION_ALIGN = 1024
 
 
-def lm_head_gemv(b: PlanBuilder, x: str, rows_total: int) -> None:
+def lm_head_gemv(b: PlanBuilder, x: str, rows_total: int, quantized: bool = False) -> None:
     """The LM head as GEMV launches over partitions of the vocabulary, one dispatch each: at
     least as many as the checker needs for the repeat count, and none over the measured
     16384 rows; each but the last a multiple of 1024 rows. The builder's `lm_head_out`
-    picks the kernel: bf16 logits (mv.o) or FP32 logits."""
+    picks the kernel: bf16 logits (mv.o) or FP32 logits. `quantized` (a decode's): a model
+    whose LM head is quantized (`args.weights.lm_head_quantized`) reads it through its
+    format's 4-bit kernel instead, over the same partitions."""
     h = b.args.hidden
-    kernel = LM_HEAD_OUT[b.lm_head_out]
-    need = int(b.config(kernel, {"M": rows_total, "K": h})["partitions"])
+    weights = b.args.weights
+    fixed: dict[str, Any] = {"partitions": 1}
+    if quantized and weights is not None and weights.lm_head_quantized:
+        kernel, fixed = decode_kernel(weights.format)
+        need = 1
+    else:
+        kernel = LM_HEAD_OUT[b.lm_head_out]
+        need = int(b.config(kernel, {"M": rows_total, "K": b.args.hidden})["partitions"])
     parts = max(need, math.ceil(rows_total / LM_HEAD_PARTITION_ROWS))
     step = math.ceil(math.ceil(rows_total / parts) / _PARTITION_ALIGN) * _PARTITION_ALIGN
     for k, r0 in enumerate(range(0, rows_total, step)):
         r1 = min(rows_total, r0 + step)
         shape = {"M": r1 - r0, "K": h}
-        b.launch(kernel, f"lm_head.{k}", None, shape, {"partitions": 1},
+        b.launch(kernel, f"lm_head.{k}", None, shape, fixed,
                  w=Binding("w", _w(None, "lm_head"), "input", rows=(r0, r1)), x=x,
                  y=Binding("y", "logits", "output", rows=(r0, r1)))
 
@@ -358,5 +397,5 @@ def lm_head_gemv(b: PlanBuilder, x: str, rows_total: int) -> None:
 __all__ = ["ATTENTION_DATAPATHS", "HOST_OPS", "KINDS", "LM_HEAD_OUT", "AttentionDatapath",
            "Binding", "Decode", "Dispatch", "DispatchPlan",
            "HostStep", "Kind", "Launch", "LogitsDtype", "PlanBuilder", "Prefill", "Step",
-           "baseline_plan", "config_key", "unplannable",
+           "baseline_plan", "config_key", "unplannable", "weights_note",
            "last_token_head", "lm_head_gemv", "on_host"]

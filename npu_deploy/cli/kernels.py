@@ -87,6 +87,11 @@ def kernels_cmd(model: str, seq_len: int, decode_pos: int | None, hw_name: str,
         return
     out = console()
     out.print(data(f"{described}, {mode}, on {hw.name}"))
+    from npu_deploy.kernels.plans.plan import weights_note
+
+    note = weights_note(args)
+    if note:
+        out.print(note, highlight=False)
     here = any(fig.here is not None for fig in figures)
     table = Table(title_justify="left", title="kernels (configurations checked against the "
                   "hardware model; measured = upstream's NPU2 figure at this shape, "
@@ -268,7 +273,7 @@ def _print_verdict(verdict: Any) -> None:
 
 def _plan_json(described: str, plan: Any, profile: Any, attempts: Any) -> dict[str, Any]:
     from npu_deploy.kernels import XDNA2
-    from npu_deploy.kernels.plans.plan import Dispatch
+    from npu_deploy.kernels.plans.plan import Dispatch, weights_note
 
     steps = []
     for step, prof in zip(plan.steps, profile.steps, strict=True):
@@ -294,7 +299,8 @@ def _plan_json(described: str, plan: Any, profile: Any, attempts: Any) -> dict[s
             row["reason"] = step.reason
         steps.append(row)
     return {"model": described, "mode": str(plan.mode), "source": profile.source,
-            "calibration": profile.calibration, "transforms": list(plan.history),
+            "weights": weights_note(plan.args), "calibration": profile.calibration,
+            "transforms": list(plan.history),
             "lm_head": plan.lm_head, "total_s": profile.total_s,
             "one_time_s": profile.one_time_s, "tokens_per_s": profile.tokens_per_s,
             "eta": profile.eta, "dispatches": len(plan.dispatches),
@@ -322,9 +328,13 @@ def _programs_needed(plan: Any) -> dict[str, Any]:
 def _print_plan(described: str, plan: Any, profile: Any, attempts: Any) -> None:
     from npu_deploy.kernels import XDNA2
     from npu_deploy.kernels.definition.specs import PROMPT_ALIGN, Prefill, prompt_prefill
+    from npu_deploy.kernels.plans.plan import weights_note
 
     out = console()
     out.print(data(f"{described}, {plan.mode}, on {XDNA2.name}"))
+    note = weights_note(plan.args)
+    if note:
+        out.print(note, highlight=False)
     out.print("Every time below is modeled: the performance model is calibrated on the "
               "Llama-3.2-1B figures measured on NPU2 "
               "(docs/hardware-facts.md#reference-deployment). Nothing ran on an NPU.")

@@ -23,17 +23,18 @@ def models_cmd(as_json: bool) -> None:
     rows = [(e, e.args) for e in CATALOG.values()]
     if as_json:
         emit_json([{"name": e.name, "hub_id": e.hub_id, "kind": e.kind, "note": e.note,
-                    "params": a.n_params(), "features": a.features(), **a.as_dict()}
+                    "format": _format(a), "params": a.n_params(), "features": a.features(),
+                    **a.as_dict()}
                    for e, a in rows])
         return
     table = Table(title="models (shapes from the public configs; only the bundled one has "
                   "weights here)", title_justify="left")
-    for col in ("name", "kind", "arch", "layers", "hidden", "heads q/kv", "head_dim", "ffn",
-                "vocab", "params", "features"):
+    for col in ("name", "kind", "weights", "arch", "layers", "hidden", "heads q/kv",
+                "head_dim", "ffn", "vocab", "params", "features"):
         table.add_column(col, justify="right" if col in (
             "layers", "hidden", "head_dim", "ffn", "vocab", "params") else "left")
     for e, a in rows:
-        table.add_row(e.name, e.kind, a.arch, str(a.n_layers), str(a.hidden),
+        table.add_row(e.name, e.kind, _format(a), a.arch, str(a.n_layers), str(a.hidden),
                       f"{a.n_heads}/{a.n_kv_heads}", str(a.head_dim), str(a.ffn), str(a.vocab),
                       f"{a.n_params() / 1e9:.2f}B" if a.n_params() >= 1e9
                       else f"{a.n_params() / 1e6:.0f}M", ", ".join(a.features()))
@@ -42,6 +43,11 @@ def models_cmd(as_json: bool) -> None:
                f"Hugging Face cache, and the random test models {', '.join(DEPLOYABLE)}; "
                "for the FP32 oracle only (`npu-deploy oracle`; no NPU kernels for them "
                f"yet): {', '.join(ORACLE_ONLY)}.")
+
+
+def _format(args: Any) -> str:
+    """The weight format a catalog entry deploys: bf16, or its 4-bit format."""
+    return "bf16" if args.weights is None else str(args.weights.format)
 
 
 @click.command("oracle")

@@ -203,7 +203,7 @@ def test_phase_1_passes_the_emulated_kernel_at_its_atol_and_not_at_a_bf16_gemvs(
 
     shape = {"M": 256, "K": 4096}
     report = validate_kernel(SPEC, shape, {}, EmulatorBackend(), inputs=unit_scale(256, 4096))
-    assert report.passed and report.atol == 3e-2
+    assert report.passed and report.atol == 4e-2
     strict = validate_kernel(SPEC, shape, {}, EmulatorBackend(), inputs=unit_scale(256, 4096),
                              atol=1e-3)
     assert not strict.passed

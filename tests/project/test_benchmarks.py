@@ -144,6 +144,12 @@ def test_hardware_fidelity_holds_issue_23s_acceptance_figures():
     e2e = r["end_to_end"]
     assert len(e2e) == 9 and [e["model"] for e in e2e if e["calibrated_on"]] == ["llama-3.2-1b"]
     assert all(e["modeled_ttft_s"] > 0 and e["measured_ttft_s"] > 0 for e in e2e)
+    quantized = r["quantized_end_to_end"]       # upstream's 4-bit deployments, side by side
+    assert {e["format"] for e in quantized} == {"q4nx", "q4_0-container", "awq-int4"}
+    assert len(quantized) == 7 and all(e["modeled_ttft_s"] > 0 and e["modeled_decode_tok_s"] > 0
+                                       for e in quantized)
+    assert all(e["measured_source"].startswith("measured on NPU2 (upstream README, llms/")
+               for e in quantized)
 
 
 @pytest.mark.slow
