@@ -161,7 +161,9 @@ def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
     dims whole vectors in each half with the copied tail whole vectors (rope_partial)."""
     f = _VECTORS(spec, s, c, hw, usage)
     rd, width = rope_dim(s, c), s["width"]
-    if not 0 < rd <= width or rd % (2 * streaming.LANES) or (width - rd) % streaming.LANES:
+    # a full rotary's width is the vector rule's (above): one finding, in its words
+    if rd != width and (not 0 < rd < width or rd % (2 * streaming.LANES)
+                        or (width - rd) % streaming.LANES):
         f.append(Finding("divisible", "error", f"rope_dim={rd} of width {width}: "
                          f"rope_partial rotates a multiple of {2 * streaming.LANES} dims "
                          f"(16-lane vectors in each half) and copies the other "
