@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -22,7 +22,7 @@ EMBEDDING = KernelSpec("embedding", "cpu", "token embedding lookup on the host",
 # --- on the host ---------------------------------------------------------------------------
 
 
-def run_on_host(s: Shape, get: Callable[[str], torch.Tensor],
+def run_on_host(s: Shape, params: dict[str, Any], get: Callable[[str], torch.Tensor],
                 put: Callable[[str, torch.Tensor], None]) -> None:
     put("y", get("table")[get("tokens")])
 

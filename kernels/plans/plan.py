@@ -168,6 +168,19 @@ def _partial(args: ModelArgs) -> dict[str, Any] | None:
     return {"rope_dim": args.rope_dim} if args.rope_dim != args.head_dim else None
 
 
+def _attention(args: ModelArgs, layer: int) -> dict[str, Any]:
+    """An attention launch's config addition: the layer's sliding window (Gemma 3's local
+    layers) and a softmax scale other than 1/sqrt(head_dim) (query_pre_attn_scalar), which
+    the kernels' checkers hold to what their builds take (kernels/families/
+    flash_attention.py, decode_attention.py); {} for plain causal attention."""
+    extra: dict[str, Any] = {}
+    if args.window(layer) is not None:
+        extra["window"] = args.window(layer)
+    if args.attn_scalar is not None:
+        extra["scale"] = args.attn_scale
+    return extra
+
+
 def _w(layer: int | None, name: str) -> str:
     return f"w.{name}" if layer is None else f"w.L{layer}.{name}"
 
@@ -213,7 +226,8 @@ def _prefill_steps(b: PlanBuilder, L: int,
                      y=Binding("y", t + name + "r", "output", hf))
         b.launch("flash_attention", "attention", i,
                  {"heads": a.n_heads, "kv_heads": a.n_kv_heads, "Lq": L, "Lk": L, "head_dim": hd},
-                 {"layout": hf},     # the head-first program, as its operands are here
+                 # the head-first program, as its operands are here
+                 {"layout": hf, **_attention(a, i)},
                  q=Binding("q", t + "qr", "input", hf), k=Binding("k", t + "kr", "input", hf),
                  v=Binding("v", t + "vh", "input", hf), o=Binding("o", t + "oh", "output", hf))
         b.host("transpose", "o_to_seq_first", i, {"rows": L, "heads": a.n_heads, "head_dim": hd},
@@ -296,7 +310,8 @@ def _decode_steps(b: PlanBuilder, p: int, context: int | None = None) -> None:
         shape = {"heads": a.n_heads, "kv_heads": a.n_kv_heads, "Lq": 1, "Lk": p + 1,
                  "head_dim": hd}
         b.launch("npu_decode_attention", "attention", i, shape,
-                 decode_window(b, shape, context), q=t + "qr",
+                 {**(decode_window(b, shape, context) or {}), **_attention(a, i)},
+                 q=t + "qr",
                  k=Binding("k", t + "k_cache", "input", hf),
                  v=Binding("v", t + "v_cache", "input", hf), o=t + "o")
         b.launch("gemv", "o_proj", i, {"M": h, "K": q}, w=_w(i, "o_proj"), x=t + "o",

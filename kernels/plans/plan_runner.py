@@ -268,7 +268,7 @@ class PlanRunner:
 
         kernel = HOST_KERNELS.get(step.op)
         if kernel is not None and kernel.host is not None:     # a kernel family on the host
-            kernel.host.run(s, get, put)
+            kernel.host.run(s, p, get, put)
         elif step.op == "transpose":
             x, hd = get("x"), s["head_dim"]
             if p["to"] == "head-first":

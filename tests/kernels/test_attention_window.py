@@ -78,3 +78,76 @@ def test_only_the_compiled_softmax_scale_is_taken():
     bad = errors(check(FA, shape, {**config, "scale": 1 / math.sqrt(128)}, XDNA2),
                  "unsupported")
     assert len(bad) == 1 and "1/sqrt(head_dim)=0.0625" in bad[0]
+
+
+def windowed_smollm2():
+    """SmolLM2-135M's shape with a 128-token window on every other layer (Gemma 3's local
+    layers; its other additions left out, so the plan can be built today)."""
+    from dataclasses import replace
+
+    from npu_deploy.cli.models import model_shape
+    from npu_deploy.models.config import FULL, SLIDING
+
+    _, args = model_shape("smollm2-135m")
+    return replace(args, sliding_window=128,
+                   layer_types=tuple((SLIDING, FULL)[i % 2] for i in range(args.n_layers)))
+
+
+def test_a_sliding_layers_prefill_program_masks_with_apply_window_mask():
+    """The plan hands the local layers' FlashAttention its window; their program calls
+    apply_window_mask with the window in K chunks (128 / 64 = 2) and verifies clean, while
+    the global layers keep apply_causal_mask."""
+    from npu_deploy.kernels.air_programs.air import emit_dispatch
+    from npu_deploy.kernels.air_programs.air_verify import verify
+    from npu_deploy.kernels.definition.specs import Prefill
+    from npu_deploy.kernels.plans.plan import baseline_plan
+
+    args = windowed_smollm2()
+    plan = baseline_plan("smollm2-135m", args, Prefill(256), XDNA2)
+    attention = {ln.layer: (d, ln) for d in plan.dispatches for ln in d.launches
+                 if ln.kernel == "flash_attention"}
+    local, glob = attention[0], attention[1]
+    assert local[1].config_dict["window"] == 128 and "window" not in glob[1].config_dict
+    windowed = emit_dispatch(local[0], XDNA2, args.head_dim)
+    assert "CallOp(apply_window_mask, [g_l1, q_block, " in windowed.source
+    assert "arith.ConstantOp(i32, 2)])" in windowed.source
+    assert "apply_causal_mask" not in windowed.source
+    assert verify(windowed) == []
+    plain = emit_dispatch(glob[0], XDNA2, args.head_dim)
+    assert "apply_causal_mask" in plain.source and "apply_window_mask" not in plain.source
+
+
+def test_a_sliding_layers_decode_attention_runs_on_the_host_within_its_window():
+    """The NPU decode attention scores the whole cache, so a local layer's step moves to the
+    host with the reason and its window; the host's attention leaves out the keys older
+    than the window (the FP32 reference's rule), and a global layer stays on the NPU."""
+    from npu_deploy.kernels.definition.registry import HOST_KERNELS
+    from npu_deploy.kernels.definition.specs import Decode
+    from npu_deploy.kernels.plans.plan import baseline_plan
+    from npu_deploy.kernels.plans.steps import HostStep
+    from npu_deploy.oracle import reference as ref_ops
+
+    args = windowed_smollm2()
+    plan = baseline_plan("smollm2-135m", args, Decode(299), XDNA2)
+    on_host = {s.layer: s for s in plan.steps
+               if isinstance(s, HostStep) and s.op == "decode_attention"}
+    on_npu = {ln.layer for ln in plan.launches() if ln.kernel == "npu_decode_attention"}
+    assert set(on_host) == set(range(0, args.n_layers, 2))
+    assert on_npu == set(range(1, args.n_layers, 2))
+    local = on_host[0]
+    assert local.params_dict == {"window": 128} and "sliding window 128" in local.reason
+
+    heads, kv, hd, lk = args.n_heads, args.n_kv_heads, args.head_dim, 300
+    torch.manual_seed(0)
+    x = {"q": torch.randn(1, heads * hd).bfloat16(),
+         "k": torch.randn(kv, 320, hd).bfloat16(), "v": torch.randn(kv, 320, hd).bfloat16()}
+    out: dict[str, torch.Tensor] = {}
+    shape = {"heads": heads, "kv_heads": kv, "Lq": 1, "Lk": lk, "head_dim": hd}
+    HOST_KERNELS["decode_attention"].host.run(shape, local.params_dict, x.__getitem__,
+                                             out.__setitem__)
+    q = x["q"].float().view(heads, 1, hd)
+    k, v = x["k"][:, lk - 128:lk].float(), x["v"][:, lk - 128:lk].float()
+    want = ref_ops.attention(q, k, v, start=127).transpose(0, 1).reshape(1, -1)
+    assert torch.equal(out["o"], want.bfloat16())
+    full = ref_ops.attention(q, x["k"][:, :lk].float(), x["v"][:, :lk].float(), start=lk - 1)
+    assert not torch.equal(out["o"], full.transpose(0, 1).reshape(1, -1).bfloat16())
