@@ -99,7 +99,6 @@ def unplannable(args: ModelArgs) -> list[str]:
         "a GELU-tanh-gated FFN": args.activation != "silu",
         "an attention scale other than 1/sqrt(head_dim)": args.attn_scale != args.head_dim ** -0.5,
         "an embedding scale": args.embed_scale != 1.0,
-        "a second RoPE theta for sliding layers": args.local_rope_theta is not None,
     }
     return [what for what, needed in needs.items() if needed]
 

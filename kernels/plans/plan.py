@@ -181,6 +181,16 @@ def _attention(args: ModelArgs, layer: int) -> dict[str, Any]:
     return extra
 
 
+def lut_name(args: ModelArgs, layer: int) -> str:
+    """The RoPE table a layer's rope launches read: Gemma 3's sliding layers have their own
+    theta (local 1e4; the global layers 1e6 with linear x8), so their own table,
+    "rope.local.lut"; every other layer reads "rope.lut". Upstream's Gemma 3 prefill makes
+    the same choice of host LUT per layer (programming_examples/llms/gemma3_4b_q4nx/
+    README.md, "RoPE theta switches with them", e972f29)."""
+    dual = args.local_rope_theta is not None and args.window(layer) is not None
+    return "rope.local.lut" if dual else "rope.lut"
+
+
 def _w(layer: int | None, name: str) -> str:
     return f"w.{name}" if layer is None else f"w.L{layer}.{name}"
 
@@ -222,7 +232,7 @@ def _prefill_steps(b: PlanBuilder, L: int,
             b.launch("rope", f"rope_{name}", i, {"rows": heads * L, "width": hd, "seq": L},
                      _partial(a),
                      x=Binding("x", t + name + src, "input", hf),
-                     lut="rope.lut",
+                     lut=lut_name(a, i),
                      y=Binding("y", t + name + "r", "output", hf))
         b.launch("flash_attention", "attention", i,
                  {"heads": a.n_heads, "kv_heads": a.n_kv_heads, "Lq": L, "Lk": L, "head_dim": hd},
@@ -302,7 +312,7 @@ def _decode_steps(b: PlanBuilder, p: int, context: int | None = None) -> None:
             src = "n"
         for name, heads in (("q", a.n_heads), ("k", a.n_kv_heads)):
             b.launch("rope", f"rope_{name}", i, {"rows": heads, "width": hd, "seq": 1},
-                     _partial(a), x=t + name + src, lut="rope.lut", y=t + name + "r")
+                     _partial(a), x=t + name + src, lut=lut_name(a, i), y=t + name + "r")
         b.host("kv_append", "kv_append", i, {"kv_heads": a.n_kv_heads, "head_dim": hd},
                {"k": (t + "kr", "input"), "v": (t + "v", "input"),
                 "k_cache": Binding("k_cache", t + "k_cache", "output", hf),

@@ -1,0 +1,54 @@
+"""Gemma 3's additions on the NPU path, one by one, on SmolLM2-135M's shape with the feature
+added (Gemma 3 as a whole is planned once every one is in): the per-layer RoPE tables."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from npu_deploy.kernels import XDNA2
+from npu_deploy.kernels.definition.specs import Decode, Prefill
+from npu_deploy.models.config import FULL, SLIDING, ModelArgs, RopeScaling
+
+
+def dual_theta() -> ModelArgs:
+    """Gemma 3's attention pattern on SmolLM2-135M's shape: local layers (window 128,
+    theta 1e4) alternating with global ones (theta 1e6, linear x8)."""
+    from npu_deploy.cli.models import model_shape
+
+    _, args = model_shape("smollm2-135m")
+    return replace(args, sliding_window=128, local_rope_theta=1e4, rope_theta=1e6,
+                   rope_scaling=RopeScaling("linear", factor=8.0),
+                   layer_types=tuple((SLIDING, FULL)[i % 2] for i in range(args.n_layers)))
+
+
+def test_local_and_global_layers_read_their_own_rope_table():
+    """Each layer's rope launches read the table of its theta, in prefill and decode, and
+    the runner builds both: the local one from theta 1e4 unscaled, the global one from 1e6
+    with the linear factor, each the FP32 oracle's table of such a layer in bf16."""
+    from npu_deploy.kernels.emulation.numerics import to_bf16
+    from npu_deploy.kernels.families.rope import lut
+    from npu_deploy.kernels.plans.plan import baseline_plan
+    from npu_deploy.kernels.plans.plan_runner import rope_luts
+    from npu_deploy.oracle import reference as ref_ops
+
+    args = dual_theta()
+    for mode in (Prefill(256), Decode(299)):
+        plan = baseline_plan("smollm2-135m", args, mode, XDNA2)
+        read = {(ln.layer, ln.binding("lut").tensor) for ln in plan.launches()
+                if ln.kernel == "rope"}
+        assert read == {(i, "rope.local.lut" if i % 2 == 0 else "rope.lut")
+                        for i in range(args.n_layers)}
+    positions = torch.arange(256)
+    tables = rope_luts(args, positions, 256)
+    assert set(tables) == {"rope.local.lut", "rope.lut"}
+    for name, layer in (("rope.local.lut", 0), ("rope.lut", 1)):
+        cos, sin = ref_ops.rope_table(args, positions, layer)
+        assert torch.equal(tables[name], to_bf16(lut(cos, sin, args.head_dim)))
+    local = ref_ops.rope_cos_sin(args.head_dim, 1e4, RopeScaling(), positions)
+    assert torch.equal(tables["rope.local.lut"], to_bf16(lut(*local)))
+    assert not torch.equal(tables["rope.local.lut"], tables["rope.lut"])
+    # a model of one theta keeps its one table
+    plain = replace(args, local_rope_theta=None)
+    assert set(rope_luts(plain, positions, 256)) == {"rope.lut"}
