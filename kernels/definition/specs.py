@@ -95,7 +95,6 @@ def unplannable(args: ModelArgs) -> list[str]:
     needs = {
         "an O-projection bias": args.o_bias,
         "MLP biases": args.mlp_bias,
-        "norms after each sublayer (Gemma 3)": args.sandwich_norms,
         "a GELU-tanh-gated FFN": args.activation != "silu",
         "an attention scale other than 1/sqrt(head_dim)": args.attn_scale != args.head_dim ** -0.5,
         "an embedding scale": args.embed_scale != 1.0,
@@ -118,6 +117,11 @@ def model_kernels(args: ModelArgs, mode: Mode) -> list[KernelUse]:
     def use(role: str, name: str, per_layer: bool = True, **shape: int) -> None:
         uses.append(KernelUse(role, S[name], shape, per_layer))
 
+    def post(role: str, rows: int) -> None:
+        """Gemma 3's norm of a sublayer's output, before its residual add."""
+        if args.sandwich_norms:
+            use(role, "rmsnorm", rows=rows, width=h)
+
     if isinstance(mode, Prefill):
         L = mode.seq
         use("embed", "embedding", False, rows=L, width=h, vocab=args.vocab)
@@ -134,12 +138,14 @@ def model_kernels(args: ModelArgs, mode: Mode) -> list[KernelUse]:
         use("attention", "flash_attention", heads=args.n_heads, kv_heads=args.n_kv_heads,
             Lq=L, Lk=L, head_dim=hd)
         use("o_proj", "gemm_bf16", M=L, K=q, N=h)
+        post("post_attn_norm", L)
         use("attn_residual", "add", rows=L, width=h)
         use("ffn_norm", "rmsnorm", rows=L, width=h)
         use("gate_proj", "gemm_bf16", M=L, K=h, N=f)
         use("up_proj", "gemm_bf16", M=L, K=h, N=f)
         use("silu_mul", "silu_mul", rows=L, width=f)
         use("down_proj", "gemm_bf16", M=L, K=f, N=h)
+        post("post_ffn_norm", L)
         use("ffn_residual", "add", rows=L, width=h)
         use("final_norm", "rmsnorm", False, rows=L, width=h)
         use("lm_head", "gemm_bf16", False, M=L, K=h, N=args.vocab)
@@ -159,12 +165,14 @@ def model_kernels(args: ModelArgs, mode: Mode) -> list[KernelUse]:
         use("attention", "decode_attention", heads=args.n_heads, kv_heads=args.n_kv_heads,
             Lq=1, Lk=p + 1, head_dim=hd)
         use("o_proj", "gemv", M=h, K=q)
+        post("post_attn_norm", 1)
         use("attn_residual", "add", rows=1, width=h)
         use("ffn_norm", "rmsnorm", rows=1, width=h)
         use("gate_proj", "gemv", M=f, K=h)
         use("up_proj", "gemv", M=f, K=h)
         use("silu_mul", "silu_mul", rows=1, width=f)
         use("down_proj", "gemv", M=h, K=f)
+        post("post_ffn_norm", 1)
         use("ffn_residual", "add", rows=1, width=h)
         use("final_norm", "rmsnorm", False, rows=1, width=h)
         use("lm_head", "gemv", False, M=args.vocab, K=h)

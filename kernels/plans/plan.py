@@ -191,6 +191,18 @@ def lut_name(args: ModelArgs, layer: int) -> str:
     return "rope.local.lut" if dual else "rope.lut"
 
 
+def _post_norm(b: PlanBuilder, layer: int, role: str, rows: Shape, out: str) -> str:
+    """Gemma 3's norm of a sublayer's output before the residual add (`role`
+    post_attn_norm or post_ffn_norm): an rmsnorm launch on `out`, whose result the add
+    takes; `out` itself for a model without them. Upstream runs it as a weighted_rms_norm
+    slice in the O and Down tails (programming_examples/llms/gemma3_4b_q4nx/README.md,
+    e972f29); the (1 + w) is folded into the weight at load (models/adapters.py)."""
+    if not b.args.sandwich_norms:
+        return out
+    b.launch("rmsnorm", role, layer, rows, x=out, weight=_w(layer, role), y=out + "n")
+    return out + "n"
+
+
 def _w(layer: int | None, name: str) -> str:
     return f"w.{name}" if layer is None else f"w.L{layer}.{name}"
 
@@ -245,7 +257,8 @@ def _prefill_steps(b: PlanBuilder, L: int,
                to="seq-first")
         b.launch("gemm_bf16", "o_proj", i, {"M": L, "K": q, "N": h}, a=t + "o",
                  b=_w(i, "o_proj"), c=t + "attn")
-        b.launch("add", "attn_residual", i, rows, a=x, b=t + "attn", y=t + "h1")
+        b.launch("add", "attn_residual", i, rows, a=x,
+                 b=_post_norm(b, i, "post_attn_norm", rows, t + "attn"), y=t + "h1")
         b.launch("rmsnorm", "ffn_norm", i, rows, x=t + "h1", weight=_w(i, "ffn_norm"),
                  y=t + "n2")
         for role in ("gate_proj", "up_proj"):
@@ -255,7 +268,8 @@ def _prefill_steps(b: PlanBuilder, L: int,
                  up=t + "up", y=t + "act")
         b.launch("gemm_bf16", "down_proj", i, {"M": L, "K": a.ffn, "N": h}, a=t + "act",
                  b=_w(i, "down_proj"), c=t + "ffn")
-        b.launch("add", "ffn_residual", i, rows, a=t + "h1", b=t + "ffn", y=f"x.{i + 1}")
+        b.launch("add", "ffn_residual", i, rows, a=t + "h1",
+                 b=_post_norm(b, i, "post_ffn_norm", rows, t + "ffn"), y=f"x.{i + 1}")
         # The layer's K and V go to the host for decode (after the layer's dispatches, so
         # that they can merge).
         b.host("kv_store", "kv_store", i, {"kv_heads": a.n_kv_heads, "Lk": L, "head_dim": hd},
@@ -326,7 +340,8 @@ def _decode_steps(b: PlanBuilder, p: int, context: int | None = None) -> None:
                  v=Binding("v", t + "v_cache", "input", hf), o=t + "o")
         b.launch("gemv", "o_proj", i, {"M": h, "K": q}, w=_w(i, "o_proj"), x=t + "o",
                  y=t + "attn")
-        b.launch("add", "attn_residual", i, rows, a=x, b=t + "attn", y=t + "h1")
+        b.launch("add", "attn_residual", i, rows, a=x,
+                 b=_post_norm(b, i, "post_attn_norm", rows, t + "attn"), y=t + "h1")
         b.launch("rmsnorm", "ffn_norm", i, rows, x=t + "h1", weight=_w(i, "ffn_norm"),
                  y=t + "n2")
         for role in ("gate_proj", "up_proj"):
@@ -336,7 +351,8 @@ def _decode_steps(b: PlanBuilder, p: int, context: int | None = None) -> None:
                  up=t + "up", y=t + "act")
         b.launch("gemv", "down_proj", i, {"M": h, "K": a.ffn}, w=_w(i, "down_proj"),
                  x=t + "act", y=t + "ffn")
-        b.launch("add", "ffn_residual", i, rows, a=t + "h1", b=t + "ffn", y=f"x.{i + 1}")
+        b.launch("add", "ffn_residual", i, rows, a=t + "h1",
+                 b=_post_norm(b, i, "post_ffn_norm", rows, t + "ffn"), y=f"x.{i + 1}")
     x = f"x.{a.n_layers}"
     b.launch("rmsnorm", "final_norm", None, rows, x=x, weight=_w(None, "final_norm"), y="xn")
     lm_head_gemv(b, "xn", rows_total=a.vocab)

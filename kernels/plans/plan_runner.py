@@ -74,7 +74,8 @@ def _device_weights(args: ModelArgs, weights: Weights) -> Tensors:
         names = {"attn_norm": lw.attn_norm, "ffn_norm": lw.ffn_norm, "q_proj": lw.wq,
                  "k_proj": lw.wk, "v_proj": lw.wv, "o_proj": lw.wo, "gate_proj": lw.w_gate,
                  "up_proj": lw.w_up, "down_proj": lw.w_down, "q_bias": lw.bq, "k_bias": lw.bk,
-                 "v_bias": lw.bv, "q_norm": lw.q_norm, "k_norm": lw.k_norm}
+                 "v_bias": lw.bv, "q_norm": lw.q_norm, "k_norm": lw.k_norm,
+                 "post_attn_norm": lw.post_attn_norm, "post_ffn_norm": lw.post_ffn_norm}
         for name, t in names.items():
             if t is not None:
                 w[f"w.L{i}.{name}"] = t

@@ -52,3 +52,55 @@ def test_local_and_global_layers_read_their_own_rope_table():
     # a model of one theta keeps its one table
     plain = replace(args, local_rope_theta=None)
     assert set(rope_luts(plain, positions, 256)) == {"rope.lut"}
+
+
+def with_post_norms(model):
+    """A tiny model with Gemma 3's post-sublayer norms added (random weights around 1, as
+    the adapter's 1 + w fold leaves them): its args and weights."""
+    from npu_deploy.models.adapters import Weights
+
+    g = torch.Generator().manual_seed(11)
+    h = model.args.hidden
+
+    def norm() -> torch.Tensor:
+        return 0.5 + torch.rand(h, generator=g)
+
+    layers = tuple(replace(lw, post_attn_norm=norm(), post_ffn_norm=norm())
+                   for lw in model.weights.layers)
+    weights = Weights(model.weights.embed, layers, model.weights.final_norm,
+                      model.weights.lm_head)
+    return replace(model.args, sandwich_norms=True), weights
+
+
+def test_post_sublayer_norms_run_as_rmsnorm_dispatches_and_match_the_oracle(tiny_models):
+    """Each sublayer's output goes through an rmsnorm launch (its own weight, the model's
+    eps) before the residual add, in prefill and decode; the emulated plan's logits match
+    the FP32 oracle of the normed model, which the model without the norms does not."""
+    from npu_deploy.kernels.emulation.emulator import EmulatorBackend
+    from npu_deploy.kernels.plans.plan import baseline_plan
+    from npu_deploy.kernels.plans.plan_runner import PlanRunner
+    from npu_deploy.metrics.comparison import compare
+    from npu_deploy.oracle.reference import Reference
+
+    model = tiny_models["tiny-llama"]
+    args, weights = with_post_norms(model)
+    for mode, rows in ((Prefill(40), 40), (Decode(40), 1)):
+        launches = {(ln.layer, ln.role): ln for ln in
+                    baseline_plan("tiny-llama", args, mode, XDNA2).launches()}
+        for role, out, add in (("post_attn_norm", "attn", "attn_residual"),
+                               ("post_ffn_norm", "ffn", "ffn_residual")):
+            ln = launches[(0, role)]
+            assert ln.kernel == "rmsnorm" and ln.shape_dict == {"rows": rows,
+                                                                "width": args.hidden}
+            assert ln.config_dict["eps"] == args.norm_eps
+            assert ln.binding("weight").tensor == f"w.L0.{role}"
+            assert ln.binding("x").tensor == f"L0.{out}"
+            assert launches[(0, add)].binding("b").tensor == ln.binding("y").tensor
+    tokens = torch.arange(3, 43) % args.vocab
+    got = PlanRunner(args, weights, EmulatorBackend()).run(
+        baseline_plan("tiny-llama", args, Prefill(40), XDNA2), tokens)
+    want = Reference(args, weights).prefill(tokens)[0]
+    c = compare(want[-1:], got.logits.float())
+    assert c.cosine > 0.999 and int(got.logits.argmax()) == int(want[-1].argmax())
+    plain = Reference(model.args, model.weights).prefill(tokens)[0]
+    assert compare(want[-1:], plain[-1:]).cosine < 0.99
