@@ -90,12 +90,13 @@ class KernelUse:
 def unplannable(args: ModelArgs) -> list[str]:
     """What a model needs that no kernel of the NPU path does yet, in words; [] when a plan
     can be built. Gemma 3's additions are in the FP32 oracle (oracle/reference.py), checked
-    against transformers, but not yet in the kernels. (Phi-3's are: partial rotary is
-    rope_partial, LongRoPE is in the host's cos/sin table.)"""
+    against transformers; in the kernels are its sliding window (FlashAttention's
+    apply_window_mask), its per-layer RoPE tables, its post-sublayer norms (rmsnorm) and its
+    GELU-tanh GLU (gelu_mul). (Phi-3's are all in: partial rotary is rope_partial, LongRoPE
+    is in the host's cos/sin table.)"""
     needs = {
         "an O-projection bias": args.o_bias,
         "MLP biases": args.mlp_bias,
-        "a GELU-tanh-gated FFN": args.activation != "silu",
         "an attention scale other than 1/sqrt(head_dim)": args.attn_scale != args.head_dim ** -0.5,
         "an embedding scale": args.embed_scale != 1.0,
     }
@@ -116,6 +117,8 @@ def model_kernels(args: ModelArgs, mode: Mode) -> list[KernelUse]:
 
     def use(role: str, name: str, per_layer: bool = True, **shape: int) -> None:
         uses.append(KernelUse(role, S[name], shape, per_layer))
+
+    glu = "gelu_mul" if args.activation == "gelu_tanh" else "silu_mul"
 
     def post(role: str, rows: int) -> None:
         """Gemma 3's norm of a sublayer's output, before its residual add."""
@@ -143,7 +146,7 @@ def model_kernels(args: ModelArgs, mode: Mode) -> list[KernelUse]:
         use("ffn_norm", "rmsnorm", rows=L, width=h)
         use("gate_proj", "gemm_bf16", M=L, K=h, N=f)
         use("up_proj", "gemm_bf16", M=L, K=h, N=f)
-        use("silu_mul", "silu_mul", rows=L, width=f)
+        use(glu, glu, rows=L, width=f)
         use("down_proj", "gemm_bf16", M=L, K=f, N=h)
         post("post_ffn_norm", L)
         use("ffn_residual", "add", rows=L, width=h)
@@ -170,7 +173,7 @@ def model_kernels(args: ModelArgs, mode: Mode) -> list[KernelUse]:
         use("ffn_norm", "rmsnorm", rows=1, width=h)
         use("gate_proj", "gemv", M=f, K=h)
         use("up_proj", "gemv", M=f, K=h)
-        use("silu_mul", "silu_mul", rows=1, width=f)
+        use(glu, glu, rows=1, width=f)
         use("down_proj", "gemv", M=h, K=f)
         post("post_ffn_norm", 1)
         use("ffn_residual", "add", rows=1, width=h)

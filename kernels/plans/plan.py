@@ -203,6 +203,12 @@ def _post_norm(b: PlanBuilder, layer: int, role: str, rows: Shape, out: str) -> 
     return out + "n"
 
 
+def glu_kernel(args: ModelArgs) -> str:
+    """The gated FFN's activation kernel (and role): silu_mul, or gelu_mul for Gemma 3's
+    GELU-tanh (upstream's gelu_and_mul_bf16, kernels/families/silu_mul.py)."""
+    return "gelu_mul" if args.activation == "gelu_tanh" else "silu_mul"
+
+
 def _w(layer: int | None, name: str) -> str:
     return f"w.{name}" if layer is None else f"w.L{layer}.{name}"
 
@@ -264,7 +270,8 @@ def _prefill_steps(b: PlanBuilder, L: int,
         for role in ("gate_proj", "up_proj"):
             b.launch("gemm_bf16", role, i, {"M": L, "K": h, "N": a.ffn}, a=t + "n2",
                      b=_w(i, role), c=t + role[:-5])
-        b.launch("silu_mul", "silu_mul", i, {"rows": L, "width": a.ffn}, gate=t + "gate",
+        glu = glu_kernel(a)
+        b.launch(glu, glu, i, {"rows": L, "width": a.ffn}, gate=t + "gate",
                  up=t + "up", y=t + "act")
         b.launch("gemm_bf16", "down_proj", i, {"M": L, "K": a.ffn, "N": h}, a=t + "act",
                  b=_w(i, "down_proj"), c=t + "ffn")
@@ -347,7 +354,8 @@ def _decode_steps(b: PlanBuilder, p: int, context: int | None = None) -> None:
         for role in ("gate_proj", "up_proj"):
             b.launch("gemv", role, i, {"M": a.ffn, "K": h}, w=_w(i, role), x=t + "n2",
                      y=t + role[:-5])
-        b.launch("silu_mul", "silu_mul", i, {"rows": 1, "width": a.ffn}, gate=t + "gate",
+        glu = glu_kernel(a)
+        b.launch(glu, glu, i, {"rows": 1, "width": a.ffn}, gate=t + "gate",
                  up=t + "up", y=t + "act")
         b.launch("gemv", "down_proj", i, {"M": h, "K": a.ffn}, w=_w(i, "down_proj"),
                  x=t + "act", y=t + "ffn")

@@ -104,3 +104,52 @@ def test_post_sublayer_norms_run_as_rmsnorm_dispatches_and_match_the_oracle(tiny
     assert c.cosine > 0.999 and int(got.logits.argmax()) == int(want[-1].argmax())
     plain = Reference(model.args, model.weights).prefill(tokens)[0]
     assert compare(want[-1:], plain[-1:]).cosine < 0.99
+
+
+def test_a_gelu_tanh_ffn_runs_gelu_and_mul_and_matches_the_oracle(tiny_models):
+    """A GELU-tanh model's FFN activation is the gelu_mul launch (upstream's
+    gelu_and_mul_bf16: its program calls that symbol and verifies clean), and the emulated
+    prefill matches the FP32 oracle of the GELU model, which the SiLU model does not."""
+    from npu_deploy.kernels.air_programs.air import emit_dispatch
+    from npu_deploy.kernels.air_programs.air_verify import verify
+    from npu_deploy.kernels.emulation.emulator import EmulatorBackend
+    from npu_deploy.kernels.plans.plan import baseline_plan
+    from npu_deploy.kernels.plans.plan_runner import PlanRunner
+    from npu_deploy.metrics.comparison import compare
+    from npu_deploy.oracle.reference import Reference
+
+    model = tiny_models["tiny-llama"]
+    args = replace(model.args, activation="gelu_tanh")
+    for mode in (Prefill(40), Decode(40)):
+        plan = baseline_plan("tiny-llama", args, mode, XDNA2)
+        kernels = {ln.kernel for ln in plan.launches()}
+        assert "gelu_mul" in kernels and "silu_mul" not in kernels
+    plan = baseline_plan("tiny-llama", args, Prefill(40), XDNA2)
+    dispatch = next(d for d in plan.dispatches if d.launches[0].kernel == "gelu_mul")
+    program = emit_dispatch(dispatch, XDNA2, args.head_dim)
+    assert "gelu_and_mul_bf16" in program.source and verify(program) == []
+    tokens = torch.arange(3, 43) % args.vocab
+    got = PlanRunner(args, model.weights, EmulatorBackend()).run(plan, tokens)
+    want = Reference(args, model.weights).prefill(tokens)[0]
+    c = compare(want[-1:], got.logits.float())
+    assert c.cosine > 0.999 and int(got.logits.argmax()) == int(want[-1].argmax())
+    silu = Reference(model.args, model.weights).prefill(tokens)[0]
+    assert compare(want[-1:], silu[-1:]).cosine < c.cosine
+
+
+def test_gelu_and_mul_passes_against_its_fp32_reference():
+    """The kernel alone at Gemma 3 4B's FFN width (10240), emulated against GELU-tanh x up
+    in FP32, within the gate's tolerance; a 40-element tile (not whole vectors) is refused."""
+    from npu_deploy.kernels import SPECS
+    from npu_deploy.kernels.definition.checker import check
+    from npu_deploy.kernels.definition.selection import select
+    from npu_deploy.kernels.definition.specs import KernelUse
+    from npu_deploy.kernels.emulation.emulator import EmulatorBackend
+    from npu_deploy.kernels.emulation.validate import validate_kernel
+
+    spec, shape = SPECS["gelu_mul"], {"rows": 16, "width": 10240}
+    config = select(KernelUse("gelu_mul", spec, shape), XDNA2).config
+    report = validate_kernel(spec, shape, config, EmulatorBackend())
+    assert report.passed, report.summary()
+    found = check(spec, shape, {**config, "tile": 40}, XDNA2)
+    assert any(f.kind == "divisible" and f.severity == "error" for f in found)
