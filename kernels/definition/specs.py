@@ -98,7 +98,6 @@ def unplannable(args: ModelArgs) -> list[str]:
         "an O-projection bias": args.o_bias,
         "MLP biases": args.mlp_bias,
         "an attention scale other than 1/sqrt(head_dim)": args.attn_scale != args.head_dim ** -0.5,
-        "an embedding scale": args.embed_scale != 1.0,
     }
     return [what for what, needed in needs.items() if needed]
 

@@ -209,6 +209,12 @@ def glu_kernel(args: ModelArgs) -> str:
     return "gelu_mul" if args.activation == "gelu_tanh" else "silu_mul"
 
 
+def _embed_scale(args: ModelArgs) -> dict[str, float]:
+    """The embedding lookup's parameter: Gemma 3's scale sqrt(hidden), which the host's
+    lookup multiplies in bf16 (kernels/families/embedding.py); none for other models."""
+    return {"scale": args.embed_scale} if args.embed_scale != 1.0 else {}
+
+
 def _w(layer: int | None, name: str) -> str:
     return f"w.{name}" if layer is None else f"w.L{layer}.{name}"
 
@@ -222,7 +228,7 @@ def _prefill_steps(b: PlanBuilder, L: int,
     pre_bias = "0" if a.qkv_bias else ""     # projections write here, the bias add reads it
     b.host("embedding", "embed", None, {"rows": L, "width": h, "vocab": a.vocab},
            {"tokens": ("tokens", "input"), "table": (_w(None, "embed"), "static"),
-            "y": ("x.0", "output")})
+            "y": ("x.0", "output")}, **_embed_scale(a))
     for i in range(a.n_layers):
         x, t = f"x.{i}", f"L{i}."
         b.launch("rmsnorm", "attn_norm", i, rows, x=x, weight=_w(i, "attn_norm"), y=t + "n1")
@@ -314,7 +320,7 @@ def _decode_steps(b: PlanBuilder, p: int, context: int | None = None) -> None:
     pre_bias = "0" if a.qkv_bias else ""
     b.host("embedding", "embed", None, {"rows": 1, "width": h, "vocab": a.vocab},
            {"tokens": ("tokens", "input"), "table": (_w(None, "embed"), "static"),
-            "y": ("x.0", "output")})
+            "y": ("x.0", "output")}, **_embed_scale(a))
     for i in range(a.n_layers):
         x, t = f"x.{i}", f"L{i}."
         b.launch("rmsnorm", "attn_norm", i, rows, x=x, weight=_w(i, "attn_norm"), y=t + "n1")

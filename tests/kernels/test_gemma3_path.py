@@ -153,3 +153,32 @@ def test_gelu_and_mul_passes_against_its_fp32_reference():
     assert report.passed, report.summary()
     found = check(spec, shape, {**config, "tile": 40}, XDNA2)
     assert any(f.kind == "divisible" and f.severity == "error" for f in found)
+
+
+def test_the_embedding_scale_is_applied_in_bf16_by_the_hosts_lookup():
+    """Gemma 3's embedding times sqrt(hidden): the plan hands the lookup the scale, which it
+    multiplies in bf16 as the bf16 model does (sqrt(2560) = 50.596 becomes 50.5), leaving the
+    table (which a tied LM head reads) unscaled; a model without it looks rows up as they are."""
+    from npu_deploy.kernels.definition.registry import HOST_KERNELS
+    from npu_deploy.kernels.plans.plan import baseline_plan
+    from npu_deploy.kernels.plans.steps import HostStep
+
+    args = replace(dual_theta(), embed_scale=2560 ** 0.5)
+    for mode in (Prefill(64), Decode(64)):
+        embed = next(s for s in baseline_plan("smollm2-135m", args, mode, XDNA2).steps
+                     if isinstance(s, HostStep) and s.op == "embedding")
+        assert embed.params_dict == {"scale": 2560 ** 0.5}
+    table = torch.randn(32, 16).bfloat16()
+    before = table.clone()
+    tokens = torch.tensor([3, 1, 3, 30])
+    out: dict[str, torch.Tensor] = {}
+    inputs = {"table": table, "tokens": tokens}
+    lookup = HOST_KERNELS["embedding"].host
+    lookup.run({"rows": 4, "width": 16, "vocab": 32}, {"scale": 2560 ** 0.5},
+               inputs.__getitem__, out.__setitem__)
+    assert out["y"].dtype == torch.bfloat16
+    assert torch.equal(out["y"], (table[tokens].float() * 50.5).bfloat16())
+    assert not torch.equal(out["y"], (table[tokens].float() * 2560 ** 0.5).bfloat16())
+    assert torch.equal(table, before)
+    lookup.run({"rows": 4, "width": 16, "vocab": 32}, {}, inputs.__getitem__, out.__setitem__)
+    assert torch.equal(out["y"], table[tokens])
