@@ -182,3 +182,22 @@ def test_the_embedding_scale_is_applied_in_bf16_by_the_hosts_lookup():
     assert torch.equal(table, before)
     lookup.run({"rows": 4, "width": 16, "vocab": 32}, {}, inputs.__getitem__, out.__setitem__)
     assert torch.equal(out["y"], table[tokens])
+
+
+def test_every_program_of_tiny_gemma3_verifies_clean():
+    """tiny-gemma3's prefill and decode plans as MLIR-AIR programs (the window mask, both
+    RoPE tables, the post norms, gelu_and_mul_bf16 among them) pass every check of the
+    verifier."""
+    from npu_deploy.cli.models import model_shape
+    from npu_deploy.kernels.air_programs.air import emit_plan
+    from npu_deploy.kernels.air_programs.air_verify import check_programs
+    from npu_deploy.kernels.plans.plan import baseline_plan
+
+    _, args = model_shape("tiny-gemma3")
+    for mode in (Prefill(128), Decode(100)):
+        programs = emit_plan(baseline_plan("tiny-gemma3", args, mode, XDNA2))
+        verdict = check_programs(programs)
+        assert not [v for _, found in verdict.results for v in found], mode
+    sources = "".join(p.source for p in emit_plan(
+        baseline_plan("tiny-gemma3", args, Prefill(128), XDNA2)))
+    assert "apply_window_mask" in sources and "gelu_and_mul_bf16" in sources
