@@ -57,16 +57,17 @@ RANDOM_MODELS: dict[str, tuple[str, dict[str, Any], str]] = {
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
         "Qwen2.5-1.5B-style: QKV bias at head_dim 128 (head-first attention)"),
     # Gemma 3 4B's layer in miniature: one sliding and one global layer (the 4B: 5 to 1,
-    # window 1024), the global layer's theta 1e6 with linear x8 and the sliding one's 1e4,
+    # window 1024; here 64, a whole K chunk as attn_npu2.py requires), the global layer's
+    # theta 1e6 with linear x8 and the sliding one's 1e4,
     # query_pre_attn_scalar = head_dim as on the 4B (attention scale 1/sqrt(head_dim)).
     "tiny-gemma3": ("Gemma3TextConfig", dict(
         _BASE, num_attention_heads=2, num_key_value_heads=1, head_dim=64,
-        query_pre_attn_scalar=64, sliding_window=16, tie_word_embeddings=True,
+        query_pre_attn_scalar=64, sliding_window=64, tie_word_embeddings=True,
         layer_types=["sliding_attention", "full_attention"],
         rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0,
                                             "rope_theta": 1000000.0},
                          "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
-        "Gemma 3-style: sandwich norms, QK norm, GELU-tanh, sliding window 16 on layer 0, "
+        "Gemma 3-style: sandwich norms, QK norm, GELU-tanh, sliding window 64 on layer 0, "
         "dual-theta RoPE, embedding scale"),
     # Phi-4-mini's head in miniature: head_dim 128 with 96 dims rotated, LongRoPE with its
     # attention factor (here sqrt(1 + ln 64 / ln 64): 4096 positions over an original 64,
@@ -84,7 +85,7 @@ RANDOM_MODELS: dict[str, tuple[str, dict[str, Any], str]] = {
 #: The random models whose architecture the FP32 oracle runs but the NPU path does not yet
 #: (kernels.plans.plan.unplannable says what each lacks; a test holds the two together):
 #: they load, and pass phase 0, but are not offered for deployment.
-ORACLE_ONLY = ("tiny-gemma3",)
+ORACLE_ONLY: tuple[str, ...] = ()
 #: The random models that deploy, in the order the new-deployment form offers them.
 DEPLOYABLE = tuple(name for name in RANDOM_MODELS if name not in ORACLE_ONLY)
 

@@ -223,9 +223,10 @@ class Cost:
 @dataclass(frozen=True)
 class HostOp:
     """A kernel that runs on the CPU as a plan's host step: what it does to the step's
-    tensors (`get(operand)`, `put(operand, value)`) and what it costs."""
+    tensors (`get(operand)`, `put(operand, value)`), given the step's shape and parameters
+    (a sliding window, say), and what it costs."""
 
-    run: Callable[[Shape, Callable[[str], torch.Tensor],
+    run: Callable[[Shape, dict[str, Any], Callable[[str], torch.Tensor],
                    Callable[[str, torch.Tensor], None]], None]
     seconds: Callable[[Shape, PerfParams], float]
 

@@ -94,17 +94,14 @@ class KernelUse:
 def unplannable(args: ModelArgs) -> list[str]:
     """What a model needs that no kernel of the NPU path does yet, in words; [] when a plan
     can be built. Gemma 3's additions are in the FP32 oracle (oracle/reference.py), checked
-    against transformers, but not yet in the kernels. (Phi-3's are: partial rotary is
-    rope_partial, LongRoPE is in the host's cos/sin table.)"""
+    against transformers; in the kernels are its sliding window (FlashAttention's
+    apply_window_mask), its per-layer RoPE tables, its post-sublayer norms (rmsnorm) and its
+    GELU-tanh GLU (gelu_mul). (Phi-3's are all in: partial rotary is rope_partial, LongRoPE
+    is in the host's cos/sin table.)"""
     needs = {
         "an O-projection bias": args.o_bias,
         "MLP biases": args.mlp_bias,
-        "norms after each sublayer (Gemma 3)": args.sandwich_norms,
-        "a GELU-tanh-gated FFN": args.activation != "silu",
         "an attention scale other than 1/sqrt(head_dim)": args.attn_scale != args.head_dim ** -0.5,
-        "an embedding scale": args.embed_scale != 1.0,
-        "sliding-window attention": args.sliding_window is not None,
-        "a second RoPE theta for sliding layers": args.local_rope_theta is not None,
     }
     return [what for what, needed in needs.items() if needed]
 
@@ -129,6 +126,13 @@ def model_kernels(args: ModelArgs, mode: Mode) -> list[KernelUse]:
         kernel, config = decode_kernel(args.weights.format)
         fixed[kernel] = tuple(sorted(config.items()))
 
+    glu = "gelu_mul" if args.activation == "gelu_tanh" else "silu_mul"
+
+    def post(role: str, rows: int) -> None:
+        """Gemma 3's norm of a sublayer's output, before its residual add."""
+        if args.sandwich_norms:
+            use(role, "rmsnorm", rows=rows, width=h)
+
     if isinstance(mode, Prefill):
         L = mode.seq
         use("embed", "embedding", False, rows=L, width=h, vocab=args.vocab)
@@ -145,12 +149,14 @@ def model_kernels(args: ModelArgs, mode: Mode) -> list[KernelUse]:
         use("attention", "flash_attention", heads=args.n_heads, kv_heads=args.n_kv_heads,
             Lq=L, Lk=L, head_dim=hd)
         use("o_proj", "gemm_bf16", M=L, K=q, N=h)
+        post("post_attn_norm", L)
         use("attn_residual", "add", rows=L, width=h)
         use("ffn_norm", "rmsnorm", rows=L, width=h)
         use("gate_proj", "gemm_bf16", M=L, K=h, N=f)
         use("up_proj", "gemm_bf16", M=L, K=h, N=f)
-        use("silu_mul", "silu_mul", rows=L, width=f)
+        use(glu, glu, rows=L, width=f)
         use("down_proj", "gemm_bf16", M=L, K=f, N=h)
+        post("post_ffn_norm", L)
         use("ffn_residual", "add", rows=L, width=h)
         use("final_norm", "rmsnorm", False, rows=L, width=h)
         use("lm_head", "gemm_bf16", False, M=L, K=h, N=args.vocab)
@@ -171,12 +177,14 @@ def model_kernels(args: ModelArgs, mode: Mode) -> list[KernelUse]:
         use("attention", "decode_attention", heads=args.n_heads, kv_heads=args.n_kv_heads,
             Lq=1, Lk=p + 1, head_dim=hd)
         use("o_proj", proj, M=h, K=q)
+        post("post_attn_norm", 1)
         use("attn_residual", "add", rows=1, width=h)
         use("ffn_norm", "rmsnorm", rows=1, width=h)
         use("gate_proj", proj, M=f, K=h)
         use("up_proj", proj, M=f, K=h)
-        use("silu_mul", "silu_mul", rows=1, width=f)
+        use(glu, glu, rows=1, width=f)
         use("down_proj", proj, M=h, K=f)
+        post("post_ffn_norm", 1)
         use("ffn_residual", "add", rows=1, width=h)
         use("final_norm", "rmsnorm", False, rows=1, width=h)
         use("lm_head", head, False, M=args.vocab, K=h)

@@ -12,6 +12,7 @@ template serves every context length")."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +84,10 @@ RULES = (
     "current length (i32)",
     "shim streams: Q (then the current length) and the K/V rows in, the output out, per "
     "column",
+    "window: no sliding window (config window): the program scores every cached position "
+    "(upstream's fused decode does not wire Gemma 3's window either); such a step runs on "
+    "the host",
+    "scale: the softmax scale (config scale) is 1/sqrt(head_dim) only",
 )
 
 
@@ -140,8 +145,29 @@ def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
              "the score row grows with the context it is built for: build it for a shorter "
              "context, or run decode attention on the host (decode_attention_on_cpu)")
     rules.shim(f, cols, 2, 1, hw)
+    f += window_and_scale(s, c)
     l2 = _bytes(l2_buffers(group, hd, cols))
     usage.update(tiles=cols, l1_bytes=l1, l2_bytes=l2)
+    return f
+
+
+def window_and_scale(s: Shape, c: dict[str, Any]) -> list[Finding]:
+    """The program masks nothing but the positions past the step's length, and its
+    softmax scales by 1/sqrt(head_dim): a sliding window or another scale is refused, so the
+    plan runs that step on the host (`host_alternative`), which takes both. Upstream's
+    fused decode leaves Gemma 3's window out too, as a no-op below 1024 positions
+    (programming_examples/llms/gemma3_4b_q4nx/gemma3_4b_q4nx_inference.py, e972f29)."""
+    f: list[Finding] = []
+    w = flash_attention.window(c)
+    if w is not None:
+        f.append(Finding("window", "error", f"sliding window {w}: the decode attention "
+                         "program scores every cached position; run this step on the host "
+                         "(decode_attention)", w, 0))
+    scale, want = c.get("scale"), flash_attention.softmax_scale(s["head_dim"])
+    if scale is not None and not math.isclose(float(scale), want, rel_tol=1e-6):
+        f.append(Finding("unsupported", "error", f"softmax scale {float(scale):g}: the decode "
+                         f"attention program scales by 1/sqrt(head_dim)={want:g}; run this "
+                         "step on the host (decode_attention)", 0, 0))
     return f
 
 
@@ -203,13 +229,17 @@ COST = Cost(work, lambda p: p.gemv_floor_s, in_elf="stream")
 # --- on the host: FP32 attention of the bf16 query against the bf16 cache, one cast --------
 
 
-def run_on_host(s: Shape, get: Callable[[str], torch.Tensor],
+def run_on_host(s: Shape, params: dict[str, Any], get: Callable[[str], torch.Tensor],
                 put: Callable[[str, torch.Tensor], None]) -> None:
+    """The query against the cache's first Lk positions in FP32, within the step's sliding
+    window and at its softmax scale (params `window`, `scale`; plain causal at
+    1/sqrt(head_dim) without them)."""
     heads, lk, hd = s["heads"], s["Lk"], s["head_dim"]
     q = get("q").to(torch.float32).reshape(heads, 1, hd)
     k = get("k").to(torch.float32)[:, :lk]
     v = get("v").to(torch.float32)[:, :lk]
-    o = ref_ops.attention(q, k, v, start=lk - 1)
+    o = ref_ops.attention(q, k, v, start=lk - 1, scale=params.get("scale"),
+                          window=params.get("window"))
     put("o", to_bf16(o.transpose(0, 1).reshape(1, heads * hd)))
 
 

@@ -99,6 +99,10 @@ RULES = (
     "layout: seq-first at head_dim >= 128 hangs on NPU2 (use head-first)",
     "corrupt: a kernel object compiled for other (Lq, Lk, head_dim) than the launch",
     "padding (warning): Lq to q_tile, Lk to k_tile x cascade",
+    "window: a sliding window (config window) a multiple of the K chunk (k_tile), as "
+    "attn_npu2.py's build_module asserts; apply_window_mask keeps keys in (q - window, q]",
+    "scale: the softmax scale (config scale) is attn_npu2.cc's compiled 1/sqrt(head_dim); "
+    "any other is refused",
     "datapath: bfp16 (upstream's 8x8x8 BFP16-emulated mmul) or bf16 (native 4x8x8; ours, "
     "unmeasured)",
 )
@@ -174,6 +178,43 @@ def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
                          f"matmuls run on {' or '.join(DATAPATHS)}; use one of those", 0, 0))
     rules.pad(f, "Lq", s["Lq"], q_tile)
     rules.pad(f, "Lk", s["Lk"], k_tile * cascade)
+    f += window_and_scale(s, c, k_tile)
+    return f
+
+
+def window(c: dict[str, Any]) -> int | None:
+    """The launch's sliding window (config `window`; None: plain causal attention)."""
+    w = c.get("window")
+    return None if w is None else int(w)
+
+
+def softmax_scale(head_dim: int) -> float:
+    """The scale attn_npu2.cc compiles into its softmax: 1/sqrt(head_dim) (its combined
+    log2e / sqrt(dk_full), Xilinx/mlir-air programming_examples/flash_attention/
+    kernel_fusion_based/attn_npu2.cc, e972f29)."""
+    return 1.0 / math.sqrt(head_dim)
+
+
+def window_and_scale(s: Shape, c: dict[str, Any], k_tile: int) -> list[Finding]:
+    """What the kernel's build takes of a model's attention: a sliding window that is a
+    whole number of K chunks (attn_npu2.py's build_module asserts `window % lkp == 0`; the
+    mask, apply_window_mask in attn_npu2.cc, is per block), and no softmax scale but its
+    compiled 1/sqrt(head_dim) (Gemma 3's query_pre_attn_scalar equals head_dim on the 4B:
+    upstream's programming_examples/llms/gemma3_4b_q4nx/README.md gives its scale 0.0625)."""
+    f: list[Finding] = []
+    w = window(c)
+    if w is not None and (w <= 0 or w % k_tile):
+        f.append(Finding("window", "error", f"sliding window {w} is not a positive multiple "
+                         f"of the K chunk k_tile={k_tile} (attn_npu2.py masks whole blocks); "
+                         "use a k_tile that divides it, or run this attention on the CPU",
+                         w, k_tile))
+    scale = c.get("scale")
+    want = softmax_scale(s["head_dim"])
+    if scale is not None and not math.isclose(float(scale), want, rel_tol=1e-6):
+        f.append(Finding("unsupported", "error", f"softmax scale {float(scale):g}: "
+                         f"attn_npu2.cc compiles 1/sqrt(head_dim)={want:g} into its softmax; "
+                         "fold the ratio into the query (or its norm) on the host, or run "
+                         "this attention on the CPU", 0, 0))
     return f
 
 
@@ -234,6 +275,7 @@ def emulate(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensor
         return to_bf16(t).to(torch.float32) if native else _quantize_last_dim(t, fmt)
     h, hkv, lq, lk, d = s["heads"], s["kv_heads"], s["Lq"], s["Lk"], s["head_dim"]
     group, start = h // hkv, lk - lq
+    win = window(c)
     # exact: FP64 K-tile sums, as gemm_bfp16 does; otherwise one FP32 BLAS call per product.
     exact = bool(c.get("exact_tiles", True))
     dtype = torch.float64 if exact else torch.float32
@@ -284,7 +326,9 @@ def emulate(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensor
                 scores += torch.bmm(qg[:, :, d0:d0 + tk],
                                     kq[:, :upto, d0:d0 + tk].transpose(1, 2)).float()
         valid = (torch.arange(r0, r1) + start + 1).clamp(max=upto).repeat(h)
-        scale = 1.0 / math.sqrt(d)
+        if win is not None:
+            _mask_window(scores.view(-1, upto), (torch.arange(r0, r1) + start).repeat(h), win)
+        scale = softmax_scale(d)
         if native:
             pq = softmax_bf16(scores.view(-1, upto).float(), valid, scale).float()
         else:
@@ -311,6 +355,14 @@ def emulate(s: Shape, c: dict, x: Tensors, out: Tensors | None = None) -> Tensor
     return {"o": o}
 
 
+def _mask_window(scores: torch.Tensor, positions: torch.Tensor, win: int) -> None:
+    """Writes -inf over the scores of keys at or before position - win (scores [R, keys],
+    one row per query position), as apply_window_mask does in the bf16 scores before the
+    softmax (attn_npu2.cc, e972f29): a row keeps the keys in (position - win, position]."""
+    old = torch.arange(scores.shape[1])[None, :] <= (positions - win)[:, None]
+    scores.masked_fill_(old, float("-inf"))
+
+
 class _Repeated(dict[int, torch.Tensor]):
     """K or V [kv_heads, L, d] with each KV head repeated `parts` times (the key), made on
     first use."""
@@ -326,7 +378,8 @@ class _Repeated(dict[int, torch.Tensor]):
 
 
 def reference(s: Shape, c: dict, x: Tensors) -> Tensors:
-    out = ref_ops.attention(f32(x["q"]), f32(x["k"]), f32(x["v"]), start=s["Lk"] - s["Lq"])
+    out = ref_ops.attention(f32(x["q"]), f32(x["k"]), f32(x["v"]), start=s["Lk"] - s["Lq"],
+                            scale=c.get("scale"), window=window(c))
     return {"o": out}
 
 

@@ -104,6 +104,16 @@ EXTERNS = (("zero_fill_g_bf16", ("g_l1",)), ("zero_fill_gp_bf16", ("gp_l1",)),
            ("div_gp_sp", ("spc_l1", "gpc_l1")))
 
 
+def externs(c: dict[str, Any]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The micro-kernels of a launch: with a sliding window (config window), the mask is
+    apply_window_mask(g, q_block, kv_block, window_blocks) in place of apply_causal_mask, as
+    attn_npu2.py's build_module(window=...) declares it (Xilinx/mlir-air e972f29)."""
+    if c.get("window") is None:
+        return EXTERNS
+    return tuple(("apply_window_mask", ("g_l1", "i32", "i32", "i32"))
+                 if sym == "apply_causal_mask" else (sym, args) for sym, args in EXTERNS)
+
+
 def padded_lengths(launch: Launch, q_tile: int, kv_round: int) -> tuple[int, int]:
     """Lq and Lk as the program walks them: whole q tiles, and whole rounds of K/V chunks
     over the cascade stages. A prefill (Lq == Lk) walks both to one length, so that the
@@ -190,7 +200,7 @@ def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayo
         herd=(nq, ns), l2=l2, l1=l1, loop=lk // (kt * ns), padded=padded,
         sequence=(s["Lq"], math.lcm(q_tile, kt * ns)) if head_first and s["Lq"] == s["Lk"]
         else None,
-        externs=tuple(Extern(sym, obj, args) for sym, args in EXTERNS), channels=channels,
+        externs=tuple(Extern(sym, obj, args) for sym, args in externs(c)), channels=channels,
         flags={"omit_pingpong": "all", "compiled_for": (s["Lq"], s["Lk"], hd),
                "runtime_loop_tiling_sizes": [1, 1]},   # upstream's fa_headfirst / fa_temporal
         imports=("from air.dialects import scf",
@@ -427,8 +437,13 @@ def segment(w: Writer, p: str, launch: Launch, layout: LaunchLayout, arg: dict[s
     w(f"ChannelGet('{p}_v_to_l1', v_l1, indices=[gx, ty, tx])")
     w("# the mask takes the block indices: the q block, and KV block = stage x chunks per "
       "stage + j")
-    _call(w, "apply_causal_mask", "g_l1", "q_block",
-          f"arith.index_cast(i32, at([(ty, {cps}), (j, 1)]))")
+    kv_block = f"arith.index_cast(i32, at([(ty, {cps}), (j, 1)]))"
+    window = launch.config_dict.get("window")
+    if window is None:
+        _call(w, "apply_causal_mask", "g_l1", "q_block", kv_block)
+    else:
+        w("# a sliding window: keys in (q - window, q], the window in K chunks")
+        _call(w, "apply_window_mask", "g_l1", "q_block", kv_block, int(window) // kt)
     w("# online softmax: new row max (up), exp(G - max), the chunk's sum (s), the rescale (r)")
     _call(w, "fused_softmax", "g_l1", "up_l1", "s_l1", "r_l1")
     _call(w, "mul_r_gp", "r_l1", "gp_l1")                 # rescale the running output

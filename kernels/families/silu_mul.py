@@ -1,6 +1,12 @@
 """SiLU(gate) x up, element-wise: the SwiGLU activation. mlir-air programming_examples/
 silu_and_mul (`silu_and_mul_bf16` over a tile); the registry page SiLU_Mul_bf16.md measures
-it (3 streams per tile cap the herd at 8 tiles)."""
+it (3 streams per tile cap the herd at 8 tiles).
+
+Its variant `gelu_mul`, GELU-tanh(gate) x up (Gemma 3's GLU), is upstream's
+`gelu_and_mul_bf16(gate, up, out, n)` (programming_examples/gelu_and_mul/gelu_and_mul.cc,
+e972f29): the same signature and 16-lane loop, so the same program, streams and checker.
+No page measures it: its cost is modeled at SiLU x mul's fitted rate (the same three
+streams; the tanh is one more vector op per element on a memory-bound kernel)."""
 
 from __future__ import annotations
 
@@ -83,7 +89,41 @@ def timed_launches() -> list[TimedLaunch]:
     return streaming.measured_rows("silu_mul", launch)
 
 
+# --- the GELU-tanh variant (Gemma 3) --------------------------------------------------------
+
+GELU_MUL = KernelSpec("gelu_mul", "npu", "GELU-tanh(gate) x up, element-wise",
+                      ("rows", "width"), streaming.row_operands("gate", "up"),
+                      # the tanh polynomial's 9 steps (gelu.py) and the product
+                      lambda s: 10.0 * s["rows"] * s["width"], {"herd_m": 8, "tile": 2048})
+
+
+def emulate_gelu(s: Shape, c: dict[str, Any], x: Tensors,
+                 out: Tensors | None = None) -> Tensors:
+    """bf16 in, GELU-tanh and the product in FP32, one cast to bf16 (as gelu.py's emulator:
+    the hardware's bf16 chain and tanh table err several times more, upstream measures
+    mean_rel_L1 8.4e-3 for GELU alone)."""
+    return {"y": bf16_out(ref_ops.gelu_mul(f32(x["gate"]), f32(x["up"])), out, "y")}
+
+
+def reference_gelu(s: Shape, c: dict[str, Any], x: Tensors) -> Tensors:
+    return {"y": F.gelu(f32(x["gate"]), approximate="tanh") * f32(x["up"])}
+
+
+#: gelu_and_mul.cc, compiled with no defines (external_kernels.py:compile_gelu_and_mul)
+KERNEL_GELU = streaming.KernelCall("gelu_and_mul_bf16", "gelu_and_mul.o",
+                                   "programming_examples/gelu_and_mul/gelu_and_mul.cc",
+                                   ("gate_l1", "up_l1", "y_l1"))
+CHECK_GELU = streaming.vector_check(0, "gelu_and_mul_bf16 processes n / 16 whole vectors "
+                                    "and drops a tail")
+RULES_GELU = (*streaming.RULES, f"divisible: a tile is whole {streaming.LANES}-lane vectors "
+              "(the kernel drops a tail)")
+
 FAMILIES = (KernelFamily(
+    GELU_MUL, rules=RULES_GELU, check=CHECK_GELU,
+    candidates=product_space(streaming.ELEMENT_SPACE),
+    numerics=Numerics(emulate_gelu, reference_gelu, atol=1e-3),
+    cost=streaming.stream_cost("silu_mul"), program=streaming.program(KERNEL_GELU)),
+) + (KernelFamily(
     SILU_MUL, rules=RULES, check=CHECK,
     candidates=product_space(streaming.ELEMENT_SPACE), numerics=NUMERICS,
     cost=streaming.stream_cost("silu_mul", timed_launches),

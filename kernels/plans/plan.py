@@ -174,6 +174,53 @@ def _partial(args: ModelArgs) -> dict[str, Any] | None:
     return {"rope_dim": args.rope_dim} if args.rope_dim != args.head_dim else None
 
 
+def _attention(args: ModelArgs, layer: int) -> dict[str, Any]:
+    """An attention launch's config addition: the layer's sliding window (Gemma 3's local
+    layers) and a softmax scale other than 1/sqrt(head_dim) (query_pre_attn_scalar), which
+    the kernels' checkers hold to what their builds take (kernels/families/
+    flash_attention.py, decode_attention.py); {} for plain causal attention."""
+    extra: dict[str, Any] = {}
+    if args.window(layer) is not None:
+        extra["window"] = args.window(layer)
+    if args.attn_scalar is not None:
+        extra["scale"] = args.attn_scale
+    return extra
+
+
+def lut_name(args: ModelArgs, layer: int) -> str:
+    """The RoPE table a layer's rope launches read: Gemma 3's sliding layers have their own
+    theta (local 1e4; the global layers 1e6 with linear x8), so their own table,
+    "rope.local.lut"; every other layer reads "rope.lut". Upstream's Gemma 3 prefill makes
+    the same choice of host LUT per layer (programming_examples/llms/gemma3_4b_q4nx/
+    README.md, "RoPE theta switches with them", e972f29)."""
+    dual = args.local_rope_theta is not None and args.window(layer) is not None
+    return "rope.local.lut" if dual else "rope.lut"
+
+
+def _post_norm(b: PlanBuilder, layer: int, role: str, rows: Shape, out: str) -> str:
+    """Gemma 3's norm of a sublayer's output before the residual add (`role`
+    post_attn_norm or post_ffn_norm): an rmsnorm launch on `out`, whose result the add
+    takes; `out` itself for a model without them. Upstream runs it as a weighted_rms_norm
+    slice in the O and Down tails (programming_examples/llms/gemma3_4b_q4nx/README.md,
+    e972f29); the (1 + w) is folded into the weight at load (models/adapters.py)."""
+    if not b.args.sandwich_norms:
+        return out
+    b.launch("rmsnorm", role, layer, rows, x=out, weight=_w(layer, role), y=out + "n")
+    return out + "n"
+
+
+def glu_kernel(args: ModelArgs) -> str:
+    """The gated FFN's activation kernel (and role): silu_mul, or gelu_mul for Gemma 3's
+    GELU-tanh (upstream's gelu_and_mul_bf16, kernels/families/silu_mul.py)."""
+    return "gelu_mul" if args.activation == "gelu_tanh" else "silu_mul"
+
+
+def _embed_scale(args: ModelArgs) -> dict[str, float]:
+    """The embedding lookup's parameter: Gemma 3's scale sqrt(hidden), which the host's
+    lookup multiplies in bf16 (kernels/families/embedding.py); none for other models."""
+    return {"scale": args.embed_scale} if args.embed_scale != 1.0 else {}
+
+
 def _w(layer: int | None, name: str) -> str:
     return f"w.{name}" if layer is None else f"w.L{layer}.{name}"
 
@@ -187,7 +234,7 @@ def _prefill_steps(b: PlanBuilder, L: int,
     pre_bias = "0" if a.qkv_bias else ""     # projections write here, the bias add reads it
     b.host("embedding", "embed", None, {"rows": L, "width": h, "vocab": a.vocab},
            {"tokens": ("tokens", "input"), "table": (_w(None, "embed"), "static"),
-            "y": ("x.0", "output")})
+            "y": ("x.0", "output")}, **_embed_scale(a))
     for i in range(a.n_layers):
         x, t = f"x.{i}", f"L{i}."
         b.launch("rmsnorm", "attn_norm", i, rows, x=x, weight=_w(i, "attn_norm"), y=t + "n1")
@@ -215,11 +262,12 @@ def _prefill_steps(b: PlanBuilder, L: int,
             b.launch("rope", f"rope_{name}", i, {"rows": heads * L, "width": hd, "seq": L},
                      _partial(a),
                      x=Binding("x", t + name + src, "input", hf),
-                     lut="rope.lut",
+                     lut=lut_name(a, i),
                      y=Binding("y", t + name + "r", "output", hf))
         b.launch("flash_attention", "attention", i,
                  {"heads": a.n_heads, "kv_heads": a.n_kv_heads, "Lq": L, "Lk": L, "head_dim": hd},
-                 {"layout": hf},     # the head-first program, as its operands are here
+                 # the head-first program, as its operands are here
+                 {"layout": hf, **_attention(a, i)},
                  q=Binding("q", t + "qr", "input", hf), k=Binding("k", t + "kr", "input", hf),
                  v=Binding("v", t + "vh", "input", hf), o=Binding("o", t + "oh", "output", hf))
         b.host("transpose", "o_to_seq_first", i, {"rows": L, "heads": a.n_heads, "head_dim": hd},
@@ -227,17 +275,20 @@ def _prefill_steps(b: PlanBuilder, L: int,
                to="seq-first")
         b.launch("gemm_bf16", "o_proj", i, {"M": L, "K": q, "N": h}, a=t + "o",
                  b=_w(i, "o_proj"), c=t + "attn")
-        b.launch("add", "attn_residual", i, rows, a=x, b=t + "attn", y=t + "h1")
+        b.launch("add", "attn_residual", i, rows, a=x,
+                 b=_post_norm(b, i, "post_attn_norm", rows, t + "attn"), y=t + "h1")
         b.launch("rmsnorm", "ffn_norm", i, rows, x=t + "h1", weight=_w(i, "ffn_norm"),
                  y=t + "n2")
         for role in ("gate_proj", "up_proj"):
             b.launch("gemm_bf16", role, i, {"M": L, "K": h, "N": a.ffn}, a=t + "n2",
                      b=_w(i, role), c=t + role[:-5])
-        b.launch("silu_mul", "silu_mul", i, {"rows": L, "width": a.ffn}, gate=t + "gate",
+        glu = glu_kernel(a)
+        b.launch(glu, glu, i, {"rows": L, "width": a.ffn}, gate=t + "gate",
                  up=t + "up", y=t + "act")
         b.launch("gemm_bf16", "down_proj", i, {"M": L, "K": a.ffn, "N": h}, a=t + "act",
                  b=_w(i, "down_proj"), c=t + "ffn")
-        b.launch("add", "ffn_residual", i, rows, a=t + "h1", b=t + "ffn", y=f"x.{i + 1}")
+        b.launch("add", "ffn_residual", i, rows, a=t + "h1",
+                 b=_post_norm(b, i, "post_ffn_norm", rows, t + "ffn"), y=f"x.{i + 1}")
         # The layer's K and V go to the host for decode (after the layer's dispatches, so
         # that they can merge).
         b.host("kv_store", "kv_store", i, {"kv_heads": a.n_kv_heads, "Lk": L, "head_dim": hd},
@@ -275,7 +326,7 @@ def _decode_steps(b: PlanBuilder, p: int, context: int | None = None) -> None:
     pre_bias = "0" if a.qkv_bias else ""
     b.host("embedding", "embed", None, {"rows": 1, "width": h, "vocab": a.vocab},
            {"tokens": ("tokens", "input"), "table": (_w(None, "embed"), "static"),
-            "y": ("x.0", "output")})
+            "y": ("x.0", "output")}, **_embed_scale(a))
     for i in range(a.n_layers):
         x, t = f"x.{i}", f"L{i}."
         b.launch("rmsnorm", "attn_norm", i, rows, x=x, weight=_w(i, "attn_norm"), y=t + "n1")
@@ -293,7 +344,7 @@ def _decode_steps(b: PlanBuilder, p: int, context: int | None = None) -> None:
             src = "n"
         for name, heads in (("q", a.n_heads), ("k", a.n_kv_heads)):
             b.launch("rope", f"rope_{name}", i, {"rows": heads, "width": hd, "seq": 1},
-                     _partial(a), x=t + name + src, lut="rope.lut", y=t + name + "r")
+                     _partial(a), x=t + name + src, lut=lut_name(a, i), y=t + name + "r")
         b.host("kv_append", "kv_append", i, {"kv_heads": a.n_kv_heads, "head_dim": hd},
                {"k": (t + "kr", "input"), "v": (t + "v", "input"),
                 "k_cache": Binding("k_cache", t + "k_cache", "output", hf),
@@ -301,19 +352,23 @@ def _decode_steps(b: PlanBuilder, p: int, context: int | None = None) -> None:
         shape = {"heads": a.n_heads, "kv_heads": a.n_kv_heads, "Lq": 1, "Lk": p + 1,
                  "head_dim": hd}
         b.launch("npu_decode_attention", "attention", i, shape,
-                 decode_window(b, shape, context), q=t + "qr",
+                 {**(decode_window(b, shape, context) or {}), **_attention(a, i)},
+                 q=t + "qr",
                  k=Binding("k", t + "k_cache", "input", hf),
                  v=Binding("v", t + "v_cache", "input", hf), o=t + "o")
         decode_projection(b, "o_proj", i, h, q, x=t + "o", y=t + "attn")
-        b.launch("add", "attn_residual", i, rows, a=x, b=t + "attn", y=t + "h1")
+        b.launch("add", "attn_residual", i, rows, a=x,
+                 b=_post_norm(b, i, "post_attn_norm", rows, t + "attn"), y=t + "h1")
         b.launch("rmsnorm", "ffn_norm", i, rows, x=t + "h1", weight=_w(i, "ffn_norm"),
                  y=t + "n2")
         for role in ("gate_proj", "up_proj"):
             decode_projection(b, role, i, a.ffn, h, x=t + "n2", y=t + role[:-5])
-        b.launch("silu_mul", "silu_mul", i, {"rows": 1, "width": a.ffn}, gate=t + "gate",
+        glu = glu_kernel(a)
+        b.launch(glu, glu, i, {"rows": 1, "width": a.ffn}, gate=t + "gate",
                  up=t + "up", y=t + "act")
         decode_projection(b, "down_proj", i, h, a.ffn, x=t + "act", y=t + "ffn")
-        b.launch("add", "ffn_residual", i, rows, a=t + "h1", b=t + "ffn", y=f"x.{i + 1}")
+        b.launch("add", "ffn_residual", i, rows, a=t + "h1",
+                 b=_post_norm(b, i, "post_ffn_norm", rows, t + "ffn"), y=f"x.{i + 1}")
     x = f"x.{a.n_layers}"
     b.launch("rmsnorm", "final_norm", None, rows, x=x, weight=_w(None, "final_norm"), y="xn")
     lm_head_gemv(b, "xn", rows_total=a.vocab, quantized=True)

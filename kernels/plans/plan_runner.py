@@ -38,7 +38,7 @@ from ..definition.registry import HOST_KERNELS, family
 from ..definition.specs import Operand, Prefill
 from ..emulation.numerics import to_bf16
 from ..families.rope import lut as rope_lut
-from .plan import Binding, Dispatch, DispatchPlan, HostStep, Launch
+from .plan import Binding, Dispatch, DispatchPlan, HostStep, Launch, lut_name
 
 Tensors = dict[str, torch.Tensor]
 #: (step index, step, the run's tensors so far) -> None: `PlanRunner.run`'s after_step
@@ -74,7 +74,8 @@ def _device_weights(args: ModelArgs, weights: Weights) -> Tensors:
         names = {"attn_norm": lw.attn_norm, "ffn_norm": lw.ffn_norm, "q_proj": lw.wq,
                  "k_proj": lw.wk, "v_proj": lw.wv, "o_proj": lw.wo, "gate_proj": lw.w_gate,
                  "up_proj": lw.w_up, "down_proj": lw.w_down, "q_bias": lw.bq, "k_bias": lw.bk,
-                 "v_bias": lw.bv, "q_norm": lw.q_norm, "k_norm": lw.k_norm}
+                 "v_bias": lw.bv, "q_norm": lw.q_norm, "k_norm": lw.k_norm,
+                 "post_attn_norm": lw.post_attn_norm, "post_ffn_norm": lw.post_ffn_norm}
         for name, t in names.items():
             if t is not None:
                 w[f"w.L{i}.{name}"] = t
@@ -137,11 +138,7 @@ class PlanRunner:
         if resume is not None:
             first, tensors = resume[0], dict(resume[1])
         else:
-            cos, sin = ref_ops.rope_table(a, positions, seq_len=seq_len)
-            # the RoPE kernel's table: a [cos | sin] LUT row per position (rope_halfsplit.cc),
-            # head_dim wide (padded past a partial rotary's dims, as rope_partial reads it)
-            tensors = {"tokens": tokens,
-                       "rope.lut": to_bf16(rope_lut(cos, sin, a.head_dim))}
+            tensors = {"tokens": tokens, **rope_luts(a, positions, seq_len)}
             if cache is not None:
                 tensors.update(cache)
         self._row_sizes = _row_sizes(plan)
@@ -268,7 +265,7 @@ class PlanRunner:
 
         kernel = HOST_KERNELS.get(step.op)
         if kernel is not None and kernel.host is not None:     # a kernel family on the host
-            kernel.host.run(s, get, put)
+            kernel.host.run(s, p, get, put)
         elif step.op == "transpose":
             x, hd = get("x"), s["head_dim"]
             if p["to"] == "head-first":
@@ -297,6 +294,20 @@ class PlanRunner:
                                               get("weight").to(torch.float32), a.norm_eps)))
         else:
             raise ValueError(f"{step.label}: no host implementation of {step.op!r}")
+
+
+def rope_luts(args: ModelArgs, positions: torch.Tensor, seq_len: int) -> Tensors:
+    """The RoPE kernel's tables the plan's layers read (`lut_name`: one, or Gemma 3's local
+    and global), each a bf16 [cos | sin] LUT row per position (rope_halfsplit.cc), head_dim
+    wide (padded past a partial rotary's dims, as rope_partial reads it). `seq_len`: the
+    length LongRoPE picks its factors by (a padded prefill's prompt)."""
+    tables: Tensors = {}
+    for layer in range(args.n_layers):
+        name = lut_name(args, layer)
+        if name not in tables:
+            cos, sin = ref_ops.rope_table(args, positions, layer, seq_len=seq_len)
+            tables[name] = to_bf16(rope_lut(cos, sin, args.head_dim))
+    return tables
 
 
 def _physical(op: Operand, b: Binding, head_dim: int) -> tuple[int, ...]:

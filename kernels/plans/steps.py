@@ -148,6 +148,9 @@ class Dispatch:
 # decode attention), and the plan's own bookkeeping (what each does is in
 # kernels.plans.plan_runner).
 HOST_OPS = (*HOST_KERNELS, "transpose", "final_norm_last_row", "kv_store", "kv_append")
+#: the configuration a launch moved to the host hands its host op (decode attention's
+#: sliding window and softmax scale)
+HOST_PARAMS = ("window", "scale")
 
 
 @dataclass(frozen=True)
@@ -183,9 +186,11 @@ def on_host(ln: Launch, reason: str = "") -> HostStep:
     host_op = family(ln.kernel).host_alternative
     if host_op is None:
         raise ValueError(f"{ln.label}: {ln.kernel} has no host counterpart")
+    # what the host op needs of the launch's configuration: its sliding window and scale
+    params = {k: v for k, v in ln.config_dict.items() if k in HOST_PARAMS and v is not None}
     return HostStep(host_op, ln.role, ln.layer, ln.shape,
                     tuple(replace(b, kind="input" if b.operand != "o" else "output")
-                          for b in ln.bindings), reason=reason)
+                          for b in ln.bindings), tuple(sorted(params.items())), reason=reason)
 
 
 @dataclass(frozen=True)

@@ -39,10 +39,11 @@ def models_cmd(as_json: bool) -> None:
                       f"{a.n_params() / 1e9:.2f}B" if a.n_params() >= 1e9
                       else f"{a.n_params() / 1e6:.0f}M", ", ".join(a.features()))
     console().print(table)
+    oracle_only = ("; for the FP32 oracle only (`npu-deploy oracle`; no NPU kernels for "
+                   f"them yet): {', '.join(ORACLE_ONLY)}") if ORACLE_ONLY else ""
     click.echo("Also loadable: a Hugging Face directory, a .gguf file, a model in the local "
-               f"Hugging Face cache, and the random test models {', '.join(DEPLOYABLE)}; "
-               "for the FP32 oracle only (`npu-deploy oracle`; no NPU kernels for them "
-               f"yet): {', '.join(ORACLE_ONLY)}.")
+               f"Hugging Face cache, and the random test models {', '.join(DEPLOYABLE)}"
+               f"{oracle_only}.")
 
 
 def _format(args: Any) -> str:

@@ -66,8 +66,10 @@ def worked_through_the_toolbox(store: EventStore, events: list) -> None:
 
 #: every tiny model once and every length once, in the default suite (~40 s a deployment on
 #: the 2-core machine); the whole model x length matrix is `make test-matrix`. tiny-phi3 at
-#: 100 tokens: past its LongRoPE's original 64, so the prefill runs the long factors.
-ONE_EACH = (("tiny-llama", 16), ("tiny-llama-mha", 100), ("tiny-phi3", 100),
+#: 100 tokens: past its LongRoPE's original 64, so the prefill runs the long factors;
+#: tiny-gemma3 at 100: past its 64-token window, so the sliding layer masks.
+ONE_EACH = (("tiny-llama", 16), ("tiny-llama-mha", 100), ("tiny-gemma3", 100),
+            ("tiny-phi3", 100),
             ("tiny-qwen2", 128), ("tiny-qwen2-hd128", 2048), ("tiny-qwen3", 100))
 
 

@@ -145,7 +145,8 @@ def test_seeded_inputs_are_bf16_and_repeatable():
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-phi3"])
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-phi3",
+                                  "tiny-gemma3"])
 def test_a_whole_prefill_runs_on_the_emulator_close_to_the_reference(tiny_models, name):
     from npu_deploy.kernels.emulation.emulated_model import EmulatedModel
 

@@ -320,16 +320,28 @@ def test_the_oracle_only_random_models_are_exactly_those_the_npu_path_cannot_pla
     gaps = {name: unplannable(args_of(name)) for name in RANDOM_MODELS}
     assert set(ORACLE_ONLY) == {name for name, g in gaps.items() if g}
     assert set(DEPLOYABLE) == set(RANDOM_MODELS) - set(ORACLE_ONLY)
-    assert "norms after each sublayer (Gemma 3)" in gaps["tiny-gemma3"]
+    assert gaps["tiny-gemma3"] == []      # window, two RoPE tables, post norms, GELU, scale
     assert gaps["tiny-phi3"] == []        # rope_partial, LongRoPE in the host's table
 
 
-def test_deploying_an_oracle_only_model_is_refused_in_one_line_before_a_run(cli, tmp_path):
-    name = "tiny-gemma3"
+def test_deploying_a_model_the_npu_path_cannot_plan_is_refused_in_one_line_before_a_run(
+        cli, tmp_path):
+    """A Gemma 3 whose query_pre_attn_scalar is not its head_dim (32 against 64): the
+    FlashAttention build compiles 1/sqrt(head_dim) only, so deploy refuses it before a run,
+    and kernels and plan exit in one line rather than list a recipe that scales wrongly."""
+    import transformers
+
+    from npu_deploy.models.random_models import RANDOM_MODELS, build_tokenizer
+
+    _, kwargs, _ = RANDOM_MODELS["tiny-gemma3"]
+    config = transformers.Gemma3TextConfig(**{**kwargs, "query_pre_attn_scalar": 32})
+    model = tmp_path / "gemma-scaled"
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(model)
+    build_tokenizer().save_pretrained(model)
     db = tmp_path / "runs.db"
-    assert_one_error(cli("--db", db, "deploy", name, "--headless", "--auto-approve"),
+    assert_one_error(cli("--db", db, "deploy", model, "--headless", "--auto-approve"),
                      "the NPU path has no kernel yet for")
     assert not db.exists() or EventStore.open(db, readonly=True).run_ids() == []
-    for command in ("kernels", "plan"):     # no recipe that would leave its norms out
-        assert_one_error(cli(command, name), "norms after each sublayer (Gemma 3)",
+    for command in ("kernels", "plan"):
+        assert_one_error(cli(command, model), "an attention scale other than 1/sqrt(head_dim)",
                          "cannot be planned yet")
