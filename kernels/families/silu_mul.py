@@ -50,12 +50,17 @@ NUMERICS = Numerics(emulate, reference, atol=1e-3)
 
 # --- the program: upstream's silu_and_mul_bf16(gate, up, out, n) on each tile -------------
 
-#: silu_and_mul.cc, compiled with no defines: n is a run-time argument (whole 16-lane vectors)
-KERNEL = streaming.KernelCall("silu_and_mul_bf16", "silu_and_mul.o",
-                              "programming_examples/silu_and_mul/silu_and_mul.cc",
-                              ("gate_l1", "up_l1", "y_l1"))
-CHECK = streaming.vector_check(0, "silu_and_mul_bf16 processes n / 16 whole vectors and "
-                               "drops a tail")
+def glu_call(symbol: str, name: str) -> tuple[streaming.KernelCall, Any]:
+    """Upstream's `<symbol>(gate, up, out, n)` from programming_examples/<name>/<name>.cc,
+    compiled with no defines (n a run-time argument), and its check: whole 16-lane vectors,
+    since the kernel drops a tail."""
+    call = streaming.KernelCall(symbol, f"{name}.o", f"programming_examples/{name}/{name}.cc",
+                                ("gate_l1", "up_l1", "y_l1"))
+    return call, streaming.vector_check(0, f"{symbol} processes n / 16 whole vectors and "
+                                        "drops a tail")
+
+
+KERNEL, CHECK = glu_call("silu_and_mul_bf16", "silu_and_mul")
 
 RULES = (*streaming.RULES, f"divisible: a tile is whole {streaming.LANES}-lane vectors (the "
          "kernel drops a tail)")
@@ -109,17 +114,11 @@ def reference_gelu(s: Shape, c: dict[str, Any], x: Tensors) -> Tensors:
     return {"y": F.gelu(f32(x["gate"]), approximate="tanh") * f32(x["up"])}
 
 
-#: gelu_and_mul.cc, compiled with no defines (external_kernels.py:compile_gelu_and_mul)
-KERNEL_GELU = streaming.KernelCall("gelu_and_mul_bf16", "gelu_and_mul.o",
-                                   "programming_examples/gelu_and_mul/gelu_and_mul.cc",
-                                   ("gate_l1", "up_l1", "y_l1"))
-CHECK_GELU = streaming.vector_check(0, "gelu_and_mul_bf16 processes n / 16 whole vectors "
-                                    "and drops a tail")
-RULES_GELU = (*streaming.RULES, f"divisible: a tile is whole {streaming.LANES}-lane vectors "
-              "(the kernel drops a tail)")
+#: gelu_and_mul.cc, built as upstream's external_kernels.py:compile_gelu_and_mul does
+KERNEL_GELU, CHECK_GELU = glu_call("gelu_and_mul_bf16", "gelu_and_mul")
 
 FAMILIES = (KernelFamily(
-    GELU_MUL, rules=RULES_GELU, check=CHECK_GELU,
+    GELU_MUL, rules=RULES, check=CHECK_GELU,
     candidates=product_space(streaming.ELEMENT_SPACE),
     numerics=Numerics(emulate_gelu, reference_gelu, atol=1e-3),
     cost=streaming.stream_cost("silu_mul"), program=streaming.program(KERNEL_GELU)),
