@@ -1,3 +1,7 @@
-from .launch import main
+from npu_deploy.import_path import leave_the_checkout
+
+leave_the_checkout()
+
+from .launch import main  # noqa: E402
 
 main()

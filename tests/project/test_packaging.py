@@ -110,12 +110,41 @@ def _outside_the_checkout(code: str, python: str = sys.executable,
                           capture_output=True, text=True, timeout=300)
 
 
-def test_transformers_does_not_take_our_kernels_for_the_kernel_hub():
-    done = _outside_the_checkout("from transformers.utils import is_kernels_available; "
-                                 "import importlib.util as u; "
-                                 "print(is_kernels_available(), u.find_spec('kernels'))")
+_WHICH_KERNELS = ("import importlib.util as u, importlib.metadata as m; "
+                  "from transformers.utils import is_kernels_available; "
+                  "s = u.find_spec('kernels'); "
+                  "print(is_kernels_available(), s and s.origin, "
+                  "s and m.distribution('kernels').locate_file('kernels/__init__.py'))")
+
+
+def _which_kernels(done: subprocess.CompletedProcess[str]) -> tuple[str, str, str]:
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False", "None"]
+    available, origin, installed = done.stdout.split()
+    return available, origin, installed
+
+
+def test_transformers_does_not_take_our_kernels_for_the_kernel_hub():
+    """`kernels` is Hugging Face's kernel hub (a dependency of transformers from 5.25) or
+    nothing: never ours, so transformers answers about the package it means."""
+    available, origin, installed = _which_kernels(_outside_the_checkout(_WHICH_KERNELS))
+    assert (available, origin) in (("False", "None"), ("True", installed)), (origin, installed)
+    assert not origin.startswith(str(ROOT / "kernels"))
+
+
+@pytest.mark.parametrize("package", ["benchmarks", "npu_deploy"])
+def test_a_package_run_from_the_checkout_leaves_our_kernels_to_their_namespace(package):
+    """`python -m benchmarks.NAME` or `python -m npu_deploy` puts the checkout on sys.path,
+    where kernels/ would shadow Hugging Face's `kernels` (the emulator benchmark's model load
+    failed on it: "cannot import name 'CUDAProperties' from 'kernels'"). Importing the
+    package takes the checkout off again; -c puts it on the path just as -m does."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
+    code = f"import {package}.import_path as p; p.leave_the_checkout(); " if \
+        package == "npu_deploy" else f"import {package}; "
+    done = subprocess.run([sys.executable, "-c", code + _WHICH_KERNELS], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    available, origin, installed = _which_kernels(done)
+    assert not origin.startswith(str(ROOT / "kernels"))
+    assert (available, origin) in (("False", "None"), ("True", installed))
 
 
 @pytest.mark.slow
