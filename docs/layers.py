@@ -31,6 +31,9 @@ _CORE = ("events", "store", "models", "metrics", "oracle", "kernels", "skills")
 #: Lowest first. A part imports only what it may; what it may import is listed above it.
 PARTS: tuple[Part, ...] = (
     Part("__init__", (), "the package's name"),
+    Part("import_path", (),
+         "the checkout taken off sys.path when a package runs from it with -m (standard "
+         "library only)"),
     Part("events", (),
          "the vocabulary: events, payloads, the hash chain, the fold, the stages a step marks"),
     Part("store", ("events",),
@@ -62,7 +65,7 @@ PARTS: tuple[Part, ...] = (
     Part("cli", ("machine", "agents", "pipeline", "deploy_request", "tui", "loading", *_CORE),
          "the command line"),
     Part("launch", ("loading", "cli"), "the console entry point"),
-    Part("__main__", ("launch",), "`python -m npu_deploy`"),
+    Part("__main__", ("import_path", "launch"), "`python -m npu_deploy`"),
 )
 
 #: The parts' names, lowest first.

@@ -55,6 +55,16 @@ PHASES: tuple[Phase, ...] = (
                   "model (FP32) to ~1e-4 relative, prefill and every decode step"),
         Threshold("lens_max_abs", 1e-3, _FP32_LENS),
         Threshold("lens_cosine", 0.999999, _FP32_LENS),
+        # A 4-bit deployment's second reference, its source checkpoint (oracle/quant_cost.py):
+        # recorded, never deciding, since no deployment can win back what quantization costs
+        Threshold("lens_quant_layer_cosine", 0.99,
+                  "each layer's output, de-quantized model against the source checkpoint: "
+                  "below phase 2's block cosine (0.99) quantization alone costs more than the "
+                  "bf16 datapath is allowed to"),
+        Threshold("lens_quant_weight_rel_rms", 0.1,
+                  "the projections' rounding, relative RMS pooled over every matrix: 4 bits "
+                  "in groups of 32 with a min (Q4NX) round a Gaussian weight to ~8% "
+                  "(docs/quantized-kernels.md, measured on the tiny models)"),
     )),
     # phase 1
     Phase(1, "kernel validation", "phase-1-kernel-validation", "phase1.kernels", (
@@ -63,6 +73,28 @@ PHASES: tuple[Phase, ...] = (
                   "on every element, rtol of bf16; the atol is per kernel "
                   "(kernels/emulation/validate.py ATOL, measured)"),
         Threshold("within_frac", 1.0, "every element within atol + rtol |ref|"),
+        # The 4-bit kernels' atols (kernels/families/proj_qmm.py, gemv_int4.py read them
+        # here), at the unit-scale outputs of Phase 1's seeded weights: random codes under
+        # scales and offsets of upstream's quantizer. Measured on the CPU emulator
+        # (2026-12-03), 256 rows, seeds 0-2; each the largest needed at upstream's widths,
+        # rounded up. The arithmetic's worst case per row: kernels/emulation/quantized.py.
+        Threshold("atol_proj_qmm", 4e-2,
+                  "Q4NX's fused GEMV: its group partials cast toward -inf bias every output "
+                  "down, more the wider K: 0.022, 0.027, 0.032, 0.038 needed at K = 2048, "
+                  "4096, 11008, 18944 (Qwen2.5-7B's down projection, the widest upstream runs)"),
+        Threshold("atol_proj_qmm_q4_0", 7e-2,
+                  "the same kernel's Q4_0 build (signed codes, no min): 0.033, 0.061 needed "
+                  "at K = 2048 and 11008, the widths of Qwen2.5-3B, the one model upstream "
+                  "runs in Q4_0"),
+        Threshold("atol_gemv_int4", 2e-2,
+                  "the int4-AWQ GEMV at k_chunk 2048: its output is rounded to bf16 once per "
+                  "call; 0.016 and 0.013 needed at K = 8192 and 14336 (Llama-3.2-1B's and "
+                  "-3.1-8B's down projections)"),
+        Threshold("atol_gemv_int4_k1024", 3e-2, "k_chunk 1024: 0.021, 0.025 needed"),
+        Threshold("atol_gemv_int4_k512", 3e-2, "k_chunk 512: 0.018, 0.028 needed"),
+        Threshold("atol_gemv_int4_k256", 5e-2, "k_chunk 256: 0.037, 0.040 needed"),
+        Threshold("atol_gemv_int4_k128", 8e-2,
+                  "k_chunk 128: 0.045, 0.075 needed (more calls, more roundings)"),
         Threshold("blocking_findings", 0.0,
                   "no [error] or [corrupt] finding of the hardware checker "
                   "(docs/design.md#phase-1-kernel-validation)"),

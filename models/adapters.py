@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -50,6 +51,9 @@ class Weights:
     layers: tuple[LayerWeights, ...]
     final_norm: torch.Tensor                # [hidden]
     lm_head: torch.Tensor                   # [vocab, hidden]; the embedding itself when tied
+    #: a 4-bit deployment's blocks, by the plans' names (`L{i}.q_proj`): what its decode
+    #: kernels read; the tensors above are what they stand for (models.quantized_checkpoint)
+    packed: Mapping[str, Any] | None = None
 
 
 def layer_names(args: ModelArgs, i: int) -> dict[str, str]:

@@ -10,7 +10,7 @@ Phase-0 gate checks the reference against.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ import torch
 from npu_deploy.models.adapters import Weights, weights_from_state_dict
 from npu_deploy.models.config import ModelArgs, model_args, read_config
 from npu_deploy.models.errors import BadConfig, ModelCorrupt, ModelNotFound, TokenizerMismatch
+from npu_deploy.models.quantized_checkpoint import read_quantized
 from npu_deploy.models.sources import ModelSource, resolve
 
 
@@ -44,6 +45,10 @@ def load_model(spec: str | ModelSource, *, cache: Path | None = None,
     directory = source.directory
     args = model_args(read_config(directory / "config.json"), str(directory / "config.json"))
     weights = weights_from_state_dict(args, read_safetensors(directory), str(directory))
+    quantized = read_quantized(directory)
+    if quantized is not None:       # 4-bit blocks beside the weights they stand for
+        args = replace(args, weights=quantized.weights)
+        weights = replace(weights, packed=quantized.matrices)
     tokenizer = load_tokenizer(directory, args)
     return LoadedModel(source, args, weights, tokenizer)
 

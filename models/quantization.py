@@ -16,6 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: `--weights` choices beside bf16: what each does, for the help and the errors
+CHOICES = {
+    "q4nx": "every projection quantized into Q4NX (groups of 32, w = scale*q + min)",
+    "q4": "a GGUF's own 4-bit blocks, repacked for the NPU (Q4_1 -> Q4NX, Q4_0 -> Q4_0)",
+}
+#: between a model and its weights in a run's model spec: `smollm2-135m@q4`
+SEP = "@"
+
 #: every layer's quantized tensors, by the plans' roles
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -49,3 +57,20 @@ class QuantizedWeights:
         out += ["q_norm", "k_norm"] if qk_norm else []
         out += [] if self.lm_head_quantized else ["lm_head"]
         return tuple(out)
+
+
+def split_spec(spec: str) -> tuple[str, str | None]:
+    """`MODEL@WEIGHTS` -> (MODEL, WEIGHTS); a spec without a known suffix -> (spec, None)."""
+    base, sep, weights = spec.rpartition(SEP)
+    if sep and base and weights in CHOICES:
+        return base, weights
+    return spec, None
+
+
+def with_weights(model: str, weights: str) -> str:
+    """The run's model spec for `model` deployed with `weights` (bf16: the model itself)."""
+    if weights == "bf16":
+        return model
+    if weights not in CHOICES:
+        raise ValueError(f"--weights {weights!r} is not one of bf16, {', '.join(CHOICES)}")
+    return f"{model}{SEP}{weights}"

@@ -80,6 +80,13 @@ RANDOM_MODELS: dict[str, tuple[str, dict[str, Any], str]] = {
                          "short_factor": [1.0 + 0.02 * i for i in range(48)],
                          "long_factor": [1.0 + 1.0 * i for i in range(48)]}),
         "Phi-4-mini-style: partial rotary 96/128, LongRoPE, fused qkv and gate-up"),
+    # Whole Q4NX blocks in every projection (32 rows x 256 columns: hidden and ffn multiples
+    # of 256, kv_dim 64 two row blocks), so `tiny-llama-q4@q4nx` deploys with the 4-bit decode.
+    "tiny-llama-q4": ("LlamaConfig", dict(
+        _BASE, hidden_size=256, intermediate_size=512, num_attention_heads=4,
+        num_key_value_heads=1, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0}),
+        "Llama at the 4-bit kernels' block sizes: deploy it as tiny-llama-q4@q4nx"),
 }
 
 #: The random models whose architecture the FP32 oracle runs but the NPU path does not yet

@@ -40,7 +40,7 @@ _SOURCE_FILE = "npu-deploy-source.json"
 @dataclass(frozen=True)
 class ModelSource:
     spec: str               # what the user asked for
-    kind: str               # bundled | gguf | hf-dir | hub-cache | random
+    kind: str               # bundled | gguf | hf-dir | hub-cache | random | quantized
     directory: Path         # a Hugging Face directory with config.json and safetensors
     origin: str             # one line for reports: where the weights really come from
 
@@ -72,9 +72,16 @@ def resolve(spec: str, *, cache: Path | None = None, seed: int = 0) -> ModelSour
     """Turn a model spec into a loadable Hugging Face directory (converting or
     generating it into the cache the first time)."""
     from npu_deploy.models.catalog import CATALOG
+    from npu_deploy.models.quantization import CHOICES, split_spec
+    from npu_deploy.models.quantized_checkpoint import quantized_dir
     from npu_deploy.models.random_models import RANDOM_MODELS
 
     cache = cache or cache_dir()
+    base_spec, weights = split_spec(spec)
+    if weights is not None and not Path(spec).expanduser().exists():
+        base = resolve(base_spec, cache=cache, seed=seed)
+        return ModelSource(spec, "quantized", quantized_dir(base, weights, cache),
+                           f"{base.origin}; {CHOICES[weights]}")
     if spec == BUNDLED:
         gguf = bundled_gguf()
         directory = convert_gguf(gguf, cache)

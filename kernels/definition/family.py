@@ -132,6 +132,10 @@ class Numerics:
     seeded_weight: Callable[[Shape, Mapping[str, Any], torch.Generator],
                             dict[str, torch.Tensor]] | None = None
     atol_by: tuple[str, Mapping[str, float]] | None = None
+    #: a quantized kernel's weight operand from a model's 4-bit blocks (a kernels.formats
+    #: QuantizedMatrix): the same tensors `seeded_weight` gives, for a plan's launch
+    packed_weight: Callable[[Shape, Mapping[str, Any], Any],
+                            dict[str, torch.Tensor]] | None = None
 
     def atol_of(self, config: Mapping[str, Any]) -> float:
         """The Phase-1 atol of `config` (the spec's defaults filled in)."""

@@ -56,3 +56,12 @@ class QuantizedMatrix:
     def dequantize(self) -> torch.Tensor:
         """The float32 [rows, K] weights the bytes stand for."""
         return self.codec.dequantize(self.data, self.shape)
+
+    def rows(self, start: int, stop: int) -> QuantizedMatrix:
+        """Rows [start, stop) as a matrix of their own (an LM head's partition): the same
+        codes, scales and offsets, packed again (a format's groups run along a row, so rows
+        part without re-quantizing; the format checks the cut is whole blocks)."""
+        p = self.parts()
+        cut = QuantParts(p.q[start:stop], p.scales[start:stop],
+                         None if p.offsets is None else p.offsets[start:stop])
+        return QuantizedMatrix(self.format, (stop - start, self.shape[1]), self.codec.pack(cut))

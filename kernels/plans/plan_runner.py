@@ -92,6 +92,9 @@ class PlanRunner:
         self.exact_tiles = exact_tiles
         self.weights = _device_weights(args, weights)
         self._gemm_b: Tensors = {}      # GEMM B operands: the weight transposed to [K, N]
+        #: a 4-bit deployment's blocks (`Weights.packed`), read by its decode's 4-bit kernels
+        self.packed = dict(weights.packed or {})
+        self._packed: dict[tuple[str, tuple[int, int] | None, str], Tensors] = {}
         self.trace: list[StepTime] | None = None
 
     def on(self, backend: Any) -> PlanRunner:
@@ -204,10 +207,13 @@ class PlanRunner:
         if kernel.transposed_weight is not None:     # a weight converted once (static_b)
             config["static_b"] = launch.binding(kernel.transposed_weight).tensor.startswith("w.")
         inputs, outputs = {}, {}
+        packed = kernel.numerics.packed_weight if kernel.numerics is not None else None
         for op in spec.operands(shape):
             b = launch.binding(op.name)
             dims = _physical(op, b, self.args.head_dim)
-            if op.role == "output":
+            if op.role == "weight" and packed is not None:
+                inputs.update(self._packed_weight(launch, b, packed))
+            elif op.role == "output":
                 outputs[op.name] = self._output(b, op, dims, tensors)
             else:
                 inputs[op.name] = self._input(launch, b, dims, tensors)
@@ -240,6 +246,24 @@ class PlanRunner:
         if b.tensor not in tensors:
             tensors[b.tensor] = torch.empty(self._row_sizes[b.tensor], *dims[1:], dtype=dtype)
         return tensors[b.tensor][b.rows[0]:b.rows[1]]
+
+    def _packed_weight(self, launch: Launch, b: Binding, packed: Any) -> Tensors:
+        """A 4-bit kernel's weight operand: the model's blocks of `b`'s tensor (the rows of
+        its partition), as the kernel's family binds them, converted once per launch
+        configuration (the int4 GEMV's tiles depend on it)."""
+        name = b.tensor.removeprefix("w.")
+        key = (name, b.rows, repr(sorted(launch.config_dict.items())))
+        if key not in self._packed:
+            m = self.packed.get(name)
+            if m is None:
+                raise KeyError(f"{launch.label}: {launch.kernel} reads 4-bit blocks of {name!r}, "
+                               "which this model does not have (deploy it with --weights "
+                               "q4nx, or plan it without a weight format)")
+            if b.rows is not None:
+                m = m.rows(*b.rows)
+            self._packed[key] = packed(launch.shape_dict,
+                                       {**launch.spec.tunables, **launch.config_dict}, m)
+        return self._packed[key]
 
     def _weight(self, name: str, gemm_b: bool) -> torch.Tensor:
         if name not in self.weights:

@@ -26,6 +26,8 @@ from npu_deploy.deploy_request import (
 from npu_deploy.events import PHASE_NAMES, Event
 from npu_deploy.events.decisions import naming, open_decisions, waiting_on
 from npu_deploy.events.describe import cut
+from npu_deploy.models.quantization import CHOICES as WEIGHT_CHOICES
+from npu_deploy.models.quantization import split_spec, with_weights
 from npu_deploy.store import DiskFull, EventStore, RunLocked, Unanchored
 
 from .group import code_version
@@ -160,6 +162,12 @@ def _phases(text: str) -> frozenset[int]:
               help="Prefill length of the gates' long prompt and of the optimized plans.")
 @click.option("--steps", type=click.IntRange(1, 256), default=32, show_default=True,
               help="Greedy tokens per prompt in the token-set gates.")
+@click.option("--weights", type=click.Choice(["bf16", *WEIGHT_CHOICES]), default="bf16",
+              show_default=True,
+              help="bf16: every weight bf16. q4nx: the projections quantized into Q4NX and "
+                   "decoded by the 4-bit kernel (proj_qmm). q4: a GGUF's own 4-bit blocks, "
+                   "repacked. The run's model becomes MODEL@WEIGHTS; what quantization costs "
+                   "is reported in phase 0.")
 @click.option("--seed-fault", type=click.Choice(["gemm-tile", "bfp16-datapath"]), default=None,
               help="A drill: seed a known fault for the gates and debug skills to catch "
                    "(gemm-tile: a GEMM tile that does not divide N; bfp16-datapath: phase 3 "
@@ -180,11 +188,15 @@ def _phases(text: str) -> frozenset[int]:
 def deploy_cmd(model: str, headless: bool, auto_approve: bool, pause_at: str, budget: int,
                agent: str, claude_model: str | None, agent_budget: str, sandbox_limits: str,
                pipeline_spec: str | None, run_id: str | None, seq_len: int, steps: int,
-               seed_fault: str | None, backend: str, air_objects: Path | None,
+               weights: str, seed_fault: str | None, backend: str, air_objects: Path | None,
                repeats: int | None) -> None:
     """Deploy MODEL through phases 0-7 as a new run in the store."""
     from npu_deploy.machine import Conductor
 
+    if weights != "bf16" and split_spec(model)[1] is not None:
+        raise click.UsageError(f"{model} names its weights already; drop --weights {weights} "
+                               "or the @ suffix")
+    model = with_weights(model, weights)
     request = DeployRequest(
         model, backend=backend, agent=agent, seq_len=seq_len, steps=steps,
         auto_approve=auto_approve, pause_at=_phases(pause_at), budget=budget,

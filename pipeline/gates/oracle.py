@@ -21,6 +21,7 @@ from npu_deploy.models.loading import LoadedModel
 from npu_deploy.oracle import reference_of
 from npu_deploy.oracle.bf16 import hf_teacher_forced
 from npu_deploy.oracle.prompts import Prompt, canonical_prompts
+from npu_deploy.oracle.quant_cost import QuantizationCost, quantization_cost
 from npu_deploy.pipeline.toolbox import Toolbox
 from npu_deploy.pipeline.workspace import Workspace
 
@@ -126,9 +127,30 @@ def phase0_gate(loaded: LoadedModel, prompts: list[Prompt] | None = None, *,
     return Phase0Report(loaded.source.spec, loaded.source.origin, results, rel_tol, checks)
 
 
+def quantization_checks(cost: QuantizationCost) -> list[dict[str, Any]]:
+    """What a quantized model's 4-bit weights cost against its source checkpoint
+    (oracle.quant_cost), as recorded checks: reported beside the verdict, never deciding it
+    (the deployment is gated against the de-quantized model)."""
+    table = phase(0)
+    out = [check(f"quantization L{c.layer}", "layer_cosine_vs_source", c.cosine,
+                 table.threshold("lens_quant_layer_cosine"), ">=", gating=False)
+           for c in cost.layers]
+    out += [check(f"quantization {p.prompt}", "greedy_tokens_agreed_vs_source",
+                  p.tokens_agreed, p.steps, ">=", gating=False) for p in cost.prompts]
+    out.append(check("quantization weights", "projection_rel_rms", cost.weight_rel_rms,
+                     table.threshold("lens_quant_weight_rel_rms"), "<=", gating=False))
+    return out
+
+
 def oracle_checks(ws: Workspace, answers: dict[str, Any] | None) -> list[dict[str, Any]]:
     report = phase0_gate(ws.loaded, ws.prompts(), steps=ws.settings.steps)
     checks = list(report.checks)
+    if ws.loaded.weights.packed is not None:
+        with progress.stage("what quantization costs: the source checkpoint's greedy runs",
+                            len(ws.prompts()), "prompt"):
+            cost = quantization_cost(ws.loaded, ws.prompts(), ws.settings.steps)
+        if cost is not None:
+            checks += quantization_checks(cost)
     for r in report.results:
         stored = (answers or {}).get(r.prompt, {}).get("tokens", [])
         same = sum(1 for a, b in zip(stored, r.ours_tokens, strict=False) if a == b)
