@@ -127,7 +127,8 @@ def test_decode_plans_the_4bit_kernel_and_its_programs_pass_the_verifier(cli, tm
     assert ("proj_qmm_acc256" if proj == "proj_qmm" else "matvec_int4_bf16") in sources
 
 
-@pytest.mark.parametrize("name", ["qwen25_3b_q4", "llama32_1b_int4"])
+@pytest.mark.parametrize("name", ["qwen25_3b_q4", "llama32_1b_int4", "gemma3_4b_q4nx",
+                                  "phi4_mini_q4nx"])
 def test_prefill_keeps_the_bf16_gemms(cli, name):
     result = cli("plan", name, "--seq-len", 128, "--check", "--json")
     assert result.exit_code == 0, result.output
