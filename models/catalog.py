@@ -147,4 +147,67 @@ _QUANTIZED = [
                                   "llama32_1b_int4/llama32_1b_int4_weights.py, awq_pack.py")),
 ]
 
-CATALOG: dict[str, CatalogEntry] = {e.name: e for e in _ENTRIES + _QUANTIZED}
+# google/gemma-3-4b-it's text model (its config.json text_config), as upstream states it:
+# llms/gemma3_4b_q4nx/README.md (Architecture) and gemma3_4b_q4nx_weights.py (D, DH,
+# N_Q_HEADS, N_KV_HEADS, INTER, NUM_LAYERS, VOCAB, RMS_EPS, ROPE_LOCAL_THETA,
+# ROPE_GLOBAL_THETA, ROPE_GLOBAL_LINEAR_FACTOR, SLIDING_WINDOW, SLIDING_PATTERN, ATTN_SCALE
+# = 1/sqrt(query_pre_attn_scalar 256)); max_position_embeddings 131072 from the public config
+_GEMMA3_4B = {
+    "model_type": "gemma3_text", "num_hidden_layers": 34, "hidden_size": 2560,
+    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+    "intermediate_size": 10240, "vocab_size": 262208, "rms_norm_eps": 1e-6,
+    "max_position_embeddings": 131072, "tie_word_embeddings": True,
+    "hidden_activation": "gelu_pytorch_tanh", "query_pre_attn_scalar": 256,
+    "sliding_window": 1024, "sliding_window_pattern": 6,
+    "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0,
+    "rope_scaling": {"rope_type": "linear", "factor": 8.0}}
+
+#: Phi-4-mini-instruct's LongRoPE tables (48 = 96 rotated dims / 2). Upstream does not carry
+#: them (llms/phi4_mini_q4nx reads rope.short/long.weight from the bundle at run time and
+#: states only "short_factor is all 1.0" and "the long table (up to 47.75)", bf16 of 47.77);
+#: the values are microsoft/Phi-4-mini-instruct config.json's rope_scaling, as its public
+#: copies carry it (huggingface.co/onnx-community/Phi-4-mini-instruct-ONNX-MHA and
+#: huggingface.co/unsloth/Phi-4-mini-instruct, config.json).
+_PHI4_LONG_FACTOR = [
+    1.0, 1.118320672, 1.250641126, 1.398617824, 1.564103225, 1.74916897, 1.956131817,
+    2.187582649, 2.446418898, 2.735880826, 3.059592084, 3.421605075, 3.826451687,
+    4.279200023, 4.785517845, 5.351743533, 5.984965424, 6.693110555, 7.485043894,
+    8.370679318, 9.36110372, 10.4687158, 11.70738129, 13.09260651, 14.64173252,
+    16.37415215, 18.31155283, 20.47818807, 22.90118105, 25.61086418, 28.64115884,
+    32.03, 32.1, 32.13, 32.23, 32.6, 32.61, 32.64, 32.66, 32.7, 32.71, 32.93, 32.97,
+    33.28, 33.49, 33.5, 44.16, 47.77]
+# microsoft/Phi-4-mini-instruct config.json (llms/phi4_mini_q4nx/README.md, Model Config,
+# and phi4_mini_q4nx_weights.py phi4_mini_config, ROPE_DIM, ROPE_BASE, ROPE_ORIG_MAX_POS
+# agree); its sliding_window 262144 is past every position, so no window binds
+_PHI4_MINI = {
+    "model_type": "phi3", "num_hidden_layers": 32, "hidden_size": 3072,
+    "num_attention_heads": 24, "num_key_value_heads": 8, "intermediate_size": 8192,
+    "vocab_size": 200064, "rms_norm_eps": 1e-5, "hidden_act": "silu",
+    "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+    "tie_word_embeddings": True, "partial_rotary_factor": 0.75, "sliding_window": 262144,
+    "rope_theta": 10000.0,
+    "rope_scaling": {"type": "longrope", "short_factor": [1.0] * 48,
+                     "long_factor": _PHI4_LONG_FACTOR}}
+
+_LATER_Q4NX = [
+    CatalogEntry("gemma3_4b_q4nx", "FastFlowLM/Gemma3-4B-NPU2", "config-only",
+                 "Q4NX, Gemma 3: head_dim 256, 5:1 sliding/global, vocab 262208 (tied)",
+                 _GEMMA3_4B,
+                 _q4nx("gemma3_4b_q4nx",
+                       "the bundle's separate Q4NX lm_head (the raw, unscaled tied matrix; "
+                       "its bf16 embed_tokens is pre-scaled by sqrt(2560)), requantized into "
+                       "Q4NX for the decode (gemma3_4b_q4nx_requant.py build_requant_cache) "
+                       "and de-quantized to bf16 for prefill's lm_head_gemv "
+                       "(gemma3_4b_q4nx_weights.py embed_norm_lmhead)")),
+    CatalogEntry("phi4_mini_q4nx", "FastFlowLM/Phi4-mini-Instruct-NPU2", "config-only",
+                 "Q4NX, Phi-4-mini: partial rotary 96/128, LongRoPE, vocab 200064 (tied)",
+                 _PHI4_MINI,
+                 _q4nx("phi4_mini_q4nx",
+                       "the tied bf16 embedding, read in bf16 by prefill's LM head and "
+                       "requantized into Q4NX for the decode's (README, Two LM-head "
+                       "precisions; q4nx_decode_phi4.py calls build_requant_cache with "
+                       "tie_lm_head=True, its default); the bundle's own Q4NX lm_head is "
+                       "unused (phi4_mini_q4nx_weights.py load_q4nx_weights)")),
+]
+
+CATALOG: dict[str, CatalogEntry] = {e.name: e for e in _ENTRIES + _QUANTIZED + _LATER_Q4NX}

@@ -48,11 +48,14 @@ class QuantizedWeights:
         head where it is quantized."""
         return PROJECTIONS + (("lm_head",) if self.lm_head_quantized else ())
 
-    def bf16_tensors(self, qkv_bias: bool, qk_norm: bool) -> tuple[str, ...]:
-        """The tensors that stay bf16: the embedding, the norms, the q/k/v biases and the
-        QK norms where the architecture has them, and the LM head where it is not
-        quantized."""
+    def bf16_tensors(self, qkv_bias: bool, qk_norm: bool,
+                     sandwich_norms: bool = False) -> tuple[str, ...]:
+        """The tensors that stay bf16: the embedding, the norms (Gemma 3's two post-sublayer
+        norms too, llms/gemma3_4b_q4nx/gemma3_4b_q4nx_weights.py `layer_rms`), the q/k/v
+        biases and the QK norms where the architecture has them, and the LM head where it is
+        not quantized."""
         out = ["embed", "attn_norm", "ffn_norm", "final_norm"]
+        out += ["post_attn_norm", "post_ffn_norm"] if sandwich_norms else []
         out += ["q_bias", "k_bias", "v_bias"] if qkv_bias else []
         out += ["q_norm", "k_norm"] if qk_norm else []
         out += [] if self.lm_head_quantized else ["lm_head"]

@@ -274,16 +274,42 @@ def candidates(spec: KernelSpec, s: Shape, hw: Hardware) -> Iterator[dict[str, A
     fits = [p for p in (1, 2, 4, 8, 16, 32, 64) if N % p == 0
             and any(dma_words(k2 * N // p) <= hw.max_stride for k2, _ in ks)]
     parts = fits[0] if fits else 1
-    # N (of one block of B): every tile_n (multiples of 16 to 256), the widest herd_n dividing.
-    ns = [pair for tn in (128, *range(256, 15, -16))
-          for pair in [(tn, hn) for hn in range(hw.rows, 0, -1)
-                       if (N // parts) % (tn * hn) == 0][:1]]
+    ns = _n_tiles(N // parts, hw)
+    if not (fits and ns):
+        # An N with few factors of 2 (Gemma 3's vocabulary, 262208 = 64 x 4097, as its
+        # prefill LM head over every position): the blocks that fit the stride leave no
+        # tile_n x herd_n dividing them. Search the blocks and every tile_k_l1 together.
+        wide = [(k2, k1) for k2 in k2s for k1 in TILE_K_L1
+                if k2 % k1 == 0 and not ((k2 // k1) % 2 and k2 // k1 >= 5)]
+        split = _column_blocks(N, wide, hw)
+        if split is not None:
+            parts, ns = split
+            ks = wide
     for method in METHODS[spec.name]:
         for tm, hm in ms:
             for tn, hn in ns:
                 for k2, k1 in ks:
                     yield {"method": method, "tile_m": tm, "tile_k_l2": k2, "tile_k_l1": k1,
                            "tile_n": tn, "herd_m": hm, "herd_n": hn, "b_parts": parts}
+
+def _n_tiles(n: int, hw: Hardware) -> list[tuple[int, int]]:
+    """(tile_n, herd_n) for one block of B n columns wide: every tile_n (multiples of 16 to
+    256), with the widest herd_n that divides."""
+    return [pair for tn in (128, *range(256, 15, -16))
+            for pair in [(tn, hn) for hn in range(hw.rows, 0, -1) if n % (tn * hn) == 0][:1]]
+
+
+def _column_blocks(N: int, ks: list[tuple[int, int]], hw: Hardware
+                   ) -> tuple[int, list[tuple[int, int]]] | None:
+    """The fewest column blocks of B (b_parts) whose K step some (tile_k_l2, tile_k_l1) in
+    `ks` keeps within the DMA stride and that some tile_n x herd_n divides, with those
+    tilings; None when no count up to 64 does."""
+    for p in (1, 2, 4, 8, 16, 32, 64):
+        ns = _n_tiles(N // p, hw) if N % p == 0 else []
+        if ns and any(dma_words(k2 * N // p) <= hw.max_stride for k2, _ in ks):
+            return p, ns
+    return None
+
 
 # --- cost: the weight and activation DMA against the tiles' matmuls, plus the cast ---------
 #

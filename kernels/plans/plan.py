@@ -400,7 +400,7 @@ def weights_note(args: ModelArgs) -> str | None:
     return (f"4-bit weights ({w.format}, groups of {w.group}): decode runs its projections "
             f"{head}as {kernel} on the packed weights; prefill runs the bf16 GEMMs on weights "
             f"de-quantized to bf16 on the host at load, as upstream does. bf16: "
-            f"{', '.join(w.bf16_tensors(args.qkv_bias, args.qk_norm))}.")
+            f"{', '.join(w.bf16_tensors(args.qkv_bias, args.qk_norm, args.sandwich_norms))}.")
 
 
 def decode_window(b: PlanBuilder, shape: Shape, context: int | None) -> dict[str, Any] | None:

@@ -6,11 +6,13 @@ prefill keeps the bf16 GEMMs; `kernels` and `--emit-air --check` work and pass t
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 
 import pytest
+import torch
 
-from npu_deploy.models import CATALOG
+from npu_deploy.models import CATALOG, RopeScaling
 
 #: name -> (format, the decode's projection kernel, its LM head's kernel)
 QUANTIZED = {
@@ -21,6 +23,8 @@ QUANTIZED = {
     "qwen25_7b_q4nx": ("q4nx", "proj_qmm", "proj_qmm"),
     "qwen25_3b_q4": ("q4_0-container", "proj_qmm", "gemv"),
     "llama32_1b_int4": ("awq-int4", "gemv_int4", "gemv"),
+    "gemma3_4b_q4nx": ("q4nx", "proj_qmm", "proj_qmm"),
+    "phi4_mini_q4nx": ("q4nx", "proj_qmm", "proj_qmm"),
 }
 
 
@@ -53,6 +57,57 @@ def test_the_entries_are_upstreams_shapes_with_their_lm_heads():
     assert "q_bias" in CATALOG["qwen25_7b_q4nx"].args.weights.bf16_tensors(True, False)
 
 
+def test_gemma3_4b_is_upstreams_gemma3_text_model():
+    """llms/gemma3_4b_q4nx/README.md (Architecture) and its weights.py: 34 layers of which
+    every 6th is global (theta 1e6, positions scaled by 8) and the rest slide over 1024
+    positions (theta 1e4); attention scale 0.0625; 4 norms a layer stay bf16; the LM head is
+    the bundle's Q4NX lm_head; 3.88B parameters in the text model."""
+    args = CATALOG["gemma3_4b_q4nx"].args
+    assert (args.n_layers, args.hidden, args.n_heads, args.n_kv_heads, args.head_dim,
+            args.ffn, args.vocab) == (34, 2560, 8, 4, 256, 10240, 262208)
+    assert [i for i in range(34) if args.window(i) is None] == [5, 11, 17, 23, 29]
+    assert {args.window(i) for i in range(34)} == {None, 1024}
+    assert args.rope_of(5) == (1e6, RopeScaling("linear", 8.0)) and args.rope_of(0)[0] == 1e4
+    assert args.attn_scale == 0.0625 and args.embed_scale == math.sqrt(2560)
+    assert args.activation == "gelu_tanh" and args.tie_embeddings and args.norm_eps == 1e-6
+    assert round(args.n_params() / 1e9, 2) == 3.88
+    w = args.weights
+    assert w is not None and "lm_head" in w.quantized_tensors()
+    assert {"post_attn_norm", "post_ffn_norm", "q_norm", "k_norm"} <= set(
+        w.bf16_tensors(args.qkv_bias, args.qk_norm, args.sandwich_norms))
+
+
+def test_phi4_mini_carries_the_real_longrope_tables():
+    """Phi-4-mini-instruct's config: 96 of 128 dims rotated, 48 LongRoPE factors each way.
+    Upstream states the short table is all 1.0 and the long one tops out at 47.75 as the
+    bundle stores it in bf16 (llms/phi4_mini_q4nx/README.md, LongRoPE): 47.77 rounds to
+    that; and its attention factor 1.1902380714238083 (phi4_mini_q4nx_weights.py
+    longrope_attention_scaling). transformers' own Phi3Config accepts the entry and its
+    LongRoPE init computes the same factor and inverse frequencies."""
+    entry = CATALOG["phi4_mini_q4nx"]
+    args = entry.args
+    rope = args.rope_scaling
+    assert args.rotary_dim == 96 and args.head_dim == 128 and args.sliding_window is None
+    assert rope.kind == "longrope" and rope.original_max_position == 4096
+    assert rope.short_factor == (1.0,) * 48 and len(rope.long_factor) == 48
+    assert list(rope.long_factor) == sorted(rope.long_factor)
+    top = torch.tensor(max(rope.long_factor)).to(torch.bfloat16).item()
+    assert top == 47.75
+    assert rope.attention_factor == pytest.approx(1.1902380714238083, rel=1e-12)
+    assert round(args.n_params() / 1e9, 2) == 3.84 and args.tie_embeddings
+
+    from transformers import Phi3Config
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    hf = Phi3Config(**{k: v for k, v in entry.config.items() if k != "model_type"})
+    for seq_len, table in ((4096, rope.short_factor), (4097, rope.long_factor)):
+        inv, factor = ROPE_INIT_FUNCTIONS["longrope"](hf, "cpu", seq_len)
+        assert factor == pytest.approx(rope.attention_factor, rel=1e-12)
+        ours = 1.0 / (torch.tensor(table, dtype=torch.float64)
+                      * args.rope_theta ** (torch.arange(0, 96, 2, dtype=torch.float64) / 96))
+        assert torch.allclose(inv.double(), ours, rtol=1e-6)
+
+
 @pytest.mark.parametrize("name", list(QUANTIZED))
 def test_decode_plans_the_4bit_kernel_and_its_programs_pass_the_verifier(cli, tmp_path, name):
     fmt, proj, head = QUANTIZED[name]
@@ -72,7 +127,8 @@ def test_decode_plans_the_4bit_kernel_and_its_programs_pass_the_verifier(cli, tm
     assert ("proj_qmm_acc256" if proj == "proj_qmm" else "matvec_int4_bf16") in sources
 
 
-@pytest.mark.parametrize("name", ["qwen25_3b_q4", "llama32_1b_int4"])
+@pytest.mark.parametrize("name", ["qwen25_3b_q4", "llama32_1b_int4", "gemma3_4b_q4nx",
+                                  "phi4_mini_q4nx"])
 def test_prefill_keeps_the_bf16_gemms(cli, name):
     result = cli("plan", name, "--seq-len", 128, "--check", "--json")
     assert result.exit_code == 0, result.output

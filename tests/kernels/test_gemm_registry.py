@@ -141,3 +141,17 @@ def test_an_lm_head_over_a_large_vocabulary_stores_b_in_column_blocks():
     assert chosen.valid and chosen.config["b_parts"] > 1
     whole = {**chosen.config, "b_parts": 1}
     assert "stride" in {f.kind for f in check(spec, chosen.use.shape, whole, XDNA2)}
+
+
+@pytest.mark.parametrize("name", ["gemm_bf16", "gemm_fp32"])
+def test_a_vocabulary_with_few_factors_of_two_still_finds_column_blocks(name):
+    """Gemma 3's 262208 = 64 x 4097: the 8 column blocks a tile_k_l2 of 32 needs for the
+    DMA stride leave 8 x 4097 columns, which no tile_n (a multiple of 16) divides; 4 blocks
+    of 16 x 4097 with tile_k_l2 16 both fit the stride and tile. The search finds them."""
+    spec = SPECS[name]
+    shape = {"M": 2048, "K": 2560, "N": 262208}
+    chosen = select(KernelUse("lm_head", spec, shape), XDNA2, use_measured=False)
+    assert chosen.valid and chosen.tried > 1, chosen.findings
+    blocks = shape["N"] // chosen.config["b_parts"]
+    assert blocks % (chosen.config["tile_n"] * chosen.config["herd_n"]) == 0
+    assert not blocking(check(spec, shape, chosen.config, XDNA2))

@@ -269,8 +269,8 @@ def test_cli_models_lists_bundled_and_targets(cli):
     result = cli("models", "--json")
     assert result.exit_code == 0
     models = json.loads(result.stdout)
-    # the bundled model, the nine bf16 targets, upstream's seven 4-bit deployments
-    assert len(models) == 17 and models[0]["name"] == "smollm2-135m"
+    # the bundled model, the nine bf16 targets, upstream's nine 4-bit deployments
+    assert len(models) == 19 and models[0]["name"] == "smollm2-135m"
     assert sum(m["format"] == "bf16" for m in models) == 10
     assert all(m["params"] > 1e8 for m in models)
 

@@ -191,7 +191,8 @@ NPU_FACTS_TARGETS = {
 
 #: Upstream's 4-bit deployments (programming_examples/llms/), catalogued beside the bf16 ones.
 QUANTIZED = {"llama32_1b_q4nx", "llama32_3b_q4nx", "llama31_8b_q4nx", "qwen3_8b_q4nx",
-             "qwen25_7b_q4nx", "qwen25_3b_q4", "llama32_1b_int4"}
+             "qwen25_7b_q4nx", "qwen25_3b_q4", "llama32_1b_int4", "gemma3_4b_q4nx",
+             "phi4_mini_q4nx"}
 
 
 def test_catalog_has_the_bundled_model_and_the_nine_targets_of_npu_facts():
