@@ -3,7 +3,7 @@
 formats' codecs are. Issue 40, point 1.
 
 * **Repack error.** Every Q4_1 tensor of the bundled SmolLM2-135M GGUF repacked into Q4NX
-  (`kernels.formats.repack`), dequantized by the device formula and compared with gguf's own
+  (`formats.repack`), dequantized by the device formula and compared with gguf's own
   dequantization of the original blocks: the largest absolute difference and the RMS
   difference, per tensor kind and over all of them, beside the weights' RMS. The nibbles move
   exactly; only d and m round from float16 to bfloat16. The same for Q4_0: each tensor's
@@ -33,8 +33,8 @@ import torch
 from gguf import GGMLQuantizationType as T
 
 from benchmarks.host import cpu_name, emit
-from npu_deploy.kernels.formats import CODECS, GGUF_Q4_0, GGUF_Q4_1, RepackError
-from npu_deploy.kernels.formats.repack import repack_error, repack_gguf
+from npu_deploy.formats import CODECS, GGUF_Q4_0, GGUF_Q4_1, RepackError
+from npu_deploy.formats.repack import repack_error, repack_gguf
 from npu_deploy.models.sources import bundled_gguf
 
 

@@ -26,7 +26,7 @@ class Part(NamedTuple):
     role: str
 
 
-_CORE = ("events", "store", "models", "metrics", "oracle", "kernels", "skills")
+_CORE = ("events", "store", "formats", "models", "metrics", "oracle", "kernels", "skills")
 
 #: Lowest first. A part imports only what it may; what it may import is listed above it.
 PARTS: tuple[Part, ...] = (
@@ -41,13 +41,16 @@ PARTS: tuple[Part, ...] = (
          "writer; the default path and the progress file"),
     Part("machine", ("events", "store"),
          "the phase machine and the conductor, the only writer of a run"),
-    Part("models", (),
+    Part("formats", (),
+         "weight formats as data: the 4-bit device formats and GGUF's blocks, each packed, "
+         "unpacked and round-tripped, with the upstream file each fact comes from"),
+    Part("models", ("formats",),
          "where a model comes from, its configuration and weights, the catalog"),
     Part("metrics", ("events",),
          "how every numerical gate compares a candidate with its reference"),
     Part("oracle", ("events", "models", "metrics"),
          "Phase 0's FP32 reference, the canonical prompts, the goldens, the bf16 reference"),
-    Part("kernels", ("events", "models", "metrics", "oracle"),
+    Part("kernels", ("events", "formats", "models", "metrics", "oracle"),
          "what an NPU2 kernel is, what it costs, whether a configuration fits"),
     Part("skills", ("events", "store"),
          "the skill catalog, its trigger matcher, lessons and memory"),

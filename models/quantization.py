@@ -2,7 +2,7 @@
 tensors are quantized and which stay bf16, and what the decode's LM head reads. A catalog
 entry carries one (`CatalogEntry.weights`) and its `ModelArgs.weights` hands it to the plans,
 which launch the format's 4-bit kernel for the decode projections
-(kernels.formats.kernel_fields `KERNEL_OF`).
+(kernels.emulation.kernel_fields `KERNEL_OF`).
 
 Upstream (Xilinx/mlir-air e972f2942d41, programming_examples/llms/*/README.md and
 *_weights.py) quantizes every layer's seven projections and keeps the embedding, the norms
@@ -30,7 +30,7 @@ PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 
 @dataclass(frozen=True)
 class QuantizedWeights:
-    """`format`: a kernels.formats name the decode's kernel reads ("q4nx", "q4_0-container",
+    """`format`: a formats name the decode's kernel reads ("q4nx", "q4_0-container",
     "awq-int4"); `group`: the columns sharing a scale. `lm_head_quantized`: whether the
     decode's LM head reads a 4-bit copy (the fused decode requantizes its LM head into Q4NX:
     the tied bf16 embedding, or an untied model's own Q4NX lm_head) or the bf16 matrix.

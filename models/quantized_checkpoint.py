@@ -1,6 +1,6 @@
 """A model deployed with 4-bit weights: `MODEL@q4nx` (any checkpoint, its projections
 quantized into Q4NX by upstream's quantizer) or `MODEL@q4` (a GGUF's own Q4_1 / Q4_0 blocks,
-repacked into the device format: kernels.formats.repack).
+repacked into the device format: formats.repack).
 
 Either way the result is a Hugging Face directory in the cache, built once, whose
 safetensors hold the projections DE-QUANTIZED (FP32, exactly what the 4-bit blocks stand
@@ -46,7 +46,7 @@ class QuantizedSet:
     (`L{i}.{role}`), with what they are (`weights`) and the directory's record (`info`)."""
 
     weights: QuantizedWeights
-    matrices: dict[str, Any]            # name -> kernels.formats QuantizedMatrix
+    matrices: dict[str, Any]            # name -> formats QuantizedMatrix
     info: dict[str, Any]
 
 
@@ -57,7 +57,7 @@ def read_quantized(directory: Path) -> QuantizedSet | None:
         return None
     from safetensors import safe_open
 
-    from npu_deploy.kernels.formats.catalog import QuantizedMatrix
+    from npu_deploy.formats.catalog import QuantizedMatrix
 
     info = json.loads(info_path.read_text())
     matrices = {}
@@ -107,7 +107,7 @@ def _build(base: Any, weights: str, out: Path) -> None:
         blocks, fmt = _quantize(args, state), "q4nx"
         origin = (f"{base.spec}'s projections quantized into Q4NX by upstream's quantizer "
                   "(Xilinx/mlir-air e972f2942d41, programming_examples/fused_decode/"
-                  "proj_qmm_pack.py; kernels/formats/q4nx.py)")
+                  "proj_qmm_pack.py; formats/q4nx.py)")
     errors = {}
     for name, m in blocks.items():
         layer, role = name.split(".", 1)
@@ -159,8 +159,8 @@ def _hf_slot(args: Any, state: dict[str, torch.Tensor], layer: int,
 def _quantize(args: Any, state: dict[str, torch.Tensor]) -> dict[str, Any]:
     """Every projection of every layer in Q4NX, refused where a matrix is not whole blocks
     (32 rows x 256 columns: the kernel reads nothing else)."""
-    from npu_deploy.kernels.formats.catalog import QuantizedMatrix
-    from npu_deploy.kernels.formats.q4nx import COLS, ROWS
+    from npu_deploy.formats.catalog import QuantizedMatrix
+    from npu_deploy.formats.q4nx import COLS, ROWS
 
     out = {}
     for i in range(args.n_layers):
@@ -177,7 +177,7 @@ def _quantize(args: Any, state: dict[str, torch.Tensor]) -> dict[str, Any]:
 
 
 def _gguf_blocks(base: Any, args: Any) -> tuple[dict[str, Any], str, str]:
-    """A GGUF's own 4-bit projections, repacked (kernels.formats.repack)."""
+    """A GGUF's own 4-bit projections, repacked (formats.repack)."""
     raise ModelNotFound(f"{base.spec} is not a GGUF model: --weights q4 repacks a GGUF's own "
                         "4-bit blocks; use --weights q4nx to quantize its weights")
 

@@ -132,7 +132,7 @@ class Numerics:
     seeded_weight: Callable[[Shape, Mapping[str, Any], torch.Generator],
                             dict[str, torch.Tensor]] | None = None
     atol_by: tuple[str, Mapping[str, float]] | None = None
-    #: a quantized kernel's weight operand from a model's 4-bit blocks (a kernels.formats
+    #: a quantized kernel's weight operand from a model's 4-bit blocks (a formats
     #: QuantizedMatrix): the same tensors `seeded_weight` gives, for a plan's launch
     packed_weight: Callable[[Shape, Mapping[str, Any], Any],
                             dict[str, torch.Tensor]] | None = None

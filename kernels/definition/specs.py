@@ -14,7 +14,7 @@ from typing import Any
 
 from npu_deploy.models.config import ModelArgs
 
-from ..formats.kernel_fields import decode_kernel
+from ..emulation.kernel_fields import decode_kernel
 from .family import BF16, FP32, KernelSpec, Operand, Shape
 from .registry import SPECS
 

@@ -2,7 +2,7 @@
 the fused de-quantizing GEMV of the Q4NX decode (`proj_qmm_*`) and the int4-AWQ GEMV
 (`matvec_int4_bf16_packed`). Both take the weight's fields already unpacked (4-bit codes as
 uint8 [M, K], bf16 scales and mins or zero points per group as [M, K / group]); which byte
-layout a bundle stores them in is kernels/formats' business.
+layout a bundle stores them in is formats/' business.
 
 proj_qmm (Xilinx/mlir-air e972f29, programming_examples/fused_decode/kernels/proj_qmm.cc and
 q4_k.h `_qmm_q4k_bf16`), per output row and per group g of 32 columns:
@@ -55,7 +55,7 @@ class QuantFields:
     code is the two's-complement nibble), scales [M, K / group] bf16, and offsets [M, K /
     group]: Q4NX's additive mins (bf16), AWQ's zero points (uint8), None for Q4_0.
 
-    The seam to kernels/formats: a format's `unpack` gives these three arrays; `of` takes them
+    The seam to formats/: a format's `unpack` gives these three arrays; `of` takes them
     in any integer or float dtype and checks their shapes."""
 
     q: torch.Tensor

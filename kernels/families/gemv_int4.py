@@ -13,7 +13,7 @@ time; per row tile the first K chunk is stored (`_store`) and every further one 
 into the bf16 output, so the rows are rounded to bf16 between chunks
 (kernels.emulation.quantized.matvec_int4). The device buffer of W is upstream's pack_inputs
 order, tile by tile (core, row tile, K chunk): it depends on herd_m, m_tile and k_chunk, so
-a format writes it for the configuration (`to_device` is where kernels/formats' AWQ packer
+a format writes it for the configuration (`to_device` is where formats/' AWQ packer
 connects); the emulator reads the unpacked fields (`fields`).
 """
 
@@ -51,6 +51,7 @@ from ..definition.family import (
 )
 from ..definition.hardware import Hardware
 from ..definition.rules import Finding
+from ..emulation.kernel_fields import kernel_tensors, seeded_matrix
 from ..emulation.quantized import (
     AWQ_GROUP,
     QuantFields,
@@ -58,11 +59,11 @@ from ..emulation.quantized import (
     matvec_int4_bound,
     reference,
 )
-from ..formats.kernel_fields import kernel_tensors, seeded_matrix
 from .proj_qmm import weight_buffer
 
 if TYPE_CHECKING:
-    from ..formats.catalog import QuantizedMatrix
+    from npu_deploy.formats.catalog import QuantizedMatrix
+
     from ..performance.model import PerfParams
     from ..plans.plan import Launch
 
@@ -154,12 +155,12 @@ def candidates(spec: KernelSpec, s: Shape, hw: Hardware) -> Iterator[dict[str, A
 
 def fields(x: Tensors, s: Shape) -> QuantFields:
     """The weight's fields: `w.q` (uint8 [M, K]), `w.scale` (bf16 [M, K / 128]) and `w.zero`
-    (uint8 [M, K / 128]). The seam for kernels/formats: its AWQ `unpack` gives them."""
+    (uint8 [M, K / 128]). The seam for formats/: its AWQ `unpack` gives them."""
     try:
         return QuantFields.of(x["w.q"], x["w.scale"], x["w.zero"], AWQ_GROUP)
     except KeyError:
         raise ValueError("gemv_int4 emulates from the weight's unpacked fields (w.q, w.scale, "
-                         "w.zero); unpack the AWQ buffer `w` with kernels.formats first") \
+                         "w.zero); unpack the AWQ buffer `w` with formats first") \
             from None
 
 
@@ -185,7 +186,7 @@ def packed_weight(s: Shape, c: Mapping[str, Any], m: QuantizedMatrix) -> Tensors
 
 
 def seeded_weight(s: Shape, c: Mapping[str, Any], gen: torch.Generator) -> Tensors:
-    """A valid int4-AWQ weight for Phase 1 (kernels.formats.kernel_fields `seeded_matrix`)."""
+    """A valid int4-AWQ weight for Phase 1 (kernels.emulation.kernel_fields `seeded_matrix`)."""
     return packed_weight(s, c, seeded_matrix("awq-int4", (s["M"], s["K"]), gen))
 
 

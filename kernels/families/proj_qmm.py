@@ -18,7 +18,7 @@ decode: it is checked against that design's constraints (row blocks per phase, t
 vocab chunking, the engine-wide stack) but not emitted here.
 
 The weight's fields (codes, scales, mins) come unpacked: `fields` is the seam where
-kernels/formats' Q4NX `unpack` of the device buffer connects.
+formats/' Q4NX `unpack` of the device buffer connects.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from ..definition.family import (
 )
 from ..definition.hardware import Hardware
 from ..definition.rules import Finding
+from ..emulation.kernel_fields import PROJ_QMM_FORMATS, kernel_tensors, seeded_matrix
 from ..emulation.quantized import (
     Q4NX_COLS,
     Q4NX_GROUP,
@@ -67,10 +68,10 @@ from ..emulation.quantized import (
     proj_qmm_bound,
     reference,
 )
-from ..formats.kernel_fields import PROJ_QMM_FORMATS, kernel_tensors, seeded_matrix
 
 if TYPE_CHECKING:
-    from ..formats.catalog import QuantizedMatrix
+    from npu_deploy.formats.catalog import QuantizedMatrix
+
     from ..performance.model import PerfParams
     from ..plans.plan import Launch
 
@@ -249,12 +250,12 @@ def candidates(spec: KernelSpec, s: Shape, hw: Hardware) -> Iterator[dict[str, A
 
 def fields(x: Tensors, s: Shape) -> QuantFields:
     """The weight's fields from the tensors: `w.q` (uint8 [M, K]), `w.scale` and `w.min`
-    ([M, K / 32]). The seam for kernels/formats: its Q4NX `unpack` of `w` gives them."""
+    ([M, K / 32]). The seam for formats/: its Q4NX `unpack` of `w` gives them."""
     try:
         return QuantFields.of(x["w.q"], x["w.scale"], x.get("w.min"), Q4NX_GROUP)
     except KeyError:
         raise ValueError("proj_qmm emulates from the weight's unpacked fields (w.q, w.scale, "
-                         "w.min); unpack the Q4NX buffer `w` with kernels.formats first") \
+                         "w.min); unpack the Q4NX buffer `w` with formats first") \
             from None
 
 
@@ -273,14 +274,14 @@ def bound(s: Shape, c: dict[str, Any], x: Tensors) -> torch.Tensor:
 
 def packed_weight(s: Shape, c: Mapping[str, Any], m: QuantizedMatrix) -> Tensors:
     """Weight `m` (Q4NX or the Q4_0 container) as the kernel's operand `w`, its blocks, and
-    the fields the emulator reads (kernels.formats.kernel_fields `kernel_tensors`)."""
+    the fields the emulator reads (kernels.emulation.kernel_fields `kernel_tensors`)."""
     t = kernel_tensors(m)
     t["w"] = t["w"].view(torch.bfloat16).reshape(*blocks(s), BLOCK_WORDS)
     return t
 
 
 def seeded_weight(s: Shape, c: Mapping[str, Any], gen: torch.Generator) -> Tensors:
-    """A valid Q4NX (or Q4_0) weight for Phase 1 (kernels.formats.kernel_fields
+    """A valid Q4NX (or Q4_0) weight for Phase 1 (kernels.emulation.kernel_fields
     `seeded_matrix`)."""
     fmt = PROJ_QMM_FORMATS.get(str(c["codec"]), "q4nx")
     return packed_weight(s, c, seeded_matrix(fmt, (s["M"], s["K"]), gen))

@@ -23,7 +23,7 @@ from ..definition.registry import family
 from ..definition.rules import blocking
 from ..definition.selection import select
 from ..definition.specs import SPECS, Decode, KernelUse, Mode, Prefill, Shape, unplannable
-from ..formats.kernel_fields import decode_kernel
+from ..emulation.kernel_fields import decode_kernel
 from .steps import (
     HOST_OPS,
     KINDS,

@@ -1,4 +1,4 @@
-"""The seam between weight formats and the 4-bit kernels (kernels.formats.kernel_fields): a
+"""The seam between weight formats and the 4-bit kernels (kernels.emulation.kernel_fields): a
 QuantizedMatrix's fields as proj_qmm / gemv_int4 read them and back to the same device bytes
 bit for bit, and Phase 1 validating both kernels on seeded, valid quantized weights."""
 
@@ -7,12 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from npu_deploy.formats import QuantizedMatrix
 from npu_deploy.kernels import SPECS
 from npu_deploy.kernels.emulation.emulator import EmulatorBackend
-from npu_deploy.kernels.emulation.quantized import proj_qmm, reference
-from npu_deploy.kernels.emulation.validate import seeded_inputs, validate_kernel
-from npu_deploy.kernels.formats import QuantizedMatrix
-from npu_deploy.kernels.formats.kernel_fields import (
+from npu_deploy.kernels.emulation.kernel_fields import (
     device_codec,
     kernel_of,
     kernel_tensors,
@@ -20,6 +18,8 @@ from npu_deploy.kernels.formats.kernel_fields import (
     seeded_matrix,
     to_device,
 )
+from npu_deploy.kernels.emulation.quantized import proj_qmm, reference
+from npu_deploy.kernels.emulation.validate import seeded_inputs, validate_kernel
 
 FORMATS = ("q4nx", "q4_0-container", "awq-int4")
 

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from npu_deploy.kernels.formats import CODECS, QuantizedMatrix, codec
+from npu_deploy.formats import CODECS, QuantizedMatrix, codec
 
 
 def valid_bytes(name: str, shape: tuple[int, int], seed: int) -> bytes:

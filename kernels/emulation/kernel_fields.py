@@ -25,11 +25,12 @@ from typing import Any
 
 import torch
 
-from ..emulation.quantized import AWQ_GROUP, Q4NX_GROUP, QuantFields
-from .awq import AwqInt4Codec
-from .catalog import QuantizedMatrix, codec
-from .layout import QuantParts
-from .q4nx import Q4Container
+from npu_deploy.formats.awq import AwqInt4Codec
+from npu_deploy.formats.catalog import QuantizedMatrix, codec
+from npu_deploy.formats.layout import QuantParts
+from npu_deploy.formats.q4nx import Q4Container
+
+from .quantized import AWQ_GROUP, Q4NX_GROUP, QuantFields
 
 #: a codec a 4-bit kernel reads
 KernelCodec = Q4Container | AwqInt4Codec
@@ -47,7 +48,7 @@ class KernelOf:
     offset: str | None
 
 
-#: each device format's kernel, by the format's name (kernels.formats.CODECS)
+#: each device format's kernel, by the format's name (formats.CODECS)
 KERNEL_OF = {
     "q4nx": KernelOf("proj_qmm", "q4nx", Q4NX_GROUP, "w.min"),
     "q4_0-container": KernelOf("proj_qmm", "q4_0", Q4NX_GROUP, None),

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from npu_deploy.kernels.formats import (
+from npu_deploy.formats import (
     Q4_0_CODEC,
     Q4NX,
     Q4NX_CODEC,

@@ -8,7 +8,7 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType as T
 
-from npu_deploy.kernels.formats import (
+from npu_deploy.formats import (
     GGUF_Q4_0,
     GGUF_Q4_1,
     Q4_0_CODEC,

@@ -12,11 +12,6 @@ from .gguf_blocks import GGUF_Q4_0 as GGUF_Q4_0
 from .gguf_blocks import GGUF_Q4_1 as GGUF_Q4_1
 from .gguf_blocks import GGUF_Q8_0 as GGUF_Q8_0
 from .gguf_blocks import GgufCodec as GgufCodec
-from .kernel_fields import KERNEL_OF as KERNEL_OF
-from .kernel_fields import kernel_tensors as kernel_tensors
-from .kernel_fields import quant_fields as quant_fields
-from .kernel_fields import seeded_matrix as seeded_matrix
-from .kernel_fields import to_device as to_device
 from .layout import BlockField as BlockField
 from .layout import QuantParts as QuantParts
 from .layout import Upstream as Upstream

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from npu_deploy.kernels.formats import (
+from npu_deploy.formats import (
     AWQ_INT4,
     AWQ_INT4_CODEC,
     AWQ_INT4_GEMM_CODEC,

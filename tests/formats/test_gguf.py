@@ -8,7 +8,7 @@ import pytest
 import torch
 from gguf import GGML_QUANT_SIZES
 
-from npu_deploy.kernels.formats import GGUF_Q4_0, GGUF_Q4_1, GGUF_Q8_0, QuantParts
+from npu_deploy.formats import GGUF_Q4_0, GGUF_Q4_1, GGUF_Q8_0, QuantParts
 
 CODECS = [GGUF_Q4_0, GGUF_Q4_1, GGUF_Q8_0]
 
