@@ -18,11 +18,11 @@ TINY_LENGTHS = (16, 100, 128)
 
 
 def deploy_headless(cli, db, model: str, seq_len: int,
-                    numerics: list[dict] | None = None) -> dict[int, list[bool]]:
+                    numerics: list[dict] | None = None, *options: str) -> dict[int, list[bool]]:
     """Deploy as a user types it, and return each phase's gate verdicts in order; the
     recipe changes phase-3 retries made (the greedy-divergence skill's) go to `numerics`."""
     r = cli("--db", db, "deploy", model, "--headless", "--auto-approve",
-            "--seq-len", seq_len)
+            "--seq-len", seq_len, *options)
     assert r.exit_code == 0, r.stdout[-4000:] + r.stderr
     assert "run finished: PASS" in r.stdout
     with EventStore.open(db, readonly=True) as store:
@@ -96,6 +96,36 @@ def test_each_tiny_model_passes_every_gate_at_one_of_the_lengths(tmp_path, cli, 
     numerics: list[dict] = []
     gates = deploy_headless(cli, tmp_path / "runs.db", model, seq_len, numerics)
     first_attempts_or_the_bars_fix(gates, numerics)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_tiny_model_with_q4nx_weights_passes_every_gate(tmp_path, cli):
+    """`--weights q4nx`: the decode's projections run as proj_qmm on the Q4NX blocks (each
+    validated in phase 1 at the model's shapes), prefill's GEMMs on the de-quantized weights,
+    every gate against the FP32 model of those weights; phase 0 records what quantization
+    costs against the source checkpoint beside its verdict, without deciding it."""
+    numerics: list[dict] = []
+    db = tmp_path / "runs.db"
+    gates = deploy_headless(cli, db, "tiny-llama-q4", 64, numerics, "--weights", "q4nx")
+    first_attempts_or_the_bars_fix(gates, numerics)
+    with EventStore.open(db, readonly=True) as store:
+        (run_id,) = store.run_ids()
+        assert store.runs()[0].model == "tiny-llama-q4@q4nx"
+        events = list(store.events(run_id))
+    validated = {e.payload["arguments"]["kernel"] for e in events
+                 if e.type == "tool.requested" and e.payload["tool"] == "validate_kernel"}
+    assert {"proj_qmm K=256 M=256", "proj_qmm K=256 M=64", "proj_qmm K=256 M=512",
+            "proj_qmm K=512 M=256"} <= validated
+    # no bf16 GEMV at a projection's shape (the LM head's, 512 x 256, is gate_proj's too)
+    assert not validated & {"gemv K=256 M=256", "gemv K=256 M=64", "gemv K=512 M=256"}
+    phase0 = next(e.payload for e in events if e.type == "gate.evaluated" and e.phase == 0)
+    cost = [c for c in phase0["checks"] if c["subject"].startswith("quantization ")]
+    layers = [c for c in cost if c["metric"] == "layer_cosine_vs_source"]
+    assert len(layers) == 2 and all(not c["gating"] for c in cost)
+    assert all(0.9 < c["value"] < 1.0 for c in layers)      # a cost, and not a broken model
+    rms = next(c for c in cost if c["metric"] == "projection_rel_rms")
+    assert 0.01 < rms["value"] < 0.1
 
 
 @pytest.mark.e2e

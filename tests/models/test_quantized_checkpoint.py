@@ -1,0 +1,132 @@
+"""A model deployed with 4-bit weights (models/quantized_checkpoint.py): `MODEL@q4nx` is a
+cached checkpoint holding the projections de-quantized beside their Q4NX blocks; the plan
+runner hands the blocks to the decode's 4-bit kernel; phase 0 measures what quantization
+costs against the source checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from npu_deploy.formats import QuantizedMatrix
+from npu_deploy.models.errors import ModelNotFound, UnsupportedModel
+from npu_deploy.models.loading import load_model, read_safetensors
+from npu_deploy.models.quantization import PROJECTIONS, split_spec, with_weights
+
+Q4 = "tiny-llama-q4@q4nx"
+
+
+@pytest.fixture(scope="module")
+def q4():
+    return load_model(Q4)
+
+
+def test_a_spec_names_its_weights_after_an_at():
+    assert split_spec("tiny-llama@q4nx") == ("tiny-llama", "q4nx")
+    assert split_spec("smollm2-135m@q4") == ("smollm2-135m", "q4")
+    assert split_spec("org/model@main") == ("org/model@main", None)   # not a weights choice
+    assert with_weights("tiny-llama", "bf16") == "tiny-llama"
+    assert with_weights("tiny-llama", "q4nx") == "tiny-llama@q4nx"
+    with pytest.raises(ValueError, match="bf16, q4nx, q4"):
+        with_weights("tiny-llama", "q3")
+
+
+def test_the_checkpoint_holds_exactly_what_its_blocks_stand_for(q4):
+    assert q4.source.kind == "quantized" and q4.args.weights is not None
+    assert q4.args.weights.format == "q4nx" and not q4.args.weights.lm_head_quantized
+    packed = q4.weights.packed
+    assert packed is not None
+    assert sorted(packed) == sorted(f"L{i}.{r}" for i in range(2) for r in PROJECTIONS)
+    state = read_safetensors(q4.source.directory)
+    for i, layer in enumerate(q4.weights.layers):
+        for role, ours in (("q_proj", layer.wq), ("down_proj", layer.w_down)):
+            m = packed[f"L{i}.{role}"]
+            assert isinstance(m, QuantizedMatrix) and m.format == "q4nx"
+            assert torch.equal(ours, m.dequantize())         # bit for bit
+            part = "self_attn" if role == "q_proj" else "mlp"
+            assert torch.equal(state[f"model.layers.{i}.{part}.{role}.weight"], m.dequantize())
+
+
+def test_what_is_not_a_projection_is_the_source_s_own(q4):
+    info = json.loads((q4.source.directory / "quantization.json").read_text())
+    source = load_model(info["base"])
+    assert torch.equal(source.weights.embed, q4.weights.embed)
+    assert torch.equal(source.weights.layers[0].attn_norm, q4.weights.layers[0].attn_norm)
+    assert source.weights.packed is None
+    # quantized, so not the source's: a cost the phase-0 check reports
+    assert not torch.equal(source.weights.layers[0].wq, q4.weights.layers[0].wq)
+    assert 0.01 < info["errors"]["L0.q_proj"]["rel_rms"] < 0.1
+
+
+def test_a_model_whose_projections_are_not_whole_blocks_is_refused_in_one_line():
+    with pytest.raises(UnsupportedModel, match=r"32 rows x 256 columns.*--weights bf16"):
+        load_model("tiny-llama@q4nx")          # hidden 128: K is half a block
+
+
+def test_q4_repacks_a_gguf_s_blocks_and_nothing_else():
+    with pytest.raises(ModelNotFound, match="not a GGUF.*--weights q4nx"):
+        load_model("tiny-llama-q4@q4")
+
+
+def test_deploy_refuses_weights_twice_and_a_model_it_cannot_quantize(cli, tmp_path):
+    db = tmp_path / "runs.db"
+    r = cli("--db", db, "deploy", Q4, "--weights", "q4nx", "--headless")
+    assert r.exit_code == 2 and "names its weights already" in r.output
+    r = cli("--db", db, "deploy", "tiny-llama", "--weights", "q4nx", "--headless")
+    assert r.exit_code != 0 and "32 rows x 256 columns" in r.output
+    assert not db.exists() or "tiny-llama" not in cli("--db", db, "runs").output
+
+
+def test_the_decode_reads_the_blocks_not_their_bf16_copy(q4):
+    """A decode step's projections are proj_qmm on the blocks: blocks changed change the
+    logits; the bf16 copy of the same weight changed changes nothing."""
+    from npu_deploy.kernels.definition.hardware import XDNA2
+    from npu_deploy.kernels.definition.specs import Decode, Prefill
+    from npu_deploy.kernels.emulation.emulator import EmulatorBackend
+    from npu_deploy.kernels.plans.plan import baseline_plan
+    from npu_deploy.kernels.plans.plan_runner import PlanRunner
+
+    runner = PlanRunner(q4.args, q4.weights, EmulatorBackend())
+    tokens = torch.arange(3, 19)
+    prefill = runner.run(baseline_plan("p", q4.args, Prefill(16), XDNA2, lm_head="last-token"),
+                         tokens)
+    decode = baseline_plan("d", q4.args, Decode(16), XDNA2)
+    kernels = {ln.kernel for d in decode.dispatches for ln in d.launches}
+    assert "proj_qmm" in kernels and "gemv" in kernels            # gemv: the bf16 LM head
+
+    def step(r: PlanRunner) -> torch.Tensor:
+        return r.run(decode, torch.tensor([5]), prefill.cache).logits
+
+    base = step(runner)
+    bf16_changed = runner.on(EmulatorBackend())
+    bf16_changed.weights = dict(runner.weights)
+    bf16_changed.weights["w.L0.q_proj"] = torch.zeros_like(runner.weights["w.L0.q_proj"])
+    assert torch.equal(step(bf16_changed), base)
+    blocks_changed = PlanRunner(q4.args, q4.weights, EmulatorBackend())
+    blocks_changed.packed["L0.q_proj"] = blocks_changed.packed["L1.q_proj"]
+    assert not torch.equal(step(blocks_changed), base)
+    # and the step is the de-quantized model's, to the NPU's rounding
+    from npu_deploy.metrics.comparison import compare
+    from npu_deploy.oracle import reference_of
+
+    ref = reference_of(q4)
+    _, cache = ref.prefill(tokens)
+    assert compare(ref.decode(5, cache)[None], base).cosine > 0.999
+
+
+def test_phase_0_reports_what_quantization_costs_beside_its_verdict(q4):
+    from npu_deploy.oracle.prompts import Prompt
+    from npu_deploy.oracle.quant_cost import quantization_cost
+    from npu_deploy.pipeline.gates.oracle import quantization_checks
+
+    prompts = [Prompt("story", "Once upon a time"), Prompt("npu", "A neural processing unit")]
+    cost = quantization_cost(q4, prompts, steps=4)
+    assert cost is not None and cost.base == "tiny-llama-q4"
+    assert [c.layer for c in cost.layers] == [0, 1]
+    assert all(0.9 < c.cosine < 1.0 and c.rel_l2 > 0 for c in cost.layers)
+    assert [p.prompt for p in cost.prompts] == ["story", "npu"]
+    checks = quantization_checks(cost)
+    assert checks and not any(c["gating"] for c in checks)
+    assert quantization_cost(load_model("tiny-llama"), prompts, steps=4) is None
