@@ -1,8 +1,7 @@
-"""A model deployed with 4-bit weights: `MODEL@q4nx` (any checkpoint, its projections
-quantized into Q4NX by upstream's quantizer) or `MODEL@q4` (a GGUF's own Q4_1 / Q4_0 blocks,
-repacked into the device format: formats.repack).
+"""A model deployed with 4-bit weights: `MODEL@q4nx`, any checkpoint with its projections
+quantized into Q4NX by upstream's quantizer.
 
-Either way the result is a Hugging Face directory in the cache, built once, whose
+The result is a Hugging Face directory in the cache, built once, whose
 safetensors hold the projections DE-QUANTIZED (FP32, exactly what the 4-bit blocks stand
 for) and everything else as the source had it, beside `quantized/` with the blocks the
 decode's kernel reads and `quantization.json` saying what was done. So the checkpoint the
@@ -27,7 +26,7 @@ from typing import Any
 
 import torch
 
-from npu_deploy.models.errors import ModelNotFound, UnsupportedModel
+from npu_deploy.models.errors import UnsupportedModel
 from npu_deploy.models.quantization import PROJECTIONS, QuantizedWeights
 
 #: the directory's files besides the checkpoint's own
@@ -101,13 +100,10 @@ def _build(base: Any, weights: str, out: Path) -> None:
     args = model_args(read_config(base.directory / "config.json"),
                       str(base.directory / "config.json"))
     state = read_safetensors(base.directory)
-    if weights == "q4":
-        blocks, fmt, origin = _gguf_blocks(base, args)
-    else:
-        blocks, fmt = _quantize(args, state), "q4nx"
-        origin = (f"{base.spec}'s projections quantized into Q4NX by upstream's quantizer "
-                  "(Xilinx/mlir-air e972f2942d41, programming_examples/fused_decode/"
-                  "proj_qmm_pack.py; formats/q4nx.py)")
+    blocks, fmt = _quantize(args, state), weights
+    origin = (f"{base.spec}'s projections quantized into Q4NX by upstream's quantizer "
+              "(Xilinx/mlir-air e972f2942d41, programming_examples/fused_decode/"
+              "proj_qmm_pack.py; formats/q4nx.py)")
     errors = {}
     for name, m in blocks.items():
         layer, role = name.split(".", 1)
@@ -174,12 +170,6 @@ def _quantize(args: Any, state: dict[str, torch.Tensor]) -> dict[str, Any]:
                     "deploy this model with --weights bf16")
             out[f"L{i}.{role}"] = QuantizedMatrix.quantize("q4nx", w)
     return out
-
-
-def _gguf_blocks(base: Any, args: Any) -> tuple[dict[str, Any], str, str]:
-    """A GGUF's own 4-bit projections, repacked (formats.repack)."""
-    raise ModelNotFound(f"{base.spec} is not a GGUF model: --weights q4 repacks a GGUF's own "
-                        "4-bit blocks; use --weights q4nx to quantize its weights")
 
 
 __all__ = ["QuantizedSet", "quantized_dir", "read_quantized"]
