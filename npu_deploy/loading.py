@@ -41,7 +41,7 @@ LOADING = {
 #: set against the command line's options).
 VALUE_OPTIONS = frozenset({
     "--db", "--pipeline", "--run-id", "--pause-at", "--budget", "--agent", "--model",
-    "--agent-budget", "--sandbox-limits", "--seq-len", "--steps", "--seed-fault",
+    "--agent-budget", "--sandbox-limits", "--seq-len", "--steps", "--weights", "--seed-fault",
     "--backend", "--air-objects", "--repeats"})
 #: Options that make the command answer at once, wherever they are.
 AT_ONCE = frozenset({"-h", "--help", "--version"})
