@@ -79,6 +79,21 @@ def quant_fields(m: QuantizedMatrix) -> QuantFields:
     return QuantFields.of(q, parts.scales, offset, k.group)
 
 
+def device_fields(format: str, w: torch.Tensor, shape: tuple[int, int],
+                  config: dict[str, Any] | None = None) -> QuantFields:
+    """The fields of a weight from its device bytes `w` (any dtype, as a buffer holds them)
+    at `config`'s tile: what the kernel itself reads, so a device that runs the emulator's
+    numerics on its buffers (tests/fake_npu.py) decodes them the way `to_device` wrote them."""
+    k = kernel_of(format)
+    data = w.contiguous().view(torch.uint8).reshape(-1).numpy().tobytes()
+    parts = device_codec(format, config).unpack(data, shape)
+    q = parts.q
+    if q.dtype == torch.int8:                   # Q4_0's signed code, as the nibble
+        q = q.view(torch.uint8) & 0xF
+    offset = parts.offsets if k.offset is not None else None
+    return QuantFields.of(q, parts.scales, offset, k.group)
+
+
 def device_codec(format: str, config: dict[str, Any] | None = None) -> KernelCodec:
     """The codec whose bytes the kernel reads at `config`: an AWQ GEMV's tile is its m_tile x
     k_chunk (matvec_int4_packed.py `pack_inputs`); the Q4NX container's block is fixed."""

@@ -51,7 +51,7 @@ from ..definition.family import (
 )
 from ..definition.hardware import Hardware
 from ..definition.rules import Finding
-from ..emulation.kernel_fields import kernel_tensors, seeded_matrix
+from ..emulation.kernel_fields import device_fields, kernel_tensors, seeded_matrix
 from ..emulation.quantized import (
     AWQ_GROUP,
     QuantFields,
@@ -153,28 +153,29 @@ def candidates(spec: KernelSpec, s: Shape, hw: Hardware) -> Iterator[dict[str, A
 # --- numerics (kernels.emulation.quantized) ---------------------------------------------------
 
 
-def fields(x: Tensors, s: Shape) -> QuantFields:
+def fields(x: Tensors, s: Shape, c: Mapping[str, Any] | None = None) -> QuantFields:
     """The weight's fields: `w.q` (uint8 [M, K]), `w.scale` (bf16 [M, K / 128]) and `w.zero`
-    (uint8 [M, K / 128]). The seam for formats/: its AWQ `unpack` gives them."""
-    try:
+    (uint8 [M, K / 128]) where the tensors carry them, else decoded from the packed tiles `w`
+    at the configuration's m_tile x k_chunk, as the kernel reads them."""
+    if "w.q" in x:
         return QuantFields.of(x["w.q"], x["w.scale"], x["w.zero"], AWQ_GROUP)
-    except KeyError:
-        raise ValueError("gemv_int4 emulates from the weight's unpacked fields (w.q, w.scale, "
-                         "w.zero); unpack the AWQ buffer `w` with formats first") \
-            from None
+    if c is None or "w" not in x:
+        raise ValueError("gemv_int4 reads its weight's fields (w.q, w.scale, w.zero) or its "
+                         "packed tiles `w` at the configuration's tile; neither was given")
+    return device_fields("awq-int4", x["w"], (s["M"], s["K"]), dict(c))
 
 
 def emulate(s: Shape, c: dict[str, Any], x: Tensors, out: Tensors | None = None) -> Tensors:
-    return {"y": matvec_int4(fields(x, s), x["x"], k_chunk=int(c["k_chunk"]))}
+    return {"y": matvec_int4(fields(x, s, c), x["x"], k_chunk=int(c["k_chunk"]))}
 
 
 def _reference(s: Shape, c: dict[str, Any], x: Tensors) -> Tensors:
-    return {"y": reference(fields(x, s), x["x"], subtract=True)}
+    return {"y": reference(fields(x, s, c), x["x"], subtract=True)}
 
 
 def bound(s: Shape, c: dict[str, Any], x: Tensors) -> torch.Tensor:
     """The per-row distance from the FP32 reference the kernel's arithmetic allows."""
-    return matvec_int4_bound(fields(x, s), x["x"], k_chunk=int(c["k_chunk"]))
+    return matvec_int4_bound(fields(x, s, c), x["x"], k_chunk=int(c["k_chunk"]))
 
 
 def packed_weight(s: Shape, c: Mapping[str, Any], m: QuantizedMatrix) -> Tensors:

@@ -58,7 +58,12 @@ from ..definition.family import (
 )
 from ..definition.hardware import Hardware
 from ..definition.rules import Finding
-from ..emulation.kernel_fields import PROJ_QMM_FORMATS, kernel_tensors, seeded_matrix
+from ..emulation.kernel_fields import (
+    PROJ_QMM_FORMATS,
+    device_fields,
+    kernel_tensors,
+    seeded_matrix,
+)
 from ..emulation.quantized import (
     Q4NX_COLS,
     Q4NX_GROUP,
@@ -248,28 +253,30 @@ def candidates(spec: KernelSpec, s: Shape, hw: Hardware) -> Iterator[dict[str, A
 # --- numerics (kernels.emulation.quantized) ---------------------------------------------------
 
 
-def fields(x: Tensors, s: Shape) -> QuantFields:
-    """The weight's fields from the tensors: `w.q` (uint8 [M, K]), `w.scale` and `w.min`
-    ([M, K / 32]). The seam for formats/: its Q4NX `unpack` of `w` gives them."""
-    try:
+def fields(x: Tensors, s: Shape, c: Mapping[str, Any] | None = None) -> QuantFields:
+    """The weight's fields: `w.q` (uint8 [M, K]), `w.scale` and `w.min` ([M, K / 32]) where
+    the tensors carry them (a plan's launch, Phase 1's seeded weight), else decoded from the
+    blocks `w` as the kernel reads them (the build `c["codec"]` says the format)."""
+    if "w.q" in x:
         return QuantFields.of(x["w.q"], x["w.scale"], x.get("w.min"), Q4NX_GROUP)
-    except KeyError:
-        raise ValueError("proj_qmm emulates from the weight's unpacked fields (w.q, w.scale, "
-                         "w.min); unpack the Q4NX buffer `w` with formats first") \
-            from None
+    if c is None or "w" not in x:
+        raise ValueError("proj_qmm reads its weight's fields (w.q, w.scale, w.min) or its Q4NX "
+                         "blocks `w` with the build's codec; neither was given")
+    fmt = PROJ_QMM_FORMATS.get(str(c.get("codec", "q4nx")), "q4nx")
+    return device_fields(fmt, x["w"], (s["M"], s["K"]))
 
 
 def emulate(s: Shape, c: dict[str, Any], x: Tensors, out: Tensors | None = None) -> Tensors:
-    return {"y": proj_qmm(fields(x, s), x["x"], signed=c.get("codec") == "q4_0")}
+    return {"y": proj_qmm(fields(x, s, c), x["x"], signed=c.get("codec") == "q4_0")}
 
 
 def _reference(s: Shape, c: dict[str, Any], x: Tensors) -> Tensors:
-    return {"y": reference(fields(x, s), x["x"], signed=c.get("codec") == "q4_0")}
+    return {"y": reference(fields(x, s, c), x["x"], signed=c.get("codec") == "q4_0")}
 
 
 def bound(s: Shape, c: dict[str, Any], x: Tensors) -> torch.Tensor:
     """The per-row distance from the FP32 reference the kernel's arithmetic allows."""
-    return proj_qmm_bound(fields(x, s), x["x"], signed=c.get("codec") == "q4_0")
+    return proj_qmm_bound(fields(x, s, c), x["x"], signed=c.get("codec") == "q4_0")
 
 
 def packed_weight(s: Shape, c: Mapping[str, Any], m: QuantizedMatrix) -> Tensors:

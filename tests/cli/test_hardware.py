@@ -268,6 +268,18 @@ def test_quick_compiles_and_runs_one_program_per_kernel_family(tmp_path: Path, t
     assert "ETA" in result.stderr and "(modeled: 38 s a program" in result.stderr
 
 
+def test_quick_runs_the_4bit_kernel_of_a_q4nx_model_from_its_blocks(tmp_path: Path):
+    """`validate-hardware tiny-llama-q4@q4nx --quick`: the decode's proj_qmm is compiled and
+    run like every other family, the simulated device reading its Q4NX blocks from the
+    buffer (the fields the emulator keeps beside them never reach the device)."""
+    result, report = quick(tmp_path / "report.json", "fake_npu:machine", "tiny-llama-q4@q4nx")
+    assert result.exit_code == 0, result.output
+    check_report(report)
+    rows = {k["kernel"]: k for k in report["kernels"]}
+    assert "proj_qmm" in rows and rows["proj_qmm"]["passed"], rows.get("proj_qmm")
+    assert "gemv" in rows          # the bf16 LM head
+
+
 def test_only_our_program_failing_is_ours_and_keeps_its_log_and_ir(tmp_path: Path):
     result, report = quick(tmp_path / "report.json", f"{__name__}:rmsnorm_broken_machine")
     assert result.exit_code == 1

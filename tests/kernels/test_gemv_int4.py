@@ -73,10 +73,19 @@ def test_the_family_emulates_the_kernel_at_its_k_chunk_within_its_bound(k_chunk)
     assert numerics.atol_of(config) == {256: 5e-2, 1024: 3e-2}[k_chunk]
 
 
-def test_emulating_from_the_packed_buffer_asks_for_its_fields():
-    with pytest.raises(ValueError, match="formats"):
-        FAMILIES["gemv_int4"].numerics.emulate({"M": 8, "K": 128}, SPEC.tunables,
-                                               {"w": torch.zeros(8, 67), "x": torch.zeros(128)})
+@pytest.mark.parametrize("k_chunk", [256, 1024])
+def test_emulating_from_the_tiles_alone_reads_what_the_fields_say(k_chunk):
+    """The packed tiles `w` alone, decoded at the configuration's tile, give the outputs
+    the fields give (a device holds the tiles only)."""
+    shape, config = {"M": 16, "K": 2048}, {**SPEC.tunables, "k_chunk": k_chunk}
+    gen = torch.Generator().manual_seed(5)
+    t = family.seeded_weight(shape, config, gen)
+    x = torch.randn(2048, generator=gen).to(torch.bfloat16)
+    numerics = FAMILIES["gemv_int4"].numerics
+    with_fields = numerics.emulate(shape, config, {**t, "x": x})["y"]
+    assert torch.equal(with_fields, numerics.emulate(shape, config, {"w": t["w"], "x": x})["y"])
+    with pytest.raises(ValueError, match="neither was given"):
+        numerics.emulate(shape, config, {"x": x})
 
 
 def test_the_packed_weight_is_4_19_bits_a_weight_and_the_cost_streams_it():

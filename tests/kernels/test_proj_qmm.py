@@ -131,10 +131,20 @@ def test_the_family_emulates_the_kernel_and_stays_within_its_bound():
     assert bool((err <= family.bound(shape, {}, t).double()).all())
 
 
-def test_emulating_from_the_packed_buffer_asks_for_its_fields():
-    with pytest.raises(ValueError, match="formats"):
-        FAMILIES["proj_qmm"].numerics.emulate({"M": 32, "K": 256}, {},
-                                              {"w": torch.zeros(1, 1, 2560), "x": torch.zeros(256)})
+@pytest.mark.parametrize("codec", ["q4nx", "q4_0"])
+def test_emulating_from_the_blocks_alone_reads_what_the_fields_say(codec):
+    """A device holds the blocks `w` alone (tests/fake_npu.py runs the emulator on its
+    buffers): decoded with the build's codec they give the same outputs as the fields."""
+    shape = {"M": 64, "K": 512}
+    gen = torch.Generator().manual_seed(3)
+    t = family.seeded_weight(shape, {"codec": codec}, gen)
+    x = torch.randn(512, generator=gen).to(torch.bfloat16)
+    numerics = FAMILIES["proj_qmm"].numerics
+    with_fields = numerics.emulate(shape, {"codec": codec}, {**t, "x": x})["y"]
+    alone = numerics.emulate(shape, {"codec": codec}, {"w": t["w"], "x": x})["y"]
+    assert torch.equal(with_fields, alone)
+    with pytest.raises(ValueError, match="neither was given"):
+        numerics.emulate(shape, {"codec": codec}, {"x": x})
 
 
 # --- cost: 5 bits a weight --------------------------------------------------------------------
