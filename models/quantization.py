@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: `--weights` choices beside bf16: what each does, for the help and the errors. A GGUF's own
-#: 4-bit blocks repacked (formats/repack.py) are not one yet: see docs/quantized-kernels.md
+#: `--weights` choices beside bf16: what each does, for the help and the errors
 CHOICES = {
     "q4nx": "every projection quantized into Q4NX (groups of 32, w = scale*q + min)",
+    "q4": "a GGUF's own 4-bit blocks, repacked for the NPU (Q4_1 -> Q4NX, Q4_0 -> Q4_0)",
 }
-#: between a model and its weights in a run's model spec: `tiny-llama-q4@q4nx`
+#: between a model and its weights in a run's model spec: `smollm2-135m@q4`
 SEP = "@"
 
 #: every layer's quantized tensors, by the plans' roles

@@ -100,10 +100,13 @@ def _build(base: Any, weights: str, out: Path) -> None:
     args = model_args(read_config(base.directory / "config.json"),
                       str(base.directory / "config.json"))
     state = read_safetensors(base.directory)
-    blocks, fmt = _quantize(args, state), weights
-    origin = (f"{base.spec}'s projections quantized into Q4NX by upstream's quantizer "
-              "(Xilinx/mlir-air e972f2942d41, programming_examples/fused_decode/"
-              "proj_qmm_pack.py; formats/q4nx.py)")
+    if weights == "q4":
+        blocks, fmt, origin = _gguf_blocks(base, args, state)
+    else:
+        blocks, fmt = _quantize(args, state), weights
+        origin = (f"{base.spec}'s projections quantized into Q4NX by upstream's quantizer "
+                  "(Xilinx/mlir-air e972f2942d41, programming_examples/fused_decode/"
+                  "proj_qmm_pack.py; formats/q4nx.py)")
     errors = {}
     for name, m in blocks.items():
         layer, role = name.split(".", 1)
@@ -153,8 +156,10 @@ def _hf_slot(args: Any, state: dict[str, torch.Tensor], layer: int,
 
 
 def _quantize(args: Any, state: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """Every projection of every layer in Q4NX, refused where a matrix is not whole blocks
-    (32 rows x 256 columns: the kernel reads nothing else)."""
+    """Every projection of every layer in Q4NX. K is padded to whole 256-column blocks with
+    zero groups (scale 1, min 0: exactly 0), as the plans pad x with zeros (kernels.plans.plan
+    `block_k`: SmolLM2's 576 runs as 768); rows are not padded: a projection whose rows are
+    not whole 32-row blocks is refused (the kernel writes whole blocks of y)."""
     from npu_deploy.formats.catalog import QuantizedMatrix
     from npu_deploy.formats.q4nx import COLS, ROWS
 
@@ -163,13 +168,88 @@ def _quantize(args: Any, state: dict[str, torch.Tensor]) -> dict[str, Any]:
         for role in PROJECTIONS:
             hf, rows = _hf_slot(args, state, i, role)
             w = state[hf][rows[0]:rows[1]].to(torch.float32)
-            if w.shape[0] % ROWS or w.shape[1] % COLS:
+            if w.shape[0] % ROWS:
                 raise UnsupportedModel(
-                    f"{args.arch} layer {i} {role} is {w.shape[0]}x{w.shape[1]}: Q4NX blocks "
-                    f"are {ROWS} rows x {COLS} columns and the kernel reads whole blocks; "
-                    "deploy this model with --weights bf16")
+                    f"{args.arch} layer {i} {role} has {w.shape[0]} rows: Q4NX blocks hold "
+                    f"{ROWS} rows and the kernel writes whole blocks; deploy this model with "
+                    "--weights bf16")
+            k = -(-w.shape[1] // COLS) * COLS
+            w = torch.nn.functional.pad(w, (0, k - w.shape[1]))
             out[f"L{i}.{role}"] = QuantizedMatrix.quantize("q4nx", w)
     return out
+
+
+#: GGUF's tensor names for the projections (llama.cpp's `blk.N.*`)
+_GGUF_NAMES = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v",
+               "o_proj": "attn_output", "gate_proj": "ffn_gate", "up_proj": "ffn_up",
+               "down_proj": "ffn_down"}
+
+
+def _gguf_blocks(base: Any, args: Any, state: dict[str, torch.Tensor]
+                 ) -> tuple[dict[str, Any], str, str]:
+    """A GGUF's own 4-bit projections repacked into the device format (formats.repack:
+    Q4_1 -> Q4NX, Q4_0 -> the Q4_0 container; K padded to whole blocks), each checked
+    against the checkpoint transformers converted from the same file: the GGUF's rows, put
+    back in the checkpoint's order, must de-quantize to it exactly."""
+    import gguf
+
+    from npu_deploy.formats.catalog import QuantizedMatrix
+    from npu_deploy.formats.gguf_blocks import GGUF_CODECS
+    from npu_deploy.formats.repack import REPACK_TARGETS, repack_gguf
+    from npu_deploy.models.errors import ModelCorrupt
+    from npu_deploy.models.sources import _SOURCE_FILE
+
+    record = base.directory / _SOURCE_FILE
+    if base.kind not in ("bundled", "gguf") or not record.is_file():
+        raise UnsupportedModel(f"{base.spec} is not a GGUF model: --weights q4 repacks a "
+                               "GGUF's own 4-bit blocks; use --weights q4nx to quantize it")
+    path = json.loads(record.read_text())["gguf"]
+    reader = gguf.GGUFReader(path)
+    tensors = {t.name: t for t in reader.tensors}
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    out, kinds = {}, set()
+    for i in range(args.n_layers):
+        for role in PROJECTIONS:
+            t = tensors[f"blk.{i}.{_GGUF_NAMES[role]}.weight"]
+            qtype = gguf.GGMLQuantizationType(t.tensor_type)
+            if qtype not in REPACK_TARGETS:
+                raise UnsupportedModel(
+                    f"{path}: blk.{i}.{_GGUF_NAMES[role]} is {qtype.name}; --weights q4 "
+                    f"repacks {' and '.join(q.name for q in REPACK_TARGETS)} blocks only "
+                    "(use --weights q4nx to quantize this model)")
+            shape = (int(t.shape[1]), int(t.shape[0]))
+            data = t.data.tobytes()
+            order = _checkpoint_rows(arch, role, shape[0], args)
+            parts = GGUF_CODECS[qtype].unpack(data, shape)
+            if order is not None:                   # llama.cpp's Q/K row order undone
+                parts = type(parts)(parts.q[order], parts.scales[order],
+                                    None if parts.offsets is None else parts.offsets[order])
+                data = GGUF_CODECS[qtype].pack(parts)
+            hf, rows = _hf_slot(args, state, i, role)
+            if not torch.equal(GGUF_CODECS[qtype].dequantize(data, shape),
+                               state[hf][rows[0]:rows[1]].to(torch.float32)):
+                raise ModelCorrupt(f"{path}: blk.{i}.{_GGUF_NAMES[role]} does not de-quantize "
+                                   f"to {hf} of {base.directory}; remove that directory and "
+                                   "convert the GGUF again")
+            r = repack_gguf(data, shape, qtype)
+            out[f"L{i}.{role}"] = QuantizedMatrix(r.codec.format.name, r.shape, r.data)
+            kinds.add(f"{qtype.name} -> {r.codec.format.name}")
+    origin = (f"{base.spec}'s own 4-bit blocks ({', '.join(sorted(kinds))}) repacked for the "
+              "NPU (formats/repack.py): the blocks move exactly, their float16 scales and mins "
+              "round to bfloat16")
+    return out, next(iter(out.values())).format, origin
+
+
+def _checkpoint_rows(arch: str, role: str, rows: int, args: Any) -> torch.Tensor | None:
+    """The GGUF row each row of the checkpoint's q_proj or k_proj is, for a llama GGUF:
+    llama.cpp's converter interleaves each head's two rotary halves row by row
+    (convert_hf_to_gguf.py `LlamaModel.permute`), which transformers undoes on load
+    (modeling_gguf_pytorch_utils.py `LlamaTensorProcessor`). None: the rows are in order."""
+    if arch != "llama" or role not in ("q_proj", "k_proj"):
+        return None
+    heads = args.n_heads if role == "q_proj" else args.n_kv_heads
+    half = rows // heads // 2
+    return torch.arange(rows).reshape(heads, half, 2).transpose(1, 2).reshape(rows)
 
 
 __all__ = ["QuantizedSet", "quantized_dir", "read_quantized"]

@@ -30,7 +30,7 @@ from npu_deploy.formats.catalog import QuantizedMatrix, codec
 from npu_deploy.formats.layout import QuantParts
 from npu_deploy.formats.q4nx import Q4Container
 
-from .quantized import AWQ_GROUP, Q4NX_GROUP, QuantFields
+from .quantized import AWQ_GROUP, Q4NX_COLS, Q4NX_GROUP, QuantFields
 
 #: a codec a 4-bit kernel reads
 KernelCodec = Q4Container | AwqInt4Codec
@@ -54,6 +54,9 @@ KERNEL_OF = {
     "q4_0-container": KernelOf("proj_qmm", "q4_0", Q4NX_GROUP, None),
     "awq-int4": KernelOf("gemv_int4", None, AWQ_GROUP, "w.zero"),
 }
+#: the columns of a device format's block, which a 4-bit kernel reads whole: Q4NX's 256
+#: (model_spec.h Q4NX_COL_BLOCK_SIZE); the AWQ GEMV's K is its k_chunk's business
+DEVICE_COLUMNS = {"q4nx": Q4NX_COLS, "q4_0-container": Q4NX_COLS}
 #: proj_qmm's `codec` tunable -> the format its weight is stored in
 PROJ_QMM_FORMATS = {"q4nx": "q4nx", "q4_0": "q4_0-container"}
 

@@ -23,7 +23,7 @@ from ..definition.registry import family
 from ..definition.rules import blocking
 from ..definition.selection import select
 from ..definition.specs import SPECS, Decode, KernelUse, Mode, Prefill, Shape, unplannable
-from ..emulation.kernel_fields import decode_kernel
+from ..emulation.kernel_fields import DEVICE_COLUMNS, decode_kernel
 from .steps import (
     HOST_OPS,
     KINDS,
@@ -384,7 +384,18 @@ def decode_projection(b: PlanBuilder, role: str, layer: int, m: int, k: int, *, 
         b.launch("gemv", role, layer, {"M": m, "K": k}, w=_w(layer, role), x=x, y=y)
         return
     kernel, fixed = decode_kernel(weights.format)
-    b.launch(kernel, role, layer, {"M": m, "K": k}, fixed, w=_w(layer, role), x=x, y=y)
+    kb = block_k(weights.format, k)
+    b.launch(kernel, role, layer, {"M": m, "K": kb}, fixed, w=_w(layer, role),
+             x=x if kb == k else Binding("x", x, "input", width=k), y=y)
+
+
+def block_k(format: str, k: int) -> int:
+    """The K a 4-bit kernel runs a projection of `k` columns at: rounded up to the format's
+    whole column blocks (Q4NX's 256: SmolLM2's 576 runs as 768), the weight's padded
+    columns zero groups (scale 1, min 0: exactly 0) and x zero past its own `k`, so the
+    padding adds nothing to y (models/quantized_checkpoint.py pads the blocks alike)."""
+    cols = DEVICE_COLUMNS.get(format, 1)
+    return -(-k // cols) * cols
 
 
 def weights_note(args: ModelArgs) -> str | None:
@@ -433,9 +444,10 @@ def lm_head_gemv(b: PlanBuilder, x: str, rows_total: int, quantized: bool = Fals
     h = b.args.hidden
     weights = b.args.weights
     fixed: dict[str, Any] = {"partitions": 1}
+    kb = h
     if quantized and weights is not None and weights.lm_head_quantized:
         kernel, fixed = decode_kernel(weights.format)
-        need = 1
+        kb, need = block_k(weights.format, h), 1
     else:
         kernel = LM_HEAD_OUT[b.lm_head_out]
         need = int(b.config(kernel, {"M": rows_total, "K": b.args.hidden})["partitions"])
@@ -443,9 +455,10 @@ def lm_head_gemv(b: PlanBuilder, x: str, rows_total: int, quantized: bool = Fals
     step = math.ceil(math.ceil(rows_total / parts) / _PARTITION_ALIGN) * _PARTITION_ALIGN
     for k, r0 in enumerate(range(0, rows_total, step)):
         r1 = min(rows_total, r0 + step)
-        shape = {"M": r1 - r0, "K": h}
+        shape = {"M": r1 - r0, "K": kb}
         b.launch(kernel, f"lm_head.{k}", None, shape, fixed,
-                 w=Binding("w", _w(None, "lm_head"), "input", rows=(r0, r1)), x=x,
+                 w=Binding("w", _w(None, "lm_head"), "input", rows=(r0, r1)),
+                 x=x if kb == h else Binding("x", x, "input", width=h),
                  y=Binding("y", "logits", "output", rows=(r0, r1)))
 
 

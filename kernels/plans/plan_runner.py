@@ -23,6 +23,7 @@ and the tensors and the KV cache are cut back to the prompt's positions.
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -230,6 +231,11 @@ class PlanRunner:
             raise KeyError(f"{launch.label}: reads {b.tensor!r} before any step wrote it")
         if b.rows is not None:
             t = t[b.rows[0]:b.rows[1]]
+        if b.width is not None:                 # zeros past the tensor's own values
+            if t.numel() != b.width:
+                raise ValueError(f"{launch.label}: {b.tensor} holds {t.numel()} values, the "
+                                 f"plan binds {b.width}")
+            t = torch.nn.functional.pad(t.reshape(-1), (0, math.prod(dims) - b.width))
         if tuple(t.shape) != dims:
             if t.dim() == 3 and len(dims) == 3 and t.shape[1] >= dims[1]:
                 t = t[:, :dims[1]]          # the first Lk positions of a KV cache

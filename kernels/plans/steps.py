@@ -50,6 +50,11 @@ class Binding:
     #: the device: (L, L_pad). Set on a plan's launches by `kernels.air_programs.air.pad_sequences`
     #: when a program walks the sequence in blocks that L is not a multiple of; None: unpadded
     seq_pad: tuple[int, int] | None = None
+    #: an input whose tensor holds `width` values where the operand reads more: zeros past
+    #: them (a 4-bit GEMV's x, its K rounded up to whole blocks: kernels.plans.plan
+    #: `block_k`); on the device the tensor's buffer is the operand's size (air
+    #: `padded_sizes`), written `width` values deep, zero past them. None: the operand's own
+    width: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -165,8 +165,9 @@ def _phases(text: str) -> frozenset[int]:
 @click.option("--weights", type=click.Choice(["bf16", *WEIGHT_CHOICES]), default="bf16",
               show_default=True,
               help="bf16: every weight bf16. q4nx: the projections quantized into Q4NX and "
-                   "decoded by the 4-bit kernel (proj_qmm). The run's model becomes "
-                   "MODEL@WEIGHTS; what quantization costs is reported in phase 0.")
+                   "decoded by the 4-bit kernel (proj_qmm). q4: a GGUF's own 4-bit blocks "
+                   "(Q4_1, Q4_0), repacked. The run's model becomes MODEL@WEIGHTS; what "
+                   "quantization costs is reported in phase 0.")
 @click.option("--seed-fault", type=click.Choice(["gemm-tile", "bfp16-datapath"]), default=None,
               help="A drill: seed a known fault for the gates and debug skills to catch "
                    "(gemm-tile: a GEMM tile that does not divide N; bfp16-datapath: phase 3 "

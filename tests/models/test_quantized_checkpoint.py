@@ -25,11 +25,11 @@ def q4():
 
 def test_a_spec_names_its_weights_after_an_at():
     assert split_spec("tiny-llama@q4nx") == ("tiny-llama", "q4nx")
-    assert split_spec("smollm2-135m@q4") == ("smollm2-135m@q4", None)  # not built yet
+    assert split_spec("smollm2-135m@q4") == ("smollm2-135m", "q4")
     assert split_spec("org/model@main") == ("org/model@main", None)   # not a weights choice
     assert with_weights("tiny-llama", "bf16") == "tiny-llama"
     assert with_weights("tiny-llama", "q4nx") == "tiny-llama@q4nx"
-    with pytest.raises(ValueError, match="bf16, q4nx"):
+    with pytest.raises(ValueError, match="bf16, q4nx, q4"):
         with_weights("tiny-llama", "q3")
 
 
@@ -60,17 +60,74 @@ def test_what_is_not_a_projection_is_the_source_s_own(q4):
     assert 0.01 < info["errors"]["L0.q_proj"]["rel_rms"] < 0.1
 
 
-def test_a_model_whose_projections_are_not_whole_blocks_is_refused_in_one_line():
-    with pytest.raises(UnsupportedModel, match=r"32 rows x 256 columns.*--weights bf16"):
-        load_model("tiny-llama@q4nx")          # hidden 128: K is half a block
+def test_k_short_of_whole_blocks_is_padded_with_zero_groups():
+    """tiny-llama's hidden 128 is half a Q4NX block: its blocks are 256 columns wide, the
+    padding zero groups (exactly 0), and the decode runs proj_qmm at K = 256 with x bound
+    128 deep, zero past it (kernels.plans.plan `block_k`)."""
+    from npu_deploy.kernels.definition.hardware import XDNA2
+    from npu_deploy.kernels.definition.specs import Decode
+    from npu_deploy.kernels.plans.plan import baseline_plan
+
+    m = load_model("tiny-llama@q4nx")
+    q = m.weights.packed["L0.q_proj"]
+    assert q.shape == (128, 256)
+    assert torch.equal(q.dequantize()[:, 128:], torch.zeros(128, 128))
+    assert torch.equal(q.dequantize()[:, :128], m.weights.layers[0].wq)
+    plan = baseline_plan("d", m.args, Decode(8), XDNA2)
+    qkv = [ln for d in plan.dispatches for ln in d.launches if ln.role == "q_proj"]
+    assert qkv[0].kernel == "proj_qmm" and qkv[0].shape_dict == {"M": 128, "K": 256}
+    assert qkv[0].binding("x").width == 128
+    down = [ln for d in plan.dispatches for ln in d.launches if ln.role == "down_proj"][0]
+    assert down.shape_dict == {"M": 128, "K": 256} and down.binding("x").width == 192
+
+
+def test_rows_short_of_whole_blocks_are_refused_in_one_line(tmp_path):
+    from npu_deploy.models.quantized_checkpoint import _quantize
+
+    tiny = load_model("tiny-llama")
+    state = read_safetensors(tiny.source.directory)
+    state["model.layers.0.mlp.gate_proj.weight"] = torch.randn(200, 128)
+    with pytest.raises(UnsupportedModel, match=r"200 rows: Q4NX blocks hold 32 rows.*bf16"):
+        _quantize(tiny.args, state)
+
+
+def test_q4_repacks_a_gguf_s_blocks_and_nothing_else():
+    with pytest.raises(UnsupportedModel, match="not a GGUF.*--weights q4nx"):
+        load_model("tiny-llama-q4@q4")
+
+
+@pytest.mark.slow                     # the bundled GGUF read and repacked: ~40 s
+def test_the_bundled_model_s_own_q4_1_blocks_move_exactly(smollm2):
+    """`smollm2-135m@q4`: each projection's Q4_1 blocks become Q4NX blocks, the codes and
+    their order exactly (llama.cpp's Q/K row order undone: checked on the build against the
+    checkpoint transformers converted), the scales and mins rounded to bf16, K padded from
+    576 to 768."""
+    import gguf
+
+    from npu_deploy.formats.gguf_blocks import GGUF_Q4_1
+    from npu_deploy.models.sources import bundled_gguf
+
+    m = load_model("smollm2-135m@q4")
+    assert m.args.weights is not None and m.args.weights.format == "q4nx"
+    packed = m.weights.packed
+    assert packed["L0.gate_proj"].shape == (1536, 768) and packed["L3.down_proj"].shape == \
+        (576, 1536)
+    t = next(t for t in gguf.GGUFReader(bundled_gguf()).tensors
+             if t.name == "blk.0.ffn_gate.weight")
+    source = GGUF_Q4_1.unpack(t.data.tobytes(), (1536, 576))
+    ours = packed["L0.gate_proj"].parts()
+    assert torch.equal(ours.q[:, :576], source.q)
+    assert torch.equal(ours.scales[:, :18], source.scales.to(torch.bfloat16))
+    info = json.loads((m.source.directory / "quantization.json").read_text())
+    assert max(e["rel_rms"] for e in info["errors"].values()) < 0.01     # bf16 scales only
 
 
 def test_deploy_refuses_weights_twice_and_a_model_it_cannot_quantize(cli, tmp_path):
     db = tmp_path / "runs.db"
     r = cli("--db", db, "deploy", Q4, "--weights", "q4nx", "--headless")
     assert r.exit_code == 2 and "names its weights already" in r.output
-    r = cli("--db", db, "deploy", "tiny-llama", "--weights", "q4nx", "--headless")
-    assert r.exit_code != 0 and "32 rows x 256 columns" in r.output
+    r = cli("--db", db, "deploy", "tiny-llama", "--weights", "q4", "--headless")
+    assert r.exit_code != 0 and "not a GGUF" in r.output
     assert not db.exists() or "tiny-llama" not in cli("--db", db, "runs").output
 
 
