@@ -280,6 +280,23 @@ def test_quick_runs_the_4bit_kernel_of_a_q4nx_model_from_its_blocks(tmp_path: Pa
     assert "gemv" in rows          # the bf16 LM head
 
 
+@pytest.mark.slow          # the whole kit on the simulated NPU: about 20 s
+def test_the_kit_runs_a_4bit_model_whose_k_is_padded(tmp_path: Path):
+    """`validate-hardware tiny-llama@q4nx`: every kernel of the model alone on the simulated
+    NPU, proj_qmm at its padded K = 256 (hidden 128) among them, and layer 0's prefill (bf16
+    GEMMs on the de-quantized weights) against the FP32 oracle of those weights."""
+    result = run_cli("validate-hardware", "tiny-llama@q4nx", "--seq-len", SEQ, "--repeats",
+                     REPEATS, "--npu-runtime", "fake_npu:machine", "--out",
+                     tmp_path / "report.json")
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert result.exit_code == 0, result.output
+    check_report(report)
+    qmm = [k for k in report["kernels"] if k["kernel"] == "proj_qmm"]
+    assert qmm and all(k["passed"] for k in qmm)
+    assert {k["shape"]["K"] for k in qmm} == {256}
+    assert report["block"]["passed"] and report["model"]["spec"] == "tiny-llama@q4nx"
+
+
 def test_only_our_program_failing_is_ours_and_keeps_its_log_and_ir(tmp_path: Path):
     result, report = quick(tmp_path / "report.json", f"{__name__}:rmsnorm_broken_machine")
     assert result.exit_code == 1
