@@ -9,7 +9,6 @@ Phase-0 gate checks the reference against.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import torch
 from npu_deploy.models.adapters import Weights, weights_from_state_dict
 from npu_deploy.models.config import ModelArgs, model_args, read_config
 from npu_deploy.models.errors import BadConfig, ModelCorrupt, ModelNotFound, TokenizerMismatch
+from npu_deploy.models.files import read_safetensors
 from npu_deploy.models.quantized_checkpoint import read_quantized
 from npu_deploy.models.sources import ModelSource, resolve
 
@@ -51,59 +51,6 @@ def load_model(spec: str | ModelSource, *, cache: Path | None = None,
         weights = replace(weights, packed=quantized.matrices)
     tokenizer = load_tokenizer(directory, args)
     return LoadedModel(source, args, weights, tokenizer)
-
-
-def check_safetensors(directory: Path) -> None:
-    """Refuse a checkpoint whose files cannot be read whole, without loading a tensor:
-    opening a safetensors file parses its header and checks that the data it lists covers
-    the file exactly, so a damaged header or a cut file is found here, before a run."""
-    from safetensors import SafetensorError, safe_open
-
-    for path in _safetensors_files(directory):
-        try:
-            with safe_open(str(path), framework="pt") as f:
-                f.keys()
-        except (SafetensorError, OSError, RuntimeError) as e:
-            raise ModelCorrupt(f"{path} is not a valid safetensors file ({e}); re-download "
-                               "or re-convert the model") from None
-
-
-def _safetensors_files(directory: Path) -> list[Path]:
-    """The checkpoint's weight files (from its index when it has one), each present."""
-    index = directory / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise ModelCorrupt(f"{index} is not a valid safetensors index ({e})") from None
-    else:
-        files = sorted(p.name for p in directory.glob("*.safetensors"))
-    if not files:
-        bins = sorted(p.name for p in directory.glob("*.bin"))
-        hint = (f" (it has {bins[0]}: convert it to safetensors, npu-deploy does not unpickle "
-                "weights)") if bins else ""
-        raise ModelNotFound(f"{directory} has no *.safetensors weights{hint}")
-    for name in files:
-        if not (directory / name).is_file():
-            raise ModelNotFound(f"{directory / name} is listed in the safetensors index but "
-                                "missing")
-    return [directory / name for name in files]
-
-
-def read_safetensors(directory: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of the checkpoint, each file checked as it is opened."""
-    from safetensors import SafetensorError, safe_open
-
-    state: dict[str, torch.Tensor] = {}
-    for path in _safetensors_files(directory):
-        try:
-            with safe_open(str(path), framework="pt") as f:
-                for key in f.keys():  # noqa: SIM118 (safe_open is not a dict)
-                    state[key] = f.get_tensor(key)
-        except (SafetensorError, OSError, RuntimeError) as e:
-            raise ModelCorrupt(f"{path} is not a valid safetensors file ({e}); re-download "
-                               "or re-convert the model") from None
-    return state
 
 
 def load_tokenizer(directory: Path, args: ModelArgs) -> Any:
@@ -139,3 +86,6 @@ def load_hf_model(directory: Path, dtype: torch.dtype = torch.float32) -> Any:
         raise BadConfig(f"transformers could not load {directory} ({type(e).__name__}: "
                         f"{str(e)[:160]})") from None
     return model.eval()
+
+
+__all__ = ["LoadedModel", "load_hf_model", "load_model", "load_tokenizer", "read_safetensors"]

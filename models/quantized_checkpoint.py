@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from npu_deploy.models.errors import UnsupportedModel
+from npu_deploy.models.files import SOURCE_FILE, build_once, read_safetensors
 from npu_deploy.models.quantization import PROJECTIONS, QuantizedWeights
 
 #: the directory's files besides the checkpoint's own
@@ -72,8 +73,6 @@ def read_quantized(directory: Path) -> QuantizedSet | None:
 def quantized_dir(base: Any, weights: str, cache: Path) -> Path:
     """The cached directory of `base` (a models.sources ModelSource) with `weights`
     (a `CHOICES` key), built once."""
-    from npu_deploy.models.sources import _build_once
-
     key = json.dumps([str(base.directory), _content_key(base.directory), weights, _VERSION])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     target = cache / "quantized" / f"{base.directory.name}-{weights}-{digest}"
@@ -81,7 +80,7 @@ def quantized_dir(base: Any, weights: str, cache: Path) -> Path:
     def build(tmp: Path) -> None:
         _build(base, weights, tmp)
 
-    return _build_once(target, build)
+    return build_once(target, build)
 
 
 def _content_key(directory: Path) -> list[Any]:
@@ -95,7 +94,6 @@ def _build(base: Any, weights: str, out: Path) -> None:
     from safetensors.torch import save_file
 
     from npu_deploy.models.config import model_args, read_config
-    from npu_deploy.models.loading import read_safetensors
 
     args = model_args(read_config(base.directory / "config.json"),
                       str(base.directory / "config.json"))
@@ -197,9 +195,8 @@ def _gguf_blocks(base: Any, args: Any, state: dict[str, torch.Tensor]
     from npu_deploy.formats.gguf_blocks import GGUF_CODECS
     from npu_deploy.formats.repack import REPACK_TARGETS, repack_gguf
     from npu_deploy.models.errors import ModelCorrupt
-    from npu_deploy.models.sources import _SOURCE_FILE
 
-    record = base.directory / _SOURCE_FILE
+    record = base.directory / SOURCE_FILE
     if base.kind not in ("bundled", "gguf") or not record.is_file():
         raise UnsupportedModel(f"{base.spec} is not a GGUF model: --weights q4 repacks a "
                                "GGUF's own 4-bit blocks; use --weights q4nx to quantize it")

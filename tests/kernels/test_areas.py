@@ -20,7 +20,7 @@ AREAS = sorted(p.parent.name for p in KERNELS.glob("*/__init__.py")
 
 
 def test_the_areas_are_the_ones_the_docs_list():
-    assert AREAS == ["air_programs", "definition", "emulation", "fidelity", "formats", "measured",
+    assert AREAS == ["air_programs", "definition", "emulation", "fidelity", "measured",
                      "npu_runtime", "performance", "plans"]
 
 
