@@ -13,26 +13,27 @@ models the fused token from its parts, as the README and the builder describe th
   `NPH=4`, `DEST`) on the 16 proj cores (aie_array_layout.h MVM_CORES), each phase
   kernels.families.proj_qmm's fused-engine `work`: the core's Q4NX blocks streamed at the
   bf16 GEMV's fitted column bandwidth (kernels/families/gemv.py, fitted on upstream's
-  GEMV_bf16.md) or computed at upstream's static bundle counts (fused_decode/README.md),
-  whichever is longer, the blocks being double-buffered. A phase's blocks per core are
-  upstream's I2P x PAIR_ROWS x 2 J2P (`_MODELS`); Qwen2.5-3B streams its FFN padded to
-  12288 (fused_decode_qwen.py INTERMEDIATE);
+  GEMV_bf16.md) or computed at upstream's static bundle counts
+  (programming_examples/fused_decode/README.md), whichever is longer, the blocks being
+  double-buffered. A phase's blocks per core are upstream's I2P x PAIR_ROWS x 2 J2P
+  (`_MODELS`); Qwen2.5-3B streams its FFN padded to 12288 (fused_decode_qwen.py
+  INTERMEDIATE);
 - LM head: the vocab padded to a multiple of the model dim (model_spec.h
   VOCAB_SIZE_PADDED) on the same cores, plus a host-armed wave per vocab chunk (~20 us,
   measured upstream: proj_qmm.VOCAB_WAVE_S), the chunk being each model's VOCAB_CHUNK_I2
   and PAIR_ROWS (fused_decode.py `_MODELS`; the README of each llms/*_q4nx);
 - KV readback: the template is built at ATTN_MAXL=2048 and streams all 2048 positions of
-  every layer's K and V whatever the context (fused_decode/README.md "Decode staircase"),
-  over the attention compute units (N_ATTN_CU: 4 in every `_MODELS` entry, 2 in
-  fused_decode_qwen.py), each at the GEMV's fitted column bandwidth, as
+  every layer's K and V whatever the context (programming_examples/fused_decode/README.md,
+  "Decode staircase"), over the attention compute units (N_ATTN_CU: 4 in every `_MODELS`
+  entry, 2 in fused_decode_qwen.py), each at the GEMV's fitted column bandwidth, as
   kernels.families.decode_attention streams a cache;
 - dispatch: the performance model's dispatch overhead (PerfParams.dispatch_overhead_s);
 - per-layer rest: what a layer spends outside its projections' weight stream and its
   cache readback (attention's arithmetic, RMSNorm + residual, RoPE, the GLU, the phase
-  hand-offs between cores; "its layers do not pipeline", fused_decode/README.md). This is
-  the model's ONE end-to-end term, and it is calibrated on Llama-3.2-1B alone
-  (`calibrate_layer_s`, on llama32_1b_q4nx's measured ~50 tok/s): every other model's
-  figure is a prediction from its own dimensions.
+  hand-offs between cores; "its layers do not pipeline",
+  programming_examples/fused_decode/README.md). This is the model's ONE end-to-end term,
+  and it is calibrated on Llama-3.2-1B alone (`calibrate_layer_s`, on llama32_1b_q4nx's
+  measured ~50 tok/s): every other model's figure is a prediction from its own dimensions.
 
 Qwen2.5-3B's decode runs its final norm and LM head on the host and its measured figure is
 the device's alone (llms/qwen25_3b_q4/README.md, Status), so its fused token has no LM head.
@@ -54,7 +55,8 @@ from ..measured.quantized_deployments import QUANTIZED_MEASURED
 from .model import PerfParams
 
 #: the template's KV window: every fused decode is built at ATTN_MAXL=2048 (Qwen2.5-3B's
-#: LBUILD default too) and streams all of it each token (fused_decode/README.md)
+#: LBUILD default too) and streams all of it each token
+#: (programming_examples/fused_decode/README.md)
 ATTN_MAXL = 2048
 
 
