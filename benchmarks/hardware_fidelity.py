@@ -135,13 +135,17 @@ def quantized_end_to_end() -> list[dict[str, Any]]:
     for model, (ttft_m, dec_m, source) in QUANTIZED_MEASURED.items():
         args = CATALOG[model].args
         assert args.weights is not None, f"{model} is not a quantized catalog entry"
-        fused = fused_token(model).tokens_per_s if has_fused_decode(model) else None
+        parts = fused_token(model) if has_fused_decode(model) else None
+        fused = None if parts is None else parts.tokens_per_s
         rows.append({"model": model, "format": args.weights.format,
                      "modeled_ttft_s": estimate(reference_prefill(model, args, SEQ)).total_s,
                      "modeled_decode_tok_s":
                          estimate(reference_decode(model, args, SEQ - 1)).tokens_per_s,
                      "modeled_fused_decode_tok_s": fused,
                      "fused_calibrated_on": model == CALIBRATION_TARGET.model,
+                     "fused_parts_ms": None if parts is None else {
+                         k: 1e3 * getattr(parts, f"{k}_s") for k in
+                         ("projections", "lm_head", "kv_readback", "layers", "dispatch")},
                      "measured_ttft_s": ttft_m, "measured_decode_tok_s": dec_m,
                      "measured_source": f"measured on NPU2 (upstream, {source})"})
     return rows

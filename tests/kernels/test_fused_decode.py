@@ -59,6 +59,14 @@ def test_more_weight_bytes_decode_slower():
     assert large.tokens_per_s < small.tokens_per_s / 3
 
 
+def test_across_the_catalog_more_weight_bytes_decode_slower():
+    """Every 4-bit entry with a fused decode, ordered by the weight bytes a token streams, is
+    ordered by its modeled time per token too (a batch-1 decode streams every weight)."""
+    tokens = sorted((fused_token(m) for m in fused_decode.FUSED_LAYOUTS),
+                    key=lambda t: t.weight_bytes)
+    assert [t.total_s for t in tokens] == sorted(t.total_s for t in tokens)
+
+
 def test_weight_bytes_are_upstreams_q4nx_sizes():
     """Llama-3.1-8B's layers and LM head in Q4NX blocks: 4.375 GiB, as upstream sizes its
     decode weights (llms/llama31_8b_q4nx/README.md, the five weight buffers)."""
