@@ -15,7 +15,8 @@ each zeroing, accumulating and flushing a row block of 32 over the K / 256 colum
 (upstream's calls, our herd). "fused" is upstream's fused decode superkernel, which runs the
 same kernel on 16 proj cores (aie_array_layout.h MVM_CORES) in one dispatch of the whole
 decode: it is checked against that design's constraints (row blocks per phase, the LM head's
-vocab chunking, the engine-wide stack) but not emitted here.
+vocab chunking, the engine-wide stack) but not emitted here; its whole token is modeled by
+kernels.performance.fused_decode.
 
 The weight's fields (codes, scales, mins) come unpacked: `fields` is the seam where
 formats/' Q4NX `unpack` of the device buffer connects.

@@ -1,7 +1,8 @@
 """Measured data, upstream's and ours, kept apart: upstream's kernel registry as ingested
 into kernels/data/ (`measurements` reads it, `ingest` writes it), the C signatures of its
 micro-kernels (`upstream_kernels`), its LLM deployments (`upstream_llm_pages` reads the pages,
-`deployments` compares our plans with them), the rows measured here by `validate-hardware`
+`deployments` compares our plans with them; `quantized_deployments` holds its 4-bit
+deployments' published figures), the rows measured here by `validate-hardware`
 (`measured_here`), and a kernel's time with where it came from (`figures`).
 
 Importing this package imports none of its modules: each public name, listed in

@@ -10,3 +10,4 @@ from .measured_here import import_report as import_report
 from .measurements import Row as Row
 from .measurements import load as load
 from .measurements import table as table
+from .quantized_deployments import QUANTIZED_MEASURED as QUANTIZED_MEASURED

@@ -2,7 +2,7 @@
 is calibrated on (`calibration_set`, kernels/data/calibration.json), the fit of the families'
 cost coefficients on upstream's measured launches (`fitting`), and the calibration that
 derives every parameter, with the reports that hold the model against the figures
-(`calibration`).
+(`calibration`); upstream's 4-bit decode as one fused dispatch a token (`fused_decode`).
 
 Importing this package imports none of its modules: each public name, listed in
 `__init__.pyi`, is imported the first time it is asked for (lazy_loader)."""

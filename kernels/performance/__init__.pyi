@@ -8,6 +8,7 @@ from .calibration_set import CALIBRATION as CALIBRATION
 from .calibration_set import Calibration as Calibration
 from .fitting import fit_kernels as fit_kernels
 from .fitting import measured_launches as measured_launches
+from .fused_decode import fused_token as fused_token
 from .model import DEFAULT_PARAMS as DEFAULT_PARAMS
 from .model import PerfParams as PerfParams
 from .model import Profile as Profile

@@ -150,6 +150,14 @@ def test_hardware_fidelity_holds_issue_23s_acceptance_figures():
                                        for e in quantized)
     assert all(e["measured_source"].startswith("measured on NPU2 (upstream, llms/")
                for e in quantized)
+    # the fused engine: every Q4NX / Q4_0 entry modeled, the AWQ one (no fused decode
+    # upstream) not; calibrated on llama32_1b_q4nx alone, which it gives back
+    fused = {e["model"]: e for e in quantized if e["modeled_fused_decode_tok_s"] is not None}
+    assert set(fused) == {e["model"] for e in quantized} - {"llama32_1b_int4"}
+    assert [m for m, e in fused.items() if e["fused_calibrated_on"]] == ["llama32_1b_q4nx"]
+    assert fused["llama32_1b_q4nx"]["modeled_fused_decode_tok_s"] == pytest.approx(50.0)
+    assert all(e["modeled_fused_decode_tok_s"] > e["modeled_decode_tok_s"]
+               for e in fused.values())
 
 
 @pytest.mark.slow
