@@ -151,3 +151,45 @@ def test_a_sliding_layers_decode_attention_runs_on_the_host_within_its_window():
     assert torch.equal(out["o"], want.bfloat16())
     full = ref_ops.attention(q, x["k"][:, :lk].float(), x["v"][:, :lk].float(), start=lk - 1)
     assert not torch.equal(out["o"], full.transpose(0, 1).reshape(1, -1).bfloat16())
+
+
+@pytest.mark.parametrize(("pos", "context", "local_on_npu"),
+                         [(99, None, True), (127, None, True), (99, 256, False), (128, None, False)])
+def test_a_local_layers_step_within_its_window_stays_on_the_npu(pos, context, local_on_npu):
+    """The window binds nothing while every position the program is built for (its context,
+    else the step's own length) lies inside it: such a step runs the NPU's decode attention,
+    whose program verifies clean and whose emulated output is the windowed attention's; a
+    program built past the window (a longer context, or a longer step) moves to the host."""
+    from npu_deploy.kernels.air_programs.air import emit_dispatch
+    from npu_deploy.kernels.air_programs.air_verify import verify
+    from npu_deploy.kernels.definition.registry import HOST_KERNELS
+    from npu_deploy.kernels.definition.specs import Decode
+    from npu_deploy.kernels.emulation.emulator import EmulatorBackend
+    from npu_deploy.kernels.plans.plan import baseline_plan
+
+    args = windowed_smollm2()
+    plan = baseline_plan("smollm2-135m", args, Decode(pos, context), XDNA2)
+    local = [(d, ln) for d in plan.dispatches for ln in d.launches
+             if ln.kernel == "npu_decode_attention" and ln.layer == 0]
+    assert bool(local) == local_on_npu
+    if not local_on_npu:
+        return
+    dispatch, launch = local[0]
+    assert launch.config_dict["window"] == 128
+    assert verify(emit_dispatch(dispatch, XDNA2, args.head_dim)) == []
+    heads, kv, hd, lk = args.n_heads, args.n_kv_heads, args.head_dim, pos + 1
+    torch.manual_seed(1)
+    q = torch.randn(heads, 1, hd).bfloat16()
+    k, v = torch.randn(kv, lk, hd).bfloat16(), torch.randn(kv, lk, hd).bfloat16()
+    shape = {"heads": heads, "kv_heads": kv, "Lq": 1, "Lk": lk, "head_dim": hd}
+    out = {"o": torch.empty(heads, 1, hd, dtype=torch.bfloat16)}
+    config = {**launch.config_dict, "layouts": {"q": "head-first", "k": "head-first",
+                                                "v": "head-first", "o": "head-first"},
+              "head_dim": hd}
+    EmulatorBackend().run(launch.spec, shape, config, {"q": q, "k": k, "v": v}, out)
+    host: dict[str, torch.Tensor] = {}
+    HOST_KERNELS["decode_attention"].host.run(
+        shape, {"window": 128}, {"q": q.transpose(0, 1).reshape(1, -1), "k": k, "v": v}.__getitem__,
+        host.__setitem__)
+    got = out["o"].float().transpose(0, 1).reshape(1, -1)
+    assert torch.allclose(got, host["o"].float(), atol=2e-2), (got - host["o"].float()).abs().max()
