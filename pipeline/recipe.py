@@ -42,6 +42,9 @@ class Recipe:
     #: the matmul datapath of prefill's FlashAttention: "bfp16" (upstream's build) or "bf16"
     #: (native 4x8x8, ours; kernels.plans.plan ATTENTION_DATAPATHS)
     attention_datapath: AttentionDatapath = "bfp16"
+    #: how a 4-bit decode's proj_qmm rounds its bf16 casts: "floor" (upstream's build) or
+    #: "conv_even" (ours; kernels.families.proj_qmm QMM_ROUNDINGS)
+    qmm_rounding: str = "floor"
 
     def __post_init__(self) -> None:
         if self.lm_head_out not in LM_HEAD_OUT:
@@ -59,6 +62,8 @@ class Recipe:
             d["lm_head_out"] = self.lm_head_out
         if self.attention_datapath != "bfp16":      # likewise upstream's attention build
             d["attention_datapath"] = self.attention_datapath
+        if self.qmm_rounding != "floor":            # and upstream's proj_qmm build
+            d["qmm_rounding"] = self.qmm_rounding
         return json.dumps(d, sort_keys=True).encode()
 
     @classmethod
@@ -66,12 +71,14 @@ class Recipe:
         d = json.loads(data)
         return cls(dict(d["configs"]), str(d["gemm_datapath"]),
                    tuple(d["prefill_transforms"]), tuple(d["decode_transforms"]),
-                   d.get("lm_head_out", "bf16"), d.get("attention_datapath", "bfp16"))
+                   d.get("lm_head_out", "bf16"), d.get("attention_datapath", "bfp16"),
+                   d.get("qmm_rounding", "floor"))
 
     def with_settings(self, settings: dict[str, str]) -> Recipe:
         """The recipe with numerics settings (gemm_datapath, attention_datapath,
-        lm_head_out) changed: a numerics retry's change (pipeline.divergence)."""
-        unknown = set(settings) - {"gemm_datapath", "attention_datapath", "lm_head_out"}
+        lm_head_out, qmm_rounding) changed: a numerics retry's change (pipeline.divergence)."""
+        unknown = set(settings) - {"gemm_datapath", "attention_datapath", "lm_head_out",
+                                   "qmm_rounding"}
         if unknown:
             raise ValueError(f"recipe: no numerics setting {sorted(unknown)}")
         return replace(self, **settings)  # type: ignore[arg-type]
@@ -111,7 +118,8 @@ class Recipe:
         Decode runs GEMVs and its own attention, so the datapaths only change prefill."""
         return baseline_plan(model, args, mode, hw, configs=self.configs,
                              gemm_datapath=self.gemm_datapath, lm_head_out=self.lm_head_out,
-                             attention_datapath=self.attention_datapath)
+                             attention_datapath=self.attention_datapath,
+                             qmm_rounding=self.qmm_rounding)
 
     def plan(self, model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2
              ) -> DispatchPlan:

@@ -65,6 +65,7 @@ from ..emulation.kernel_fields import (
     kernel_tensors,
     seeded_matrix,
 )
+from ..emulation.numerics import Rounding
 from ..emulation.quantized import (
     Q4NX_COLS,
     Q4NX_GROUP,
@@ -102,7 +103,7 @@ PROJ_QMM = KernelSpec(
                Operand("x", (s["K"],), BF16, "input"),
                Operand("y", (s["M"],), BF16, "output")],
     lambda s: 2.0 * s["M"] * s["K"],
-    {"herd_m": 8, "codec": "q4nx", "engine": "launch",
+    {"herd_m": 8, "codec": "q4nx", "engine": "launch", "rounding": "floor",
      # the fused decode engine's stack_size default (llms/qwen3_8b_q4nx/README.md)
      "stack": 10240,
      # fused engine: rows emitted per core per round (FLM's lead/partner pairing), and the
@@ -120,6 +121,14 @@ FUSED_CORES, VOCAB_PAYLOAD, VOCAB_ENVELOPE, RMS_K_BUFFERS = 16, 512, 63, 7
 #: (llms/qwen3_8b_q4nx/README.md "The weight buffer had to be split")
 BO_SPAN = 1 << 32
 
+#: how the kernel's bf16 casts round: "floor", as upstream builds it (neither proj_qmm.cc
+#: nor q4_k.h sets the core's rounding register, so its reset mode, floor, stands:
+#: kernels.emulation.quantized), or "conv_even", our build of the same source that sets the
+#: register to round to nearest even on entry (`proj_object`), as upstream's attention
+#: builds do with -DROUND_CONV_EVEN (attn_npu2.cc). The emulator's name for each:
+QMM_ROUNDINGS = ("floor", "conv_even")
+_EMULATED_ROUNDING: dict[str, Rounding] = {"floor": "floor", "conv_even": "nearest_even"}
+
 RULES = (
     "divisible: M by 32 and K by 256 (a q4k block is 32 rows x 256 columns)",
     "launch: M by 32 x herd_m (a row block per core per launch); herd, shim streams "
@@ -131,6 +140,7 @@ RULES = (
     "row blocks, K / 512 divides vocab_i2 x pair_rows, 2 x vocab_i2 <= 63",
     "fused: the engine-wide stack beside the rms/residual core's 7 K-wide bf16 buffers",
     "stack: at least the 2112-byte frame upstream measured",
+    "rounding: floor (upstream's build) or conv_even (ours, the register set on entry)",
 )
 
 
@@ -143,6 +153,9 @@ def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
     if c["codec"] not in ("q4nx", "q4_0"):
         f.append(Finding("divisible", "error", f"codec {c['codec']!r} is not one the kernel is "
                          "built for: q4nx (default) or q4_0 (-DQ4_0)"))
+    if c.get("rounding", "floor") not in QMM_ROUNDINGS:
+        f.append(Finding("unsupported", "error", f"rounding {c['rounding']!r}: the kernel is "
+                         f"built to round {' or '.join(QMM_ROUNDINGS)}"))
     weight_buffer(f, "W", spec.operands(s)[0].nbytes)
     if c["engine"] == "fused":
         _check_fused(f, s, c, hw, usage)
@@ -267,8 +280,14 @@ def fields(x: Tensors, s: Shape, c: Mapping[str, Any] | None = None) -> QuantFie
     return device_fields(fmt, x["w"], (s["M"], s["K"]))
 
 
+def rounding(c: Mapping[str, Any]) -> Rounding:
+    """The emulator's rounding of the build's bf16 casts (`QMM_ROUNDINGS`)."""
+    return _EMULATED_ROUNDING[str(c.get("rounding", "floor"))]
+
+
 def emulate(s: Shape, c: dict[str, Any], x: Tensors, out: Tensors | None = None) -> Tensors:
-    return {"y": proj_qmm(fields(x, s, c), x["x"], signed=c.get("codec") == "q4_0")}
+    return {"y": proj_qmm(fields(x, s, c), x["x"], signed=c.get("codec") == "q4_0",
+                          rounding=rounding(c))}
 
 
 def _reference(s: Shape, c: dict[str, Any], x: Tensors) -> Tensors:
@@ -344,13 +363,23 @@ COST = Cost(work, lambda p: p.gemv_floor_s, in_elf="stream")
 SOURCE = "programming_examples/fused_decode/kernels/proj_qmm.cc"
 
 
-def proj_object(codec: str) -> KernelSource:
+#: the conv_even build's one edit of proj_qmm.cc: the rounding register set where every
+#: row block starts (proj_qmm_zero), so each later cast of the core rounds to nearest even
+CONV_EVEN_EDIT = ("void proj_qmm_zero(float *__restrict y_acc, int _arm) {",
+                  "void proj_qmm_zero(float *__restrict y_acc, int _arm) {\n"
+                  "  aie::set_rounding(aie::rounding_mode::conv_even);")
+
+
+def proj_object(codec: str, rounding: str = "floor") -> KernelSource:
     """proj_qmm.cc as upstream's fused_decode Makefile builds it: -DMODEL_TYPE picks the model
     header that sets the block sizes (32 x 256, groups of 32, in every models/*.h), and
-    qwen2.5-3b.h's defines Q4_0."""
-    if codec == "q4_0":
-        return KernelSource("proj_qmm_q4_0.o", SOURCE, (("MODEL_TYPE", "QWEN2_5_3B"),))
-    return KernelSource("proj_qmm.o", SOURCE, (("MODEL_TYPE", "LLAMA_3_2_1B"),))
+    qwen2.5-3b.h's defines Q4_0; with `rounding` conv_even, our build with CONV_EVEN_EDIT."""
+    name, model = ("proj_qmm_q4_0", "QWEN2_5_3B") if codec == "q4_0" else \
+        ("proj_qmm", "LLAMA_3_2_1B")
+    if rounding == "conv_even":
+        return KernelSource(f"{name}_ne.o", SOURCE, (("MODEL_TYPE", model),),
+                            edits=(CONV_EVEN_EDIT,))
+    return KernelSource(f"{name}.o", SOURCE, (("MODEL_TYPE", model),))
 
 
 def declares(s: Shape, c: dict[str, Any]) -> dict[str, str]:
@@ -360,7 +389,7 @@ def declares(s: Shape, c: dict[str, Any]) -> dict[str, str]:
 
 
 def objects(s: Shape, c: dict[str, Any]) -> tuple[KernelSource, ...]:
-    return (proj_object(str(c["codec"])),)
+    return (proj_object(str(c["codec"]), str(c.get("rounding", "floor"))),)
 
 
 def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayout:
@@ -370,7 +399,7 @@ def launch_layout(launch: Launch, c: dict[str, Any], hw: Hardware) -> LaunchLayo
                         "(engine 'launch')")
     s = launch.shape_dict
     hm = int(c["herd_m"])
-    obj = proj_object(str(c["codec"]))
+    obj = proj_object(str(c["codec"]), str(c.get("rounding", "floor")))
     l1 = (buf("x_l1", (Q4NX_COLS,), BF16, "L1", True),
           buf("w_l1", (BLOCK_WORDS,), BF16, "L1", True),
           buf("acc_l1", (Q4NX_ROWS,), FP32, "L1"), buf("y_l1", (Q4NX_ROWS,), BF16, "L1"))
@@ -412,4 +441,8 @@ def _body(w: Writer, layout: LaunchLayout, arg: dict[str, str]) -> None:
 
 FAMILIES = (KernelFamily(
     PROJ_QMM, rules=RULES, check=check, candidates=candidates, numerics=NUMERICS, cost=COST,
-    program=AirProgram(launch_layout, segment), objects=objects, declares=declares),)
+    program=AirProgram(launch_layout, segment), objects=objects, declares=declares,
+    numerics_changes=(((("qmm_rounding", "conv_even"),),
+                       "the 4-bit GEMV's bf16 casts rounded to nearest even (our build of "
+                       "proj_qmm.cc, the rounding register set on entry), not toward -inf: "
+                       "the group partials and column sums no longer drift down together"),)),)

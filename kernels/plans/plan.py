@@ -24,6 +24,7 @@ from ..definition.rules import blocking
 from ..definition.selection import select
 from ..definition.specs import SPECS, Decode, KernelUse, Mode, Prefill, Shape, unplannable
 from ..emulation.kernel_fields import DEVICE_COLUMNS, decode_kernel
+from ..families.proj_qmm import QMM_ROUNDINGS
 from .steps import (
     HOST_OPS,
     KINDS,
@@ -61,7 +62,8 @@ class PlanBuilder:
     def __init__(self, args: ModelArgs, hw: Hardware,
                  configs: Mapping[str, dict[str, Any]] | None = None,
                  gemm_datapath: str | None = None, lm_head_out: LogitsDtype = "bf16",
-                 attention_datapath: AttentionDatapath = "bfp16") -> None:
+                 attention_datapath: AttentionDatapath = "bfp16",
+                 qmm_rounding: str = "floor") -> None:
         if lm_head_out not in LM_HEAD_OUT:
             raise ValueError(f"lm_head_out must be one of {tuple(LM_HEAD_OUT)}, got "
                              f"{lm_head_out!r}")
@@ -79,6 +81,11 @@ class PlanBuilder:
         self.fixed: dict[str, tuple[tuple[str, Any], ...]] = {}
         if args.weights is not None:
             kernel, fixed = decode_kernel(args.weights.format)
+            if kernel == "proj_qmm":                # the build's rounding (QMM_ROUNDINGS)
+                if qmm_rounding not in QMM_ROUNDINGS:
+                    raise ValueError(f"qmm_rounding must be one of {QMM_ROUNDINGS}, got "
+                                     f"{qmm_rounding!r}")
+                fixed = {**fixed, "rounding": qmm_rounding}
             self.fixed[kernel] = tuple(sorted(fixed.items()))
 
     def config(self, kernel: str, shape: Shape) -> dict[str, Any]:
@@ -144,7 +151,8 @@ def baseline_plan(model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2,
                   gemm_datapath: str | None = None,
                   lm_head: Literal["full", "last-token"] = "last-token",
                   lm_head_out: LogitsDtype = "bf16",
-                  attention_datapath: AttentionDatapath = "bfp16") -> DispatchPlan:
+                  attention_datapath: AttentionDatapath = "bfp16",
+                  qmm_rounding: str = "floor") -> DispatchPlan:
     """The plan a first deployment starts from (see the module docstring). `configs`
     (config_key -> configuration) are used where given, the selection elsewhere;
     `gemm_datapath` sets every GEMM's matmul datapath ("bfp16" or "bf16"). A prefill's LM
@@ -155,12 +163,15 @@ def baseline_plan(model: str, args: ModelArgs, mode: Mode, hw: Hardware = XDNA2,
     "f32" (our own variant without the cast: kernels.families.gemv_fp32).
     `attention_datapath`: the matmuls of every prefill FlashAttention launch, "bfp16" as
     upstream builds attn_npu2.cc, or "bf16" (native 4x8x8; our own build). Decode's
-    attention (our own kernel, FP32 scores) has no BFP16 matmul to change."""
+    attention (our own kernel, FP32 scores) has no BFP16 matmul to change. `qmm_rounding`:
+    how a 4-bit decode's proj_qmm rounds its bf16 casts, "floor" as upstream builds it (the
+    core's reset mode) or "conv_even" (our build: kernels.families.proj_qmm `proj_object`)."""
     gaps = unplannable(args)
     if gaps:
         raise NotImplementedError(f"{', '.join(gaps)} {'have' if len(gaps) > 1 else 'has'} "
                                   "no kernel yet")
-    b = PlanBuilder(args, hw, configs, gemm_datapath, lm_head_out, attention_datapath)
+    b = PlanBuilder(args, hw, configs, gemm_datapath, lm_head_out, attention_datapath,
+                    qmm_rounding)
     if isinstance(mode, Prefill):
         _prefill_steps(b, mode.seq, lm_head)
         return DispatchPlan(model, args, mode, tuple(b.steps), lm_head)
@@ -383,9 +394,9 @@ def decode_projection(b: PlanBuilder, role: str, layer: int, m: int, k: int, *, 
     if weights is None:
         b.launch("gemv", role, layer, {"M": m, "K": k}, w=_w(layer, role), x=x, y=y)
         return
-    kernel, fixed = decode_kernel(weights.format)
+    kernel = decode_kernel(weights.format)[0]
     kb = block_k(weights.format, k)
-    b.launch(kernel, role, layer, {"M": m, "K": kb}, fixed, w=_w(layer, role),
+    b.launch(kernel, role, layer, {"M": m, "K": kb}, dict(b.fixed[kernel]), w=_w(layer, role),
              x=x if kb == k else Binding("x", x, "input", width=k), y=y)
 
 
@@ -446,7 +457,8 @@ def lm_head_gemv(b: PlanBuilder, x: str, rows_total: int, quantized: bool = Fals
     fixed: dict[str, Any] = {"partitions": 1}
     kb = h
     if quantized and weights is not None and weights.lm_head_quantized:
-        kernel, fixed = decode_kernel(weights.format)
+        kernel = decode_kernel(weights.format)[0]
+        fixed = dict(b.fixed[kernel])
         kb, need = block_k(weights.format, h), 1
     else:
         kernel = LM_HEAD_OUT[b.lm_head_out]
