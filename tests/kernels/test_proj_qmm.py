@@ -5,6 +5,8 @@ cost model streams 5 bits a weight, and its program passes the verifier."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -15,11 +17,15 @@ from npu_deploy.kernels.air_programs.air_verify import verify
 from npu_deploy.kernels.definition.checker import check
 from npu_deploy.kernels.definition.registry import FAMILIES
 from npu_deploy.kernels.definition.rules import blocking
+from npu_deploy.kernels.definition.specs import Decode
 from npu_deploy.kernels.emulation.numerics import to_bf16
 from npu_deploy.kernels.emulation.quantized import proj_qmm
 from npu_deploy.kernels.families import proj_qmm as family
 from npu_deploy.kernels.performance.model import PerfParams
 from npu_deploy.kernels.plans.plan import Binding, Dispatch, Launch
+
+#: an extract of upstream's sources where a machine has one (as test_attention_datapath.py)
+UPSTREAM = Path("/work/upstream")
 
 SPEC = SPECS["proj_qmm"]
 
@@ -217,3 +223,66 @@ def test_phase_1_passes_the_emulated_kernel_at_its_atol_and_not_at_a_bf16_gemvs(
     strict = validate_kernel(SPEC, shape, {}, EmulatorBackend(), inputs=unit_scale(256, 4096),
                              atol=1e-3)
     assert not strict.passed
+
+
+# --- the rounding build option ---------------------------------------------------------------
+
+
+def test_the_conv_even_build_rounds_to_nearest_even_and_stays_within_the_bound():
+    """The same weights and x: upstream's build (floor) and ours (conv_even) differ, floor's
+    outputs lie below or on nearest-even's on average, and both within the kernel's bound."""
+    shape, t = {"M": 256, "K": 2048}, tensors(256, 2048, seed=4)
+    numerics = FAMILIES["proj_qmm"].numerics
+    floor = numerics.emulate(shape, {"codec": "q4nx", "rounding": "floor"}, t)["y"]
+    even = numerics.emulate(shape, {"codec": "q4nx", "rounding": "conv_even"}, t)["y"]
+    assert torch.equal(even, proj_qmm(family.fields(t, shape), t["x"], rounding="nearest_even"))
+    assert not torch.equal(floor, even)
+    assert float((floor.float() - even.float()).mean()) < 0
+    ref = numerics.reference(shape, {}, t)["y"].double()
+    for y in (floor, even):
+        assert bool(((y.double() - ref).abs() <= family.bound(shape, {}, t).double()).all())
+    assert (even.double() - ref).abs().mean() < (floor.double() - ref).abs().mean()
+    assert errors(shape, {**SPEC.tunables, "rounding": "up"})      # not a build
+
+
+def test_the_conv_even_build_is_its_own_object_with_one_edit_and_verifies():
+    config = {**SPEC.tunables, "herd_m": 8, "rounding": "conv_even"}
+    program = emit_dispatch(Dispatch("d", (launch({"M": 2048, "K": 2048}, config),)), XDNA2)
+    assert [v.line() for v in verify(program)] == []
+    assert program.objects == ("proj_qmm_ne.o",)
+    ours = family.proj_object("q4nx", "conv_even")
+    assert ours.source == family.proj_object("q4nx").source
+    assert ours.edits == (family.CONV_EVEN_EDIT,)
+    assert "aie::set_rounding(aie::rounding_mode::conv_even);" in ours.edits[0][1]
+    assert family.proj_object("q4_0", "conv_even").obj == "proj_qmm_q4_0_ne.o"
+
+
+@pytest.mark.skipif(not (UPSTREAM / family.SOURCE).is_file(),
+                    reason="no upstream mlir-air extract here")
+def test_the_conv_even_edit_applies_once_to_upstreams_proj_qmm(tmp_path):
+    from npu_deploy.kernels.npu_runtime.peano_build import edited_source
+
+    ours = family.proj_object("q4nx", "conv_even")
+    text = (UPSTREAM / ours.source).read_text()
+    assert text.count(family.CONV_EVEN_EDIT[0]) == 1
+    edited = edited_source(ours, UPSTREAM / ours.source, tmp_path).read_text()
+    assert "aie::set_rounding(aie::rounding_mode::conv_even);" in edited
+
+
+def test_a_4bit_plan_builds_proj_qmm_at_the_recipes_rounding():
+    """The recipe's qmm_rounding reaches every proj_qmm launch of the decode (the default,
+    upstream's floor, reads as a recipe always did), and the family offers conv_even as the
+    numerics change a phase-3 retry may try."""
+    from npu_deploy.models import CATALOG
+    from npu_deploy.pipeline.recipe import Recipe
+
+    args = CATALOG["llama32_1b_q4nx"].args
+    default, even = Recipe(), Recipe().with_settings({"qmm_rounding": "conv_even"})
+    assert b"qmm_rounding" not in default.to_json()
+    assert Recipe.from_json(even.to_json()) == even
+    for recipe, want in ((default, "floor"), (even, "conv_even")):
+        plan = recipe.plan("llama32_1b_q4nx", args, Decode(64), XDNA2)
+        got = {ln.config_dict["rounding"] for ln in plan.launches() if ln.kernel == "proj_qmm"}
+        assert got == {want}
+    assert [pairs for pairs, _ in FAMILIES["proj_qmm"].numerics_changes] == \
+        [(("qmm_rounding", "conv_even"),)]
