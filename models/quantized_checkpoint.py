@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from npu_deploy.models.errors import UnsupportedModel
+from npu_deploy.models.errors import ModelCorrupt, UnsupportedModel
 from npu_deploy.models.files import SOURCE_FILE, build_once, read_safetensors
 from npu_deploy.models.quantization import PROJECTIONS, QuantizedWeights
 
@@ -51,22 +51,30 @@ class QuantizedSet:
 
 
 def read_quantized(directory: Path) -> QuantizedSet | None:
-    """The blocks a quantized directory holds, or None for a plain checkpoint."""
+    """The blocks a quantized directory holds, or None for a plain checkpoint; a damaged
+    one (its record or its blocks unreadable, a block the wrong size) is refused in one
+    line (ModelCorrupt)."""
     info_path = directory / INFO_FILE
     if not info_path.is_file():
         return None
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
     from npu_deploy.formats.catalog import QuantizedMatrix
 
-    info = json.loads(info_path.read_text())
-    matrices = {}
-    with safe_open(str(directory / BLOCKS_DIR / BLOCKS_FILE), framework="pt") as f:
-        for name, shape in info["shapes"].items():
-            matrices[name] = QuantizedMatrix(info["format"], (int(shape[0]), int(shape[1])),
-                                             f.get_tensor(name).numpy().tobytes())
-    weights = QuantizedWeights(info["format"], int(info["group"]), False, LM_HEAD,
-                               info["origin"])
+    blocks = directory / BLOCKS_DIR / BLOCKS_FILE
+    try:
+        info = json.loads(info_path.read_text())
+        matrices = {}
+        with safe_open(str(blocks), framework="pt") as f:
+            for name, shape in info["shapes"].items():
+                matrices[name] = QuantizedMatrix(info["format"], (int(shape[0]), int(shape[1])),
+                                                 f.get_tensor(name).numpy().tobytes())
+        weights = QuantizedWeights(info["format"], int(info["group"]), False, LM_HEAD,
+                                   info["origin"])
+    except (OSError, SafetensorError, ValueError, KeyError, TypeError) as e:
+        raise ModelCorrupt(f"{directory} holds damaged 4-bit blocks ({type(e).__name__}: "
+                           f"{str(e)[:120]}); remove that directory and deploy again to "
+                           "rebuild it") from None
     return QuantizedSet(weights, matrices, info)
 
 
@@ -194,7 +202,6 @@ def _gguf_blocks(base: Any, args: Any, state: dict[str, torch.Tensor]
     from npu_deploy.formats.catalog import QuantizedMatrix
     from npu_deploy.formats.gguf_blocks import GGUF_CODECS
     from npu_deploy.formats.repack import REPACK_TARGETS, repack_gguf
-    from npu_deploy.models.errors import ModelCorrupt
 
     record = base.directory / SOURCE_FILE
     if base.kind not in ("bundled", "gguf") or not record.is_file():

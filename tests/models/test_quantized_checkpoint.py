@@ -182,3 +182,25 @@ def test_phase_0_reports_what_quantization_costs_beside_its_verdict(q4):
     checks = quantization_checks(cost)
     assert checks and not any(c["gating"] for c in checks)
     assert quantization_cost(load_model("tiny-llama"), prompts, steps=4) is None
+
+
+def test_damaged_blocks_are_refused_in_one_line_and_nothing_else_is_touched(q4, tmp_path):
+    """A copy of the quantized directory with its blocks cut short, then with its record
+    unreadable: a one-line ModelCorrupt that names the directory and says to rebuild it."""
+    import shutil
+
+    from npu_deploy.models.errors import ModelCorrupt
+    from npu_deploy.models.quantized_checkpoint import read_quantized
+
+    copy = tmp_path / "q4"
+    shutil.copytree(q4.source.directory, copy)
+    blocks = copy / "quantized" / "blocks.safetensors"
+    blocks.write_bytes(blocks.read_bytes()[:-100])
+    with pytest.raises(ModelCorrupt, match=r"damaged 4-bit blocks .* remove that directory"):
+        read_quantized(copy)
+    shutil.copy2(q4.source.directory / "quantized" / "blocks.safetensors", blocks)
+    assert read_quantized(copy) is not None
+    (copy / "quantization.json").write_text("{not json")
+    with pytest.raises(ModelCorrupt, match="damaged 4-bit blocks"):
+        read_quantized(copy)
+    assert read_quantized(q4.source.directory) is not None          # the original untouched
