@@ -154,8 +154,7 @@ def test_a_sliding_layers_decode_attention_runs_on_the_host_within_its_window():
 
 
 @pytest.mark.parametrize(("pos", "context", "local_on_npu"),
-                         [(99, None, True), (127, None, True), (99, 256, False),
-                          (128, None, False)])
+                         [(99, None, True), (127, None, True), (99, 256, False), (128, None, False)])
 def test_a_local_layers_step_within_its_window_stays_on_the_npu(pos, context, local_on_npu):
     """The window binds nothing while every position the program is built for (its context,
     else the step's own length) lies inside it: such a step runs the NPU's decode attention,
@@ -190,7 +189,7 @@ def test_a_local_layers_step_within_its_window_stays_on_the_npu(pos, context, lo
     EmulatorBackend().run(launch.spec, shape, config, {"q": q, "k": k, "v": v}, out)
     host: dict[str, torch.Tensor] = {}
     HOST_KERNELS["decode_attention"].host.run(
-        shape, {"window": 128},
-        {"q": q.transpose(0, 1).reshape(1, -1), "k": k, "v": v}.__getitem__, host.__setitem__)
+        shape, {"window": 128}, {"q": q.transpose(0, 1).reshape(1, -1), "k": k, "v": v}.__getitem__,
+        host.__setitem__)
     got = out["o"].float().transpose(0, 1).reshape(1, -1)
     assert torch.allclose(got, host["o"].float(), atol=2e-2), (got - host["o"].float()).abs().max()
