@@ -84,10 +84,9 @@ RULES = (
     "current length (i32)",
     "shim streams: Q (then the current length) and the K/V rows in, the output out, per "
     "column",
-    "window: the program scores every cached position it is built for, so a sliding window "
-    "(config window) binds nothing while that length (the context, else Lk) is within it: "
-    "such a step runs here; a longer one runs on the host (upstream's fused decode leaves "
-    "Gemma 3's window out too, a no-op below 1024 positions)",
+    "window: no sliding window (config window): the program scores every cached position "
+    "(upstream's fused decode does not wire Gemma 3's window either); such a step runs on "
+    "the host",
     "scale: the softmax scale (config scale) is 1/sqrt(head_dim) only",
 )
 
@@ -154,18 +153,16 @@ def check(spec: KernelSpec, s: Shape, c: dict[str, Any], hw: Hardware,
 
 def window_and_scale(s: Shape, c: dict[str, Any]) -> list[Finding]:
     """The program masks nothing but the positions past the step's length, and its
-    softmax scales by 1/sqrt(head_dim). A sliding window is a no-op while every position
-    the program is built for (`built_length`) lies within it, as upstream's fused decode
-    takes Gemma 3's (programming_examples/llms/gemma3_4b_q4nx/gemma3_4b_q4nx_inference.py,
-    e972f29: the window left out, a no-op below 1024 positions); past that, or at another
-    scale, the step is refused, so the plan runs it on the host (`host_alternative`), which
-    takes both."""
+    softmax scales by 1/sqrt(head_dim): a sliding window or another scale is refused, so the
+    plan runs that step on the host (`host_alternative`), which takes both. Upstream's
+    fused decode leaves Gemma 3's window out too, as a no-op below 1024 positions
+    (programming_examples/llms/gemma3_4b_q4nx/gemma3_4b_q4nx_inference.py, e972f29)."""
     f: list[Finding] = []
-    w, built = flash_attention.window(c), built_length(s, c)
-    if w is not None and built > w:
-        f.append(Finding("window", "error", f"sliding window {w} over {built} positions: the "
-                         "decode attention program scores every cached position; run this "
-                         "step on the host (decode_attention)", built, w))
+    w = flash_attention.window(c)
+    if w is not None:
+        f.append(Finding("window", "error", f"sliding window {w}: the decode attention "
+                         "program scores every cached position; run this step on the host "
+                         "(decode_attention)", w, 0))
     scale, want = c.get("scale"), flash_attention.softmax_scale(s["head_dim"])
     if scale is not None and not math.isclose(float(scale), want, rel_tol=1e-6):
         f.append(Finding("unsupported", "error", f"softmax scale {float(scale):g}: the decode "
