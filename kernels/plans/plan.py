@@ -79,12 +79,12 @@ class PlanBuilder:
         self.gemm_datapath = gemm_datapath
         #: the configuration a quantized model's format fixes for its kernel (proj_qmm's codec)
         self.fixed: dict[str, tuple[tuple[str, Any], ...]] = {}
+        if qmm_rounding not in QMM_ROUNDINGS:
+            raise ValueError(f"qmm_rounding must be one of {QMM_ROUNDINGS}, got "
+                             f"{qmm_rounding!r}")
         if args.weights is not None:
             kernel, fixed = decode_kernel(args.weights.format)
-            if kernel == "proj_qmm":                # the build's rounding (QMM_ROUNDINGS)
-                if qmm_rounding not in QMM_ROUNDINGS:
-                    raise ValueError(f"qmm_rounding must be one of {QMM_ROUNDINGS}, got "
-                                     f"{qmm_rounding!r}")
+            if "rounding" in SPECS[kernel].tunables:    # a 4-bit kernel's rounding build
                 fixed = {**fixed, "rounding": qmm_rounding}
             self.fixed[kernel] = tuple(sorted(fixed.items()))
 
