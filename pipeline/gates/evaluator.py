@@ -14,6 +14,12 @@ from npu_deploy.pipeline.workspace import Workspace, blob_json
 
 from .common import _Gate, holds, verdict
 
+#: the evaluator's interpreter: -P keeps the working directory off its sys.path (`make
+#: demo` runs in the checkout, whose kernels/ folder would stand in for Hugging Face's
+#: `kernels`, which transformers imports: npu_deploy/import_path.py); it imports npu_deploy
+#: as installed
+EVALUATOR_PYTHON = (sys.executable, "-P")
+
 
 class EvaluatorGate(_Gate):
     """Runs `python -m npu_deploy.pipeline.evaluator` in a fresh process on a read-only store
@@ -23,7 +29,7 @@ class EvaluatorGate(_Gate):
 
     def compute(self, ws: Workspace, tb: Toolbox) -> dict[str, Any]:
         ws.release_backend()        # the evaluator's process opens the NPU itself
-        cmd = [sys.executable, "-m", "npu_deploy.pipeline.evaluator", str(ws.store.path),
+        cmd = [*EVALUATOR_PYTHON, "-m", "npu_deploy.pipeline.evaluator", str(ws.store.path),
                ws.run_id, "--json"]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         try:

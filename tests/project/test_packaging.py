@@ -147,6 +147,21 @@ def test_a_package_run_from_the_checkout_leaves_our_kernels_to_their_namespace(p
     assert (available, origin) in (("False", "None"), ("True", installed))
 
 
+def test_the_evaluators_process_leaves_our_kernels_to_their_namespace():
+    """Phase 7 starts the evaluator with `python -m` (`make demo` from the checkout, without
+    PYTHONSAFEPATH): its interpreter flags keep the checkout's kernels/ from standing in for
+    Hugging Face's (the demo's evaluator failed on it: "cannot import name 'CUDAProperties'
+    from 'kernels'")."""
+    from npu_deploy.pipeline.gates.evaluator import EVALUATOR_PYTHON
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONSAFEPATH"}
+    done = subprocess.run([*EVALUATOR_PYTHON, "-c", _WHICH_KERNELS], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    available, origin, installed = _which_kernels(done)
+    assert not origin.startswith(str(ROOT / "kernels"))
+    assert (available, origin) in (("False", "None"), ("True", installed))
+
+
 @pytest.mark.slow
 def test_hugging_face_kernels_installs_beside_ours_and_both_work(wheel: Path, tmp_path: Path):
     """A scratch environment with our wheel and Hugging Face's `kernels` from PyPI (the other
