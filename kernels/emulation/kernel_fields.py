@@ -73,13 +73,7 @@ def kernel_of(format: str) -> KernelOf:
 def quant_fields(m: QuantizedMatrix) -> QuantFields:
     """`m`'s fields as its kernel reads them (see the module docstring), exactly: no value is
     rounded, a signed Q4_0 code becomes its nibble."""
-    k = kernel_of(m.format)
-    parts = m.parts()
-    q = parts.q
-    if q.dtype == torch.int8:                   # Q4_0's signed code, as the nibble
-        q = q.view(torch.uint8) & 0xF
-    offset = parts.offsets if k.offset is not None else None
-    return QuantFields.of(q, parts.scales, offset, k.group)
+    return _as_fields(m.format, m.parts())
 
 
 def device_fields(format: str, w: torch.Tensor, shape: tuple[int, int],
@@ -87,9 +81,14 @@ def device_fields(format: str, w: torch.Tensor, shape: tuple[int, int],
     """The fields of a weight from its device bytes `w` (any dtype, as a buffer holds them)
     at `config`'s tile: what the kernel itself reads, so a device that runs the emulator's
     numerics on its buffers (tests/fake_npu.py) decodes them the way `to_device` wrote them."""
-    k = kernel_of(format)
     data = w.contiguous().view(torch.uint8).reshape(-1).numpy().tobytes()
-    parts = device_codec(format, config).unpack(data, shape)
+    return _as_fields(format, device_codec(format, config).unpack(data, shape))
+
+
+def _as_fields(format: str, parts: QuantParts) -> QuantFields:
+    """A format's stored pieces as its kernel's fields: a signed Q4_0 code as its nibble, the
+    offset only where the kernel reads one."""
+    k = kernel_of(format)
     q = parts.q
     if q.dtype == torch.int8:                   # Q4_0's signed code, as the nibble
         q = q.view(torch.uint8) & 0xF
