@@ -60,12 +60,16 @@ PARTS: tuple[Part, ...] = (
          "who works the phases: the offline autopilot and claude"),
     Part("deploy_request", ("machine", "agents", "pipeline", *_CORE),
          "a new deployment checked, for the command line and the TUI"),
+    Part("cluster", ("import_path", "machine", "agents", "pipeline", "deploy_request", *_CORE),
+         "matrices of deployments across hosts on Ray: the spec, a node's task, the head's "
+         "collector, the driver, the comparison of two matrices"),
     Part("tui", ("events", "store", "deploy_request"),
          "the terminal UI: reads the store and the events, never the conductor"),
     Part("loading", ("store",),
          "the line the command writes before its heavy imports (standard library and the "
          "store's default path only), and erases after the TUI"),
-    Part("cli", ("machine", "agents", "pipeline", "deploy_request", "tui", "loading", *_CORE),
+    Part("cli", ("machine", "agents", "pipeline", "deploy_request", "cluster", "tui", "loading",
+                 *_CORE),
          "the command line"),
     Part("launch", ("loading", "cli"), "the console entry point"),
     Part("__main__", ("import_path", "launch"), "`python -m npu_deploy`"),

@@ -122,6 +122,16 @@ def checked(request: DeployRequest, with_model: bool = True) -> Deployment:
     return Deployment(request, pipeline, config)
 
 
+def code_version() -> str:
+    """The npu-deploy a run was started by, as installed (run.started records it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("npu-deploy")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
 def checks_model(pipeline: str) -> bool:
     """The bundled pipelines deploy the model the run names; another brings its own."""
     return pipeline in (DEFAULT_PIPELINE, CLAUDE_PIPELINE)

@@ -26,6 +26,7 @@ import os
 import secrets
 import sqlite3
 import stat
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -67,17 +68,27 @@ def user_key(*, create: bool, purpose: str = "") -> bytes | None:
     """This user's key; created (mode 0600) when missing and `create`, else None. `purpose`
     says, in the one notice a new key gets, what it was made for."""
     path = key_path()
+    key = read_key(path, KEY_ENV)
+    if key is None and create:
+        return _create(path, purpose)
+    return key
+
+
+def read_key(path: Path, env: str) -> bytes | None:
+    """The KEY_BYTES secret in the file at `path`, or None when there is none. Refused in one
+    line, naming `env` (the variable that points elsewhere): a link, a folder, a file of
+    another size, or one others can read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
-        return _create(path, purpose) if create else None
+        return None
     except OSError as e:
-        raise KeyUnusable(_unopenable(path, e)) from None
+        raise KeyUnusable(_unopenable(path, e, env)) from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
         os.close(fd)
         raise KeyUnusable(f"the key {path} is {kind_of(info.st_mode)}, not a file; remove it "
-                          f"or point {KEY_ENV} at the key file")
+                          f"or point {env} at the key file")
     with os.fdopen(fd, "rb") as f:
         key = f.read(KEY_BYTES + 1)
     # The size first: a file that is no key at all (the store, a certificate) is said to be
@@ -86,26 +97,26 @@ def user_key(*, create: bool, purpose: str = "") -> bytes | None:
     if len(key) != KEY_BYTES:
         size = max(len(key), info.st_size)
         raise KeyUnusable(f"the key {path} holds {size} bytes, not {KEY_BYTES}: it is not "
-                          f"an npu-deploy key; restore it, or point {KEY_ENV} at another file")
+                          f"an npu-deploy key; restore it, or point {env} at another file")
     if info.st_mode & 0o077:
         raise KeyUnusable(f"the key {path} can be read by others (mode "
                           f"{stat.S_IMODE(info.st_mode):o}); `chmod 600 {path}`")
     return key
 
 
-def _unopenable(path: Path, e: OSError) -> str:
+def _unopenable(path: Path, e: OSError, env: str) -> str:
     """Why the key file cannot be opened, by its cause (a link is never followed: it could
     lead anywhere another process chooses)."""
     if e.errno == errno.ELOOP:
         return (f"the key {path} is a symbolic link, and npu-deploy reads its key only from "
-                f"the file itself; put the key file there, or point {KEY_ENV} at it")
+                f"the file itself; put the key file there, or point {env} at it")
     if e.errno == errno.ENOTDIR:
         return (f"the key's path {path} goes through something that is not a folder; point "
-                f"{KEY_ENV} at the key file")
+                f"{env} at the key file")
     if e.errno in (errno.EACCES, errno.EPERM):
         return (f"cannot read the key {path}: permission denied; `chmod 600 {path}` as its "
-                f"owner, or point {KEY_ENV} at your key file")
-    return f"cannot read the key {path} ({e.strerror}); point {KEY_ENV} at the key file"
+                f"owner, or point {env} at your key file")
+    return f"cannot read the key {path} ({e.strerror}); point {env} at the key file"
 
 
 def signing_key(purpose: str = "") -> bytes:
@@ -119,25 +130,42 @@ def signing_key(purpose: str = "") -> bytes:
 
 
 def _create(path: Path, purpose: str) -> bytes:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except FileExistsError:     # another process created it first: use theirs
-        return signing_key()
-    except OSError as e:
-        raise KeyUnusable(f"cannot create the key {path} ({e.strerror}); point {KEY_ENV} "
-                          "at a writable place") from None
     key = secrets.token_bytes(KEY_BYTES)
-    with os.fdopen(fd, "wb") as f:
-        f.write(key)
-        f.flush()
-        os.fsync(f.fileno())
+    if not place_key(path, key, KEY_ENV):   # another process made one first: use theirs
+        return signing_key()
     # Once: the next command finds it. The command line prints it as a note on stderr.
     log.warning("made a new key at %s%s (there was none): it anchors the runs you write and "
                 "signs your decisions from now on; back it up with the store. Runs an "
                 "earlier key anchored read as UNANCHORED until that key is back at %s",
                 path, f" {purpose}" if purpose else "", path)
     return key
+
+
+def place_key(path: Path, key: bytes, env: str) -> bool:
+    """Put a new key file at `path` whole (mode 0600), or return False when one is there
+    already. The bytes are written to a file of their own and linked into place, so a process
+    that opens the path finds the whole key or nothing: two processes making the first key at
+    once (two deployments started together) agree on the one that was linked first."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as e:
+        raise KeyUnusable(f"cannot create the key {path} ({e.strerror}); point {env} "
+                          "at a writable place") from None
+    try:
+        with os.fdopen(fd, "wb") as f:     # mkstemp makes it 0600
+            f.write(key)
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    except OSError as e:
+        raise KeyUnusable(f"cannot create the key {path} ({e.strerror}); point {env} "
+                          "at a writable place") from None
+    finally:
+        os.unlink(tmp)
+    return True
 
 
 def key_id(key: bytes) -> str:

@@ -142,10 +142,13 @@ class EventStore(StoreFile):
 
     def post_command(self, run_id: str, kind: str, payload: dict[str, Any] | None = None,
                      *, author: str = "human",
-                     still_open: Callable[[], str | None] | None = None) -> str:
+                     still_open: Callable[[], str | None] | None = None,
+                     relayed: str | None = None) -> str:
         """Leave a command (a person's decision) for the run's writer; returns its id.
-        `still_open` is asked under the write lock (Inbox.post)."""
-        return self._inbox.post(run_id, kind, payload, author=author, still_open=still_open)
+        `still_open` is asked under the write lock; `relayed` keeps the id of a command
+        left at a matrix's head (Inbox.post)."""
+        return self._inbox.post(run_id, kind, payload, author=author, still_open=still_open,
+                                relayed=relayed)
 
     @staticmethod
     def command_unsigned(command: dict[str, Any]) -> str | None:

@@ -40,12 +40,14 @@ class Inbox:
 
     def post(self, run_id: str, kind: str, payload: dict[str, Any] | None = None,
              *, author: str = "human",
-             still_open: Callable[[], str | None] | None = None) -> str:
+             still_open: Callable[[], str | None] | None = None,
+             relayed: str | None = None) -> str:
         """Leave a command (a person's decision) for the run's writer; returns its id.
         `still_open`, asked under the write lock just before the command is left (no writer
         can append meanwhile), says why the run no longer takes it: then nothing is left,
-        and DecisionRefused says so."""
-        command_id = uuid7()
+        and DecisionRefused says so. `relayed`: the id of a command a person left at the
+        head of a matrix (cluster/), kept so it is left here once however often it comes."""
+        command_id = relayed or uuid7()
         check_command(kind, payload or {}, command_id, author)
         run_id = self.reader.resolve_run(run_id)
         # The MAC tells the conductor a person's tool wrote it (store/anchor.py): a process
@@ -58,7 +60,8 @@ class Inbox:
             if why_not is not None:
                 raise DecisionRefused(why_not)
             self.file.conn.execute(
-                "INSERT INTO inbox (run_id, command_id, kind, payload, author, created_ts, mac) "
+                f"INSERT {'OR IGNORE ' if relayed else ''}INTO inbox (run_id, command_id, "
+                "kind, payload, author, created_ts, mac) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (*fields, utc_now(), mac(key, "command", fields)))
         return command_id

@@ -132,10 +132,34 @@ def _v3(db: Database) -> None:
                                not_null={"format_version", "uncarried_upto", "imported_ts"})
 
 
+#: The tables schema 4 adds, for matrices of deployments run on several hosts (cluster/):
+#: each matrix and its cells' runs with where and how each stands, and each stretch of a
+#: run a node shipped, with that node's signature over its last event (store/nodes.py,
+#: store/ingest.py).
+_V4_TABLES: dict[str, dict[str, Any]] = {
+    "matrices": {"matrix_id": str, "spec": str, "created_ts": str},
+    "matrix_runs": {"run_id": str, "matrix_id": str, "cell": str, "state": str, "node": str,
+                    "tries": int, "detail": str, "updated_ts": str},
+    "node_anchors": {"run_id": str, "upto_version": int, "head_hash": str, "node": str,
+                     "node_key": str, "signature": str, "received_ts": str}}
+
+
+def _v4(db: Database) -> None:
+    t = _V4_TABLES
+    db.table("matrices").create(t["matrices"], pk="matrix_id", not_null={"spec", "created_ts"})
+    db.table("matrix_runs").create(t["matrix_runs"], pk="run_id",
+                                   not_null={"matrix_id", "cell", "state", "updated_ts"})
+    db.table("matrix_runs").create_index(["matrix_id"])
+    db.table("node_anchors").create(t["node_anchors"], pk=("run_id", "upto_version"),
+                                    not_null={"head_hash", "node", "node_key", "signature",
+                                              "received_ts"})
+
+
 #: MIGRATIONS[i] takes a store from schema i to i + 1, adding the columns COLUMNS_ADDED[i]
 #: names (tests/store checks that the two agree).
-MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3]
-COLUMNS_ADDED: list[dict[str, dict[str, Any]]] = [_V1_TABLES, _V2_COLUMNS, _V3_TABLES]
+MIGRATIONS: list[Callable[[Database], None]] = [_v1, _v2, _v3, _v4]
+COLUMNS_ADDED: list[dict[str, dict[str, Any]]] = [_V1_TABLES, _V2_COLUMNS, _V3_TABLES,
+                                                  _V4_TABLES]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

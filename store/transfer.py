@@ -259,7 +259,7 @@ def _read_export(path: Path) -> ExportedRun:
     for n, record in enumerate(records[1:], 2):
         where = f"{path} line {n}"
         if isinstance(record, dict) and "event" in record:
-            event = _event_from_record(record["event"], where)
+            event = event_from_record(record["event"], where)
             if event.run_id != run_id:
                 raise ImportRefused(f"{where}: event of run {event.run_id}, header says {run_id}")
             if event.run_version != len(events) + 1 or event.prev_hash != prev:
@@ -280,7 +280,7 @@ def _read_export(path: Path) -> ExportedRun:
             events.append(event)
             prev = event.hash
         elif isinstance(record, dict) and "blob" in record:
-            digest, entry = _blob_from_record(record, where)
+            digest, entry = blob_from_record(record, where)
             blobs[digest] = entry
         elif isinstance(record, dict) and "command" in record and header["format_version"] > 1:
             command = command_from_record(record["command"], run_id, where)
@@ -312,7 +312,7 @@ def _read_export(path: Path) -> ExportedRun:
                        len(events) if old else min(header.get("uncarried_upto", 0), len(events)))
 
 
-def _event_from_record(record: Any, where: str) -> Event:
+def event_from_record(record: Any, where: str) -> Event:
     """An event line as the writer would have stored it: every field checked by the
     writer's own `check_event`, the payload against its type's schema (after upcasting)."""
     if not isinstance(record, dict) or set(record) != set(_ENVELOPE):
@@ -340,7 +340,7 @@ def _event_from_record(record: Any, where: str) -> Event:
     return event._replace(payload=payload)
 
 
-def _blob_from_record(record: dict[str, Any], where: str) -> tuple[str, tuple[str, bytes, int]]:
+def blob_from_record(record: dict[str, Any], where: str) -> tuple[str, tuple[str, bytes, int]]:
     ref, codec = record.get("blob", ""), record.get("codec")
     if not isinstance(ref, str) or not BLOB_REF_RE.match(ref) or codec not in CODECS:
         raise ImportRefused(f"{where}: malformed blob record (a blob needs \"blob\": "

@@ -24,6 +24,8 @@ from npu_deploy.events.state import REDUCED_TYPES, reduce_body
 from .anchor import HEAD_FIELDS, KEY_ENV, check, key_id, key_path, snapshot_fields, user_key
 from .blobs import BlobMismatch, unpack
 from .errors import StoreCorrupt, UnknownRun
+from .matrix import node_stretches
+from .nodes import keyring_path, load_keyring, verifies
 from .rows import EVENT_COLUMNS, RUN_OPENERS, event_from_row
 from .storefile import StoreFile
 from .transaction import read_snapshot
@@ -46,6 +48,9 @@ class VerifyReport:
     #: The id of the key whose MAC the run carries, when that key is not this user's (or
     #: there is no key here to tell).
     unanchored_by: str | None = None
+    #: Where the run was made, when nodes of a matrix shipped it here (store/ingest.py): each
+    #: stretch as "NODE v1-v40", its signature checked against the keyring.
+    made_on: tuple[str, ...] = ()
 
     @property
     def status(self) -> str:
@@ -63,8 +68,9 @@ class VerifyReport:
             return (f"{self.run_id}: UNANCHORED: chain intact ({self.events} events, head "
                     f"{self.head_hash[:16]}), but {self.unanchored}: without the key that wrote "
                     "it, a rewritten chain cannot be told from the original")
+        where = f", made on {', '.join(self.made_on)}" if self.made_on else ""
         return (f"{self.run_id}: OK, {self.events} events, head {self.head_hash[:16]}, "
-                "anchored by this user's key")
+                f"anchored by this user's key{where}")
 
 
 class Verifier:
@@ -151,14 +157,17 @@ class Verifier:
             damage = ("its head MAC, made by this user's key, does not match the run as stored: "
                        "events or the runs row were rewritten since (an edit, a cut, an "
                        "insertion or a recomputed chain)")
+        made_on, node_damage, node_doubt = self._made_on(run_id, version)
+        damage = damage or node_damage
         if damage:
             return VerifyReport(run_id, False, version, expected_prev, damage)
         if fold:
             state = with_head(state, event_from_row(last))
+        anchored = anchor == "ok" and node_doubt is None
         return VerifyReport(run_id, True, version, expected_prev, state=state if fold else None,
-                            anchored=anchor == "ok",
-                            unanchored=None if anchor == "ok" else _unanchored(anchor, key,
-                                                                               head_row[-1]),
+                            anchored=anchored, made_on=made_on,
+                            unanchored=None if anchored else
+                            node_doubt or _unanchored(anchor, key, head_row[-1]),
                             unanchored_by=(head_row[-1] or "").partition(":")[0]
                             if anchor == "foreign" else None)
 
@@ -179,6 +188,43 @@ class Verifier:
             except BlobMismatch as e:
                 return f"{e} (referenced by v{version})"
         return None
+
+    def _made_on(self, run_id: str, head_version: int
+                 ) -> tuple[tuple[str, ...], str | None, str | None]:
+        """The nodes that shipped the run here, stretch by stretch; a signature that does
+        not hold (damage: BROKEN); a key the keyring lacks or revoked (doubt: UNANCHORED,
+        the node no longer vouches for it). Nothing when no node shipped the run."""
+        stretches = node_stretches(self.file.conn, run_id)
+        if not stretches:
+            return (), None, None
+        ring = load_keyring()
+        made_on: list[tuple[str, int, int]] = []
+        start, doubt = 1, None
+        for upto, head_hash, node, kid, signature in stretches:
+            row = self.file.conn.execute("SELECT hash FROM events WHERE run_id = ? AND "
+                                         "run_version = ?", (run_id, upto)).fetchone()
+            if row is None or row[0] != head_hash:
+                return (), (f"node {node}'s signature is over v{upto} as it shipped it, and "
+                            "the store's event there differs: the run was rewritten"), None
+            enrolled = ring.by_id(kid)
+            if enrolled is None:
+                doubt = doubt or (f"node {node} signed v{start}-v{upto} with key {kid}, which "
+                                  f"the keyring ({keyring_path()}) does not hold")
+            elif not verifies(enrolled.public, run_id, upto, head_hash,
+                              signature.partition(":")[2]):
+                return (), f"node {node}'s signature over v{upto} does not match", None
+            elif enrolled.revoked_ts is not None:
+                doubt = doubt or (f"node {node}'s key {kid}, which signed v{start}-v{upto}, "
+                                  f"was revoked at {enrolled.revoked_ts}")
+            if made_on and made_on[-1][0] == node:
+                made_on[-1] = (node, made_on[-1][1], upto)
+            else:
+                made_on.append((node, start, upto))
+            start = upto + 1
+        lines = [f"{n} (v{a}-v{b})" for n, a, b in made_on]
+        if start <= head_version:
+            lines.append(f"this store (v{start}-v{head_version})")
+        return tuple(lines), None, doubt
 
     def _snapshot_problem(self, run_id: str) -> str | None:
         """A snapshot whose MAC, made by this user's key, no longer matches it. (A snapshot

@@ -21,6 +21,7 @@ from npu_deploy.deploy_request import (
     DeployRequest,
     Refused,
     checked,
+    code_version,
     resume_run,
 )
 from npu_deploy.events import PHASE_NAMES, Event
@@ -30,7 +31,6 @@ from npu_deploy.models.quantization import CHOICES as WEIGHT_CHOICES
 from npu_deploy.models.quantization import split_spec, with_weights
 from npu_deploy.store import DiskFull, EventStore, RunLocked, Unanchored
 
-from .group import code_version
 from .options import db_option, db_path, open_existing
 from .output import EXIT_FAILED, EXIT_USAGE, console, fail
 from .render import data, progress

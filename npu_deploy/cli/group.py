@@ -75,6 +75,12 @@ COMMANDS: Final[dict[str, tuple[str, str, str]]] = {
                "stopped for a person."),
     "fork": ("deploy", "fork_cmd", "Start a new run from RUN's history up to --at (RUN "
              "itself is not changed)."),
+    # many deployments, many hosts
+    "matrix": ("matrix", "matrix_cmd", "Run a matrix of deployments (models x prompt "
+               "lengths x backends x agents) as Ray tasks, one per NPU host at a time, every "
+               "run gathered into this store and verified."),
+    "node": ("matrix", "node_cmd", "This host's node key, and the head's keyring of the "
+             "nodes whose runs it takes."),
     # using a deployment
     "generate": ("inference", "generate_cmd", "Answer PROMPT with RUN's deployed model on "
                  "the run's backend, streaming the tokens."),
@@ -115,15 +121,6 @@ class Commands(MutableMapping[str, click.Command]):
 
     def __len__(self) -> int:
         return len({**dict.fromkeys(COMMANDS), **self._loaded})
-
-
-def code_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("npu-deploy")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 def _loaded_class(module: str, name: str) -> type[BaseException] | None:
@@ -196,6 +193,8 @@ class CLI(click.Group):
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value and not ctx.resilient_parsing:
+        from npu_deploy.deploy_request import code_version
+
         click.echo(f"npu-deploy, version {code_version()}")
         ctx.exit()
 

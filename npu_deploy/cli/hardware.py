@@ -16,7 +16,8 @@ from typing import Any
 
 import click
 
-from .group import code_version
+from npu_deploy.deploy_request import code_version
+
 from .kit import SEQ_LEN, needed_for
 from .options import json_option, mlir_air_source_option
 from .output import EXIT_FAILED, EXIT_USAGE, emit_json, fail

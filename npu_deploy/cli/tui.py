@@ -14,12 +14,11 @@ from typing import Any
 import click
 
 from npu_deploy import loading as loading_line
-from npu_deploy.deploy_request import DeployRequest, checked, resume_run
+from npu_deploy.deploy_request import DeployRequest, checked, code_version, resume_run
 from npu_deploy.events.describe import printable
 from npu_deploy.store import EventStore
 from npu_deploy.store.medium import why_unwritable
 
-from .group import code_version
 from .options import db_option, db_path, open_existing
 from .output import EXIT_USAGE, fail, say_error
 

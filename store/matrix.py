@@ -1,0 +1,106 @@
+"""The head's book of matrices: each matrix (its spec as given) and, per cell, its run with
+where and how it stands (the node that runs it, how many times it was started, why it
+stopped). The runs themselves are ordinary runs of the store; this book only groups them,
+for `matrix`, `matrix compare` and the TUI. Reading it never needs sqlite-utils."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from npu_deploy.events import canonical_json, utc_now
+
+from .errors import StoreError
+from .storefile import StoreFile
+from .transaction import transaction
+
+#: How a cell stands: waiting for a node; running on one; its run ended (the verdict is the
+#: run's); stopped for a person; failed for a reason no retry changes.
+CELL_STATES = ("queued", "running", "finished", "needs_human", "error")
+
+
+@dataclass(frozen=True)
+class MatrixRun:
+    matrix_id: str
+    run_id: str
+    cell: dict[str, Any]
+    state: str
+    node: str | None
+    tries: int
+    detail: str | None
+    updated_ts: str
+
+
+def _has_book(conn: sqlite3.Connection) -> bool:
+    """A store of a schema before 4, opened read-only (so not migrated), has no book."""
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                        "name = 'matrix_runs'").fetchone() is not None
+
+
+def record_matrix(store: StoreFile, matrix_id: str, spec: dict[str, Any]) -> bool:
+    """Enter a matrix in the book; True when it is new. The same name given another spec is
+    refused: a matrix is re-run (its unfinished cells resumed) under the spec it began with."""
+    text = canonical_json(spec)
+    with transaction(store.db) as conn:
+        row = conn.execute("SELECT spec FROM matrices WHERE matrix_id = ?",
+                           (matrix_id,)).fetchone()
+        if row is not None:
+            if row[0] != text:
+                raise StoreError(f"matrix {matrix_id} exists in {store.path} with another "
+                                 "spec; name the new one otherwise (--name)")
+            return False
+        conn.execute("INSERT INTO matrices VALUES (?, ?, ?)", (matrix_id, text, utc_now()))
+    return True
+
+
+def note_cell(store: StoreFile, matrix_id: str, run_id: str, cell: dict[str, Any], state: str,
+              *, node: str | None = None, detail: str | None = None,
+              started: bool = False) -> None:
+    """Where and how a cell's run stands now (`started`: one more try began)."""
+    if state not in CELL_STATES:
+        raise ValueError(f"cell state {state!r}")
+    with transaction(store.db) as conn:
+        conn.execute(
+            "INSERT INTO matrix_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(run_id) DO "
+            "UPDATE SET state = excluded.state, node = coalesce(excluded.node, node), "
+            "tries = tries + excluded.tries, detail = excluded.detail, "
+            "updated_ts = excluded.updated_ts",
+            (run_id, matrix_id, canonical_json(cell), state, node, int(started), detail,
+             utc_now()))
+
+
+def matrix_spec(conn: sqlite3.Connection, matrix_id: str) -> dict[str, Any] | None:
+    if not _has_book(conn):
+        return None
+    row = conn.execute("SELECT spec FROM matrices WHERE matrix_id = ?", (matrix_id,)).fetchone()
+    return None if row is None else dict(json.loads(row[0]))
+
+
+def matrix_runs(conn: sqlite3.Connection, matrix_id: str | None = None) -> list[MatrixRun]:
+    """The book's rows, of one matrix or all, in the order the cells were entered."""
+    if not _has_book(conn):
+        return []
+    where, args = ("WHERE matrix_id = ?", (matrix_id,)) if matrix_id else ("", ())
+    rows = conn.execute("SELECT matrix_id, run_id, cell, state, node, tries, detail, "
+                        f"updated_ts FROM matrix_runs {where} ORDER BY rowid", args)
+    return [MatrixRun(m, r, json.loads(c), s, n, t, d, u) for m, r, c, s, n, t, d, u in rows]
+
+
+def matrices(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    """Every matrix (id, created), oldest first."""
+    if not _has_book(conn):
+        return []
+    return [tuple(r) for r in conn.execute(
+        "SELECT matrix_id, created_ts FROM matrices ORDER BY created_ts, matrix_id")]
+
+
+def node_stretches(conn: sqlite3.Connection, run_id: str) -> list[tuple[int, str, str, str, str]]:
+    """Each stretch of the run a node shipped: (up to version, head hash, node, key id,
+    signature), in order."""
+    if not _has_book(conn):
+        return []
+    return [tuple(r) for r in conn.execute(
+        "SELECT upto_version, head_hash, node, node_key, signature FROM node_anchors "
+        "WHERE run_id = ? ORDER BY upto_version", (run_id,))]
