@@ -45,8 +45,13 @@ class Collector:
 
     def begin(self, run_id: str, cell: dict[str, Any], key_id: str) -> dict[str, Any]:
         """A node starts (or takes over) a cell: what the head holds of its run."""
-        node = self.node_name(key_id)
         self.cells[run_id] = cell
+        try:
+            node = self.node_name(key_id)
+        except NodeRefused as e:     # the try is counted: a retry would show as a second
+            note_cell(self.store, self.matrix_id, run_id, cell, "error", detail=str(e),
+                      started=True)
+            raise
         note_cell(self.store, self.matrix_id, run_id, cell, "running", node=node, started=True)
         row = self.store.conn.execute("SELECT head_version, head_hash, head_type FROM runs "
                                       "WHERE run_id = ?", (run_id,)).fetchone()

@@ -23,7 +23,7 @@ import hashlib
 import itertools
 import re
 import tomllib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +110,7 @@ class MatrixSpec:
             raise SpecRefused(f"cell {cell.label}: {e}") from None
 
     def check(self, with_model: bool = False) -> None:
-        """Every cell checked before any runs: one bad cell refuses the matrix."""
+        """Every cell checked on the head before any runs: one bad cell refuses the matrix."""
         if not NAME_RE.match(self.name):
             raise SpecRefused(f"matrix name {self.name[:40]!r}: use 1-24 letters, digits, "
                               "'_' or '-'")
@@ -129,8 +129,14 @@ class MatrixSpec:
             raise SpecRefused(f"pause_at: no phase {bad_phase[0]}")
         if not self.models:
             raise SpecRefused("the matrix has no model: give --model (or models = [...])")
+        # The head checks what does not depend on the machine (the model, the prompt length);
+        # a node checks the rest as it starts the cell (an NPU for xrt, Claude's key).
         for cell in self.cells():
-            self.deployment(cell, with_model)
+            portable = replace(self.request(cell), backend="emulator", agent="autopilot")
+            try:
+                checked(portable, with_model)
+            except Refused as e:
+                raise SpecRefused(f"cell {cell.label}: {e}") from None
 
 
 def from_toml(path: Path) -> MatrixSpec:

@@ -159,6 +159,18 @@ def anchor_key(tmp_path_factory: pytest.TempPathFactory, worker_id: str):
         yield path
 
 
+@pytest.fixture(autouse=True)
+def node_files(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A matrix's node folder (its node key, its runs' stores) and the head's keyring of node
+    keys (store/nodes.py) are each test's own, never the user's: a node a test enrolls is
+    trusted by that test alone."""
+    folder = tmp_path_factory.mktemp("node")
+    monkeypatch.setenv("NPU_DEPLOY_NODE_DIR", str(folder / "node"))
+    monkeypatch.setenv("NPU_DEPLOY_KEYRING", str(folder / "nodes.json"))
+    monkeypatch.delenv("NPU_DEPLOY_NODE_KEY_FILE", raising=False)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def settings_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("tui-settings")
