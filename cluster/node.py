@@ -47,6 +47,7 @@ def deploy_cell(spec_dict: dict[str, Any], cell_dict: dict[str, Any], collector:
     leave_the_checkout()      # Ray puts the driver's working folder on the task's path
     import ray
 
+    _share_the_cores()
     spec, cell = MatrixSpec(**_tuples(spec_dict)), Cell(**cell_dict)
     run_id = cell.run_id(spec.name)
     key = node_key(create=True)
@@ -76,6 +77,21 @@ def deploy_cell(spec_dict: dict[str, Any], cell_dict: dict[str, Any], collector:
     verdict = halt.detail if ended else None
     return CellResult(run_id, "finished" if ended else "needs_human", verdict,
                       f"{halt.reason}: {halt.detail}", head["node"])
+
+
+def _share_the_cores() -> None:
+    """Give the deployment this node's cores over its `npu` units. Ray sets OMP_NUM_THREADS
+    to 1 for a task that asks for no CPU (ray/_private/utils.py, set_omp_num_threads_if_unset),
+    which would leave a host with one NPU running the emulator's torch on one core."""
+    import os
+
+    import ray
+    import torch
+
+    here = ray.get_runtime_context().get_node_id()
+    declared = next((n["Resources"] for n in ray.nodes() if n["NodeID"] == here), {})
+    cores = int(declared.get("CPU", 0)) or os.cpu_count() or 1
+    torch.set_num_threads(max(1, cores // max(1, int(declared.get("npu", 1)))))
 
 
 def _tuples(spec: dict[str, Any]) -> dict[str, Any]:

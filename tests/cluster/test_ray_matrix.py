@@ -4,8 +4,11 @@ key and user key. Real tiny deployments (the autopilot on the emulator), real Ra
 scheduling, a node's processes really killed (`Cluster.remove_node`), Ray's own
 rescheduling, decisions typed at the head.
 
-One cluster for the module (about 5 s to start); the tests run in order, the second
-comparing its run with the first's."""
+One cluster per module and worker (about 5 s to start).
+
+The undisturbed matrix also stands in for test_defaults_pass's deployment of tiny-llama at
+16 tokens (`BY_MATRIX` there): the same deployment, every gate passing at its first attempt
+and the whole toolbox worked through, run here through Ray rather than `deploy`."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deployments import BY_MATRIX, first_attempts_or_the_bars_fix, worked_through_the_toolbox
 
 from npu_deploy.cluster.driver import run_matrix
 from npu_deploy.cluster.spec import MatrixSpec
@@ -113,7 +117,23 @@ def _gates(store: EventStore, run_id: str) -> list[tuple[Any, ...]]:
     return out
 
 
-def test_a_matrix_of_tiny_deployments_lands_in_the_head_store_each_run_verified(keyring):
+def _deployed_in_full(store: EventStore, run_id: str) -> None:
+    """test_defaults_pass's checks of a tiny deployment, on a run a node made."""
+    events = list(store.events(run_id))
+    worked_through_the_toolbox(store, events)
+    gates: dict[int, list[bool]] = {}
+    numerics: list[dict[str, Any]] = []
+    for e in events:
+        if e.type == "gate.evaluated":
+            gates.setdefault(e.phase, []).append(e.payload["passed"])
+        if e.type == "debug.proposed" and e.phase == 3:
+            numerics += [d["change"]["recipe"] for d in e.payload["directions"]
+                         if d.get("change") and d["change"].get("recipe")]
+    first_attempts_or_the_bars_fix(gates, numerics)
+
+
+def _a_matrix_of_tiny_deployments_lands_in_the_head_store_each_run_verified(keyring: Head
+                                                                          ) -> None:
     spec = MatrixSpec(name="m1", models=("tiny-llama", "tiny-qwen2"), seq_lens=(16,))
     outcome = run_matrix(spec, keyring.db, say=lambda _line: None)
     assert sorted((c.cell.model, c.verdict) for c in outcome.cells) \
@@ -122,6 +142,8 @@ def test_a_matrix_of_tiny_deployments_lands_in_the_head_store_each_run_verified(
     with keyring.store() as store:
         for model, row in book.items():
             assert row.state == "finished" and row.node in NODES and row.tries == 1
+            if (model, 16) in BY_MATRIX:
+                _deployed_in_full(store, row.run_id)
             report = store.verify(row.run_id)
             assert report.trusted, report.line()
             assert report.made_on == (f"{row.node} (v1-v{report.events})",)
@@ -130,6 +152,18 @@ def test_a_matrix_of_tiny_deployments_lands_in_the_head_store_each_run_verified(
                                  readonly=True) as node_store:
                 assert node_store.fold(row.run_id).last_hash == report.head_hash
         assert outcome.events == sum(store.fold(r.run_id).version for r in book.values())
+
+
+def test_a_matrix_across_three_nodes_lands_verified_survives_a_killed_node_and_takes_decisions(
+        keyring, cli):
+    """One test, in order (pytest-xdist may hand a module's tests to two workers, and the
+    second part compares its run with the first's): the undisturbed matrix, then the same
+    cells with a node killed and decisions typed at the head, then a node the head no longer
+    trusts."""
+    _a_matrix_of_tiny_deployments_lands_in_the_head_store_each_run_verified(keyring)
+    _a_killed_node_s_run_resumes_on_another_and_decisions_typed_at_the_head_arrive_once(
+        keyring, cli)
+    _a_cell_that_fails_for_a_reason_no_retry_changes_is_not_retried(keyring)
 
 
 def _wait_for(what: str, check: Any, timeout: float = 300) -> Any:
@@ -143,6 +177,8 @@ def _wait_for(what: str, check: Any, timeout: float = 300) -> Any:
 
 
 def _waiting_at(head: Head, run_id: str, phase: int, attempt: int = 1) -> bool:
+    if not head.db.exists():          # the matrix has not made its store yet
+        return False
     with head.store() as store:
         if run_id not in store.run_ids():
             return False
@@ -157,8 +193,8 @@ def _decide(cli: Any, head: Head, run_id: str, *args: str) -> None:
     assert r.exit_code == 0, r.stderr
 
 
-def test_a_killed_node_s_run_resumes_on_another_and_decisions_typed_at_the_head_arrive_once(
-        keyring, cli):
+def _a_killed_node_s_run_resumes_on_another_and_decisions_typed_at_the_head_arrive_once(
+        keyring: Head, cli: Any) -> None:
     """Both runs wait at phase 1's checkpoint on their nodes. The node of one is killed: Ray
     runs its task again on the third node, which takes the run over from the head's copy and
     waits at the same checkpoint; approved from the head, it ends exactly as the undisturbed
@@ -216,7 +252,7 @@ def test_a_killed_node_s_run_resumes_on_another_and_decisions_typed_at_the_head_
     assert held_commands == 1
 
 
-def test_a_cell_that_fails_for_a_reason_no_retry_changes_is_not_retried(keyring):
+def _a_cell_that_fails_for_a_reason_no_retry_changes_is_not_retried(keyring: Head) -> None:
     """A node the head does not trust: its task raises, and Ray does not run it again."""
     import ray
 
@@ -235,3 +271,45 @@ def test_a_cell_that_fails_for_a_reason_no_retry_changes_is_not_retried(keyring)
     row = keyring.book("m3")["tiny-llama"]
     assert row.state == "error" and row.tries == 1      # one try: Ray ran it once
     assert ray.is_initialized()
+
+
+def test_a_head_that_dies_mid_matrix_loses_nothing_and_the_matrix_run_again_finishes(keyring):
+    """`npu-deploy matrix` (the head's driver and its collector) is killed while its run
+    waits on a node; Ray ends that task with its owner. Run again under the same name, the
+    matrix takes the run over from what the head holds and finishes it: the chain the head
+    held is the start of the final one, each event once."""
+    import signal
+    import subprocess
+    import sys
+
+    head = keyring
+    args = [sys.executable, "-m", "npu_deploy", "--db", str(head.db), "matrix", "--address",
+            head.cluster.address, "--name", "m4", "--model", "tiny-llama", "--seq-len", "16",
+            "--pause-at", "1"]
+    run_id = "m4.tiny-llama.s16.emulator.autopilot"
+    first = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for("the run at phase 1's checkpoint", lambda: _waiting_at(head, run_id, 1))
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    with head.store() as store:
+        held = [(e.run_version, e.hash) for e in store.events(run_id)]
+    second = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for("the run taken over", lambda: head.book("m4")["tiny-llama"].tries == 2)
+    _wait_for("the run at phase 1's checkpoint again", lambda: _waiting_at(head, run_id, 1))
+    r = subprocess.run([sys.executable, "-m", "npu_deploy", "--db", str(head.db), "decide",
+                        run_id, "approve"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    out, err = second.communicate(timeout=600)
+    assert second.returncode == 0, out + err
+    assert f"{run_id}: PASS on " in out and "matrix m4: 1 cells" in out
+    with head.store() as store:
+        report = store.verify(run_id)
+        assert report.trusted, report.line()
+        final = [(e.run_version, e.hash) for e in store.events(run_id)]
+        assert final[:len(held)] == held
+        types = [e.type for e in store.events(run_id)]
+        assert types.count("run.started") == 1 and types.count("run.finished") == 1
+        assert [e.payload["verdict"] for e in store.events(run_id)
+                if e.type == "run.finished"] == ["PASS"]
