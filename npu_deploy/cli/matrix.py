@@ -186,7 +186,8 @@ def matrix_compare_cmd(a: str, b: str, markdown_file: Path | None,
                        json_file: Path | None) -> None:
     """Compare matrix B with matrix A of this store, cell by cell: verdicts, each phase's
     gate values and the prefill/decode times (modeled, or measured on the NPU), side by
-    side, each regression of B marked. Exits 0 with none, 1 with any (for CI)."""
+    side, each regression of B marked (docs/cluster.md says how). Exits 0 with none, 1
+    with any (for CI), 2 when the store holds no matrix of that name."""
     import json
     import sys
 

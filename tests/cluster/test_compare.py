@@ -282,3 +282,16 @@ def test_measured_times_are_judged_against_their_spread() -> None:
     assert slower(a, Time("prefill", 0.104, "measured-npu")) == ""
     assert slower(Time("prefill", 0.1, "modeled"), Time("prefill", 0.1001, "modeled"))
     assert slower(Time("prefill", 0.1, "modeled"), Time("prefill", 0.2, "measured-npu")) == ""
+
+
+@pytest.mark.slow
+def test_a_cell_whose_run_has_not_begun_stands_as_the_book_says(db: Path) -> None:
+    """A queued cell (no event of its run yet) reads as queued, and A's PASS lost there is
+    marked: a matrix compared before it ended does not pass CI."""
+    with EventStore.open(db) as store:
+        record_matrix(store, "d", {"name": "d"})
+        note_cell(store, "d", PLAIN.run_id("d"), PLAIN.__dict__, "queued")
+        result = compare(store, "a", "d")
+    cell = next(c for c in result.cells if c.cell == PLAIN)
+    assert cell.b is not None and cell.b.standing == "queued" and not cell.b.gates
+    assert cell.regressions == ["verdict PASS -> queued"]
