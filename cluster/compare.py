@@ -203,8 +203,6 @@ class Comparison:
                 "tolerances": self.tolerances, "cells": [c.to_dict() for c in self.cells]}
 
 
-
-
 def _cell_dict(cell: Cell) -> dict[str, Any]:
     return {"model": cell.model, "seq_len": cell.seq_len, "backend": cell.backend,
             "agent": cell.agent}

@@ -295,3 +295,26 @@ def test_a_cell_whose_run_has_not_begun_stands_as_the_book_says(db: Path) -> Non
     cell = next(c for c in result.cells if c.cell == PLAIN)
     assert cell.b is not None and cell.b.standing == "queued" and not cell.b.gates
     assert cell.regressions == ["verdict PASS -> queued"]
+
+
+@pytest.mark.e2e
+def test_a_real_deployment_compares_by_its_gates_metrics(deployed: Any, tmp_path: Path,
+                                                          cli: Callable[..., Any]) -> None:
+    """The autopilot's tiny-llama deployment (the session's, tests/conftest.py) as the one
+    cell of a matrix, compared with itself: the real gates' deciding metrics and the modeled
+    times are in the table, each metric of a known kind, and nothing is marked."""
+    cell = Cell("tiny-llama", 32, "emulator", "autopilot")
+    with EventStore.open(deployed.db) as store:
+        record_matrix(store, "real", {"name": "real"})
+        note_cell(store, "real", deployed.run_id, cell.__dict__, "finished")
+    js = tmp_path / "real.json"
+    result = cli("--db", deployed.db, "matrix", "compare", "real", "real", "--json", js)
+    assert result.exit_code == 0, result.output
+    side = json.loads(js.read_text())["cells"][0]["a"]
+    assert side["verdict"] == "PASS" and sorted(side["gates"]) == [str(k) for k in range(8)]
+    kinds = {m: v["kind"] for g in side["gates"].values() for m, v in g["values"].items()}
+    assert {"prefill_logits_rel_l2", "within_frac", "cosine", "cosine_pos_min",
+            "prefill_modeled_s", "decode_modeled_s"} <= set(kinds), kinds
+    assert "other" not in kinds.values(), kinds
+    assert {t["source"] for t in side["times"].values()} == {"modeled"}
+    assert "(modeled)" in result.stdout and "measured" not in result.stdout
