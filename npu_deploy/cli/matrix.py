@@ -195,6 +195,10 @@ def matrix_compare_cmd(a: str, b: str, markdown_file: Path | None,
 
     from .options import open_readonly
 
+    for flag, target in (("--markdown", markdown_file), ("--json", json_file)):
+        if target is not None and not target.parent.is_dir():
+            fail(f"{flag} {target}: no folder {target.parent}; create it or name a file in "
+                 "an existing one", EXIT_USAGE)
     with open_readonly() as store:
         try:
             result = compare(store, a, b)

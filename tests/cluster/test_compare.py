@@ -318,3 +318,13 @@ def test_a_real_deployment_compares_by_its_gates_metrics(deployed: Any, tmp_path
     assert "other" not in kinds.values(), kinds
     assert {t["source"] for t in side["times"].values()} == {"modeled"}
     assert "(modeled)" in result.stdout and "measured" not in result.stdout
+
+
+def test_a_file_in_a_missing_folder_is_refused_before_anything(tmp_path: Path,
+                                                               cli: Callable[..., Any]) -> None:
+    with EventStore.open(tmp_path / "runs.db"):
+        pass
+    result = cli("--db", tmp_path / "runs.db", "matrix", "compare", "a", "a", "--json",
+                 tmp_path / "no" / "cmp.json")
+    assert_one_error(result, "--json", "no folder", "create it")
+    assert result.exit_code == 2 and result.stdout == ""
