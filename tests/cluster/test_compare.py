@@ -168,7 +168,7 @@ def marked_rows(markdown: str) -> list[str]:
 @pytest.mark.parametrize("kind", sorted(SEEDS))
 def test_the_seeded_cell_alone_is_marked(kind: str, db: Path, tmp_path: Path,
                                          cli: Callable[..., Any]) -> None:
-    md, js = tmp_path / "cmp.md", tmp_path / "cmp.json"
+    md, js = tmp_path / "cmp.markdown", tmp_path / "cmp.json"
     result = cli("--db", db, "matrix", "compare", "a", f"b-{kind}", "--markdown", md,
                  "--json", js)
     assert result.exit_code == 1, result.output
@@ -222,7 +222,7 @@ def test_a_slower_plan_is_marked_as_modeled(db: Path) -> None:
 @pytest.mark.slow
 def test_a_matrix_against_itself_has_no_mark(db: Path, tmp_path: Path,
                                              cli: Callable[..., Any]) -> None:
-    md, js = tmp_path / "same.md", tmp_path / "same.json"
+    md, js = tmp_path / "same.markdown", tmp_path / "same.json"
     result = cli("--db", db, "matrix", "compare", "a", "a", "--markdown", md, "--json", js)
     assert result.exit_code == 0, result.output
     assert MARK not in result.stdout.replace(f"marked {MARK}", "")
