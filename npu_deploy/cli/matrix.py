@@ -4,7 +4,6 @@ host's key, and the head's keyring of the nodes it trusts)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -212,6 +211,8 @@ def matrix_compare_cmd(a: str, b: str, markdown_file: Path | None,
                              encoding="utf-8")
     sys.exit(1 if result.regressions else 0)
 
+
+from typing import TYPE_CHECKING  # noqa: E402  (kept with the one block that uses it)
 
 if TYPE_CHECKING:
     from rich.table import Table
