@@ -169,3 +169,73 @@ def node_list_cmd(as_json: bool) -> None:
     for r in rows:
         click.echo(f"{r['name']}\t{r['key_id']}\tenrolled {r['enrolled']}"
                    + (f"\trevoked {r['revoked']}" if r["revoked"] else ""))
+
+
+# --- matrix compare (issue 41): what changed since last time ---------------------------
+
+@matrix_cmd.command("compare")
+@db_option
+@click.argument("a")
+@click.argument("b")
+@click.option("--markdown", "markdown_file", type=click.Path(path_type=Path, dir_okay=False),
+              default=None, metavar="FILE", help="Write the table as Markdown to FILE too.")
+@click.option("--json", "json_file", type=click.Path(path_type=Path, dir_okay=False),
+              default=None, metavar="FILE", help="Write the comparison as JSON to FILE too.")
+def matrix_compare_cmd(a: str, b: str, markdown_file: Path | None,
+                       json_file: Path | None) -> None:
+    """Compare matrix B with matrix A of this store, cell by cell: verdicts, each phase's
+    gate values and the prefill/decode times (modeled, or measured on the NPU), side by
+    side, each regression of B marked (docs/cluster.md says how). Exits 0 with none, 1
+    with any (for CI), 2 when the store holds no matrix of that name."""
+    import json
+    import sys
+
+    from npu_deploy.cluster.compare import UnknownMatrix, compare, to_markdown
+
+    from .options import open_readonly
+
+    for flag, target in (("--markdown", markdown_file), ("--json", json_file)):
+        if target is not None and not target.parent.is_dir():
+            fail(f"{flag} {target}: no folder {target.parent}; create it or name a file in "
+                 "an existing one", EXIT_USAGE)
+    with open_readonly() as store:
+        try:
+            result = compare(store, a, b)
+        except UnknownMatrix as e:
+            fail(str(e), EXIT_USAGE)
+    console().print(_comparison_table(result))
+    if markdown_file is not None:
+        markdown_file.write_text(to_markdown(result), encoding="utf-8")
+    if json_file is not None:
+        json_file.write_text(json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n",
+                             encoding="utf-8")
+    sys.exit(1 if result.regressions else 0)
+
+
+from typing import TYPE_CHECKING  # noqa: E402  (kept with the one block that uses it)
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from npu_deploy.cluster.compare import Comparison
+
+
+def _comparison_table(result: Comparison) -> Table:
+    """The comparison as a Rich table: every figure and name through `data` (never markup:
+    a model named with [brackets] prints as named), a section per cell."""
+    from rich.table import Table
+
+    from npu_deploy.cluster.compare import MARK
+
+    table = Table(title=data(result.headline, limit=None))
+    for column in ("cell", "what", "A", "B", "regression"):
+        table.add_column(column, overflow="fold")
+    for cell in result.cells:
+        label = cell.cell.label + (f" (only in {cell.only_in})" if cell.only_in else "")
+        for i, row in enumerate(cell.rows):
+            mark = data(f"{MARK}: {row.regression}", "bold red", None) if row.regression \
+                else data("")
+            table.add_row(data(label if i == 0 else "", limit=None), data(row.what),
+                          data(row.a, limit=None), data(row.b, limit=None), mark,
+                          end_section=i == len(cell.rows) - 1)
+    return table
