@@ -62,15 +62,16 @@ def isolate(folder: Path) -> None:
     enroll("bench", key.public)
 
 
-def matrix_side(spec: Any, db: Path) -> dict[str, Any]:
-    """A: the cells as Ray tasks on a local instance, into the store at `db`."""
+def matrix_side(spec: Any, db: Path, npus: int | None) -> dict[str, Any]:
+    """A: the cells as Ray tasks on a local instance with `npus` units (None: one per core),
+    into the store at `db`."""
     import ray
 
     from npu_deploy.cluster.driver import run_matrix, start_ray
 
     load = os.getloadavg()[0]
     t0 = time.perf_counter()
-    start_ray(None, None)
+    start_ray(None, npus)
     try:
         npus = int(ray.cluster_resources()["npu"])
         started_s = time.perf_counter() - t0
@@ -156,7 +157,7 @@ def _when(ts: str) -> datetime:
     return datetime.fromisoformat(ts.replace("Z", "+00:00"))
 
 
-def measure(models: tuple[str, ...], seq_len: int) -> dict[str, Any]:
+def measure(models: tuple[str, ...], seq_len: int, npus: int | None) -> dict[str, Any]:
     """Both sides of the benchmark, each into a fresh store in a temporary folder."""
     from npu_deploy.cluster.spec import MatrixSpec
 
@@ -166,7 +167,7 @@ def measure(models: tuple[str, ...], seq_len: int) -> dict[str, Any]:
         folder = Path(tmp)
         isolate(folder)
         spec.check(with_model=True)
-        matrix = matrix_side(spec, folder / "matrix.db")
+        matrix = matrix_side(spec, folder / "matrix.db", npus)
         sequential = sequential_side(spec, folder / "sequential.db")
     return {"source": "measured-cpu", "cpu": cpu_name(), "cores": os.cpu_count(),
             "load_before": load_before, "load_after": os.getloadavg()[0],
@@ -219,10 +220,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seq-len", type=int, default=SEQ_LEN)
     ap.add_argument("--quick", action="store_true",
                     help=f"a smoke test: {' and '.join(QUICK_MODELS)} only")
+    ap.add_argument("--npus", type=int, default=None,
+                    help="npu units of the local Ray instance (default: one per core); 1 runs "
+                         "the matrix's cells one at a time")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     models = QUICK_MODELS if args.quick else tuple(m for m in args.models.split(",") if m)
-    report = measure(models, args.seq_len)
+    report = measure(models, args.seq_len, args.npus)
     emit(report, args.json, show)
     return 1 if failures(report) else 0
 
