@@ -61,6 +61,7 @@ bench: setup
 	$(PY) -m benchmarks.deploy_smollm2
 	$(PY) -m benchmarks.hardware_fidelity
 	$(PY) -m benchmarks.air_programs
+	$(PY) -m benchmarks.matrix_bench
 
 # Regenerate what the docs generate (the CLI reference, the kernel tables); a test fails
 # while they are stale.
