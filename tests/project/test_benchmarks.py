@@ -190,7 +190,7 @@ def test_air_programs_counts_every_program_and_finds_them_clean():
 
 
 @pytest.mark.slow
-@pytest.mark.e2e          # two tiny deployments on a local Ray instance, then two more in turn
+@pytest.mark.e2e          # a tiny deployment on a local Ray instance, then the same without
 def test_matrix_bench_runs_both_sides_and_labels_its_figures():
     """Issue 41's benchmark, --quick: the matrix on local Ray and the same cells deployed one
     after another, every run PASS on both sides, the head's ingest counted."""
@@ -198,9 +198,9 @@ def test_matrix_bench_runs_both_sides_and_labels_its_figures():
     assert result.returncode == 0, result.stderr + result.stdout
     r = json.loads(result.stdout)
     assert r["source"] == "measured-cpu"
-    assert r["cells"] == ["tiny-llama 16 emulator autopilot", "tiny-qwen2 16 emulator autopilot"]
+    assert r["cells"] == ["tiny-llama 16 emulator autopilot"]
     for side in ("matrix", "sequential"):
-        assert list(r[side]["runs"].values()) == ["PASS", "PASS"], r[side]["runs"]
+        assert list(r[side]["runs"].values()) == ["PASS"], r[side]["runs"]
         assert r[side]["wall_s"] > 0
     assert r["matrix"]["events"] > 0 and r["ingest_eps_busy"] > r["ingest_eps_wall"] > 0
     assert set(r["matrix"]["lag_s"]) == set(r["matrix"]["runs"])
