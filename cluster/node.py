@@ -89,7 +89,8 @@ def _share_the_cores() -> None:
     import torch
 
     here = ray.get_runtime_context().get_node_id()
-    declared = next((n["Resources"] for n in ray.nodes() if n["NodeID"] == here), {})
+    declared: dict[str, float] = next(
+        (n["Resources"] for n in ray.nodes() if n["NodeID"] == here), {})
     cores = int(declared.get("CPU", 0)) or os.cpu_count() or 1
     torch.set_num_threads(max(1, cores // max(1, int(declared.get("npu", 1)))))
 
