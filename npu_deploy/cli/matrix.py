@@ -4,12 +4,18 @@ host's key, and the head's keyring of the nodes it trusts)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from .options import db_option, db_path, json_option
 from .output import EXIT_USAGE, console, fail
 from .render import data
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from npu_deploy.cluster.compare import Comparison
 
 
 def _listed(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -210,14 +216,6 @@ def matrix_compare_cmd(a: str, b: str, markdown_file: Path | None,
         json_file.write_text(json.dumps(result.to_dict(), indent=2, sort_keys=True) + "\n",
                              encoding="utf-8")
     sys.exit(1 if result.regressions else 0)
-
-
-from typing import TYPE_CHECKING  # noqa: E402  (kept with the one block that uses it)
-
-if TYPE_CHECKING:
-    from rich.table import Table
-
-    from npu_deploy.cluster.compare import Comparison
 
 
 def _comparison_table(result: Comparison) -> Table:

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from deployments import BY_MATRIX, first_attempts_or_the_bars_fix, worked_through_the_toolbox
 
+from npu_deploy.cluster.compare import compare
 from npu_deploy.cluster.driver import run_matrix
 from npu_deploy.cluster.spec import MatrixSpec
 from npu_deploy.events.decisions import waiting_on
@@ -244,6 +245,9 @@ def _a_killed_node_s_run_resumes_on_another_and_decisions_typed_at_the_head_arri
         seeds = [e.payload for e in store.events(qwen)
                  if e.type == "phase.entered" and e.phase == 1]
         assert len(seeds) == 2
+        # `matrix compare m1 m2`: the resumed cell marks nothing
+        (same,) = [c for c in compare(store, "m1", "m2").cells if c.cell.model == "tiny-llama"]
+        assert not [row for row in same.rows if row.regression]
     node_db = head.root / head.book("m2")["tiny-qwen2"].node / "runs" / f"{qwen}.db"
     with EventStore.open(node_db, readonly=True) as node_store:
         held_commands = node_store.conn.execute(
