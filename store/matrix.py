@@ -104,3 +104,54 @@ def node_stretches(conn: sqlite3.Connection, run_id: str) -> list[tuple[int, str
     return [tuple(r) for r in conn.execute(
         "SELECT upto_version, head_hash, node, node_key, signature FROM node_anchors "
         "WHERE run_id = ? ORDER BY upto_version", (run_id,))]
+
+
+@dataclass(frozen=True)
+class BookEntry:
+    """A matrix as the run browser groups it: its spec, when it was entered, and its cells'
+    rows, each with the payload of its run's newest `gate.evaluated` event (as stored, and
+    its schema version), or None when the run has no gate yet."""
+
+    matrix_id: str
+    spec: dict[str, Any]
+    created_ts: str
+    runs: list[tuple[MatrixRun, tuple[str, int] | None]]
+
+
+#: The book and each run's newest gate in one read: the gate is found backwards through the
+#: run's (run_id, run_version) index, a few rows from the head for a run at work or ended.
+_BOOK = ("SELECT m.matrix_id, m.spec, m.created_ts, r.run_id, r.cell, r.state, r.node, "
+         "r.tries, r.detail, r.updated_ts, (SELECT e.payload || char(0) || e.schema_version "
+         "FROM events e WHERE e.run_id = r.run_id AND e.type = 'gate.evaluated' "
+         "ORDER BY e.run_version DESC LIMIT 1) FROM matrices m LEFT JOIN matrix_runs r "
+         "ON r.matrix_id = m.matrix_id ORDER BY m.created_ts DESC, m.matrix_id, r.rowid")
+
+
+def book(conn: sqlite3.Connection) -> list[BookEntry]:
+    """Every matrix, newest first, with its cells' runs in the order they were entered and
+    each run's last gate: one query, for the TUI's run browser."""
+    if not _has_book(conn):
+        return []
+    out: list[BookEntry] = []
+    for m, spec, created, run_id, cell, state, node, tries, detail, updated, gate \
+            in conn.execute(_BOOK):
+        if not out or out[-1].matrix_id != m:
+            out.append(BookEntry(m, dict(json.loads(spec)), created, []))
+        if run_id is not None:
+            payload, _, version = (gate or "").rpartition("\x00")
+            out[-1].runs.append((MatrixRun(m, run_id, json.loads(cell), state, node, tries,
+                                           detail, updated),
+                                 (payload, int(version)) if gate else None))
+    return out
+
+
+def cell_of(conn: sqlite3.Connection, run_id: str) -> MatrixRun | None:
+    """The book's row of a run, or None when the run is no matrix's."""
+    if not _has_book(conn):
+        return None
+    row = conn.execute("SELECT matrix_id, run_id, cell, state, node, tries, detail, "
+                       "updated_ts FROM matrix_runs WHERE run_id = ?", (run_id,)).fetchone()
+    if row is None:
+        return None
+    m, r, c, s, n, t, d, u = row
+    return MatrixRun(m, r, json.loads(c), s, n, t, d, u)
