@@ -57,10 +57,11 @@ MATRIX_COLUMNS = ("run", "model", "node", "phase", "status", "verdict", "gate",
 NARROWING = (("cost", None), ("tokens", None), ("events", None), ("run", "short"),
              ("model", "name"), ("started (UTC)", None), ("model", "cut"), ("phase", "short"),
              ("model", None), ("phase", None))
-#: The same with matrices: a cell's start says less than its gate, which goes last.
+#: The same with matrices: a cell's start says less than its gate, and its model (in its
+#: run id) less than its node; the gate goes last.
 MATRIX_NARROWING = (("cost", None), ("tokens", None), ("events", None), ("run", "short"),
                     ("started (UTC)", None), ("model", "name"), ("gate", "short"),
-                    ("model", "cut"), ("phase", "short"), ("node", None), ("model", None),
+                    ("model", "cut"), ("phase", "short"), ("model", None), ("node", None),
                     ("phase", None), ("gate", None))
 NARROW_BELOW = 110           # columns: under this, the preview goes under the table
 TABLE_SHARE = (3, 5)        # the table's share of a wide screen; the preview has the rest

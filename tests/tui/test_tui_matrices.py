@@ -91,7 +91,18 @@ async def test_the_browser_groups_runs_by_matrix(head):
         assert list(rows(screen)) == [HEADER_KEY + MARKUP, cell_run(8, MARKUP)]
 
 
-def test_a_gate_s_headline_is_its_first_failing_check(head):
+def test_snapshot_of_the_grouped_browser(snap_compare, head):
+    """The head of two matrices and a run of its own at 160x40, the cursor on a finished
+    cell: its preview ends with its matrix, node, where it was made and its gate."""
+    async def on_a_cell(pilot) -> None:
+        await pilot.pause()
+        await pilot.press("down")
+        await pilot.pause()
+
+    assert snap_compare(DeployApp(head.path), terminal_size=(160, 40), run_before=on_a_cell)
+
+
+def test_a_gate_s_headline_is_its_first_failing_check():
     checks = [{"subject": f"L{i}", "metric": "cosine", "value": v, "threshold": 0.99,
                "comparison": ">=", "passed": v >= 0.99, "gating": True}
               for i, v in enumerate((0.999, 0.5, 0.98))]
