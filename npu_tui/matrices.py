@@ -6,7 +6,7 @@ row and each preview holds."""
 
 from __future__ import annotations
 
-import json
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -15,13 +15,13 @@ from rich.style import StyleType
 from rich.table import Table
 from rich.text import Text
 
-from npu_deploy.events import EVENT_TYPES, upcast
-from npu_deploy.events.describe import failing_checks, gate_figures, printable
+from npu_deploy.events.describe import gate_figures, printable
 from npu_deploy.store import EventStore, RunSummary
 from npu_deploy.store.matrix import (
     CELL_STATES,
     BookEntry,
-    MatrixRun,
+    BookRow,
+    GateHeadline,
     book,
     cell_of,
     node_stretches,
@@ -68,10 +68,13 @@ class Row:
 
 @dataclass(frozen=True)
 class Cell:
-    """One row of a matrix: the book's row and the run's last gate, decoded."""
+    """One row of a matrix: the book's row, with its run's last gate."""
 
-    row: MatrixRun
-    gate: dict[str, Any] | None
+    row: BookRow
+
+    @property
+    def gate(self) -> GateHeadline | None:
+        return self.row.gate
 
     def status(self, summary: RunSummary | None) -> str:
         """The run's status as the browser shows it: the store's, except that a run its node
@@ -114,35 +117,30 @@ def node_holding(store: EventStore, run_id: str) -> str | None:
 
 def read_groups(store: EventStore) -> list[Group]:
     """Every matrix of the store, newest first, with its cells (one query)."""
-    return [Group(entry, [Cell(row, _gate(gate)) for row, gate in entry.runs])
-            for entry in book(store.conn)]
+    return [Group(entry, [Cell(row) for row in entry.runs]) for entry in book(store.conn)]
 
 
-def _gate(stored: tuple[str, int] | None) -> dict[str, Any] | None:
-    if stored is None:
-        return None
-    payload: dict[str, Any] = json.loads(stored[0])
-    if stored[1] != EVENT_TYPES["gate.evaluated"][1]:
-        payload = upcast("gate.evaluated", stored[1], payload)
-    return payload
-
-
-def gate_forms(gate: dict[str, Any] | None) -> dict[str, str]:
+def gate_forms(gate: GateHeadline | None) -> dict[str, str]:
     """The gate column's forms: its name, verdict and headline check (the first failing
     gating check, else the first gating one) with its threshold, and how many more such
     checks there are; short: the verdict and the headline value."""
     if gate is None:
         return {"full": "—", "short": "—"}
-    checks = gate["checks"]
-    shown = failing_checks(checks) or [c for c in checks if c.get("gating", True)] or checks
-    first = shown[0]
+    first = gate.check
     value, threshold = gate_figures(first["value"], first["threshold"])
-    word = "PASS" if gate["passed"] else "FAIL"
-    more = f" (+{len(shown) - 1})" if len(shown) > 1 else ""
-    metric = abbreviate(printable(first["metric"], None), 32)
-    return {"full": f"{abbreviate(printable(gate['gate'], None), 24)} {word} {metric} {value} "
+    word = "PASS" if gate.passed else "FAIL"
+    more = f" (+{gate.count - 1})" if gate.count > 1 else ""
+    metric = _shown(first["metric"], 32)
+    return {"full": f"{_shown(gate.gate, 24)} {word} {metric} {value} "
                     f"{first['comparison']} {threshold}{more}",
             "short": f"{word} {metric} {value}"}
+
+
+@functools.lru_cache(maxsize=1024)
+def _shown(text: str, width: int) -> str:
+    """Stored text as a cell shows it, cut to `width`: a matrix's gates and nodes repeat
+    their few names over thousands of rows."""
+    return abbreviate(printable(text, None), width)
 
 
 def header_forms(group: Group, columns: tuple[str, ...]) -> dict[str, dict[str, str]]:
@@ -244,8 +242,8 @@ def cell_row(cell: Cell, summary: RunSummary | None, short: str,
     run has not begun), with its node, its status as a matrix run and its last gate."""
     status = cell.status(summary)
     gate = cell.gate
-    tone = "" if gate is None else "pass" if gate["passed"] else "fail"
+    tone = "" if gate is None else "pass" if gate.passed else "fail"
     key = cell.row.run_id if summary is not None else QUEUED_KEY + cell.row.run_id
     return Row(key, (forms or queued_forms(cell, short)) | {
-        "node": {"full": printable(cell.row.node or "—", None)},
+        "node": {"full": _shown(cell.row.node or "—", 64)},
         "status": {"full": status}, "gate": gate_forms(gate)}, status, tone)

@@ -107,41 +107,81 @@ def node_stretches(conn: sqlite3.Connection, run_id: str) -> list[tuple[int, str
 
 
 @dataclass(frozen=True)
+class GateHeadline:
+    """What the run browser shows of a run's newest gate: its name, its verdict, the check
+    it leads with (the first failing gating check, else the first gating one, else the
+    first), and how many checks of that kind it has."""
+
+    gate: str
+    passed: bool
+    check: dict[str, Any]
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class BookRow:
+    """A cell's row as the run browser reads it: the book's columns (its cell as stored,
+    decoded when asked) and its run's last gate, if it has one."""
+
+    matrix_id: str
+    run_id: str
+    cell_json: str
+    state: str
+    node: str | None
+    tries: int
+    detail: str | None
+    gate: GateHeadline | None
+
+    @property
+    def cell(self) -> dict[str, Any]:
+        return dict(json.loads(self.cell_json))
+
+
+@dataclass(frozen=True)
 class BookEntry:
-    """A matrix as the run browser groups it: its spec, when it was entered, and its cells'
-    rows, each with the payload of its run's newest `gate.evaluated` event (as stored, and
-    its schema version), or None when the run has no gate yet."""
+    """A matrix as the run browser groups it: its spec, when it was entered, its cells."""
 
     matrix_id: str
     spec: dict[str, Any]
     created_ts: str
-    runs: list[tuple[MatrixRun, tuple[str, int] | None]]
+    runs: list[BookRow]
 
 
-#: The book and each run's newest gate in one read: the gate is found backwards through the
-#: run's (run_id, run_version) index, a few rows from the head for a run at work or ended.
-_BOOK = ("SELECT m.matrix_id, m.spec, m.created_ts, r.run_id, r.cell, r.state, r.node, "
-         "r.tries, r.detail, r.updated_ts, (SELECT e.payload || char(0) || e.schema_version "
-         "FROM events e WHERE e.run_id = r.run_id AND e.type = 'gate.evaluated' "
-         "ORDER BY e.run_version DESC LIMIT 1) FROM matrices m LEFT JOIN matrix_runs r "
-         "ON r.matrix_id = m.matrix_id ORDER BY m.created_ts DESC, m.matrix_id, r.rowid")
+#: The book and each run's newest gate in one read. The gate is found backwards through the
+#: run's (run_id, run_version) index, a few rows from the head for a run at work or ended;
+#: SQLite's JSON functions take its headline check and its count out of the payload, so a
+#: gate of many checks is not decoded whole for one line. gate.evaluated has one schema.
+_BOOK = """
+WITH cells AS (
+  SELECT r.rowid AS entered, r.*, (SELECT e.seq FROM events e WHERE e.run_id = r.run_id
+    AND e.type = 'gate.evaluated' ORDER BY e.run_version DESC LIMIT 1) AS gate_seq
+  FROM matrix_runs r)
+SELECT m.matrix_id, m.spec, m.created_ts, c.run_id, c.cell, c.state, c.node, c.tries,
+  c.detail, json_extract(g.payload, '$.gate'), json_extract(g.payload, '$.passed'),
+  (SELECT value FROM json_each(g.payload, '$.checks') ORDER BY
+     json_extract(value, '$.gating') IS 0, json_extract(value, '$.passed'), key LIMIT 1),
+  (SELECT count(*) FROM json_each(g.payload, '$.checks') WHERE
+     json_extract(value, '$.gating') IS NOT 0 AND
+     (json_extract(g.payload, '$.passed') OR json_extract(value, '$.passed') = 0))
+FROM matrices m LEFT JOIN cells c ON c.matrix_id = m.matrix_id
+  LEFT JOIN events g ON g.seq = c.gate_seq
+ORDER BY m.created_ts DESC, m.matrix_id, c.entered"""
 
 
 def book(conn: sqlite3.Connection) -> list[BookEntry]:
     """Every matrix, newest first, with its cells' runs in the order they were entered and
-    each run's last gate: one query, for the TUI's run browser."""
+    each run's last gate's headline: one query, for the TUI's run browser."""
     if not _has_book(conn):
         return []
     out: list[BookEntry] = []
-    for m, spec, created, run_id, cell, state, node, tries, detail, updated, gate \
-            in conn.execute(_BOOK):
+    for (m, spec, created, run_id, cell, state, node, tries, detail, gate, passed, check,
+         count) in conn.execute(_BOOK):
         if not out or out[-1].matrix_id != m:
             out.append(BookEntry(m, dict(json.loads(spec)), created, []))
         if run_id is not None:
-            payload, _, version = (gate or "").rpartition("\x00")
-            out[-1].runs.append((MatrixRun(m, run_id, json.loads(cell), state, node, tries,
-                                           detail, updated),
-                                 (payload, int(version)) if gate else None))
+            headline = None if check is None else \
+                GateHeadline(gate, bool(passed), json.loads(check), count)
+            out[-1].runs.append(BookRow(m, run_id, cell, state, node, tries, detail, headline))
     return out
 
 

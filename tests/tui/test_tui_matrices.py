@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import tui_matrices
+import tui_runs
 from textual.widgets import DataTable
 from tui_matrices import MARKUP, MARKUP_MODEL, MATRIX, NODE, cell, cell_run
 from tui_pilot import until
@@ -18,9 +19,9 @@ from tui_pilot import until
 from npu_deploy.cli.tui import ConductorDriver
 from npu_deploy.store import EventStore
 from npu_deploy.store.ingest import relayable
-from npu_deploy.store.matrix import note_cell
+from npu_deploy.store.matrix import note_cell, record_matrix
 from npu_deploy.tui import DeployApp
-from npu_deploy.tui.matrices import HEADER_KEY, OTHERS_KEY, QUEUED_KEY, gate_forms
+from npu_deploy.tui.matrices import HEADER_KEY, OTHERS_KEY, QUEUED_KEY, gate_forms, read_groups
 from npu_deploy.tui.screens.decision import DecisionDialog
 from npu_deploy.tui.screens.run import RunScreen
 from npu_deploy.tui.screens.runs import RunsScreen
@@ -102,13 +103,22 @@ def test_snapshot_of_the_grouped_browser(snap_compare, head):
     assert snap_compare(DeployApp(head.path), terminal_size=(160, 40), run_before=on_a_cell)
 
 
-def test_a_gate_s_headline_is_its_first_failing_check():
-    checks = [{"subject": f"L{i}", "metric": "cosine", "value": v, "threshold": 0.99,
-               "comparison": ">=", "passed": v >= 0.99, "gating": True}
-              for i, v in enumerate((0.999, 0.5, 0.98))]
-    gate = {"gate": "block[b]", "passed": False, "checks": checks}
-    assert gate_forms(gate) == {"full": "block[b] FAIL cosine 0.5 >= 0.99 (+1)",
-                                "short": "FAIL cosine 0.5"}
+def test_a_gate_s_headline_is_its_first_failing_gating_check(tmp_path):
+    """The book's query takes the headline out of the stored gate: the first failing gating
+    check (a lens that fails, or an earlier passing check, does not lead), with how many
+    more fail; for a gate that passed, its first gating check and how many there are."""
+    with EventStore.open(tmp_path / "runs.db") as store, tui_runs.deterministic():
+        runs = (tui_runs.oracle_gate_run(store), tui_runs.wide_gate_run(store),
+                tui_runs.checkpoint_run(store))
+        record_matrix(store, "m", {"models": ["tiny"], "seq_lens": [1, 2, 3]})
+        for n, run_id in enumerate(runs):
+            note_cell(store, "m", run_id, cell(n), "running")
+        [group] = read_groups(store)
+    oracle, wide, passed = (gate_forms(c.gate)["full"] for c in group.cells)
+    assert oracle == "phase0.oracle FAIL decode_logits_rel_l2 0.0025 <= 0.0001", oracle
+    assert wide == "wide-0 FAIL rel_l2 0.3 <= 0.001 (+5)"
+    assert passed == "fake-0 PASS rel_l2 1e-05 <= 0.001"
+    assert gate_forms(None) == {"full": "—", "short": "—"}
 
 
 async def test_rows_follow_the_book_and_the_shipments_as_they_land(head):
