@@ -182,6 +182,9 @@ def matrix_store(big: Path, runs: int, matrices: int) -> Path:
     with sqlite3.connect(part) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     conn.close()
+    # the runs' lock files too: the browser probes each run's lock, as on the plain store
+    shutil.copytree(big.with_name(big.name + ".locks"), path.with_name(path.name + ".locks"),
+                    dirs_exist_ok=True)
     part.rename(path)
     return path
 

@@ -253,12 +253,16 @@ class RunsScreen(Screen[None]):
         matrix run its matrix and node."""
         r = self.summaries.get(run_id)
         cell = self.cells.get(run_id)
-        words = [run_id, r.model if r else "", r.verdict or "" if r else ""]
+        words = [run_id, r.model if r else "", self.status(run_id), r.verdict or "" if r else ""]
         if cell is not None:
-            words += [cell.status(r), cell.row.matrix_id, cell.row.node or ""]
-        elif r is not None:
-            words.append(r.status)
+            words += [cell.row.matrix_id, cell.row.node or ""]
         return " ".join(words).lower()
+
+    def status(self, run_id: str) -> str:
+        """A run's status as its row shows it (a run its node works is running)."""
+        r = self.summaries.get(run_id)
+        cell = self.cells.get(run_id)
+        return cell.status(r) if cell is not None else r.status if r is not None else ""
 
     def _entries(self, shown: list[RunSummary]) -> list[Row]:
         """The table's rows: the runs shown, newest first; in a store with matrices, a group
@@ -405,9 +409,11 @@ class RunsScreen(Screen[None]):
     def _other_preview(self, key: str) -> Table | Text:
         """The preview of a header row or of a cell whose run has not begun."""
         if key.startswith(HEADER_KEY):
-            group = next(g for g in self.groups if HEADER_KEY + g.entry.matrix_id == key)
-            return group_preview(group)
-        if key.startswith(QUEUED_KEY):
+            group = next((g for g in self.groups if HEADER_KEY + g.entry.matrix_id == key),
+                         None)
+            if group is not None:
+                return group_preview(group)
+        if key.startswith(QUEUED_KEY) and key.removeprefix(QUEUED_KEY) in self.cells:
             grid = Table.grid(padding=(0, 1))
             grid.add_row("run", Text(printable(key.removeprefix(QUEUED_KEY))))
             cell_preview(grid, self.deploy_app.store, self.cells[key.removeprefix(QUEUED_KEY)])
@@ -420,10 +426,7 @@ class RunsScreen(Screen[None]):
     def action_open(self) -> None:
         run_id = self.selected()
         if run_id:
-            r = self.summaries.get(run_id)
-            status = self.cells[run_id].status(r) if run_id in self.cells else \
-                r.status if r else ""
-            self.deploy_app.open_run(run_id, live=status == "running")
+            self.deploy_app.open_run(run_id, live=self.status(run_id) == "running")
 
     def action_attach(self) -> None:
         run_id = self.selected()
@@ -433,7 +436,7 @@ class RunsScreen(Screen[None]):
     def action_resume(self) -> None:
         run_id = self.selected()
         if run_id is not None:
-            self.deploy_app.ask_resume(run_id, self.summaries[run_id].status)
+            self.deploy_app.ask_resume(run_id, self.status(run_id))
 
     def action_fork(self) -> None:
         from .dialogs import ForkDialog
@@ -504,8 +507,7 @@ class RunsScreen(Screen[None]):
         short = run_id[:12]
         yield SystemCommand(f"Open run {short}", "replay it", self.action_open)
         yield SystemCommand(f"Attach to run {short}", "follow it live", self.action_attach)
-        r = self.summaries.get(run_id)
-        if r is not None and r.status in ("crashed", "paused", "needs_human"):
+        if self.status(run_id) in ("crashed", "paused", "needs_human"):
             yield SystemCommand(f"Resume run {short}", "run its conductor here",
                                 self.action_resume)
         yield SystemCommand(f"Fork run {short}", "a new run from a prefix", self.action_fork)

@@ -167,6 +167,11 @@ async def test_a_decision_on_a_run_its_node_works_is_one_signed_command_at_the_h
         assert isinstance(screen, RunsScreen)
         table = screen.query_one(DataTable)
         table.move_cursor(row=table.get_row_index(run_id))
+        await pilot.press("r")                      # its node runs it: nothing to resume here
+        await pilot.pause()
+        assert isinstance(app.screen, RunsScreen) and not app.driving
+        assert any("is running: there is nothing to resume" in n.message
+                   for n in app._notifications)
         await pilot.press("enter")
         assert isinstance(app.screen, RunScreen) and app.screen.run_id == run_id
         # its node runs it: not crashed here, and deciding does not resume it here
