@@ -25,6 +25,7 @@ from npu_deploy.tui.matrices import HEADER_KEY, OTHERS_KEY, QUEUED_KEY, gate_for
 from npu_deploy.tui.screens.decision import DecisionDialog
 from npu_deploy.tui.screens.run import RunScreen
 from npu_deploy.tui.screens.runs import RunsScreen
+from npu_deploy.tui.standing import quit_line
 
 SIZE = (200, 30)
 
@@ -206,3 +207,10 @@ async def test_a_decision_on_a_run_its_node_works_is_one_signed_command_at_the_h
     head.ship(run_id)
     with EventStore.open(head.path) as store:
         assert not store.pending_commands(run_id)
+
+
+def test_the_line_after_quitting_sends_a_person_to_decide_not_to_resume(head):
+    """A run its node works waits at a checkpoint: the shell is told to open it and
+    decide, not to resume it here (which would write it apart from its node)."""
+    line = quit_line(head.path, cell_run(32), here=False)
+    assert line is not None and "`npu-deploy attach " in line and "resume" not in line, line
