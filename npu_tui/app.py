@@ -30,6 +30,7 @@ from npu_deploy.events.describe import error_line, printable
 from npu_deploy.store import EventStore
 from npu_deploy.store.medium import why_unwritable
 
+from .matrices import node_holding
 from .memory import settle
 from .read_only import refusal
 from .screens.run import RunScreen
@@ -307,10 +308,13 @@ class DeployApp(App[None]):
         """After a decision taken here: when no conductor runs the run (none in this
         process, no other process holding its lock), resume it in this process, so that the
         decision is recorded and the run goes on in this window. False when this app has
-        no driver (it was opened to watch only) or its store is read-only."""
+        no driver (it was opened to watch only) or its store is read-only. A run a node
+        works for its matrix is that node's to go on with (its shipper fetches the command),
+        never this process's too."""
         if not self.can_drive:
             return False
-        if run_id not in self.driving and not self.store.is_locked(run_id):
+        if run_id not in self.driving and not self.store.is_locked(run_id) \
+                and node_holding(self.store, run_id) is None:
             self._drive(run_id, "resume")
         return True
 

@@ -13,6 +13,8 @@ from npu_deploy.events.decisions import waiting_text
 from npu_deploy.events.describe import one_line, printable
 from npu_deploy.store import EventStore
 
+from .matrices import node_holding
+
 
 def returned_words(run_id: str, outcome: str, state: DeploymentState
                    ) -> tuple[str, SeverityLevel]:
@@ -52,7 +54,9 @@ def quit_line(store_path: str | Path, run_id: str, *, here: bool) -> str | None:
         if run_id not in store.run_ids():
             return None
         state = store.fold(run_id)
-        elsewhere = not here and store.is_locked(run_id)
+        # another process runs it: one of this host's, or a node working it for its matrix
+        elsewhere = not here and (store.is_locked(run_id)
+                                  or node_holding(store, run_id) is not None)
     waits = waiting_text(state) is not None
     if state.terminal or (here and not waits and state.status == "running"):
         return None                     # ended; or cut mid-step, which the caller says

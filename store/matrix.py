@@ -104,3 +104,94 @@ def node_stretches(conn: sqlite3.Connection, run_id: str) -> list[tuple[int, str
     return [tuple(r) for r in conn.execute(
         "SELECT upto_version, head_hash, node, node_key, signature FROM node_anchors "
         "WHERE run_id = ? ORDER BY upto_version", (run_id,))]
+
+
+@dataclass(frozen=True)
+class GateHeadline:
+    """What the run browser shows of a run's newest gate: its name, its verdict, the check
+    it leads with (the first failing gating check, else the first gating one, else the
+    first), and how many checks of that kind it has."""
+
+    gate: str
+    passed: bool
+    check: dict[str, Any]
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class BookRow:
+    """A cell's row as the run browser reads it: the book's columns (its cell as stored,
+    decoded when asked) and its run's last gate, if it has one."""
+
+    matrix_id: str
+    run_id: str
+    cell_json: str
+    state: str
+    node: str | None
+    tries: int
+    detail: str | None
+    gate: GateHeadline | None
+
+    @property
+    def cell(self) -> dict[str, Any]:
+        return dict(json.loads(self.cell_json))
+
+
+@dataclass(frozen=True)
+class BookEntry:
+    """A matrix as the run browser groups it: its spec, when it was entered, its cells."""
+
+    matrix_id: str
+    spec: dict[str, Any]
+    created_ts: str
+    runs: list[BookRow]
+
+
+#: The book and each run's newest gate in one read. The gate is found backwards through the
+#: run's (run_id, run_version) index, a few rows from the head for a run at work or ended;
+#: SQLite's JSON functions take its headline check and its count out of the payload, so a
+#: gate of many checks is not decoded whole for one line. gate.evaluated has one schema.
+_BOOK = """
+WITH cells AS (
+  SELECT r.rowid AS entered, r.*, (SELECT e.seq FROM events e WHERE e.run_id = r.run_id
+    AND e.type = 'gate.evaluated' ORDER BY e.run_version DESC LIMIT 1) AS gate_seq
+  FROM matrix_runs r)
+SELECT m.matrix_id, m.spec, m.created_ts, c.run_id, c.cell, c.state, c.node, c.tries,
+  c.detail, json_extract(g.payload, '$.gate'), json_extract(g.payload, '$.passed'),
+  (SELECT value FROM json_each(g.payload, '$.checks') ORDER BY
+     json_extract(value, '$.gating') IS 0, json_extract(value, '$.passed'), key LIMIT 1),
+  (SELECT count(*) FROM json_each(g.payload, '$.checks') WHERE
+     json_extract(value, '$.gating') IS NOT 0 AND
+     (json_extract(g.payload, '$.passed') OR json_extract(value, '$.passed') = 0))
+FROM matrices m LEFT JOIN cells c ON c.matrix_id = m.matrix_id
+  LEFT JOIN events g ON g.seq = c.gate_seq
+ORDER BY m.created_ts DESC, m.matrix_id, c.entered"""
+
+
+def book(conn: sqlite3.Connection) -> list[BookEntry]:
+    """Every matrix, newest first, with its cells' runs in the order they were entered and
+    each run's last gate's headline: one query, for the TUI's run browser."""
+    if not _has_book(conn):
+        return []
+    out: list[BookEntry] = []
+    for (m, spec, created, run_id, cell, state, node, tries, detail, gate, passed, check,
+         count) in conn.execute(_BOOK):
+        if not out or out[-1].matrix_id != m:
+            out.append(BookEntry(m, dict(json.loads(spec)), created, []))
+        if run_id is not None:
+            headline = None if check is None else \
+                GateHeadline(gate, bool(passed), json.loads(check), count)
+            out[-1].runs.append(BookRow(m, run_id, cell, state, node, tries, detail, headline))
+    return out
+
+
+def cell_of(conn: sqlite3.Connection, run_id: str) -> MatrixRun | None:
+    """The book's row of a run, or None when the run is no matrix's."""
+    if not _has_book(conn):
+        return None
+    row = conn.execute("SELECT matrix_id, run_id, cell, state, node, tries, detail, "
+                       "updated_ts FROM matrix_runs WHERE run_id = ?", (run_id,)).fetchone()
+    if row is None:
+        return None
+    m, r, c, s, n, t, d, u = row
+    return MatrixRun(m, r, json.loads(c), s, n, t, d, u)

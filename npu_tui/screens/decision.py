@@ -33,6 +33,7 @@ from npu_deploy.events.state import GateSummary
 from npu_deploy.store import StoreError
 
 from ..legend import TONE_CLASSES, tone_styles
+from ..matrices import node_holding
 from ..timeline import gate_rows
 from ..widgets.panels import GateTable, plural
 from .dialogs import FULL_TEXT, FullText
@@ -422,8 +423,12 @@ class DecisionDialog(ModalScreen[str | None]):
             self._close_by(f"{kind} refused: {e}")
             return
         done = self._done(kind, payload)
+        node = node_holding(store, self.run_id)
         if store.is_locked(self.run_id) or self.run_id in self.deploy_app.driving:
             self.notify(f"{done}.")
+        elif node is not None:
+            self.notify(f"{done}, once {node}, which runs it, takes the command from this "
+                        "store's inbox.")
         elif self.deploy_app.continue_run(self.run_id):
             self.notify(f"{done}; it goes on in this window.")
         else:

@@ -30,6 +30,7 @@ from npu_deploy.events.decisions import open_decisions, refusal
 from npu_deploy.store import EventStore, StoreError, progress
 
 from ..legend import TONE_CLASSES
+from ..matrices import node_holding
 from ..memory import settle
 from ..messages import CursorMoved, EventsArrived, KeyframesWarm, Seek, ShowEvent, StepRead
 from ..player import Player
@@ -202,11 +203,14 @@ class RunScreen(Screen[None]):
 
     def _live_status(self, folded: str) -> str:
         """The run's status as its writer's lock says; "starting" while this window's own
-        driver loads it or starts its conductor (no lock taken yet: not a crash)."""
+        driver loads it or starts its conductor (no lock taken yet: not a crash); running
+        while a node works it for its matrix (its lock is the node's, matrices.py)."""
         status = self.store.live_status(self.run_id, folded)
         app = self.deploy_app
         if status == "crashed" and (self.run_id in app.driving or self.run_id in app.loading):
             return "starting"
+        if status == "crashed" and node_holding(self.store, self.run_id) is not None:
+            return "running"
         return status
 
     @property

@@ -23,6 +23,20 @@ from npu_deploy.events.describe import printable, time_split
 from npu_deploy.store import RunSummary
 
 from ..legend import TONE_CLASSES, tone_styles
+from ..matrices import (
+    HEADER_KEY,
+    OTHERS_KEY,
+    QUEUED_KEY,
+    Cell,
+    Group,
+    Row,
+    cell_preview,
+    cell_row,
+    group_preview,
+    header_forms,
+    others_forms,
+    read_groups,
+)
 from ..read_only import read_only_words
 from ..widgets.footer import KeysFooter
 from ..widgets.phase_strip import SHORT
@@ -31,37 +45,52 @@ from ..widgets.run_title import abbreviate, unique_prefix, unique_prefixes
 if TYPE_CHECKING:
     from ..app import DeployApp, Driver
 
-#: The table's columns, left to right.
+#: The table's columns, left to right; a store with matrices adds each run's node and its
+#: last gate's headline figures (matrices.py).
 COLUMNS = ("run", "model", "phase", "status", "verdict", "started (UTC)", "events", "tokens",
            "cost")
+MATRIX_COLUMNS = ("run", "model", "node", "phase", "status", "verdict", "gate",
+                  "started (UTC)", "events", "tokens", "cost")
 #: What a narrow table gives up first, in order, until its rows fit: a shorter form of a
 #: column (the run id's unique start, the model without its owner) or the column itself.
 #: The run, its status and its verdict are never given up: they say what the row is.
 NARROWING = (("cost", None), ("tokens", None), ("events", None), ("run", "short"),
              ("model", "name"), ("started (UTC)", None), ("model", "cut"), ("phase", "short"),
              ("model", None), ("phase", None))
+#: The same with matrices: a cell's start says less than its gate, and its model (in its
+#: run id) less than its node; the gate goes last.
+MATRIX_NARROWING = (("cost", None), ("tokens", None), ("events", None), ("run", "short"),
+                    ("started (UTC)", None), ("model", "name"), ("gate", "short"),
+                    ("model", "cut"), ("phase", "short"), ("model", None), ("node", None),
+                    ("phase", None), ("gate", None))
 NARROW_BELOW = 110           # columns: under this, the preview goes under the table
 TABLE_SHARE = (3, 5)        # the table's share of a wide screen; the preview has the rest
 MODEL_CUT = 14               # the model column's width at its narrowest form
 FIRST_ROWS = 100             # rows added at once: more than a screen holds
 CHUNK_ROWS = 500             # then this many at a time,
 CHUNK_PAUSE_S = 0.05         # this long apart: a frame is drawn and keys answered between
-#: A run's status by its tone (legend.py TONES): at work, failed, a person's turn, passed.
-STATUS_TONE = {"running": "active", "crashed": "fail", "needs_human": "human",
-               "finished": "pass", "failed": "fail", "aborted": "muted", "paused": "human"}
 
 
-def fit_columns(rows: list[dict[str, dict[str, str]]], width: int) -> dict[str, str]:
+def fit_columns(rows: list[dict[str, dict[str, str]]], width: int,
+                columns: tuple[str, ...] = COLUMNS,
+                narrowing: tuple[tuple[str, str | None], ...] = NARROWING) -> dict[str, str]:
     """Which form of each column (a key of each row's cell) the table shows in `width`
     cells: every column at its first form, then NARROWING's steps in order until the widest
-    cell of each shown column, with a cell's padding, fits. A column given up is absent."""
-    forms = dict.fromkeys(COLUMNS, "full")
+    cell of each shown column, with a cell's padding, fits. A column given up is absent.
+    Each form's widest cell is measured once (over 10,000 rows, each step measured every
+    row of every column again: 0.3 s of the browser's first paint with matrices)."""
+    forms = dict.fromkeys(columns, "full")
+    widest: dict[tuple[str, str], int] = {}
+
+    def width_of(c: str, f: str) -> int:
+        if (c, f) not in widest:
+            widest[c, f] = 2 + max([len(c), *(len(r[c][f]) for r in rows)])
+        return widest[c, f]
 
     def needed() -> int:
-        return sum(2 + max([len(c), *(len(r[c][f]) for r in rows)])
-                   for c, f in forms.items())
+        return sum(width_of(c, f) for c, f in forms.items())
 
-    for column, form in NARROWING:
+    for column, form in narrowing:
         if needed() <= width:
             break
         if column not in forms:
@@ -97,6 +126,8 @@ class RunsScreen(Screen[None]):
         self._data_version: int | None = None
         self._width = 0                  # the table's width at the last reload
         self._select: str | None = None
+        self.groups: list[Group] = []            # the store's matrices (matrices.py)
+        self.cells: dict[str, Cell] = {}         # each matrix run's cell
 
     @property
     def deploy_app(self) -> DeployApp:
@@ -149,20 +180,20 @@ class RunsScreen(Screen[None]):
         self._width = self._table_width()
         runs = store.runs()
         self.summaries = {r.run_id: r for r in runs}
+        self.groups = read_groups(store)
+        self.cells = {c.row.run_id: c for g in self.groups for c in g.cells}
         needle = self.filter_text.lower()
-        shown = [r for r in reversed(runs) if not needle or needle in
-                 " ".join((r.run_id, r.model, r.status, r.verdict or "")).lower()]
+        shown = [r for r in reversed(runs) if not needle or needle in self._words(r.run_id)]
         table = self.query_one(DataTable)
-        selected = self._select or self.selected()
+        selected = self._select or self._cursor_key()
         self._select = None
-        shorts = unique_prefixes(self.summaries)
-        rows = [self._cells(r, shorts[r.run_id]) for r in shown]
-        forms = fit_columns(rows, self._width)
+        entries = self._entries(shown)
+        forms = fit_columns([e.forms for e in entries], self._width,
+                            *((MATRIX_COLUMNS, MATRIX_NARROWING) if self.groups else ()))
         tones = tone_styles(self)
         # what a person typed (a run id, a model name) is data: Text, never markup
-        cells = [(r.run_id, tuple((cells[c][f], tones[STATUS_TONE.get(r.status, "")]
-                                   if c == "status" else "") for c, f in forms.items()))
-                 for r, cells in zip(shown, rows, strict=True)]
+        cells = [(e.key, tuple((e.forms[c][f], e.style(c, tones)) for c, f in forms.items()))
+                 for e in entries]
         read_only = self.deploy_app.read_only
         self.query_one("#runs-title", Static).update(Text.assemble(
             ("npu-deploy", "bold"),
@@ -171,6 +202,8 @@ class RunsScreen(Screen[None]):
                                           tones["human"]),
             printable(                         # a path and a filter are what someone typed
                 f"  {self.deploy_app.store.path}  {len(runs)} runs"
+                + (f" ({len(self.groups)} matri{'ces' if len(self.groups) > 1 else 'x'})"
+                   if self.groups else "")
                 + (f", {len(shown)} shown (filter {self.filter_text!r})" if needle else ""))))
         if list(forms.items()) == self._forms and [k for k, _ in cells] == \
                 [k for k, _ in self._rows] and len(table.rows) == len(cells):
@@ -180,7 +213,7 @@ class RunsScreen(Screen[None]):
                     if cell != old:
                         table.update_cell(key, column, Text(cell[0], style=cell[1]))
             self._rows = cells
-            if selected is not None and selected != self.selected() and \
+            if selected is not None and selected != self._cursor_key() and \
                     selected in table.rows:
                 table.move_cursor(row=table.get_row_index(selected), animate=False)
             self._preview()
@@ -209,11 +242,59 @@ class RunsScreen(Screen[None]):
         for key, row in self._rows[start:start + size]:
             table.add_row(*(Text(text, style=style) for text, style in row), key=key)
         if selected is not None and selected in table.rows and (
-                start == 0 or self.selected() != selected):
+                start == 0 or self._cursor_key() != selected):
             table.move_cursor(row=table.get_row_index(selected), animate=False)
             selected = None
         if start + size < len(self._rows):
             self.set_timer(CHUNK_PAUSE_S, partial(self._fill, filling, start + size, selected))
+
+    def _words(self, run_id: str) -> str:
+        """What the filter looks in for a run: its id, model, status and verdict, and for a
+        matrix run its matrix and node."""
+        r = self.summaries.get(run_id)
+        cell = self.cells.get(run_id)
+        words = [run_id, r.model if r else "", self.status(run_id), r.verdict or "" if r else ""]
+        if cell is not None:
+            words += [cell.row.matrix_id, cell.row.node or ""]
+        return " ".join(words).lower()
+
+    def status(self, run_id: str) -> str:
+        """A run's status as its row shows it (a run its node works is running)."""
+        r = self.summaries.get(run_id)
+        cell = self.cells.get(run_id)
+        return cell.status(r) if cell is not None else r.status if r is not None else ""
+
+    def _entries(self, shown: list[RunSummary]) -> list[Row]:
+        """The table's rows: the runs shown, newest first; in a store with matrices, a group
+        per matrix first (its header, then its cells in the book's order, a cell not begun
+        included), then the runs of no matrix under a header of their own."""
+        shorts = unique_prefixes([*self.summaries, *self.cells])
+        if not self.groups:
+            return [Row(r.run_id, self._cells(r, shorts[r.run_id]), r.status) for r in shown]
+        needle = self.filter_text.lower()
+        visible = {r.run_id for r in shown}
+        out: list[Row] = []
+        for group in self.groups:
+            rows = []
+            for cell in group.cells:
+                run_id = cell.row.run_id
+                r = self.summaries.get(run_id)
+                if (r is None and needle not in self._words(run_id)) or \
+                        (r is not None and run_id not in visible):
+                    continue
+                rows.append(cell_row(cell, r, shorts[run_id], None if r is None else
+                                     self._cells(r, shorts[run_id])))
+            if rows or not needle:
+                out.append(Row(HEADER_KEY + group.entry.matrix_id,
+                               header_forms(group, MATRIX_COLUMNS), header=True))
+                out += rows
+        others = [r for r in shown if r.run_id not in self.cells]
+        if others:
+            out.append(Row(OTHERS_KEY, others_forms(len(others), MATRIX_COLUMNS), header=True))
+            out += [Row(r.run_id, self._cells(r, shorts[r.run_id]) | {
+                "node": {"full": ""}, "gate": {"full": "", "short": ""}}, r.status)
+                for r in others]
+        return out
 
     @staticmethod
     def _cells(r: RunSummary, short: str) -> dict[str, dict[str, str]]:
@@ -256,7 +337,8 @@ class RunsScreen(Screen[None]):
         if self.is_mounted:
             self.reload()
 
-    def selected(self) -> str | None:
+    def _cursor_key(self) -> str | None:
+        """The key of the row under the cursor: a run's id, or a header's (matrices.py)."""
         table = self.query_one(DataTable)
         if not table.row_count:
             return None
@@ -265,6 +347,11 @@ class RunsScreen(Screen[None]):
         except CellDoesNotExist:             # no row under the cursor
             return None
         return str(key.value) if key.value is not None else None
+
+    def selected(self) -> str | None:
+        """The run under the cursor; None on a header or a cell whose run has not begun."""
+        key = self._cursor_key()
+        return key if key in self.summaries else None
 
     @on(DataTable.RowHighlighted)
     def _highlighted(self) -> None:
@@ -277,6 +364,9 @@ class RunsScreen(Screen[None]):
     def _preview(self) -> None:
         preview = self.query_one("#preview", Static)
         run_id = self.selected()
+        if run_id is None and self._cursor_key() is not None:
+            preview.update(self._other_preview(str(self._cursor_key())))
+            return
         if run_id is None:
             preview.update(Text("No runs yet: n here, or `npu-deploy deploy MODEL`, starts "
                                 "one.", style=tone_styles(self)["muted"]))
@@ -312,15 +402,31 @@ class RunsScreen(Screen[None]):
         if waits:
             grid.add_row("waits", Text(printable(waits), style=tone_styles(self)["human"]))
         grid.add_row("events", f"{s.version}, resumed {s.resumes}x")
+        if run_id in self.cells:
+            cell_preview(grid, store, self.cells[run_id])
         preview.update(grid)
+
+    def _other_preview(self, key: str) -> Table | Text:
+        """The preview of a header row or of a cell whose run has not begun."""
+        if key.startswith(HEADER_KEY):
+            group = next((g for g in self.groups if HEADER_KEY + g.entry.matrix_id == key),
+                         None)
+            if group is not None:
+                return group_preview(group)
+        if key.startswith(QUEUED_KEY) and key.removeprefix(QUEUED_KEY) in self.cells:
+            grid = Table.grid(padding=(0, 1))
+            grid.add_row("run", Text(printable(key.removeprefix(QUEUED_KEY))))
+            cell_preview(grid, self.deploy_app.store, self.cells[key.removeprefix(QUEUED_KEY)])
+            return grid
+        return Text("The runs below belong to no matrix: deployed here, or imported.",
+                    style=tone_styles(self)["muted"])
 
     # --- actions -------------------------------------------------------------------------------
 
     def action_open(self) -> None:
         run_id = self.selected()
         if run_id:
-            r = self.summaries.get(run_id)
-            self.deploy_app.open_run(run_id, live=bool(r and r.status == "running"))
+            self.deploy_app.open_run(run_id, live=self.status(run_id) == "running")
 
     def action_attach(self) -> None:
         run_id = self.selected()
@@ -330,7 +436,7 @@ class RunsScreen(Screen[None]):
     def action_resume(self) -> None:
         run_id = self.selected()
         if run_id is not None:
-            self.deploy_app.ask_resume(run_id, self.summaries[run_id].status)
+            self.deploy_app.ask_resume(run_id, self.status(run_id))
 
     def action_fork(self) -> None:
         from .dialogs import ForkDialog
@@ -401,8 +507,7 @@ class RunsScreen(Screen[None]):
         short = run_id[:12]
         yield SystemCommand(f"Open run {short}", "replay it", self.action_open)
         yield SystemCommand(f"Attach to run {short}", "follow it live", self.action_attach)
-        r = self.summaries.get(run_id)
-        if r is not None and r.status in ("crashed", "paused", "needs_human"):
+        if self.status(run_id) in ("crashed", "paused", "needs_human"):
             yield SystemCommand(f"Resume run {short}", "run its conductor here",
                                 self.action_resume)
         yield SystemCommand(f"Fork run {short}", "a new run from a prefix", self.action_fork)
