@@ -45,9 +45,11 @@ test: setup
 # The fast core while developing (under two minutes on two cores): no slow, end-to-end
 # or TUI tests. `make test` runs them all.
 # every tiny model at 16, 100, 128 and 2048 tokens and the bundled one at 16, 100 and 128,
-# deployed end to end (about 25 minutes on 2 cores; `make test` deploys each model once)
+# deployed end to end (about 25 minutes on 2 cores; `make test` deploys each model once),
+# and the matrix benchmark's smoke run (a tiny deployment on local Ray and without)
 test-matrix: setup
-	PYTHONSAFEPATH=1 $(PY) -m pytest -q $(XDIST) -m matrix tests/agents/test_defaults_pass.py
+	PYTHONSAFEPATH=1 $(PY) -m pytest -q $(XDIST) -m matrix tests/agents/test_defaults_pass.py \
+		tests/project/test_benchmarks.py
 
 test-fast: setup
 	PYTHONSAFEPATH=1 $(PY) -m pytest -q $(XDIST) -m "not slow and not e2e and not tui"

@@ -189,8 +189,8 @@ def test_air_programs_counts_every_program_and_finds_them_clean():
     assert r["total"]["programs"] == sum(r["models"][n]["programs"] for n in models)
 
 
-@pytest.mark.slow
-@pytest.mark.e2e          # a tiny deployment on a local Ray instance, then the same without
+@pytest.mark.e2e          # a tiny deployment on a local Ray instance, then the same without:
+@pytest.mark.matrix       # 86 s on 2 cores, so in `make test-matrix`, beside the deployments
 def test_matrix_bench_runs_both_sides_and_labels_its_figures():
     """Issue 41's benchmark, --quick: the matrix on local Ray and the same cells deployed one
     after another, every run PASS on both sides, the head's ingest counted."""
