@@ -255,6 +255,15 @@ def resume_checked(store: Any, run_id: str, pipeline: str | None = None) -> str:
     no usage error: the run names it). Nothing is loaded nor stored."""
     from npu_deploy.machine.pipelines import PipelineRefused, canonical_pipeline, stored_pipeline
     from npu_deploy.machine.reopen import run_config
+    from npu_deploy.store.matrix import node_holding
+
+    node = node_holding(store.conn, run_id)
+    if node is not None:
+        raise Refused([Problem("run", f"run {run_id} is worked by {node} for its matrix: a "
+                                      "second writer here would split it from its node. "
+                                      f"Leave decisions with `npu-deploy decide {run_id}`; a "
+                                      "matrix run again takes an abandoned run over",
+                               usage=False)])
 
     try:
         # The run's own pipeline only if registered: its name may come from an export file.

@@ -19,13 +19,14 @@ from npu_deploy.events.describe import gate_figures, printable
 from npu_deploy.store import EventStore, RunSummary
 from npu_deploy.store.matrix import (
     CELL_STATES,
+    ON_NODE,
     BookEntry,
     BookRow,
     GateHeadline,
     book,
-    cell_of,
     node_stretches,
 )
+from npu_deploy.store.matrix import node_holding as _node_holding
 
 from .widgets.run_title import abbreviate
 
@@ -35,9 +36,6 @@ HEADER_KEY = "matrix:"
 OTHERS_KEY = ":others"
 #: The key of a cell whose run has not begun, before the run id it will have.
 QUEUED_KEY = "cell:"
-#: A cell whose run its node holds: the head holds no lock for it, so its runs row reads
-#: "crashed" here while the node works it (or Ray finds it another node).
-ON_NODE = ("queued", "running")
 #: The cell states that end a cell: its run ended, or it failed for a reason no retry changes.
 DONE = ("finished", "error")
 #: A run's status by its tone (legend.py TONES): at work, failed, a person's turn, passed;
@@ -106,13 +104,8 @@ class Group:
 
 
 def node_holding(store: EventStore, run_id: str) -> str | None:
-    """The node that works `run_id` for its matrix (the book says queued or running): its
-    shipper takes a person's commands for the run from this store's inbox, so nothing here
-    may run the run too. None when no node holds it."""
-    row = cell_of(store.conn, run_id)
-    if row is None or row.state not in ON_NODE:
-        return None
-    return row.node or "its node"
+    """store.matrix.node_holding, on the app's store."""
+    return _node_holding(store.conn, run_id)
 
 
 def read_groups(store: EventStore) -> list[Group]:

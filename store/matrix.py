@@ -19,6 +19,9 @@ from .transaction import transaction
 #: How a cell stands: waiting for a node; running on one; its run ended (the verdict is the
 #: run's); stopped for a person; failed for a reason no retry changes.
 CELL_STATES = ("queued", "running", "finished", "needs_human", "error")
+#: A cell whose run its node holds: the head holds no lock for it, so its runs row reads
+#: "crashed" here while the node works it (or Ray finds it another node).
+ON_NODE = ("queued", "running")
 
 
 @dataclass(frozen=True)
@@ -71,18 +74,31 @@ def note_cell(store: StoreFile, matrix_id: str, run_id: str, cell: dict[str, Any
              utc_now()))
 
 
-def matrix_spec(conn: sqlite3.Connection, matrix_id: str) -> dict[str, Any] | None:
-    if not _has_book(conn):
-        return None
-    row = conn.execute("SELECT spec FROM matrices WHERE matrix_id = ?", (matrix_id,)).fetchone()
-    return None if row is None else dict(json.loads(row[0]))
-
-
 def matrix_runs(conn: sqlite3.Connection, matrix_id: str | None = None) -> list[MatrixRun]:
     """The book's rows, of one matrix or all, in the order the cells were entered."""
+    return _rows(conn, "WHERE matrix_id = ?" if matrix_id else "",
+                 (matrix_id,) if matrix_id else ())
+
+
+def cell_of(conn: sqlite3.Connection, run_id: str) -> MatrixRun | None:
+    """The book's row of a run, or None when the run is no matrix's."""
+    found = _rows(conn, "WHERE run_id = ?", (run_id,))
+    return found[0] if found else None
+
+
+def node_holding(conn: sqlite3.Connection, run_id: str) -> str | None:
+    """The node that works `run_id` for its matrix (the book says queued or running): its
+    shipper takes a person's commands for the run from this store's inbox, so nothing here
+    may run the run too (not the TUI, not `resume`). None when no node holds it."""
+    row = cell_of(conn, run_id)
+    if row is None or row.state not in ON_NODE:
+        return None
+    return row.node or "its node"
+
+
+def _rows(conn: sqlite3.Connection, where: str, args: tuple[str, ...]) -> list[MatrixRun]:
     if not _has_book(conn):
         return []
-    where, args = ("WHERE matrix_id = ?", (matrix_id,)) if matrix_id else ("", ())
     rows = conn.execute("SELECT matrix_id, run_id, cell, state, node, tries, detail, "
                         f"updated_ts FROM matrix_runs {where} ORDER BY rowid", args)
     return [MatrixRun(m, r, json.loads(c), s, n, t, d, u) for m, r, c, s, n, t, d, u in rows]
@@ -183,15 +199,3 @@ def book(conn: sqlite3.Connection) -> list[BookEntry]:
                 GateHeadline(gate, bool(passed), json.loads(check), count)
             out[-1].runs.append(BookRow(m, run_id, cell, state, node, tries, detail, headline))
     return out
-
-
-def cell_of(conn: sqlite3.Connection, run_id: str) -> MatrixRun | None:
-    """The book's row of a run, or None when the run is no matrix's."""
-    if not _has_book(conn):
-        return None
-    row = conn.execute("SELECT matrix_id, run_id, cell, state, node, tries, detail, "
-                       "updated_ts FROM matrix_runs WHERE run_id = ?", (run_id,)).fetchone()
-    if row is None:
-        return None
-    m, r, c, s, n, t, d, u = row
-    return MatrixRun(m, r, json.loads(c), s, n, t, d, u)

@@ -72,3 +72,29 @@ def test_node_commands(cli):
     assert cli("node", "revoke", "npu-1").exit_code == 0
     assert "no enrolled node" in assert_one_error(cli("node", "revoke", "npu-1"))
     assert "revoked" in cli("node", "list").stdout
+
+
+def test_resume_at_the_head_refuses_a_run_its_node_works(cli, tmp_path):
+    """A second writer at the head would split the run from its node (its next shipment
+    would no longer continue the head's copy): `resume` says who works it and changes
+    nothing; once the cell has ended, the run resumes as any other."""
+    from tui_runs import checkpoint_run
+
+    from npu_deploy.store import EventStore
+    from npu_deploy.store.matrix import note_cell, record_matrix
+
+    db = tmp_path / "head.db"
+    with EventStore.open(db) as store:
+        run_id = checkpoint_run(store, "m.tiny-llama.s16.emulator.autopilot")
+        record_matrix(store, "m", {"name": "m"})
+        note_cell(store, "m", run_id, {"model": "tiny-llama"}, "running", node="npu-a")
+        before = store.fold(run_id).version
+    result = cli("--db", db, "resume", run_id, "--no-wait")
+    assert result.exit_code == 1
+    assert f"run {run_id} is worked by npu-a for its matrix" in assert_one_error(result)
+    with EventStore.open(db) as store:
+        assert store.fold(run_id).version == before
+        note_cell(store, "m", run_id, {"model": "tiny-llama"}, "needs_human")
+    resumed = cli("--db", db, "resume", run_id, "--no-wait")
+    assert f"run {run_id} resumed at v" in resumed.stdout, resumed.stderr
+    assert resumed.exit_code == 3            # it waits at its checkpoint again, here
