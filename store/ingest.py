@@ -196,12 +196,6 @@ def _consume(conn: Any, event: Event) -> None:
                  (event.event_id, utc_now(), event.payload["command_id"], event.run_id))
 
 
-def held(store: EventStore, run_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Every event of a run the head holds, with its blobs, as records: what a node that
-    takes the run over imports before it resumes it."""
-    return pack(store, run_id, 0)
-
-
 def relayable(store: EventStore, run_id: str) -> list[dict[str, Any]]:
     """The head's pending commands for `run_id` that its key signed, each as the node's
     inbox takes it: what a person left here for a run that runs on a node."""
